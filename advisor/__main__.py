@@ -1,0 +1,5 @@
+import sys
+
+from advisor.cli import main
+
+sys.exit(main())

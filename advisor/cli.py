@@ -1,0 +1,167 @@
+"""The command line: ``python -m advisor <command> ...`` over the same engine as the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from advisor.errors import InputError
+from advisor.ingest import DEFAULT_MAX_BYTES, load_lengths
+from advisor.lengths import summarize
+from advisor.packing.algorithms import ALGORITHMS
+from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
+from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
+from advisor.packing.metrics import packing_metrics
+from advisor.packing.offline import megatron_bridge_metadata, pack
+
+
+class _Progress:
+    """Stage lines on stderr with elapsed time, so long work is never silent."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.t0 = quiet, time.perf_counter()
+
+    def __call__(self, stage: str, fraction: float = 0.0) -> None:
+        if not self.quiet:
+            print(f"[advisor {time.perf_counter() - self.t0:6.2f}s] {stage}", file=sys.stderr, flush=True)
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _add_input_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("lengths", help="lengths file (csv, tsv, json, jsonl, npy, parquet), a Megatron-LM mock SFT "
+                   "config (file or inline JSON), or a Megatron-Bridge packed data set (.parquet, folder, .npy)")
+    p.add_argument("--column", help="column or record field holding lengths (default: chosen by name)")
+    p.add_argument("--histogram", action="store_true", default=None, help="the file is a length,count histogram")
+    p.add_argument("--on-bad", choices=("error", "skip"), default="error",
+                   help="stop at the first bad row (default) or leave bad rows out and count them")
+    p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, help="refuse larger files")
+    p.add_argument("--mock-samples", type=int, default=1_000_000,
+                   help="samples drawn for a mock lognormal config (Megatron-LM: 1,000,000)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _load(args, progress):
+    progress(f"reading {args.lengths if len(args.lengths) < 80 else 'inline JSON'}")
+    return load_lengths(args.lengths, column=args.column, histogram=args.histogram, on_bad=args.on_bad,
+                        max_bytes=int(args.max_file_mb * 2**20), mock_samples=args.mock_samples)
+
+
+def cmd_lengths(args) -> dict:
+    progress = _Progress(args.quiet)
+    hist = _load(args, progress)
+    out = {"source": hist.source, **summarize(hist).as_dict(),
+           "excluded": [e.__dict__ for e in hist.excluded], "notes": list(hist.notes)}
+    if args.json:
+        return out
+    s = out
+    print(f"{hist.source}: {s['num_samples']:,} samples, {s['total_tokens']:,} tokens")
+    print(f"  mean {s['mean']:.1f}  p50 {s['p50']}  p90 {s['p90']}  p99 {s['p99']}  max {s['max']}")
+    print("  above: " + "  ".join(f">{k}: {v:.2%}" for k, v in s["share_above"].items()))
+    _print_exclusions(hist)
+    return {}
+
+
+def _print_exclusions(hist) -> None:
+    for e in hist.excluded:
+        print(f"  left out: {e.count:,} rows ({e.reason}; first at {e.first_at})")
+    for note in hist.notes:
+        print(f"  note: {note}")
+
+
+def cmd_pack(args) -> dict:
+    progress = _Progress(args.quiet)
+    hist = _load(args, progress)
+    cfg = PackingConfig(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
+                        pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
+                        overlong=args.overlong)
+    result = pack(hist, cfg, progress=progress)
+    counts = result.runtime.counts
+    baselines = [pad_to_sequence_length(counts, cfg.effective_max_seq_length),
+                 pad_to_longest_in_batch(counts, cfg.effective_max_seq_length, args.micro_batch_size,
+                                         seed=cfg.seed or 0)]
+    out = result.summary()
+    out["source"] = hist.source
+    out["excluded"] = [e.__dict__ for e in hist.excluded]
+    out["notes"] = list(result.notes)
+    out["baselines"] = [{"name": b.name, "efficiency": b.efficiency, "padding_fraction": b.padding_fraction,
+                         "micro_batches": b.micro_batches, "token_slots": b.token_slots} for b in baselines]
+    if hist.packs is not None:
+        audit = hist.packs
+        a_counts = np.bincount(audit.items, minlength=args.pack_size + 1)
+        out["existing_packs"] = {
+            "metadata": megatron_bridge_metadata(audit.offsets, audit.items, a_counts, args.pack_size),
+            **packing_metrics(audit.offsets, audit.items, a_counts, args.pack_size, int(audit.items.sum())).as_dict(),
+        }
+    if args.json:
+        return out
+    md = result.metadata
+    m = result.metrics
+    print(f"{hist.source}: {m.num_sequences:,} samples -> {m.num_packs:,} packs of {cfg.pack_size} "
+          f"({cfg.algorithm}, seed {cfg.seed}, pad_seq_to_mult {cfg.multiple}) in {result.seconds:.2f} s")
+    print(f"  packing factor n = {md['packing_factor']}  (divide the global batch size by it)")
+    print(f"  efficiency {md['packing_efficiency']} %  padding {m.padding_fraction:.2%}  "
+          f"truncated {result.runtime.num_truncated:,} samples ({result.runtime.tokens_truncated:,} tokens)")
+    bound = f"L1 {m.lower_bound_l1:,}  L2 {m.lower_bound_l2:,}" + (
+        f"  LP {m.lower_bound_lp:,.1f}" if m.lower_bound_lp is not None else "")
+    print(f"  lower bounds on packs: {bound}; {m.gap_to_bound:,} packs above the best")
+    print(f"  attention work sum(s^2) per pack: mean {m.attention_work_mean:,.0f}, max {m.attention_work_max:,} "
+          f"(straggler ratio {m.straggler_ratio:.2f})")
+    for b in baselines:
+        print(f"  without packing, {b.name}: efficiency {b.efficiency:.2f} %")
+    print("  Megatron-Bridge metadata (" f"{cfg.pack_size}_metadata.jsonl entry):")
+    print("    " + json.dumps(md))
+    if "existing_packs" in out:
+        e = out["existing_packs"]
+        print(f"  existing packs: {e['num_packs']:,}, metadata {json.dumps(e['metadata'])}")
+    _print_exclusions(hist)
+    return {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m advisor", description="Sequence packing advisor for "
+                                     "Megatron-Bridge and Megatron-LM.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("lengths", help="read a lengths file and summarise it")
+    _add_input_args(p)
+    p.set_defaults(func=cmd_lengths)
+    p = sub.add_parser("pack", help="simulate Megatron-Bridge offline packing of a length distribution")
+    _add_input_args(p)
+    p.add_argument("--pack-size", type=int, required=True, help="packed_sequence_size")
+    p.add_argument("--algorithm", choices=list(ALGORITHMS), default=MB_DEFAULT_ALGORITHM)
+    p.add_argument("--seed", type=int, default=MB_DEFAULT_SEED, help="the dataset config's seed (default 1234)")
+    p.add_argument("--pad-seq-to-mult", type=int, default=1, help="pad each sample to a multiple (CP: 2*CP)")
+    p.add_argument("--max-seq-length", type=int, help="dataset max length (default: the pack size)")
+    p.add_argument("--overlong", choices=("truncate", "skip"), default="truncate",
+                   help="truncate overlong samples (GPTSFTDataset) or skip them (GPTSFTChatDataset)")
+    p.add_argument("--micro-batch-size", type=int, default=4, help="for the pad-to-longest baseline")
+    p.set_defaults(func=cmd_pack)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = args.func(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a bad setting: one message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if out:
+        print(json.dumps(_jsonable(out), indent=None))
+    return 0

@@ -1,0 +1,135 @@
+"""Sequence lengths as a histogram: the one form every reader returns and every packer takes.
+
+A histogram (distinct lengths and their counts) keeps 10M samples in a few kB and is all that Megatron-Bridge's
+offline packing looks at (it builds one itself in ``create_hist``). Order of samples is not kept; where an
+order matters (random micro batches) it is drawn from a seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COMMON_PACK_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exclusion:
+    """Rows that were read but not used, and why: never dropped silently."""
+
+    reason: str
+    count: int
+    first_at: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthHistogram:
+    """Token counts per sample (the length of ``input_ids`` as tokenized) as distinct lengths and counts.
+
+    >>> h = LengthHistogram.from_samples([3, 5, 3], source="demo")
+    >>> h.lengths.tolist(), h.counts.tolist(), h.num_samples, h.total_tokens
+    ([3, 5], [2, 1], 3, 11)
+    """
+
+    lengths: np.ndarray
+    counts: np.ndarray
+    source: str = ""
+    excluded: tuple[Exclusion, ...] = ()
+    notes: tuple[str, ...] = ()
+    packs: object | None = field(default=None, compare=False)  # a PackedDatasetAudit when read from packs
+
+    def __post_init__(self) -> None:
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        counts = np.asarray(self.counts, dtype=np.int64)
+        if lengths.shape != counts.shape or lengths.ndim != 1:
+            raise ValueError("lengths and counts must be 1-D arrays of the same size")
+        if lengths.size and (np.any(np.diff(lengths) <= 0) or lengths[0] < 1 or np.any(counts < 1)):
+            raise ValueError("lengths must be strictly increasing and positive, counts positive")
+        object.__setattr__(self, "lengths", lengths)
+        object.__setattr__(self, "counts", counts)
+
+    @classmethod
+    def from_samples(cls, samples, **kw) -> LengthHistogram:
+        values, counts = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+        return cls(lengths=values, counts=counts, **kw)
+
+    @classmethod
+    def from_pairs(cls, lengths, counts, **kw) -> LengthHistogram:
+        """Merge (length, count) pairs, summing repeated lengths and leaving out zero counts."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        keep = counts > 0
+        values, inverse = np.unique(lengths[keep], return_inverse=True)
+        return cls(lengths=values, counts=np.bincount(inverse, weights=counts[keep]).astype(np.int64), **kw)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def total_tokens(self) -> int:
+        return int((self.lengths * self.counts).sum())
+
+    @property
+    def max_length(self) -> int:
+        return int(self.lengths[-1]) if self.lengths.size else 0
+
+    @property
+    def num_excluded(self) -> int:
+        return sum(e.count for e in self.excluded)
+
+    def samples(self) -> np.ndarray:
+        """Every sample's length, in ascending order (memory: 8 bytes a sample)."""
+        return np.repeat(self.lengths, self.counts)
+
+    def dense_counts(self, size: int) -> np.ndarray:
+        """Counts indexed by length 0..size-1; lengths >= size are left out (callers cap first)."""
+        out = np.zeros(size, dtype=np.int64)
+        keep = self.lengths < size
+        out[self.lengths[keep]] = self.counts[keep]
+        return out
+
+    def percentile(self, q: float) -> int:
+        """The smallest length with at least q % of samples at or below it (a sample that exists)."""
+        cum = np.cumsum(self.counts)
+        idx = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
+        return int(self.lengths[min(idx, self.lengths.size - 1)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthSummary:
+    num_samples: int
+    total_tokens: int
+    mean: float
+    std: float
+    min: int
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    share_above: dict[int, float]  # pack size -> share of samples longer than it
+    excluded: int
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def summarize(hist: LengthHistogram, pack_sizes=COMMON_PACK_SIZES) -> LengthSummary:
+    """Count, mean, percentiles, max and the share of samples above common pack sizes.
+
+    >>> s = summarize(LengthHistogram.from_samples([1, 2, 3, 4, 100]), pack_sizes=(50,))
+    >>> s.mean, s.p50, s.max, s.share_above
+    (22.0, 3, 100, {50: 0.2})
+    """
+    if hist.num_samples == 0:
+        raise ValueError(f"{hist.source or 'data'}: no samples to summarize")
+    n, tokens = hist.num_samples, hist.total_tokens
+    mean = tokens / n
+    var = float((hist.counts * (hist.lengths - mean) ** 2).sum() / n)
+    above = {int(p): float(hist.counts[hist.lengths > p].sum() / n) for p in pack_sizes}
+    return LengthSummary(
+        num_samples=n, total_tokens=tokens, mean=mean, std=var**0.5, min=int(hist.lengths[0]),
+        p50=hist.percentile(50), p90=hist.percentile(90), p99=hist.percentile(99), max=hist.max_length,
+        share_above=above, excluded=hist.num_excluded,
+    )

@@ -1,0 +1,57 @@
+"""The two ways to train without packing, as baselines: pad every sample to the sequence length, or pad each
+random micro batch to its longest sample (Megatron-Bridge's GPTSFTDataset.collate_fn, rounding that length up
+to ``pad_seq_length_to_mult``, 16 by default, and capping it at the sequence length)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    name: str
+    micro_batches: int
+    token_slots: int  # tokens computed on, padding included
+    real_tokens: int
+    efficiency: float  # real / slots, %
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1 - self.real_tokens / self.token_slots
+
+
+def pad_to_sequence_length(counts: np.ndarray, seq_length: int, micro_batch_size: int = 1) -> Baseline:
+    """Every sample padded to ``seq_length`` (``pad_to_max_length=True``).
+
+    >>> pad_to_sequence_length(np.array([0, 1, 1, 0, 2]), 4).efficiency
+    68.75
+    """
+    n = int(counts.sum())
+    real = int((np.arange(counts.size) * counts).sum())
+    return Baseline(name="pad to sequence length", micro_batches=-(-n // micro_batch_size),
+                    token_slots=n * seq_length, real_tokens=real, efficiency=real / (n * seq_length) * 100)
+
+
+def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_size: int, seed: int = 1234,
+                            multiple: int = 16) -> Baseline:
+    """Random micro batches (seeded), each padded to its longest sample rounded up to ``multiple``.
+
+    >>> pad_to_longest_in_batch(np.array([0, 0, 0, 0, 2]), 16, micro_batch_size=2, multiple=1).efficiency
+    100.0
+    """
+    items = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+    np.random.RandomState(seed).shuffle(items)
+    n = items.size
+    full = n // micro_batch_size * micro_batch_size
+    longest = items[:full].reshape(-1, micro_batch_size).max(axis=1) if full else np.zeros(0, np.int64)
+    sizes = np.full(longest.size, micro_batch_size)
+    if full < n:  # the last, partial micro batch
+        longest = np.append(longest, items[full:].max())
+        sizes = np.append(sizes, n - full)
+    padded = np.minimum(seq_length, -(-longest // multiple) * multiple)
+    slots = int((padded * sizes).sum())
+    real = int(items.sum())
+    return Baseline(name=f"pad to longest in micro batch of {micro_batch_size}", micro_batches=int(longest.size),
+                    token_slots=slots, real_tokens=real, efficiency=real / slots * 100)

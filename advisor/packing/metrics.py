@@ -1,0 +1,98 @@
+"""What a packing achieved, beyond Megatron-Bridge's metadata: bounds, padding, fill and attention work.
+
+Lower bounds on packs: L1 = ceil(tokens / pack size); L2 (Martello & Toth 1990) adds that samples longer than
+half a pack never share one; the LP bound of column generation, where it was run, is tighter still.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def per_pack(offsets: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens, sequences, attention work sum(s^2)) of every pack.
+
+    >>> fill, nseq, work = per_pack(np.array([0, 2, 3]), np.array([3, 1, 4]))
+    >>> fill.tolist(), nseq.tolist(), work.tolist()
+    ([4, 4], [2, 1], [10, 16])
+    """
+    starts = offsets[:-1]
+    items64 = items.astype(np.int64)
+    return (np.add.reduceat(items64, starts), np.diff(offsets), np.add.reduceat(items64 * items64, starts))
+
+
+def l1_bound(counts: np.ndarray, pack_size: int) -> int:
+    total = int((np.arange(counts.size, dtype=np.int64) * counts).sum())
+    return -(-total // pack_size)
+
+
+def l2_bound(counts: np.ndarray, pack_size: int) -> int:
+    """Martello-Toth L2 over every alpha in 0..pack_size/2, vectorised on the histogram.
+
+    For alpha: J1 = items > P - alpha, J2 = P - alpha >= items > P/2, J3 = P/2 >= items >= alpha;
+    L(alpha) = |J1| + |J2| + max(0, ceil((sum J3 - (|J2| P - sum J2)) / P)).
+
+    >>> l2_bound(np.array([0, 0, 0, 3, 0]), 4)    # three 3s in packs of 4: L1 says 3 (9/4), and so does L2
+    3
+    >>> l2_bound(np.array([0, 6, 0, 2, 0]), 4)    # two 3s plus six 1s: 12 tokens fit 3 packs, and 3 are needed
+    3
+    """
+    P = pack_size
+    c = np.zeros(P + 1, dtype=np.int64)
+    c[: min(counts.size, P + 1)] = counts[: P + 1]
+    s = np.arange(P + 1, dtype=np.int64)
+    cnt = np.concatenate([[0], np.cumsum(c)])  # cnt[k] = items with size < k
+    tok = np.concatenate([[0], np.cumsum(c * s)])
+    half = P // 2  # sizes > P/2 are >= half + 1
+    alpha = np.arange(0, half + 1)
+    j1 = cnt[P + 1] - cnt[P - alpha + 1]
+    j2 = cnt[P - alpha + 1] - cnt[half + 1]
+    s2 = tok[P - alpha + 1] - tok[half + 1]
+    s3 = tok[half + 1] - tok[alpha]
+    extra = np.maximum(0, -(-(s3 - (j2 * P - s2)) // P))
+    return int((j1 + j2 + extra).max())
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackingMetrics:
+    num_sequences: int
+    num_packs: int
+    real_tokens: int
+    packed_tokens: int  # real tokens plus pad_seq_to_mult padding
+    packing_efficiency: float  # packed tokens / (packs * pack size), %, unrounded
+    padding_fraction: float  # share of the packs' token slots that hold no real token
+    lower_bound_l1: int
+    lower_bound_l2: int
+    lower_bound_lp: float | None
+    gap_to_bound: int  # packs above the best lower bound
+    bound_efficiency: float  # efficiency a packing at the best bound would reach, %
+    fill_mean: float
+    fill_p01: float
+    fill_min: float
+    max_samples_per_pack: int
+    attention_work_mean: float
+    attention_work_max: int
+    straggler_ratio: float  # heaviest pack's attention work / mean
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def packing_metrics(offsets, items, counts, pack_size, real_tokens, lp_bound=None) -> PackingMetrics:
+    fill, nseq, work = per_pack(offsets, items)
+    packs = int(fill.size)
+    packed = int(fill.sum())
+    l1, l2 = l1_bound(counts, pack_size), l2_bound(counts, pack_size)
+    best = max(l2, int(np.ceil(lp_bound - 1e-9)) if lp_bound is not None else 0)
+    frac = fill / pack_size
+    return PackingMetrics(
+        num_sequences=int(nseq.sum()), num_packs=packs, real_tokens=int(real_tokens), packed_tokens=packed,
+        packing_efficiency=packed / packs / pack_size * 100, padding_fraction=1 - real_tokens / (packs * pack_size),
+        lower_bound_l1=l1, lower_bound_l2=l2, lower_bound_lp=lp_bound, gap_to_bound=packs - best,
+        bound_efficiency=packed / max(best, 1) / pack_size * 100, fill_mean=float(frac.mean()),
+        fill_p01=float(np.percentile(frac, 1)), fill_min=float(frac.min()), max_samples_per_pack=int(nseq.max()),
+        attention_work_mean=float(work.mean()), attention_work_max=int(work.max()),
+        straggler_ratio=float(work.max() / work.mean()) if work.mean() > 0 else 1.0,
+    )

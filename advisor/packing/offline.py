@@ -1,0 +1,164 @@
+"""Megatron-Bridge's offline packing pipeline, simulated from sequence lengths alone.
+
+Followed: megatron/bridge/data/packing/offline.py (``tokenize_dataset``, ``prepare_gpt_sft_packed_data``) and
+algorithms.py (``create_hist``, ``create_packing_strategy``), Megatron-Bridge 0.6.2. The alternative, running
+its tokenizer and packer on the real data set, gives the same packs hours later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.lengths import LengthHistogram
+from advisor.packing.algorithms import ALGORITHMS
+from advisor.packing.config import PackingConfig
+from advisor.packing.metrics import PackingMetrics, packing_metrics
+
+MB_METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
+                    "pack_size", "min_packed_seqlen")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeLengths:
+    """The histogram ``create_hist`` builds: runtime lengths (``len(input_ids) - 1``) after truncation and padding."""
+
+    counts: np.ndarray  # counts[v], v = 0..max_seq_length
+    num_truncated: int  # samples that lost tokens (dataset truncation, or the pad cap)
+    tokens_truncated: int
+    num_skipped: int  # samples dropped by create_hist (overlong="skip")
+    tokens_skipped: int
+    pad_tokens: int  # tokens added by pad_seq_to_mult
+    real_tokens: int  # runtime tokens that are data
+
+
+def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths:
+    """Each sample's runtime length as Megatron-Bridge will pack it.
+
+    The dataset keeps at most ``max_seq_length`` stored tokens (``+ 1`` when padding to a multiple, since labels
+    are the shifted input); runtime = stored - 1; with ``pad_seq_to_mult = m > 1`` it becomes
+    ``min(cap, ceil(runtime / m) * m)``, ``cap = floor(max_seq_length / m) * m`` (offline.py, tokenize_dataset).
+
+    >>> r = runtime_lengths(LengthHistogram.from_samples([5, 9, 20]), PackingConfig(pack_size=16, pad_seq_to_mult=4))
+    >>> np.repeat(np.arange(r.counts.size), r.counts).tolist(), r.num_truncated, r.pad_tokens
+    ([4, 8, 16], 1, 0)
+    """
+    M, m = cfg.effective_max_seq_length, cfg.multiple
+    L, n = hist.lengths, hist.counts
+    skip = np.zeros(L.shape, bool)
+    if cfg.overlong == "skip" and m == 1:
+        skip = L - 1 > M  # create_hist: "Skipped %d sequences longer than the maximum packed sequence length"
+        stored = L
+    else:
+        stored = np.minimum(L, M + 1 if m > 1 else M)
+    runtime = np.maximum(stored - 1, 0)
+    if m > 1:
+        cap = (M // m) * m
+        runtime = np.minimum(cap, -(-runtime // m) * m)
+    wanted = np.maximum(L - 1, 0)
+    real = np.minimum(runtime, wanted)
+    keep = ~skip
+    lost = (wanted - real) * keep
+    counts = np.bincount(runtime[keep], weights=n[keep], minlength=M + 1).astype(np.int64)
+    return RuntimeLengths(
+        counts=counts, num_truncated=int(n[keep & (lost > 0)].sum()), tokens_truncated=int((lost * n).sum()),
+        num_skipped=int(n[skip].sum()), tokens_skipped=int((wanted * n)[skip].sum()),
+        pad_tokens=int(((runtime - real) * n)[keep].sum()), real_tokens=int((real * n)[keep].sum()),
+    )
+
+
+def megatron_bridge_metadata(offsets: np.ndarray, items: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
+    """The dict ``create_packing_strategy`` returns and offline.py appends to ``{size}_metadata.jsonl``, with its
+    rounding (Python ``round`` to 2 places on the same float expressions)."""
+    fills = np.add.reduceat(items.astype(np.int64), offsets[:-1])
+    packs = int(fills.size)
+    n = int(counts.sum())
+    present = np.nonzero(counts)[0]
+    return {
+        "dataset_max_seqlen": int(present.max()),
+        "max_samples_per_bin": int(np.diff(offsets).max()),
+        "packing_factor": round(n / packs, 2),
+        "packing_efficiency": round(int(fills.sum()) / packs / pack_size * 100, 2),
+        "pack_size": pack_size,
+        "min_packed_seqlen": int(fills.min()),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackingResult:
+    """Packs in CSR form (pack i = ``items[offsets[i]:offsets[i+1]]``, runtime lengths) and what they mean."""
+
+    config: PackingConfig
+    offsets: np.ndarray
+    items: np.ndarray
+    runtime: RuntimeLengths
+    metadata: dict
+    metrics: PackingMetrics
+    seconds: float
+    source: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_packs(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def pack(self, i: int) -> list[int]:
+        return self.items[self.offsets[i]: self.offsets[i + 1]].tolist()
+
+    def packs(self, limit: int | None = None) -> list[list[int]]:
+        n = self.num_packs if limit is None else min(limit, self.num_packs)
+        return [self.pack(i) for i in range(n)]
+
+    def summary(self) -> dict:
+        """One flat dict: Megatron-Bridge's six metadata keys first, then the advisor's own figures."""
+        r = self.runtime
+        out = dict(self.metadata)
+        out.update(
+            num_sequences=self.metrics.num_sequences, num_packs=self.num_packs, num_truncated=r.num_truncated,
+            padding_fraction=self.metrics.padding_fraction, tokens_truncated=r.tokens_truncated,
+            num_skipped=r.num_skipped, tokens_skipped=r.tokens_skipped, pad_tokens_added=r.pad_tokens,
+            algorithm=self.config.algorithm, seed=self.config.seed, pad_seq_to_mult=self.config.multiple,
+            max_seq_length=self.config.effective_max_seq_length, seconds=self.seconds,
+        )
+        out.update({k: v for k, v in self.metrics.as_dict().items() if k not in out})
+        return out
+
+
+def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:
+    """Simulate offline packing of a length histogram.
+
+    >>> cfg = PackingConfig(pack_size=4, algorithm="first_fit_decreasing")
+    >>> res = pack(LengthHistogram.from_samples([4, 3, 3, 2]), cfg)
+    >>> res.packs(), res.metadata["packing_factor"]
+    ([[3, 1], [2, 2]], 2.0)
+    """
+    t0 = time.perf_counter()
+    if progress:
+        progress("runtime lengths", 0.0)
+    rt = runtime_lengths(hist, cfg)
+    if rt.counts.sum() == 0:
+        raise ValueError(f"{hist.source or 'data'}: no samples left to pack ({rt.num_skipped} skipped as overlong)")
+    if progress:
+        progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1)
+    fn = ALGORITHMS[cfg.algorithm]
+    stats: dict = {}
+    if cfg.algorithm == "column_generation":
+        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
+    else:
+        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed)
+    if progress:
+        progress("metrics", 0.9)
+    metadata = megatron_bridge_metadata(offsets, items, rt.counts, cfg.pack_size)
+    metrics = packing_metrics(offsets, items, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
+    notes = list(hist.notes)
+    if rt.num_truncated:
+        notes.append(f"{rt.num_truncated:,} samples truncated to max_seq_length {cfg.effective_max_seq_length} "
+                     f"({rt.tokens_truncated:,} tokens lost)")
+    if rt.num_skipped:
+        notes.append(f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist")
+    if progress:
+        progress("done", 1.0)
+    return PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
+                         seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes))
