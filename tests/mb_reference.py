@@ -67,6 +67,9 @@ def load_module(dotted: str, version: str = MB_VERSION, stubs: dict[str, dict] |
         name = ".".join(parts[:i])
         _register_namespace(name, root.joinpath(*parts[:i]))
     for name, attrs in (stubs or {}).items():
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # parents of a stub are bare namespaces too (never their __init__)
+            _register_namespace(".".join(parts[:i]), root.joinpath(*parts[:i]))
         if name not in sys.modules:
             stub = types.ModuleType(name)
             stub.__dict__.update(attrs)

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.lengths import LengthHistogram
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+
+
+def _msc_stub():
+    class MultiStorageClientFeature:  # Megatron-Core's switch for remote storage: off, as on a plain file system
+        @staticmethod
+        def is_enabled():
+            return False
+
+    return {"MultiStorageClientFeature": MultiStorageClientFeature}
+
+
+MB_STUBS = {
+    "megatron.core.msc_utils": _msc_stub(),
+    "megatron.bridge.training.tokenizers.tokenizer": {"MegatronTokenizer": object},
+    "megatron.bridge.data.datasets.gpt_sft": {"GPTSFTDataset": object},
+    "megatron.bridge.data.packing.gpt_sft": {"GPTSFTPackedDataset": object},
+}
+
+
+@pytest.fixture(scope="session")
+def mb_algorithms():
+    from tests.mb_reference import load_module
+
+    return load_module("megatron.bridge.data.packing.algorithms")
+
+
+@pytest.fixture(scope="session")
+def mb_offline():
+    """Megatron-Bridge's real offline.py, with only its storage switch and tokenizer type stubbed."""
+    from tests.mb_reference import load_module
+
+    return load_module("megatron.bridge.data.packing.offline", stubs=MB_STUBS)
+
+
+@pytest.fixture(scope="session")
+def mb_parquet():
+    from tests.mb_reference import load_module
+
+    return load_module("megatron.bridge.data.packing.parquet", stubs=MB_STUBS)
+
+
+def read_hist(name: str) -> LengthHistogram:
+    frame = pd.read_csv(SAMPLE / name)
+    return LengthHistogram.from_pairs(frame["length"], frame["count"], source=name)
+
+
+@pytest.fixture(scope="session")
+def squad() -> LengthHistogram:
+    return read_hist("squad_v1.1_len384_hist.csv")
+
+
+@pytest.fixture(scope="session")
+def wikipedia() -> LengthHistogram:
+    return read_hist("wikipedia_bert_len512_hist.csv")
+
+
+def scaled(hist: LengthHistogram, divisor: int) -> LengthHistogram:
+    """The same shape with fewer samples (counts divided, rounded up), so Megatron-Bridge's Python packer is quick."""
+    return LengthHistogram(lengths=hist.lengths, counts=-(-hist.counts // divisor), source=f"{hist.source}/{divisor}")
+
+
+class FakeTokenizer(types.SimpleNamespace):
+    pass
+
+
+def fake_sft_builder(lengths: np.ndarray):
+    """A dataset builder for ``prepare_gpt_sft_packed_data`` that yields samples of the given token counts.
+
+    It stands in for GPTSFTDataset only where a real tokenizer and text would be needed: each sample is
+    ``input_ids`` of its length (token i = i, so packs can be checked), cut at the ``seq_length`` the
+    pipeline asks for, as GPTSFTDataset truncates to its max length.
+    """
+
+    def build(path, *, tokenizer, seq_length, pad_seq_to_mult=None, dataset_kwargs=None, **_):
+        class Dataset(list):
+            pass
+
+        ds = Dataset({"input_ids": list(range(min(int(n), seq_length))),
+                      "loss_mask": [1] * min(int(n), seq_length)} for n in lengths)
+        ds.tokenizer = FakeTokenizer(eod=0)
+        ds.pad_seq_length_to_mult = (dataset_kwargs or {}).get("pad_seq_length_to_mult", 16)
+        return ds
+
+    return build

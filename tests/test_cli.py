@@ -1,0 +1,52 @@
+"""The command line, run as users run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT, SAMPLE
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_pack_json_has_megatron_bridge_keys_and_counts():
+    proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "384", "--json",
+               "--algorithm", "first_fit_decreasing")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency", "pack_size",
+                "min_packed_seqlen", "num_sequences", "num_packs", "num_truncated", "padding_fraction"):
+        assert key in out
+    assert out["packing_efficiency"] == 97.83 and out["num_sequences"] == 88641
+    assert "packing" in proc.stderr  # progress goes to stderr, never into the JSON
+
+
+def test_pack_human_summary_and_truncation():
+    proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "256", "--quiet")
+    assert proc.returncode == 0
+    assert "packing factor n =" in proc.stdout and "truncated" in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_bad_file_is_one_message_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("length\n5\nfive\n")
+    proc = run("pack", str(bad), "--pack-size", "16")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(f"error: {bad}, line 3: length 'five' is not a number")
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_setting_is_one_message(tmp_path):
+    proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "128", "--max-seq-length", "256")
+    assert proc.returncode == 2 and "cannot exceed the pack size" in proc.stderr
+
+
+def test_lengths_summary_json():
+    proc = run("lengths", str(SAMPLE / "wikipedia_bert_len512_hist.csv"), "--json", "--quiet")
+    out = json.loads(proc.stdout)
+    assert out["num_samples"] == 16279552 and out["max"] == 512

@@ -1,0 +1,128 @@
+"""The simulator against Megatron-Bridge 0.6.2's own code (its published wheel, pure modules only)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from advisor.ingest import load_lengths
+from advisor.lengths import LengthHistogram
+from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import pack, runtime_lengths
+from tests.conftest import FakeTokenizer, fake_sft_builder, scaled
+
+
+def _multisets(packs) -> list[list[int]]:
+    return [sorted(p) for p in packs]
+
+
+def _mb_strategy(mb_algorithms, counts: np.ndarray, pack_size: int, algorithm: str, seed: int):
+    """create_packing_strategy under np.random.seed(seed), restoring the RNG after, as offline.py does."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return mb_algorithms.create_packing_strategy(counts.tolist(), pack_size, algorithm)
+    finally:
+        np.random.set_state(state)
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
+@pytest.mark.parametrize("seed", [1234, 0, 42])
+def test_squad_histogram_matches_megatron_bridge(mb_algorithms, squad, algorithm, seed):
+    cfg = PackingConfig(pack_size=384, algorithm=algorithm, seed=seed)
+    ours = pack(squad, cfg)
+    assignments, metadata = _mb_strategy(mb_algorithms, ours.runtime.counts, 384, algorithm, seed)
+    assert ours.metadata == metadata
+    assert _multisets(ours.packs()) == _multisets(assignments)
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
+def test_wikipedia_histogram_matches_megatron_bridge(mb_algorithms, wikipedia, algorithm):
+    hist = scaled(wikipedia, 100)  # 163k samples of the same shape: Megatron-Bridge's packer is pure Python
+    ours = pack(hist, PackingConfig(pack_size=512, algorithm=algorithm))
+    assignments, metadata = _mb_strategy(mb_algorithms, ours.runtime.counts, 512, algorithm, 1234)
+    assert ours.metadata == metadata
+    assert _multisets(ours.packs()) == _multisets(assignments)
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_generated_histograms_match_megatron_bridge(mb_algorithms, trial):
+    rng = np.random.default_rng(trial)
+    pack_size = int(rng.choice([16, 100, 512, 2048, 4096]))
+    n = int(rng.integers(1, 4000))
+    if trial % 3 == 0:  # heavy tail, many at the cap
+        lengths = np.minimum(rng.lognormal(np.log(pack_size / 4), 1.2, n).astype(int), pack_size)
+    else:
+        lengths = rng.integers(0, pack_size + 1, n)
+    counts = np.bincount(lengths, minlength=pack_size + 1)
+    for algorithm, fn in (("first_fit_decreasing", first_fit_decreasing), ("first_fit_shuffle", first_fit_shuffle)):
+        seed = int(rng.integers(0, 2**31))
+        offsets, items = fn(counts, pack_size, seed)
+        assignments, _ = _mb_strategy(mb_algorithms, counts, pack_size, algorithm, seed)
+        ours = [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        assert _multisets(ours) == _multisets(assignments), (algorithm, pack_size, n, seed)
+
+
+def _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, mult, algorithm, seed):
+    """Megatron-Bridge's own prepare_gpt_sft_packed_data, end to end, writing its .npy and metadata files."""
+    out, meta = tmp_path / "training.npy", tmp_path / "metadata.jsonl"
+    mb_offline.prepare_gpt_sft_packed_data(
+        input_path=tmp_path, output_path=out, output_metadata_path=meta, packed_sequence_size=pack_size,
+        tokenizer=FakeTokenizer(eos_id=0), max_seq_length=max_seq_length, seed=seed,
+        packing_algorithm=algorithm, pad_seq_to_mult=mult, num_tokenizer_workers=1,
+        dataset_builder=fake_sft_builder(lengths),
+    )
+    return out, json.loads(meta.read_text())[-1]
+
+
+@pytest.mark.parametrize("mult", [1, 2, 4, 8])
+@pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
+def test_full_pipeline_with_padding_and_truncation(mb_offline, tmp_path, mult, algorithm):
+    rng = np.random.default_rng(mult)
+    pack_size = 1000
+    max_seq_length = 997 if mult == 8 else 1000  # a max length not divisible by the multiple: the cap bites
+    lengths = np.concatenate([rng.integers(1, 400, 1500), rng.integers(990, 1300, 60), [1, 2, 3]])
+    out, metadata = _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, mult, algorithm, 77)
+    hist = LengthHistogram.from_samples(lengths, source="generated")
+    cfg = PackingConfig(pack_size=pack_size, algorithm=algorithm, seed=77, pad_seq_to_mult=mult,
+                        max_seq_length=max_seq_length)
+    ours = pack(hist, cfg)
+    assert ours.metadata == metadata
+    written = load_lengths(out).packs  # Megatron-Bridge's packed file, read back by the advisor's auditor
+    theirs = [written.items[a:b].tolist() for a, b in zip(written.offsets[:-1], written.offsets[1:], strict=True)]
+    assert _multisets(ours.packs()) == _multisets(theirs)
+    rt = ours.runtime  # every runtime token is data, padding, or counted as truncated
+    assert rt.real_tokens + rt.tokens_truncated == int((lengths - 1).sum())
+    assert rt.real_tokens + rt.pad_tokens == int(ours.items.sum())
+    assert rt.num_truncated >= int((lengths > max_seq_length + 1).sum()) > 0
+
+
+def test_truncation_is_counted(squad):
+    cfg = PackingConfig(pack_size=256)
+    rt = runtime_lengths(squad, cfg)
+    over = squad.lengths > 256
+    assert rt.num_truncated == int(squad.counts[over].sum())
+    assert rt.tokens_truncated == int(((squad.lengths[over] - 256) * squad.counts[over]).sum())
+    assert rt.counts.sum() == squad.num_samples
+
+
+def test_skip_mode_drops_and_counts_overlong(squad):
+    rt = runtime_lengths(squad, PackingConfig(pack_size=256, overlong="skip"))
+    over = squad.lengths - 1 > 256
+    assert rt.num_skipped == int(squad.counts[over].sum()) > 0
+    assert rt.counts.sum() + rt.num_skipped == squad.num_samples
+
+
+def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_path):
+    rows = [{"input_ids": list(range(10)), "loss_mask": [1] * 10, "seq_start_id": [0, 4, 7]},
+            {"input_ids": list(range(5)), "loss_mask": [1] * 5, "seq_start_id": [0]}]
+    path = tmp_path / "training_16.idx.parquet"
+    mb_parquet.write_packed_parquet(rows, path)
+    hist = load_lengths(path)
+    audit = hist.packs
+    assert audit.num_packs == 2
+    assert audit.items.tolist() == [3, 2, 2, 4]  # get_seqlen_list: gaps minus the trailing token
+    assert hist.lengths.tolist() == [3, 4, 5] and hist.counts.tolist() == [2, 1, 1]
