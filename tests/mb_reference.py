@@ -1,9 +1,10 @@
-"""Load single pure modules of Megatron-Bridge's published wheel, as the oracle for tests and benchmarks.
+"""Load single pure modules of Megatron-Bridge's (and Megatron-Core's) published wheels, as oracles for tests
+and benchmarks.
 
 Megatron-Bridge cannot be pip-installed without CUDA, and ``import megatron.bridge`` runs model registration
-that needs Transformer Engine. So the wheel is fetched with ``pip download --no-deps`` into an ignored cache
+that needs Transformer Engine. So the wheels are fetched with ``pip download --no-deps`` into an ignored cache
 folder, unpacked, and only the modules asked for are imported, with their parent packages registered as bare
-namespaces so no ``__init__.py`` of Megatron-Bridge ever runs.
+namespaces so no ``__init__.py`` of either project ever runs. Both wheels share the ``megatron`` namespace.
 
     >>> algorithms = load_module("megatron.bridge.data.packing.algorithms")
     >>> algorithms.create_packing_strategy([0, 2, 1], 4, "first_fit_decreasing")[1]["packing_factor"]
@@ -21,55 +22,67 @@ import zipfile
 from pathlib import Path
 
 MB_VERSION = "0.6.2"
+MCORE_VERSION = "0.19.2"  # the newest megatron-core wheel; megatron-bridge 0.6.2 requires megatron-core unpinned
 CACHE = Path(os.environ.get("ADVISOR_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
 
 
-def wheel_root(version: str = MB_VERSION) -> Path:
-    """Download (once) and unpack the Megatron-Bridge wheel; return the folder holding ``megatron/``."""
-    root = CACHE / f"megatron_bridge-{version}"
-    if (root / "megatron" / "bridge").is_dir():
+def wheel_root(package: str = "megatron-bridge", version: str = MB_VERSION) -> Path:
+    """Download (once) and unpack a wheel; return the folder holding its ``megatron/``."""
+    stem = package.replace("-", "_")
+    root = CACHE / f"{stem}-{version}"
+    if (root / "megatron").is_dir():
         return root
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob(f"megatron_bridge-{version}-*.whl"))
+    found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
     if not found:
-        # The wheel declares Requires-Python >=3.12; --python-version lets pip on 3.11 fetch it too.
+        # The wheels declare Requires-Python >=3.12 (megatron-core's is cp312): --python-version lets pip on
+        # 3.11 fetch them too; nothing is installed.
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.12", "-q", "-d", str(wheels), f"megatron-bridge=={version}"],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+             "--platform", "manylinux_2_28_x86_64", "--platform", "any", "-q", "-d", str(wheels),
+             f"{package}=={version}"],
             check=True,
         )
-        found = sorted(wheels.glob(f"megatron_bridge-{version}-*.whl"))
-    tmp = root.with_suffix(".tmp")
+        found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
+    tmp = root.with_suffix(f".tmp{os.getpid()}")
     with zipfile.ZipFile(found[0]) as zf:
         zf.extractall(tmp)
-    tmp.rename(root)
+    try:
+        tmp.rename(root)
+    except OSError:  # another process got there first
+        pass
     return root
 
 
-def _register_namespace(name: str, path: Path) -> None:
+def _roots() -> list[Path]:
+    return [wheel_root("megatron-bridge", MB_VERSION), wheel_root("megatron-core", MCORE_VERSION)]
+
+
+def _register_namespace(name: str, roots: list[Path]) -> None:
     if name in sys.modules:
         return
+    parts = name.split(".")
     module = types.ModuleType(name)
-    module.__path__ = [str(path)]  # a bare namespace: submodules import, __init__.py never runs
+    # a bare namespace: submodules import from any wheel that has the folder, and no __init__.py ever runs
+    module.__path__ = [str(r.joinpath(*parts)) for r in roots if r.joinpath(*parts).is_dir()]
     sys.modules[name] = module
 
 
-def load_module(dotted: str, version: str = MB_VERSION, stubs: dict[str, dict] | None = None):
-    """Import one pure Megatron-Bridge module by dotted name without running any package ``__init__``.
+def load_module(dotted: str, stubs: dict[str, dict] | None = None):
+    """Import one pure module by dotted name without running any package ``__init__``.
 
     ``stubs`` maps module names to attributes for imports the module makes but the test does not exercise
-    (for example a GPU-only helper); each becomes a small module with just those attributes.
+    (a storage switch, a tokenizer type); each becomes a small module with just those attributes.
     """
-    root = wheel_root(version)
+    roots = _roots()
     parts = dotted.split(".")
     for i in range(1, len(parts)):
-        name = ".".join(parts[:i])
-        _register_namespace(name, root.joinpath(*parts[:i]))
+        _register_namespace(".".join(parts[:i]), roots)
     for name, attrs in (stubs or {}).items():
-        parts = name.split(".")
-        for i in range(1, len(parts)):  # parents of a stub are bare namespaces too (never their __init__)
-            _register_namespace(".".join(parts[:i]), root.joinpath(*parts[:i]))
+        stub_parts = name.split(".")
+        for i in range(1, len(stub_parts)):
+            _register_namespace(".".join(stub_parts[:i]), roots)
         if name not in sys.modules:
             stub = types.ModuleType(name)
             stub.__dict__.update(attrs)

@@ -1,0 +1,250 @@
+"""Memory per GPU: the advisor's packing-aware breakdown, and Megatron-Bridge's own theoretical estimate.
+
+Megatron-Bridge 0.6.2's ``estimate_training_memory`` (training/utils/theoretical_memory_utils.py) is the number
+its training log prints; ``megatron_bridge_memory`` reproduces it exactly, so users can match it with their
+logs. The advisor's own estimate differs where Megatron-Bridge's formula does not look: the tokens a micro batch
+really holds (a pack, a packed in-batch micro batch, or a padded batch), recompute other than selective, no
+sequence parallelism, the logits and loss buffers, the last pipeline stage, LoRA, a VLM's vision encoder, and a
+fixed overhead for the CUDA context, communication buffers and fragmentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
+from advisor.plan import Plan
+
+GIB = 1024**3
+DEFAULT_OVERHEAD_GIB = 3.0  # CUDA context (~0.5-1 GiB), NCCL buffers (~1-2 GiB), allocator fragmentation
+
+
+@dataclass(frozen=True, kw_only=True)
+class MegatronBridgeMemory:
+    weight_and_optimizer_bytes: float
+    activation_bytes: float
+    printed_in_log: bool  # the log prints activations only with sequence parallel and selective recompute
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weight_and_optimizer_bytes + self.activation_bytes
+
+
+def _ffn_activation_ratio(plan: Plan) -> float:
+    """Megatron-Bridge's MoE-aware MLP width over h: (dense ffn + moe (moe_ffn topk + shared)) / (layers h)."""
+    m = plan.model
+    pattern = moe_layer_pattern(m)
+    moe_layers = sum(pattern)
+    dense = (len(pattern) - moe_layers) * m.ffn_hidden_size
+    moe = moe_layers * ((m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
+                        + (m.moe_shared_expert_intermediate_size or 0)) if m.num_moe_experts else 0
+    return (dense + moe) / (len(pattern) * m.hidden_size)
+
+
+def _bytes_per_parameter(distributed_optimizer: bool, shard: int) -> float:
+    return 6.0 + 12.0 / max(1, shard) if distributed_optimizer else 18.0
+
+
+def _expert_shard(plan: Plan) -> int:
+    p = plan.parallel
+    return max(1, p.dp * p.tp * p.cp // max(1, p.ep * p.etp))
+
+
+def megatron_bridge_memory(plan: Plan, num_microbatches: int | None = None) -> MegatronBridgeMemory:
+    """Megatron-Bridge 0.6.2's ``estimate_training_memory`` for this plan (even pipeline stages).
+
+    Its formula takes ``seq_length`` x ``micro_batch_size`` tokens, whatever packing does, and assumes sequence
+    parallelism and selective recompute whatever is set.
+    """
+    m, p, t = plan.model, plan.parallel, plan.training
+    counts = count_parameters(m, p.tp, megatron_bridge=True)
+    h, s, b = m.hidden_size, t.seq_length, t.micro_batch_size
+    # weights and optimizer (_dense_parameters_on_most_loaded_shard, _bytes_per_parameter)
+    embedding_shard = counts.embedding / p.tp
+    if not counts.tied and p.pp == 1:
+        embedding_shard += counts.embedding / p.tp
+    dense = counts.dense / (p.pp * p.tp) + embedding_shard
+    weight_opt = dense * _bytes_per_parameter(t.distributed_optimizer, p.dp * p.cp)
+    if counts.routed > 0:
+        routed = counts.routed / (p.pp * p.ep * p.etp)
+        weight_opt += routed * _bytes_per_parameter(t.distributed_optimizer, _expert_shard(plan))
+    # activations (_compute_activation_memory_bytes: Korthikanti et al. 2022, Table 2, first stage)
+    act = s * b * h * (18 + 4 * _ffn_activation_ratio(plan)) * m.num_layers
+    act += 8 * s * b * p.pp + s * b * h * p.pp
+    if p.vpp is not None:
+        act *= 1 + (p.pp - 1) / (p.pp * p.vpp)
+    elif p.pp > 1 and num_microbatches is not None:
+        act *= min(1, num_microbatches / p.pp)
+    if p.pp == 1:
+        act += s * b * h * 4 * (1 + padded_vocab_size(m.vocab_size, p.tp) / h)
+    act /= p.tp * p.cp
+    return MegatronBridgeMemory(weight_and_optimizer_bytes=weight_opt, activation_bytes=act,
+                                printed_in_log=p.sp and t.recompute == "selective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    """Bytes on the most loaded GPU, by component; ``stage`` says which pipeline stage that is."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    overhead: float
+    stage: str
+    tokens_per_micro_batch: int
+    capacity: float
+    megatron_bridge: MegatronBridgeMemory
+    differences: tuple[str, ...]
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+                "activations": self.activations, "logits_and_loss": self.logits, "overhead": self.overhead}
+
+    @property
+    def total(self) -> float:
+        return sum(self.breakdown.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+
+def activation_bytes_per_token_per_layer(plan: Plan) -> float:
+    """Bytes a layer keeps for backward per token, on one GPU (before CP), averaged over dense and MoE layers.
+
+    Counted tensor by tensor for a pre-norm layer in bf16 with flash attention and no dropout (SFT recipes set
+    dropout 0), the way Korthikanti et al. (2022, Table 2) count, but with GQA and SwiGLU:
+    norm inputs 2 x 2h; QKV input 2h; q, k, v 2(q + 2kv); attention output (= projection input) 2q;
+    MLP input 2h (per routed copy for MoE); MLP: SwiGLU with Megatron's fused ``bias_swiglu`` keeps the FC1
+    output 2 x 2F and the FC2 input 2F (6F), a plain MLP 4F, F = the MLP width a token goes through
+    (topk x moe_ffn + shared for MoE). Selective recompute and none keep the same here: with flash attention
+    there is no s^2 score tensor to recompute. Sequence parallelism splits everything over TP; without it the
+    norm and projection inputs (8h) stay whole on every TP rank. Full recompute keeps each layer's input (2h).
+    Megatron-Bridge's own formula, h (18 + 4F/h), is the same count for GeLU MHA with dropout masks.
+    """
+    m, p, t = plan.model, plan.parallel, plan.training
+    h, tp = m.hidden_size, p.tp
+    if t.recompute == "full":
+        return 2 * h / (tp if p.sp else 1)
+    q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
+    mlp_factor = 6 if m.gated_linear_unit else 4
+    pattern = moe_layer_pattern(m)
+    total = 0.0
+    for moe in pattern:
+        if moe:
+            width = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk + (
+                m.moe_shared_expert_intermediate_size or 0)
+            mlp_in = 2 * h * m.moe_router_topk
+        else:
+            width, mlp_in = m.ffn_hidden_size, 2 * h
+        whole = 2 * h + 2 * h + 2 * h + 2 * h  # norm inputs, QKV input, MLP-norm output (= MLP input, dense)
+        split = 2 * (q + 2 * kv) + 2 * q + (mlp_in - 2 * h) + mlp_factor * width
+        total += (whole + split) / tp if (p.sp or tp == 1) else whole + split / tp
+    return total / len(pattern)
+
+
+def lora_parameters(plan: Plan) -> float:
+    """LoRA adapters of rank r on the attention and MLP projections: r (in + out) per linear layer."""
+    m, r = plan.model, plan.training.lora_rank
+    h, q, kv = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
+    ffn = m.moe_ffn_hidden_size if m.num_moe_experts else m.ffn_hidden_size
+    up = 2 * ffn if m.gated_linear_unit else ffn
+    per_layer = r * ((h + q + 2 * kv) + (q + h) + (h + up) + (ffn + h))
+    return per_layer * m.num_layers
+
+
+def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: int,
+                    overhead_bytes: float = DEFAULT_OVERHEAD_GIB * GIB, capacity_bytes: float = float("inf"),
+                    ) -> MemoryEstimate:
+    """The advisor's estimate for the most loaded GPU (the first or the last pipeline stage, whichever is larger).
+
+    ``tokens_per_micro_batch``: what one micro batch really holds on the data-parallel rank (a pack for offline
+    packing; the largest packed micro batch for in-batch packing; micro batch x padded length without packing).
+    """
+    m, p, t = plan.model, plan.parallel, plan.training
+    counts = count_parameters(m, p.tp)
+    layers_per_stage = m.num_layers / p.pp
+    dense_layers = counts.dense / p.pp / p.tp  # norms and attention per stage share the same 1/pp
+    routed = counts.routed / (p.pp * p.ep * p.etp)
+    emb = counts.embedding / p.tp
+    vision = counts.vision / p.tp
+    first = dense_layers + emb + vision + (emb if (p.pp == 1 and not counts.tied) else 0)
+    last = dense_layers + (emb if not counts.tied or p.pp > 1 else 0)
+    tokens = tokens_per_micro_batch / p.cp
+    per_layer = activation_bytes_per_token_per_layer(plan) * tokens
+    if p.vpp is not None:
+        in_flight = 1 + (p.pp - 1) / (p.pp * p.vpp)
+        first_in_flight = in_flight * p.pp
+    else:
+        first_in_flight = min(num_microbatches, p.pp)
+    working = 0.0
+    if t.recompute == "full":  # one layer's full set is rebuilt at a time during backward
+        working = tokens * activation_bytes_per_token_per_layer(_with(plan, recompute="selective"))
+    embed_acts = tokens * (8 + m.hidden_size)
+    act_first = (per_layer * layers_per_stage + embed_acts) * first_in_flight + working
+    act_last = per_layer * layers_per_stage + working
+    vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
+    logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
+    stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0),
+              "last": (last, act_last, logits)}
+    name = max(stages, key=lambda k: _state_bytes(plan, stages[k][0], routed) + stages[k][1] + stages[k][2])
+    params, act, lg = stages[name]
+    w, g, o = _state_split(plan, params, routed)
+    mb = megatron_bridge_memory(plan, num_microbatches)
+    return MemoryEstimate(weights=w, gradients=g, optimizer=o, activations=act, logits=lg, overhead=overhead_bytes,
+                          stage=name if p.pp > 1 else "only", tokens_per_micro_batch=int(tokens_per_micro_batch),
+                          capacity=capacity_bytes, megatron_bridge=mb,
+                          differences=_differences(plan, tokens_per_micro_batch))
+
+
+def _with(plan: Plan, **training) -> Plan:
+    from dataclasses import replace
+
+    return replace(plan, training=replace(plan.training, **training))
+
+
+def _state_split(plan: Plan, dense: float, routed: float) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes: bf16 weights, fp32 gradients, fp32 master + two Adam moments sharded
+    over DP x CP (experts over their own data-parallel group) with the distributed optimizer. LoRA freezes the
+    base: only the adapters have gradients and optimizer states."""
+    t, p = plan.training, plan.parallel
+    dense_shard = p.dp * p.cp if t.distributed_optimizer else 1
+    expert_shard = _expert_shard(plan) if t.distributed_optimizer else 1
+    weights = 2 * (dense + routed)
+    if t.peft == "lora":
+        adapters = lora_parameters(plan) / (p.pp * p.tp)
+        return weights + 2 * adapters, 4 * adapters, 12 * adapters / dense_shard
+    return weights, 4 * (dense + routed), 12 * dense / dense_shard + 12 * routed / expert_shard
+
+
+def _state_bytes(plan: Plan, dense: float, routed: float) -> float:
+    return sum(_state_split(plan, dense, routed))
+
+
+def _differences(plan: Plan, tokens: int) -> tuple[str, ...]:
+    p, t, m = plan.parallel, plan.training, plan.model
+    out = []
+    mb_tokens = t.seq_length * t.micro_batch_size
+    if tokens != mb_tokens:
+        out.append(f"Megatron-Bridge counts seq_length x micro_batch_size = {mb_tokens:,} tokens a micro batch; "
+                   f"this plan's micro batches hold {tokens:,}.")
+    if not p.sp and p.tp > 1:
+        out.append("Megatron-Bridge assumes sequence parallelism; without it norms and dropout masks are not split "
+                   "over TP.")
+    if t.recompute != "selective":
+        out.append(f"Megatron-Bridge assumes selective recompute; this plan uses {t.recompute!r}.")
+    if t.peft == "lora":
+        out.append("Megatron-Bridge counts gradients and optimizer states for every weight; LoRA freezes the base.")
+    if m.vision:
+        out.append("Megatron-Bridge leaves out the vision encoder.")
+    if m.normalization != "LayerNorm":
+        out.append("Megatron-Bridge counts 4h norm parameters a layer; RMSNorm has 2h.")
+    out.append("Megatron-Bridge leaves out the logits and loss buffers beyond 4 bytes per vocabulary entry, the "
+               "last pipeline stage, the CUDA context, communication buffers and fragmentation.")
+    if p.pp > 1:
+        out.append("With pipeline parallelism the advisor checks both the first stage (embeddings, PP micro batches "
+                   "in flight) and the last (output layer, logits) and reports the larger.")
+    return tuple(out)

@@ -1,0 +1,52 @@
+"""Published architecture numbers of common models, and GPU memory and dense bf16 peak.
+
+Model fields use Megatron's TransformerConfig names. Sources: the models' Hugging Face ``config.json`` files and
+papers (Llama 3 herd paper, Qwen3 and Qwen2.5-VL reports, Mixtral paper, Nemotron-4 340B report, DeepSeek-V3
+report). DeepSeek-V3's multi-latent attention is approximated as 128 query and 128 KV heads of 192/128 channels
+(its real KV cache is far smaller; weights are within a few %).
+"""
+
+from __future__ import annotations
+
+_LLAMA3_VOCAB = 128256
+_QWEN_VOCAB = 151936
+
+MODEL_PRESETS: dict[str, dict] = {
+    "llama3.1-8b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
+                        ffn_hidden_size=14336, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+    "llama3.1-70b": dict(hidden_size=8192, num_layers=80, num_attention_heads=64, num_query_groups=8,
+                         ffn_hidden_size=28672, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+    "llama3.1-405b": dict(hidden_size=16384, num_layers=126, num_attention_heads=128, num_query_groups=8,
+                          ffn_hidden_size=53248, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+    "qwen3-8b": dict(hidden_size=4096, num_layers=36, num_attention_heads=32, num_query_groups=8,
+                     ffn_hidden_size=12288, vocab_size=_QWEN_VOCAB, kv_channels=128),
+    "qwen3-32b": dict(hidden_size=5120, num_layers=64, num_attention_heads=64, num_query_groups=8,
+                      ffn_hidden_size=25600, vocab_size=_QWEN_VOCAB, kv_channels=128),
+    "qwen3-30b-a3b": dict(hidden_size=2048, num_layers=48, num_attention_heads=32, num_query_groups=4,
+                          ffn_hidden_size=6144, vocab_size=_QWEN_VOCAB, kv_channels=128, num_moe_experts=128,
+                          moe_router_topk=8, moe_ffn_hidden_size=768),
+    "mixtral-8x7b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
+                         ffn_hidden_size=14336, vocab_size=32000, kv_channels=128, num_moe_experts=8,
+                         moe_router_topk=2, moe_ffn_hidden_size=14336),
+    "nemotron4-340b": dict(hidden_size=18432, num_layers=96, num_attention_heads=96, num_query_groups=8,
+                           ffn_hidden_size=73728, vocab_size=256000, kv_channels=192, gated_linear_unit=False,
+                           normalization="LayerNorm"),
+    "deepseek-v3": dict(hidden_size=7168, num_layers=61, num_attention_heads=128, num_query_groups=128,
+                        ffn_hidden_size=18432, vocab_size=129280, kv_channels=192, num_moe_experts=256,
+                        moe_router_topk=8, moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048,
+                        moe_layer_freq=[0] * 3 + [1] * 58, approximated="multi-latent attention as MHA"),
+    "qwen2.5-vl-7b": dict(hidden_size=3584, num_layers=28, num_attention_heads=28, num_query_groups=4,
+                          ffn_hidden_size=18944, vocab_size=152064, kv_channels=128,
+                          vision=dict(num_layers=32, hidden_size=1280, num_attention_heads=16, ffn_hidden_size=3420,
+                                      gated_linear_unit=True, out_hidden_size=3584, patch_size=14,
+                                      spatial_merge_size=2)),
+}
+
+# memory as nvidia-smi reports it (GiB), dense bf16 tensor-core peak (TFLOP/s, no sparsity)
+GPU_PRESETS: dict[str, dict] = {
+    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0),
+    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0),
+    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0),
+    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0),
+    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0),
+}
