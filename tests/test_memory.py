@@ -161,8 +161,9 @@ def test_activation_formula_against_bytes_saved_for_backward():
             total += t.untyped_storage().nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(x).sum().backward()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # what the forward keeps for backward
+        out = layer(x)
+    out.sum().backward()
     plan = plan_from_dict({"model": {"hidden_size": h, "num_layers": 1, "num_attention_heads": heads,
                                      "ffn_hidden_size": ffn, "vocab_size": 1000}})
     predicted = activation_bytes_per_token_per_layer(plan) * s
