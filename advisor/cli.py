@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.metrics import packing_metrics
-from advisor.packing.offline import megatron_bridge_metadata, pack
+from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
 
 
 class _Progress:
@@ -89,7 +90,8 @@ def cmd_pack(args) -> dict:
                         pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
                         overlong=args.overlong)
     result = pack(hist, cfg, progress=progress)
-    counts = result.runtime.counts
+    # without packing nothing is pre-padded to pad_seq_to_mult: the baselines see the lengths as truncated only
+    counts = runtime_lengths(hist, replace(cfg, pad_seq_to_mult=1)).counts
     baselines = [pad_to_sequence_length(counts, cfg.effective_max_seq_length),
                  pad_to_longest_in_batch(counts, cfg.effective_max_seq_length, args.micro_batch_size,
                                          seed=cfg.seed or 0)]
@@ -101,6 +103,9 @@ def cmd_pack(args) -> dict:
                          "micro_batches": b.micro_batches, "token_slots": b.token_slots} for b in baselines]
     if hist.packs is not None:
         audit = hist.packs
+        if audit.items.max() > args.pack_size:
+            raise ValueError(f"the existing packs hold a sequence of {int(audit.items.max())} tokens, longer than "
+                             f"--pack-size {args.pack_size}: give the pack size they were made with")
         a_counts = np.bincount(audit.items, minlength=args.pack_size + 1)
         out["existing_packs"] = {
             "metadata": megatron_bridge_metadata(audit.offsets, audit.items, a_counts, args.pack_size),

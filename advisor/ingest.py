@@ -54,6 +54,10 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
         shards = sorted(list(path.glob("*.parquet")) + list(path.glob("*.pq")))
         if not shards:
             raise InputError(path, None, "is a folder with no .parquet shards of a packed data set")
+        size = sum(s.stat().st_size for s in shards)
+        if size > max_bytes:
+            raise InputError(path, None, f"holds {size / 2**20:,.1f} MiB of shards, over the "
+                             f"{max_bytes / 2**20:,.0f} MiB limit")
         return read_packed_parquet([s.read_bytes() for s in shards], str(path))
     if not path.is_file():
         raise InputError(path, None, "file not found")
@@ -151,8 +155,8 @@ def _bad_rows(values, what: str, allow_zero: bool) -> tuple[np.ndarray, list[tup
     else:
         series = pd.Series(arr, dtype=object)
         missing = (series.isna() | series.map(lambda v: isinstance(v, str) and not v.strip())).to_numpy()
-        # booleans would pass as 1 and 0: a JSON true is not a length
-        boolean = series.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy()
+        # booleans would pass as 1 and 0 (a JSON true is not a length); lists and dicts are not numbers either
+        boolean = series.map(lambda v: isinstance(v, (bool, np.bool_, list, dict, tuple))).to_numpy()
         nums = pd.to_numeric(series.where(~missing & ~boolean, None), errors="coerce").to_numpy(dtype=np.float64)
         notnum = (np.isnan(nums) & ~missing) | boolean
     with np.errstate(invalid="ignore"):
@@ -180,8 +184,10 @@ def _reject(values, where_of, ctx: _Ctx, what: str, allow_zero: bool = False) ->
         bad |= mask
     if isinstance(values, np.ndarray) and values.dtype.kind == "f" and not bad.all():
         ctx.notes.append(f"{what}s were stored as floats; whole values read as integers")
-    if (~bad).any() and nums[~bad].max() >= 2**53:
-        raise InputError(ctx.name, None, f"a {what} of {nums[~bad].max():.3g} is beyond any sequence length")
+    huge = ~bad & (nums >= 2**53)
+    if huge.any():
+        first = int(np.argmax(huge))
+        raise InputError(ctx.name, where_of(first), f"{what} {nums[first]:.3g} is beyond any sequence length")
     return nums, bad
 
 
@@ -201,7 +207,11 @@ def _histogram(lengths, counts, where, ctx: _Ctx) -> LengthHistogram:
         raise InputError(ctx.name, None, "histogram counts add up to 0 samples")
     if (counts_i == 0).any():
         ctx.notes.append(f"{int((counts_i == 0).sum())} histogram rows have count 0 (no samples)")
-    return ctx.result(lengths_f[keep].astype(np.int64), counts_i)
+    lengths_i = lengths_f[keep].astype(np.int64)
+    _, seen = np.unique(lengths_i, return_counts=True)
+    if (seen > 1).any():
+        ctx.notes.append(f"{int((seen > 1).sum())} lengths appear on more than one row; their counts were added")
+    return ctx.result(lengths_i, counts_i)
 
 
 def _pick(names: list[str], wanted: tuple[str, ...]) -> str | None:
@@ -243,21 +253,29 @@ def _choose_columns(names: list[str], ctx: _Ctx, where: str) -> tuple[str, str |
 def _line_numbers(data: bytes, skip_header: bool) -> np.ndarray:
     """1-based file line of every non-blank data row (pyarrow skips blank lines)."""
     lines = data.split(b"\n")
-    nonblank = np.fromiter((i + 1 for i, ln in enumerate(lines) if ln.strip()), dtype=np.int64)
+    # pyarrow skips only empty lines; a line of spaces is a row (whose value is empty)
+    nonblank = np.fromiter((i + 1 for i, ln in enumerate(lines) if ln.rstrip(b"\r")), dtype=np.int64)
     return nonblank[1:] if skip_header else nonblank
 
 
 def _read_delimited(data: bytes, ctx: _Ctx, delimiter: str | None) -> LengthHistogram:
-    first = next(ln for ln in data.splitlines() if ln.strip()).decode("utf-8", "replace")
+    first = next(ln for ln in data.splitlines() if ln.strip()).decode("utf-8-sig", "replace")
     if delimiter is None:
         delimiter = "\t" if "\t" in first else ("," if "," in first else ("," if ";" not in first else ";"))
     fields = [f.strip().strip('"') for f in first.split(delimiter)]
     has_header = any(not re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", f) for f in fields if f)
+    ragged: list[int] = []
+
+    def on_ragged(row) -> str:  # a row with the wrong number of fields: note its line, then report or skip it
+        ragged.append(row.number)
+        return "skip"
+
     try:
         table = pacsv.read_csv(
             io.BytesIO(data),
-            read_options=pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24),
-            parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            read_options=pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24,
+                                           use_threads=False),  # so a bad row knows its line
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_ragged),
             convert_options=pacsv.ConvertOptions(strings_can_be_null=True),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as e:
@@ -265,7 +283,18 @@ def _read_delimited(data: bytes, ctx: _Ctx, delimiter: str | None) -> LengthHist
         row = re.search(r"[Rr]ow #?(\d+)", msg)
         raise InputError(ctx.name, f"row {row.group(1)}" if row else None, f"cannot be read as "
                          f"{'tab' if delimiter == chr(9) else repr(delimiter)}-separated text: {msg}") from None
+    if ragged:  # pyarrow numbers rows among non-empty lines, header included: map them to file lines
+        ragged = [int(_line_numbers(data, False)[n - 1]) for n in ragged]
+        if ctx.on_bad == "error":
+            more = f" ({len(ragged):,} such rows in all)" if len(ragged) > 1 else ""
+            raise InputError(ctx.name, f"line {ragged[0]}", f"has a different number of fields from line 1{more}")
+        ctx.excluded.append(Exclusion(reason="row with a different number of fields", count=len(ragged),
+                                      first_at=f"line {ragged[0]}"))
+        dropped = set(ragged)
+        data = b"\n".join(ln for i, ln in enumerate(data.split(b"\n"), start=1) if i not in dropped)
     names = table.column_names
+    if has_header and len(names) == 1 and _pick(names, LENGTH_NAMES + COUNT_NAMES) is None:
+        ctx.notes.append(f"line 1 {names[0]!r} was taken as a header")
     if not has_header and len(names) == 2 and ctx.column is None and ctx.histogram is not False:
         if ctx.histogram:
             names = ["length", "count"]
@@ -296,16 +325,20 @@ def _read_delimited(data: bytes, ctx: _Ctx, delimiter: str | None) -> LengthHist
 
 
 # ---------------------------------------------------------------------------------------------- JSON
+_MISSING = object()  # a record without a length field (a JSON null is a value, reported as empty)
+
+
 def _record_length(rec, ctx: _Ctx, where: str):
     if isinstance(rec, dict):
         key = ctx.column or _pick(list(rec), LENGTH_NAMES)
         if key is not None and key in rec:
-            return rec[key]
-        ids = _pick(list(rec), IDS_NAMES)
+            value = rec[key]
+            return len(value) if key in IDS_NAMES and isinstance(value, list) else value
+        ids = None if ctx.column else _pick(list(rec), IDS_NAMES)
         if ids is not None and isinstance(rec[ids], list):
             return len(rec[ids])
         if ctx.on_bad == "skip":
-            return None
+            return _MISSING
         looked = ctx.column or ", ".join(LENGTH_NAMES[:5]) + "…"
         raise InputError(ctx.name, where, f"record has no length field (looked for {looked} or input_ids); "
                          f"its keys are {', '.join(list(rec)[:8])}")
@@ -342,14 +375,19 @@ def _read_json(data: bytes, ctx: _Ctx, base_dir, mock_samples) -> LengthHistogra
     if not obj:
         raise InputError(ctx.name, None, "holds an empty list")
     values = [_record_length(r, ctx, f"item {i + 1}") for i, r in enumerate(obj)]
-    skipped = sum(v is None for v in values)
-    if skipped:
-        ctx.excluded.append(Exclusion(reason="record without a length field", count=skipped))
-        values = [v for v in values if v is not None]
-    arr = np.asarray(values) if all(type(v) is int for v in values[:1000]) else np.asarray(values, dtype=object)
-    if arr.dtype.kind not in "iuO":
-        arr = np.asarray(values, dtype=object)
-    return ctx.result(_validate(arr, lambda i: f"item {i + 1}", ctx))
+    items = [i for i, v in enumerate(values) if v is not _MISSING]
+    if len(items) < len(values):
+        first = next(i for i, v in enumerate(values) if v is _MISSING)
+        ctx.excluded.append(Exclusion(reason="record without a length field", count=len(values) - len(items),
+                                      first_at=f"item {first + 1}"))
+    return ctx.result(_validate(_object_array([values[i] for i in items]), lambda k: f"item {items[k] + 1}", ctx))
+
+
+def _object_array(values: list) -> np.ndarray:
+    """One slot per value whatever it is (a list, a bool, None), so every value is checked on its own."""
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
 
 
 def _read_jsonl(data: bytes, ctx: _Ctx) -> LengthHistogram:
@@ -366,7 +404,7 @@ def _read_jsonl(data: bytes, ctx: _Ctx) -> LengthHistogram:
                 continue
             raise InputError(ctx.name, f"line {n}", f"is not valid JSON: {getattr(e, 'msg', e)}") from None
         v = _record_length(rec, ctx, f"line {n}")
-        if v is None:
+        if v is _MISSING:
             skipped += 1
             continue
         values.append(v)
@@ -375,7 +413,7 @@ def _read_jsonl(data: bytes, ctx: _Ctx) -> LengthHistogram:
         ctx.excluded.append(Exclusion(reason="line that is not JSON or has no length field", count=skipped))
     if not values:
         raise InputError(ctx.name, None, "has no JSON lines with a length")
-    return ctx.result(_validate(np.asarray(values, dtype=object), lambda i: f"line {where[i]}", ctx))
+    return ctx.result(_validate(_object_array(values), lambda i: f"line {where[i]}", ctx))
 
 
 def _read_mock_csv(path: Path, ctx: _Ctx) -> LengthHistogram:

@@ -75,7 +75,18 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
 def packed_table_audit(table: pa.Table, source: str) -> LengthHistogram:
     if table.num_rows == 0:
         raise InputError(source, None, "packed data set has no rows")
+    for name in ("input_ids", "seq_start_id"):
+        col = table.column(name)
+        if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+            raise InputError(source, f"column {name!r}", f"is {col.type}, not a list per pack")
+        if col.null_count:
+            row = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+            raise InputError(source, f"pack {row}", f"has no {name} (null)")
+        if not pa.types.is_integer(col.type.value_type):
+            raise InputError(source, f"column {name!r}", f"holds {col.type.value_type}, not integers")
     starts = table.column("seq_start_id").combine_chunks()
+    if pc.list_flatten(starts).null_count:
+        raise InputError(source, "column 'seq_start_id'", "holds null entries")
     per_pack = pc.list_value_length(starts).to_numpy(zero_copy_only=False)
     return audit_from_rows(pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False),
                            pc.list_flatten(starts).to_numpy(zero_copy_only=False),
@@ -89,7 +100,11 @@ def read_packed_parquet(shards: list[bytes], source: str) -> LengthHistogram:
             tables.append(pq.read_table(io.BytesIO(data), columns=["input_ids", "seq_start_id"]))
         except (pa.ArrowException, OSError, KeyError) as e:
             raise InputError(source, f"shard {i}", f"is not a packed Parquet shard: {e}") from None
-    return packed_table_audit(pa.concat_tables(tables), source)
+    try:  # shards may differ in integer width (Megatron-Bridge writes list<int32>)
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowException as e:
+        raise InputError(source, None, f"shards do not share one schema: {e}") from None
+    return packed_table_audit(table, source)
 
 
 # ---------------------------------------------------------------------------------------------- legacy .npy
@@ -206,9 +221,12 @@ def read_packed_npy(data: bytes, source: str) -> LengthHistogram:
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "input_ids" not in row or "seq_start_id" not in row:
             raise InputError(source, f"pack {i}", "is not a dict with input_ids and seq_start_id")
-        ids = row["input_ids"]
+        ids, seq = row["input_ids"], row["seq_start_id"]
+        if not isinstance(ids, (_Counted, list)) or not isinstance(seq, list) or not all(
+                type(s) is int for s in seq):
+            raise InputError(source, f"pack {i}", "input_ids and seq_start_id must be lists of integers")
         pack_tokens.append(ids.n if isinstance(ids, _Counted) else len(ids))
-        starts.extend(row["seq_start_id"])
+        starts.extend(seq)
         offsets.append(len(starts))
     if not rows:
         raise InputError(source, None, "packed data set has no rows")

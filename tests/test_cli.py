@@ -50,3 +50,19 @@ def test_lengths_summary_json():
     proc = run("lengths", str(SAMPLE / "wikipedia_bert_len512_hist.csv"), "--json", "--quiet")
     out = json.loads(proc.stdout)
     assert out["num_samples"] == 16279552 and out["max"] == 512
+
+
+def test_all_samples_of_one_token_do_not_crash(tmp_path):
+    ones = tmp_path / "ones.csv"
+    ones.write_text("seq_len\n1\n1\n1\n")
+    proc = run("pack", str(ones), "--pack-size", "8", "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["num_packs"] == 1
+
+
+def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
+    two = tmp_path / "two.csv"
+    two.write_text("5\n9\n")  # runtime 4 and 8; pad_seq_to_mult only pre-pads for packing
+    proc = run("pack", str(two), "--pack-size", "16", "--pad-seq-to-mult", "16", "--json", "--quiet")
+    out = json.loads(proc.stdout)
+    assert out["baselines"][0]["efficiency"] == 12 / 32 * 100

@@ -188,3 +188,57 @@ def test_skip_mode_histogram_keeps_rows_aligned(tmp_path):
     hist = load_lengths(write(tmp_path, "h.csv", "length,count\n10,2\nx,5\n20,-1\n30,4\n"), on_bad="skip")
     assert hist.lengths.tolist() == [10, 30] and hist.counts.tolist() == [2, 4]
     assert hist.num_excluded == 2
+
+
+# ---------------------------------------------------------------------------------------------- found in review
+@pytest.mark.parametrize("name,text,where,what", [
+    ("nulls.json", "[5, null, 7]", "item 2", "None is empty"),
+    ("nulls.jsonl", '{"length": 5}\n{"length": null}\n', "line 2", "is empty"),
+    ("lists.json", '[{"length": [1, 2]}, {"length": 3}]', "item 1", "is not a number"),
+    ("late_bool.json", "[" + "5, " * 1200 + "true]", "item 1201", "True is not a number"),
+    ("spaces.csv", "seq_len\n5\n   \n7\nabc\n", "line 3", "is empty"),
+    ("ragged.csv", "seq_len\n5\n\n7\n8,9\n9\n", "line 5", "different number of fields"),
+    ("inf.csv", "5\ninf\n", "line 2", "is beyond any sequence length"),
+])
+def test_review_findings_each_get_their_line(tmp_path, name, text, where, what):
+    with pytest.raises(InputError) as err:
+        load_lengths(write(tmp_path, name, text))
+    assert err.value.where == where and what in err.value.what
+
+
+def test_bom_on_headerless_csv_keeps_the_first_sample(tmp_path):
+    assert as_samples(load_lengths(write(tmp_path, "bom.csv", b"\xef\xbb\xbf5\n7\n9\n"))) == [5, 7, 9]
+
+
+def test_a_header_that_is_not_a_length_name_is_noted(tmp_path):
+    hist = load_lengths(write(tmp_path, "h.csv", "5x\n7\n9\n"))
+    assert as_samples(hist) == [7, 9] and any("'5x' was taken as a header" in n for n in hist.notes)
+
+
+def test_missing_column_in_records_is_an_error(tmp_path):
+    with pytest.raises(InputError, match="record has no length field"):
+        load_lengths(write(tmp_path, "r.jsonl", '{"bar": 5, "input_ids": [1, 2]}\n'), column="foo")
+
+
+def test_duplicate_histogram_lengths_are_noted(tmp_path):
+    hist = load_lengths(write(tmp_path, "h.csv", "length,count\n5,2\n5,3\n7,1\n"))
+    assert hist.counts.tolist() == [5, 1] and any("more than one row" in n for n in hist.notes)
+
+
+def test_packed_parquet_with_bad_rows_is_one_message(tmp_path):
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4, 5]], "seq_start_id": [[0, 1], None]}), tmp_path / "p.parquet")
+    with pytest.raises(InputError, match="pack 1: has no seq_start_id"):
+        load_lengths(tmp_path / "p.parquet")
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3]], "seq_start_id": [0]}), tmp_path / "q.parquet")
+    with pytest.raises(InputError, match="not a list per pack"):
+        load_lengths(tmp_path / "q.parquet")
+
+
+def test_packed_shards_of_different_int_widths(tmp_path):
+    folder = tmp_path / "packed"
+    folder.mkdir()
+    i32 = pa.list_(pa.int32())
+    pq.write_table(pa.table({"input_ids": pa.array([[1, 2, 3]], i32), "seq_start_id": pa.array([[0]], i32)}),
+                   folder / "a.idx.parquet")
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3, 4]], "seq_start_id": [[0, 2]]}), folder / "b.idx.parquet")
+    assert load_lengths(folder).packs.items.tolist() == [2, 1, 1]

@@ -19,7 +19,7 @@ class Baseline:
 
     @property
     def padding_fraction(self) -> float:
-        return 1 - self.real_tokens / self.token_slots
+        return 1 - self.real_tokens / self.token_slots if self.token_slots else 0.0
 
 
 def pad_to_sequence_length(counts: np.ndarray, seq_length: int, micro_batch_size: int = 1) -> Baseline:
@@ -31,7 +31,11 @@ def pad_to_sequence_length(counts: np.ndarray, seq_length: int, micro_batch_size
     n = int(counts.sum())
     real = int((np.arange(counts.size) * counts).sum())
     return Baseline(name="pad to sequence length", micro_batches=-(-n // micro_batch_size),
-                    token_slots=n * seq_length, real_tokens=real, efficiency=real / (n * seq_length) * 100)
+                    token_slots=n * seq_length, real_tokens=real, efficiency=_percent(real, n * seq_length))
+
+
+def _percent(real: int, slots: int) -> float:
+    return real / slots * 100 if slots else 0.0  # all samples of runtime length 0: nothing to compute on
 
 
 def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_size: int, seed: int = 1234,
@@ -54,4 +58,4 @@ def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_siz
     slots = int((padded * sizes).sum())
     real = int(items.sum())
     return Baseline(name=f"pad to longest in micro batch of {micro_batch_size}", micro_batches=int(longest.size),
-                    token_slots=slots, real_tokens=real, efficiency=real / slots * 100)
+                    token_slots=slots, real_tokens=real, efficiency=_percent(real, slots))
