@@ -16,7 +16,7 @@ from advisor.lengths import summarize
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
-from advisor.packing.metrics import packing_metrics
+from advisor.packing.metrics import packing_metrics, per_pack
 from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
 
 
@@ -107,9 +107,10 @@ def cmd_pack(args) -> dict:
             raise ValueError(f"the existing packs hold a sequence of {int(audit.items.max())} tokens, longer than "
                              f"--pack-size {args.pack_size}: give the pack size they were made with")
         a_counts = np.bincount(audit.items, minlength=args.pack_size + 1)
+        fill, nseq, work = per_pack(audit.offsets, audit.items)
         out["existing_packs"] = {
-            "metadata": megatron_bridge_metadata(audit.offsets, audit.items, a_counts, args.pack_size),
-            **packing_metrics(audit.offsets, audit.items, a_counts, args.pack_size, int(audit.items.sum())).as_dict(),
+            "metadata": megatron_bridge_metadata(fill, nseq, a_counts, args.pack_size),
+            **packing_metrics(fill, nseq, work, a_counts, args.pack_size, int(audit.items.sum())).as_dict(),
         }
     if args.json:
         return out

@@ -18,47 +18,63 @@ from numba import njit
 
 
 @njit(cache=True)
-def _tree_size(max_bins):
-    size = 1
-    while size < max_bins:
-        size *= 2
-    return size
+def _grown(tree, size):
+    """The max-tree with twice the leaves (new bins hold 0, as unopened bins do in Megatron-Bridge's tree)."""
+    bigger = np.zeros(4 * size, np.int32)
+    bigger[2 * size: 3 * size] = tree[size: 2 * size]
+    for i in range(2 * size - 1, 0, -1):
+        left, right = bigger[2 * i], bigger[2 * i + 1]
+        bigger[i] = left if left > right else right
+    return bigger, 2 * size
 
 
 @njit(cache=True)
-def _first_fit_items(items, pack_size, max_bins):
+def _first_fit_bin(tree, size, s):
+    """Leftmost leaf whose room is at least s, or -1."""
+    if tree[1] < s:
+        return -1
+    i = 1
+    while i < size:
+        i = 2 * i if tree[2 * i] >= s else 2 * i + 1
+    return i - size
+
+
+@njit(cache=True)
+def _set_room(tree, size, b, room):
+    i = b + size
+    tree[i] = room
+    i //= 2
+    while i >= 1:
+        left, right = tree[2 * i], tree[2 * i + 1]
+        tree[i] = left if left > right else right
+        i //= 2
+
+
+@njit(cache=True)
+def _first_fit_items(items, pack_size):
     """First fit in the given order; returns the bin of every item and the bin count.
 
     Same rule as Megatron-Bridge's ``first_fit`` (algorithms.py, 0.6.2): an item goes to the lowest-index bin
     whose remaining space is at least its length. A max-tree over bins finds that bin in O(log bins); bins not
-    yet opened hold 0, as in Megatron-Bridge, so a length-0 item joins bin 0 once it exists.
+    yet opened hold 0, as in Megatron-Bridge, so a length-0 item joins bin 0 once it exists. The tree doubles
+    when it fills, so memory follows the bins actually opened.
     """
-    size = _tree_size(max_bins)
+    size = 1024
     tree = np.zeros(2 * size, np.int32)
     bin_of = np.empty(items.size, np.int32)
     nbins = 0
     for k in range(items.size):
         s = items[k]
-        b = -1
-        if tree[1] >= s:
-            i = 1
-            while i < size:
-                i = 2 * i if tree[2 * i] >= s else 2 * i + 1
-            b = i - size
+        b = _first_fit_bin(tree, size, s)
         if b == -1 or b >= nbins:
             b = nbins
             nbins += 1
-            i = b + size
-            tree[i] = pack_size - s
+            if nbins > size:
+                tree, size = _grown(tree, size)
+            _set_room(tree, size, b, pack_size - s)
         else:
-            i = b + size
-            tree[i] -= s
+            _set_room(tree, size, b, tree[b + size] - s)
         bin_of[k] = b
-        i //= 2
-        while i >= 1:
-            left, right = tree[2 * i], tree[2 * i + 1]
-            tree[i] = left if left > right else right
-            i //= 2
     return bin_of, nbins
 
 
@@ -80,41 +96,45 @@ def _csr_from_bins(items, bin_of, nbins):
 
 
 @njit(cache=True)
-def _first_fit_decreasing_hist(counts, pack_size, max_bins, max_events):
+def _first_fit_decreasing_hist(counts, pack_size):
     """First fit decreasing, a length group at a time: c identical items fill the first bin with room until it
-    has less than v left, then the next; those that fit nowhere open bins of ``pack_size // v`` items each."""
-    size = _tree_size(max_bins)
+    has less than v left, then the next; those that fit nowhere open bins of ``pack_size // v`` items each.
+    Each placement is an event (bin, length, how many), replayed into CSR at the end."""
+    size = 1024
     tree = np.zeros(2 * size, np.int32)
-    ev_bin = np.empty(max_events, np.int32)
-    ev_len = np.empty(max_events, np.int32)
-    ev_n = np.empty(max_events, np.int64)
+    cap = 4096
+    ev_bin = np.empty(cap, np.int32)
+    ev_len = np.empty(cap, np.int32)
+    ev_n = np.empty(cap, np.int32)
     nev = 0
     nbins = 0
     for v in range(counts.size - 1, -1, -1):
         c = counts[v]
         while c > 0:
-            b = -1
-            if tree[1] >= v:
-                i = 1
-                while i < size:
-                    i = 2 * i if tree[2 * i] >= v else 2 * i + 1
-                b = i - size
+            b = _first_fit_bin(tree, size, v)
             if b == -1 or b >= nbins:
                 b = nbins
                 nbins += 1
+                if nbins > size:
+                    tree, size = _grown(tree, size)
                 tree[b + size] = pack_size
             room = tree[b + size]
             k = c if v == 0 else min(c, room // v)
-            tree[b + size] = room - k * v
-            i = (b + size) // 2
-            while i >= 1:
-                left, right = tree[2 * i], tree[2 * i + 1]
-                tree[i] = left if left > right else right
-                i //= 2
+            _set_room(tree, size, b, room - k * v)
+            if nev == cap:
+                cap *= 2
+                ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)
             ev_bin[nev], ev_len[nev], ev_n[nev] = b, v, k
             nev += 1
             c -= k
     return _csr_from_events(ev_bin[:nev], ev_len[:nev], ev_n[:nev], nbins)
+
+
+@njit(cache=True)
+def _resized(a, n):
+    out = np.empty(n, a.dtype)
+    out[: a.size] = a
+    return out
 
 
 @njit(cache=True)
@@ -134,13 +154,6 @@ def _csr_from_events(ev_bin, ev_len, ev_n, nbins):
     return offsets, out
 
 
-def _max_bins(counts: np.ndarray, pack_size: int) -> int:
-    """First fit leaves at most one bin half full or less, so bins <= 2*ceil(tokens/size) + 1."""
-    total = int((np.arange(counts.size) * counts).sum())
-    n = int(counts.sum())
-    return max(1, min(n, 2 * (-(-total // pack_size)) + 2))
-
-
 def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = None):
     """Megatron-Bridge's ``first_fit_decreasing``: longest first, each to the first pack with room.
 
@@ -148,9 +161,7 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     >>> [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
     [[3, 1], [2, 1]]
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    n = int(counts.sum())
-    return _first_fit_decreasing_hist(counts, pack_size, _max_bins(counts, pack_size), max(n, 1))
+    return _first_fit_decreasing_hist(np.ascontiguousarray(counts, dtype=np.int64), pack_size)
 
 
 def shuffled_lengths(counts: np.ndarray, seed: int | None) -> np.ndarray:
@@ -175,7 +186,7 @@ def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 123
     """
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     items = shuffled_lengths(counts, seed)
-    bin_of, nbins = _first_fit_items(items, pack_size, _max_bins(counts, pack_size))
+    bin_of, nbins = _first_fit_items(items, pack_size)
     return _csr_from_bins(items, bin_of, nbins)
 
 
@@ -190,11 +201,13 @@ def _best_fit_decreasing_hist(counts, pack_size, max_bins):
     marks the non-empty buckets so the smallest room >= v is found in O(log pack_size).
     """
     P = pack_size
-    size = _tree_size(P + 1)
-    present = np.zeros(2 * size, np.int32)  # leaf r: 1 if some bin has exactly r room (stored as room+1 marker)
-    head = np.full(P + 1, -1, np.int64)
-    nxt = np.empty(max_bins, np.int64)
-    room = np.empty(max_bins, np.int64)
+    size = 1
+    while size < P + 1:
+        size *= 2
+    present = np.zeros(2 * size, np.int32)  # leaf r: 1 if some bin has exactly r room left
+    head = np.full(P + 1, -1, np.int32)
+    nxt = np.empty(max_bins, np.int32)
+    room = np.empty(max_bins, np.int32)
     n_items = counts.sum()
     bin_of_item = np.empty(n_items, np.int32)
     items = np.empty(n_items, np.int32)

@@ -15,7 +15,7 @@ import numpy as np
 from advisor.lengths import LengthHistogram
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
-from advisor.packing.metrics import PackingMetrics, packing_metrics
+from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
 
 MB_METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
                     "pack_size", "min_packed_seqlen")
@@ -69,16 +69,15 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
     )
 
 
-def megatron_bridge_metadata(offsets: np.ndarray, items: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
+def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
     """The dict ``create_packing_strategy`` returns and offline.py appends to ``{size}_metadata.jsonl``, with its
-    rounding (Python ``round`` to 2 places on the same float expressions)."""
-    fills = np.add.reduceat(items.astype(np.int64), offsets[:-1])
+    rounding (Python ``round`` to 2 places on the same float expressions), from the packs' sums (``per_pack``)."""
     packs = int(fills.size)
     n = int(counts.sum())
     present = np.nonzero(counts)[0]
     return {
         "dataset_max_seqlen": int(present.max()),
-        "max_samples_per_bin": int(np.diff(offsets).max()),
+        "max_samples_per_bin": int(nseq.max()),
         "packing_factor": round(n / packs, 2),
         "packing_efficiency": round(int(fills.sum()) / packs / pack_size * 100, 2),
         "pack_size": pack_size,
@@ -150,8 +149,9 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
         offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed)
     if progress:
         progress("metrics", 0.9)
-    metadata = megatron_bridge_metadata(offsets, items, rt.counts, cfg.pack_size)
-    metrics = packing_metrics(offsets, items, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
+    fill, nseq, work = per_pack(offsets, items)
+    metadata = megatron_bridge_metadata(fill, nseq, rt.counts, cfg.pack_size)
+    metrics = packing_metrics(fill, nseq, work, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
     notes = list(hist.notes)
     if rt.num_truncated:
         notes.append(f"{rt.num_truncated:,} samples truncated to max_seq_length {cfg.effective_max_seq_length} "
