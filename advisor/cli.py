@@ -18,6 +18,7 @@ from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_l
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.metrics import packing_metrics, per_pack
 from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
+from advisor.plan import PlanError
 
 
 class _Progress:
@@ -137,6 +138,56 @@ def cmd_pack(args) -> dict:
     return {}
 
 
+def _gib(x: float) -> str:
+    return f"{x / 2**30:,.1f} GiB"
+
+
+def cmd_estimate(args) -> dict:
+    from advisor.estimate import DEFAULT_MFU, estimate
+    from advisor.memory import DEFAULT_OVERHEAD_GIB
+    from advisor.plan import load_plan
+
+    progress = _Progress(args.quiet)
+    plan = load_plan(args.plan)
+    hist = None
+    if args.lengths or plan.data.lengths:
+        progress(f"reading {args.lengths or plan.data.lengths}")
+        hist = load_lengths(args.lengths or plan.data.lengths, column=plan.data.column)
+    if hist is None:
+        raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
+    progress("estimating")
+    est = estimate(plan, hist, mfu=args.mfu if args.mfu is not None else DEFAULT_MFU,
+                   overhead_gib=args.overhead_gib if args.overhead_gib is not None else DEFAULT_OVERHEAD_GIB)
+    out = est.to_dict()
+    if args.json:
+        return out
+    m, f, t = est.memory, est.flops, est.time
+    p = plan.parallel
+    print(f"{args.plan}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, CP {p.cp}, "
+          f"EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}")
+    print(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
+          f"{'fits' if m.fits else 'DOES NOT FIT'}")
+    for name, value in m.breakdown.items():
+        print(f"    {name:<16} {_gib(value):>12}")
+    mb = m.megatron_bridge
+    print(f"  Megatron-Bridge 0.6.2 estimate (its log): weight and optimizer "
+          f"{mb.weight_and_optimizer_bytes / 2**20:,.2f} MB, activation {mb.activation_bytes / 2**20:,.2f} MB, "
+          f"total {mb.total_bytes / 2**20:,.2f} MB")
+    for d in m.differences:
+        print(f"    why they differ: {d}")
+    print(f"  FLOPs per step: model {f.model_per_step:.3e} (real tokens), computed {f.computed_per_step:.3e} "
+          f"({f.padding_waste:.1%} on padding)")
+    a = f.attention
+    print(f"  attention core per step: THD {a['thd']:.3e}, padded {a['padded']:.3e}, block-masked "
+          f"{a['block_mask']:.3e}; sum(s^2)/(sum s)^2 = {f.attention_ratio:.3f}")
+    print(f"  step {t.step_seconds:.3f} s (MFU {t.mfu:.0%}, straggler x{t.straggler_factor:.3f}), "
+          f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
+          f"({t.steps_per_epoch:,.0f} steps)")
+    for note in est.notes:
+        print(f"  note: {note}")
+    return {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m advisor", description="Sequence packing advisor for "
                                      "Megatron-Bridge and Megatron-LM.")
@@ -155,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="truncate overlong samples (GPTSFTDataset) or skip them (GPTSFTChatDataset)")
     p.add_argument("--micro-batch-size", type=int, default=4, help="for the pad-to-longest baseline")
     p.set_defaults(func=cmd_pack)
+    p = sub.add_parser("estimate", help="memory per GPU, FLOPs and step time for a plan file")
+    p.add_argument("plan", help="plan file (YAML or JSON)")
+    p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
+    p.add_argument("--mfu", type=float, help="model FLOPs utilisation for step time (default 0.40)")
+    p.add_argument("--overhead-gib", type=float, help="fixed memory overhead per GPU (default 3 GiB)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_estimate)
     return parser
 
 
@@ -162,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         out = args.func(args)
-    except InputError as e:
+    except (InputError, PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # a bad setting: one message, no traceback

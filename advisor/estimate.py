@@ -1,0 +1,178 @@
+"""A plan and its data in, memory, FLOPs and time out: the one call behind ``python -m advisor estimate``.
+
+Packing is the expensive part and is reused: ``packing_for`` caches results on the length histogram and the
+packing settings, so changing the model, layout or GPU re-estimates without packing again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from advisor.flops import flops_coefficients
+from advisor.ingest import load_lengths
+from advisor.lengths import LengthHistogram
+from advisor.memory import DEFAULT_OVERHEAD_GIB, GIB, MemoryEstimate, estimate_memory
+from advisor.micro_batches import (
+    MicroBatches,
+    in_batch_micro_batches,
+    offline_micro_batches,
+    padded_micro_batches,
+    pretrain_micro_batches,
+)
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import PackingResult, pack, runtime_lengths
+from advisor.plan import Plan
+from advisor.presets import GPU_PRESETS
+from advisor.throughput import TimeEstimate, estimate_time
+
+DEFAULT_MFU = 0.40
+
+
+def packing_mode(plan: Plan) -> str:
+    """``auto``: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
+    if plan.packing.mode != "auto":
+        return plan.packing.mode
+    return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[plan.training.task]
+
+
+def collate_padding_multiple(plan: Plan) -> int:
+    """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): Megatron-Bridge 0.6.2 training/config.py
+    (``ConfigContainer.validate``, the CP/SP collate padding multiple)."""
+    p = plan.parallel
+    cp = 2 * p.cp if p.cp > 1 else 1
+    sp = p.cp * p.tp if p.sp and p.tp > 1 else 1
+    return math.lcm(cp, sp)
+
+
+def pad_multiple(plan: Plan) -> int:
+    return plan.packing.pad_seq_to_mult or collate_padding_multiple(plan)
+
+
+def packing_config(plan: Plan) -> PackingConfig:
+    size = plan.packing.pack_size or plan.training.seq_length
+    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing.seed,
+                         pad_seq_to_mult=pad_multiple(plan), max_seq_length=min(plan.training.seq_length, size))
+
+
+@lru_cache(maxsize=16)
+def _cached_pack(key: tuple, cfg: PackingConfig) -> PackingResult:
+    return pack(_HISTS[key], cfg)
+
+
+_HISTS: dict[tuple, LengthHistogram] = {}
+
+
+def _hist_key(hist: LengthHistogram) -> tuple:
+    return (hist.source, hist.lengths.tobytes(), hist.counts.tobytes())
+
+
+def packing_for(hist: LengthHistogram, cfg: PackingConfig) -> PackingResult:
+    """Pack once per (histogram, settings); later calls with the same pair return the same result."""
+    key = _hist_key(hist)
+    _HISTS.setdefault(key, hist)
+    return _cached_pack(key, cfg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlopsEstimate:
+    model_per_step: float  # on real tokens, as Megatron-LM logs it (THD: real sum(L), sum(L^2))
+    computed_per_step: float  # what the GPUs run, padding included
+    attention: dict  # per step: thd, padded, block_mask (core attention FLOPs)
+    attention_ratio: float  # sum(s_i^2) / (sum s_i)^2 over the packed rows
+
+    @property
+    def padding_waste(self) -> float:
+        return 1 - self.model_per_step / self.computed_per_step
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    plan: Plan
+    mode: str
+    pad_seq_to_mult: int
+    packing: PackingResult | None
+    micro_batches: MicroBatches
+    memory: MemoryEstimate
+    flops: FlopsEstimate
+    time: TimeEstimate
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        m = self.memory
+        return {
+            "mode": self.mode,
+            "pad_seq_to_mult": self.pad_seq_to_mult,
+            "memory": {
+                "total_bytes": m.total, "breakdown": m.breakdown, "fits": m.fits, "capacity_bytes": m.capacity,
+                "stage": m.stage, "tokens_per_micro_batch": m.tokens_per_micro_batch,
+                "megatron_bridge": {"weight_and_optimizer_bytes": m.megatron_bridge.weight_and_optimizer_bytes,
+                                    "activation_bytes": m.megatron_bridge.activation_bytes,
+                                    "total_bytes": m.megatron_bridge.total_bytes,
+                                    "activation_printed_in_log": m.megatron_bridge.printed_in_log},
+                "differences": list(m.differences),
+            },
+            "flops": {"model_per_step": self.flops.model_per_step, "computed_per_step": self.flops.computed_per_step,
+                      "padding_waste": self.flops.padding_waste, "attention": self.flops.attention,
+                      "attention_ratio_thd_over_block": self.flops.attention_ratio},
+            "time": self.time.__dict__,
+            "packing": None if self.packing is None else self.packing.metadata,
+            "notes": list(self.notes),
+        }
+
+
+def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroBatches, PackingResult | None]:
+    t, p = plan.training, plan.parallel
+    fixed = p.pp > 1 or p.ep > 1 or t.cuda_graphs  # Megatron-Bridge forces pad_to_max_length with PP or EP
+    if t.task == "pretrain" and mode == "none":
+        return pretrain_micro_batches(hist.total_tokens, t.micro_batch_size, t.seq_length), None
+    if mode == "offline":
+        result = packing_for(hist, packing_config(plan))
+        return offline_micro_batches(result, fixed), result
+    unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing.seed)
+    counts = runtime_lengths(hist, unpadded).counts
+    if mode == "in-batch":
+        return in_batch_micro_batches(counts, t.micro_batch_size, pad_multiple(plan), plan.packing.seed,
+                                      t.seq_length), None
+    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
+
+
+def estimate(plan: Plan, hist: LengthHistogram | None = None, *, mfu: float = DEFAULT_MFU,
+             overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Estimate:
+    """Memory per GPU, FLOPs and time for a plan on its data (``hist``, or the plan's ``data.lengths``)."""
+    if hist is None:
+        if not plan.data.lengths:
+            raise ValueError("the plan has no data.lengths and no lengths were given")
+        hist = load_lengths(plan.data.lengths, column=plan.data.column)
+    t, p = plan.training, plan.parallel
+    mode = packing_mode(plan)
+    mb, result = _micro_batches(plan, hist, mode)
+    gpu = GPU_PRESETS.get(plan.hardware.gpu, {})
+    capacity = (plan.hardware.memory_gib or gpu["memory_gib"]) * GIB
+    peak = (plan.hardware.bf16_tflops or gpu["bf16_tflops"]) * 1e12
+    num_microbatches = max(1, t.global_batch_size // (t.micro_batch_size * p.dp))
+    memory = estimate_memory(plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB,
+                             capacity_bytes=capacity)
+    coef = flops_coefficients(plan.model, p.tp)
+    rows = t.global_batch_size // (t.micro_batch_size if mode != "offline" else 1)
+    mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
+    samples_per_step = rows * mean(mb.samples)
+    attention = {"thd": rows * coef.core * mean(mb.attention_thd),
+                 # the same samples without packing, each padded to seq_length (BSHD: b x s^2 per micro batch)
+                 "padded": samples_per_step * coef.core * float(t.seq_length) ** 2,
+                 "block_mask": rows * coef.core * mean(mb.attention_block)}
+    flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
+                          computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
+                          attention=attention, attention_ratio=mean(mb.attention_thd) / mean(mb.attention_block))
+    time = estimate_time(mb, coef, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
+                         seed=plan.packing.seed)
+    notes = []
+    if p.cp > 1:
+        notes.append(f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "
+                     f"{2 * p.cp - 1}-r, so causal attention work is balanced across CP ranks; the cost is padding "
+                     f"every sequence to a multiple of {pad_multiple(plan)}.")
+    return Estimate(plan=plan, mode=mode, pad_seq_to_mult=pad_multiple(plan), packing=result, micro_batches=mb,
+                    memory=memory, flops=flops, time=time, notes=tuple(notes))

@@ -1,0 +1,93 @@
+"""What each micro batch holds under a packing mode: real tokens, computed tokens and attention work.
+
+Offline packing (LLM SFT): a micro batch is one pack (micro batch size 1). In-batch packing (VLM SFT): a micro
+batch of b samples concatenated into one THD row, each sample padded to the CP/SP multiple
+(Megatron-Bridge data/packing/in_batch.py). No packing: b samples padded to the longest, rounded up to 16
+(GPTSFTDataset.collate_fn), or to the sequence length when lengths must be fixed (PP or EP > 1, CUDA graphs);
+pre-training: full ``seq_length`` rows of concatenated documents with a full causal mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.packing.metrics import per_pack
+from advisor.packing.offline import PackingResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroBatches:
+    """One entry per micro batch (a sample of them for large data sets, drawn in data order)."""
+
+    mode: str
+    real_tokens: np.ndarray  # data tokens
+    computed_tokens: np.ndarray  # tokens the GEMMs run on, padding included
+    attention_thd: np.ndarray  # sum(s_i^2) over the samples (what variable-length kernels compute)
+    attention_computed: np.ndarray  # the attention the run really computes (THD when packed, padded BSHD if not)
+    attention_block: np.ndarray  # (sum s_i)^2 per row: one dense causal mask over the packed row
+    samples: np.ndarray  # samples per micro batch
+    total_micro_batches: int  # in one epoch of the data set
+
+    @property
+    def peak_tokens(self) -> int:
+        return int(self.computed_tokens.max())
+
+
+def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
+    return -(-x // m) * m
+
+
+def offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBatches:
+    fill, nseq, work = per_pack(result.offsets, result.items)
+    size = result.config.pack_size
+    real_share = result.runtime.real_tokens / max(1, int(fill.sum()))  # pad_seq_to_mult padding is not data
+    computed = np.full(fill.size, size, np.int64) if fixed_length else np.minimum(size, _ceil_to(fill, 16))
+    return MicroBatches(mode="offline", real_tokens=fill * real_share, computed_tokens=computed,
+                        attention_thd=work.astype(np.float64), attention_computed=work.astype(np.float64),
+                        attention_block=(fill.astype(np.float64)) ** 2, samples=nseq, total_micro_batches=fill.size)
+
+
+def _random_batches(runtime_counts: np.ndarray, micro_batch_size: int, seed: int) -> np.ndarray:
+    """Samples in a seeded random order, cut into rows of ``micro_batch_size`` (the last one dropped if short)."""
+    items = np.repeat(np.arange(runtime_counts.size, dtype=np.int64), runtime_counts)
+    np.random.RandomState(seed).shuffle(items)
+    full = items.size // micro_batch_size * micro_batch_size
+    if full == 0:
+        raise ValueError(f"fewer samples ({items.size}) than one micro batch of {micro_batch_size}")
+    return items[:full].reshape(-1, micro_batch_size)
+
+
+def in_batch_micro_batches(runtime_counts: np.ndarray, micro_batch_size: int, multiple: int, seed: int,
+                           seq_length: int) -> MicroBatches:
+    rows = _random_batches(runtime_counts, micro_batch_size, seed)
+    padded = _ceil_to(rows, multiple)
+    tokens = padded.sum(axis=1)
+    sq = (padded.astype(np.float64) ** 2).sum(axis=1)
+    return MicroBatches(mode="in-batch", real_tokens=rows.sum(axis=1).astype(np.float64), computed_tokens=tokens,
+                        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1), attention_computed=sq,
+                        attention_block=tokens.astype(np.float64) ** 2,
+                        samples=np.full(rows.shape[0], micro_batch_size), total_micro_batches=rows.shape[0])
+
+
+def padded_micro_batches(runtime_counts: np.ndarray, micro_batch_size: int, seq_length: int, seed: int,
+                         fixed_length: bool) -> MicroBatches:
+    rows = _random_batches(runtime_counts, micro_batch_size, seed)
+    longest = np.full(rows.shape[0], seq_length) if fixed_length else np.minimum(seq_length,
+                                                                                 _ceil_to(rows.max(axis=1), 16))
+    tokens = longest * micro_batch_size
+    return MicroBatches(mode="none", real_tokens=rows.sum(axis=1).astype(np.float64), computed_tokens=tokens,
+                        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1),
+                        attention_computed=micro_batch_size * longest.astype(np.float64) ** 2,
+                        attention_block=micro_batch_size * longest.astype(np.float64) ** 2,
+                        samples=np.full(rows.shape[0], micro_batch_size), total_micro_batches=rows.shape[0])
+
+
+def pretrain_micro_batches(total_tokens: int, micro_batch_size: int, seq_length: int) -> MicroBatches:
+    rows = max(1, total_tokens // (seq_length * micro_batch_size))
+    tokens = np.full(rows, seq_length * micro_batch_size, np.int64)
+    square = np.full(rows, micro_batch_size * float(seq_length) ** 2)
+    return MicroBatches(mode="none", real_tokens=tokens.astype(np.float64), computed_tokens=tokens,
+                        attention_thd=square, attention_computed=square, attention_block=square,
+                        samples=np.full(rows, micro_batch_size), total_micro_batches=rows)

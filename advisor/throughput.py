@@ -1,0 +1,58 @@
+"""Step time, tokens per second per GPU and time per epoch, with the data-parallel straggler effect simulated.
+
+Each step, every data-parallel rank runs its share of the global batch's micro batches; the step ends when the
+slowest rank does. Packs whose attention work sum(s^2) is far above the mean make ranks wait: the straggler
+factor is (sum over steps of the slowest rank) / (sum over steps of the mean rank), simulated on the real
+micro batches in a seeded random order (Megatron's samplers shuffle them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.flops import FlopsCoefficients
+from advisor.micro_batches import MicroBatches
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeEstimate:
+    step_seconds: float
+    tokens_per_second_per_gpu: float
+    steps_per_epoch: float
+    epoch_seconds: float
+    straggler_factor: float
+    mfu: float
+    ideal_step_seconds: float
+
+
+def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 0, max_steps: int = 2000) -> float:
+    """Slowest over mean rank time per step, on micro batches dealt in random order.
+
+    >>> straggler_factor(np.ones(64), global_batch=8, dp=4)
+    1.0
+    """
+    per_rank = global_batch // dp
+    if per_rank < 1:
+        raise ValueError(f"global batch {global_batch} is smaller than data parallelism {dp}")
+    order = np.random.RandomState(seed).permutation(costs.size)
+    steps = min(max_steps, costs.size // global_batch)
+    if steps == 0:
+        return 1.0
+    shaped = costs[order[: steps * global_batch]].reshape(steps, dp, per_rank).sum(axis=2)
+    return float(shaped.max(axis=1).sum() / shaped.mean(axis=1).sum())
+
+
+def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, global_batch: int, dp: int, gpus: int,
+                  peak_flops: float, mfu: float, seed: int = 0) -> TimeEstimate:
+    """Seconds per step = computed FLOPs of the mean step / (GPUs x peak x MFU) x straggler factor."""
+    costs = coef.linear * mb.computed_tokens + coef.core * mb.attention_computed
+    factor = straggler_factor(costs, global_batch, dp, seed)
+    ideal = global_batch * float(costs.mean()) / (gpus * peak_flops * mfu)
+    step = ideal * factor
+    steps = mb.total_micro_batches / global_batch
+    real_per_step = global_batch * float(mb.real_tokens.mean())
+    return TimeEstimate(step_seconds=step, tokens_per_second_per_gpu=real_per_step / step / gpus,
+                        steps_per_epoch=steps, epoch_seconds=steps * step, straggler_factor=factor, mfu=mfu,
+                        ideal_step_seconds=ideal)
