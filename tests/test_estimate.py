@@ -1,0 +1,92 @@
+"""The estimate: plan and data in, memory, FLOPs and time out; packing reused across calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from advisor.estimate import collate_padding_multiple, estimate, packing_config, packing_for, packing_mode
+from advisor.plan import plan_from_dict
+from advisor.throughput import straggler_factor
+from tests.conftest import ROOT, SAMPLE, scaled
+
+
+def _plan(**over):
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
+           "training": {"seq_length": 384, "global_batch_size": 64}, "packing": {"pack_size": 384}}
+    for section, fields in over.items():
+        raw[section] = {**raw.get(section, {}), **fields}
+    return plan_from_dict(raw)
+
+
+def test_cli_estimate_json_has_the_documented_keys():
+    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(SAMPLE / "plans" / "llama8b_squad.yaml"),
+                           "--json", "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    mem = out["memory"]
+    assert mem["total_bytes"] == pytest.approx(sum(mem["breakdown"].values()))
+    assert mem["fits"] is True
+    assert mem["megatron_bridge"]["weight_and_optimizer_bytes"] > 0 and mem["megatron_bridge"]["activation_bytes"] > 0
+    att = out["flops"]["attention"]
+    assert att["thd"] < att["block_mask"] < att["padded"]
+    assert out["flops"]["model_per_step"] > 0
+    assert out["time"]["step_seconds"] > 0 and out["time"]["tokens_per_second_per_gpu"] > 0
+
+
+def test_cli_estimate_refuses_a_bad_plan(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("model: llama3.1-8b\nparallel: {gpus: 6, tp: 4}\n")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(bad)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 2 and "gpus 6 is not divisible by tp*pp*cp = 4" in proc.stderr
+
+
+def test_packing_is_reused_not_redone(squad):
+    plan = _plan()
+    first = estimate(plan, squad)
+    again = estimate(_plan(parallel={"gpus": 16}, hardware={"gpu": "B200"}), squad)
+    assert again.packing is first.packing  # same histogram and packing settings: the same result object
+    assert again.time.step_seconds < first.time.step_seconds
+
+
+def test_modes_and_padding_multiple(squad):
+    assert packing_mode(_plan()) == "offline"
+    assert packing_mode(_plan(training={"task": "vlm-sft", "micro_batch_size": 4})) == "in-batch"
+    assert packing_mode(_plan(training={"task": "pretrain"})) == "none"
+    assert collate_padding_multiple(_plan()) == 4  # lcm(2*CP, CP*TP) = lcm(4, 4)
+    assert collate_padding_multiple(_plan(parallel={"gpus": 24, "tp": 4, "cp": 3})) == 12  # lcm(6, 12)
+    result = estimate(_plan(), squad)
+    assert result.packing.config.pad_seq_to_mult == 4
+    assert all(s % 4 == 0 for s in result.packing.pack(0))
+
+
+def test_in_batch_memory_follows_the_largest_micro_batch(squad):
+    est = estimate(_plan(training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64},
+                         packing={"mode": "in-batch"}), squad)
+    assert est.memory.tokens_per_micro_batch == est.micro_batches.computed_tokens.max()
+    assert est.memory.tokens_per_micro_batch > 384  # four samples in one row
+
+
+def test_no_packing_wastes_flops_on_padding(squad):
+    packed = estimate(_plan(), squad)
+    padded = estimate(_plan(packing={"mode": "none"}, parallel={"pp": 1}, training={"micro_batch_size": 4}), squad)
+    assert padded.flops.padding_waste > packed.flops.padding_waste
+    assert padded.time.tokens_per_second_per_gpu < packed.time.tokens_per_second_per_gpu
+
+
+def test_straggler_factor():
+    assert straggler_factor(np.ones(100), global_batch=10, dp=5) == 1.0
+    rng = np.random.default_rng(0)
+    skewed = rng.pareto(1.5, 10000) + 1
+    assert straggler_factor(skewed, global_batch=64, dp=8) > straggler_factor(np.sort(skewed)[:5000], 64, 8) > 1
+
+
+def test_packing_for_is_keyed_on_the_histogram(squad, wikipedia):
+    a = packing_for(squad, packing_config(_plan()))
+    b = packing_for(scaled(wikipedia, 1000), packing_config(_plan()))
+    assert a is not b and a.metrics.num_sequences == squad.num_samples

@@ -1,0 +1,70 @@
+"""The plan file: presets, YAML/JSON round trips, and every inconsistency reported at once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.plan import PlanError, dump_plan, load_plan, plan_from_dict
+from advisor.presets import GPU_PRESETS, MODEL_PRESETS
+from tests.conftest import ROOT
+
+
+def test_every_preset_makes_a_valid_plan():
+    for name in MODEL_PRESETS:
+        plan = plan_from_dict({"model": name, "parallel": {"gpus": 8}, "training": {"global_batch_size": 64}})
+        assert plan.model.name == name and plan.model_name == name
+    assert {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200"} <= set(GPU_PRESETS)
+
+
+def test_all_problems_at_once():
+    raw = {"model": {"preset": "qwen3-30b-a3b", "num_layers": 47}, "parallel": {"gpus": 30, "tp": 8, "pp": 2, "ep": 6},
+           "training": {"global_batch_size": 100, "task": "rl"}, "packing": {"mode": "sometimes"},
+           "hardware": {"gpu": "TPU"}}
+    with pytest.raises(PlanError) as err:
+        plan_from_dict(raw, "p.yaml")
+    problems = err.value.problems
+    expected = ["gpus 30 is not divisible by tp*pp*cp = 16", "num_query_groups 4 is not divisible by tp 8",
+                "num_layers 47 is not divisible by pp*vpp = 2", "num_moe_experts 128 is not divisible by ep 6",
+                "'rl' is not one of", "'sometimes' is not one of", "unknown gpu 'TPU'"]
+    for text in expected:
+        assert sum(text in p for p in problems) == 1, (text, problems)
+    assert str(err.value).startswith("p.yaml: 7 problem(s):")
+
+
+def test_batch_and_preset_errors():
+    with pytest.raises(PlanError, match="global_batch_size 30 is not divisible by micro_batch_size\\*dp = 2\\*4"):
+        plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
+                        "training": {"micro_batch_size": 2, "global_batch_size": 30}})
+    with pytest.raises(PlanError, match="unknown preset 'llama9'"):
+        plan_from_dict({"model": "llama9"})
+    with pytest.raises(PlanError, match="num_attention_heads 28 is not divisible by tp 8"):
+        plan_from_dict({"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 8}})
+    with pytest.raises(PlanError, match="parallel: unknown field"):
+        plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpu": 8}})
+
+
+def test_custom_model_and_round_trip(tmp_path):
+    raw = {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "ffn_hidden_size": 4096,
+                     "vocab_size": 32000, "gated_linear_unit": False},
+           "parallel": {"gpus": 2, "tp": 2}, "training": {"global_batch_size": 8}}
+    plan = plan_from_dict(raw)
+    for fmt, name in (("yaml", "p.yaml"), ("json", "p.json")):
+        path = tmp_path / name
+        path.write_text(dump_plan(plan, fmt))
+        assert load_plan(path) == plan
+    preset = plan_from_dict({"model": "llama3.1-8b"})
+    assert "model: llama3.1-8b" in dump_plan(preset)
+
+
+def test_sample_plan_loads_and_bad_files_are_one_message(tmp_path):
+    load_plan(ROOT / "sample_data" / "plans" / "llama8b_squad.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(PlanError, match="is not valid YAML"):
+        load_plan(bad)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text(json.dumps(["not", "a", "mapping"]))
+    with pytest.raises(PlanError, match="expected a mapping"):
+        load_plan(bad_json)
