@@ -7,6 +7,7 @@ at once (one message each), so a user fixes them in one pass rather than one cra
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -18,6 +19,7 @@ TASKS = ("llm-sft", "vlm-sft", "pretrain")
 PACKING_MODES = ("offline", "in-batch", "none", "auto")
 RECOMPUTE = ("none", "selective", "full")
 PEFT = ("none", "lora")
+CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine spells all_gather with an underscore
 
 
 class PlanError(ValueError):
@@ -46,6 +48,9 @@ class ModelSpec:
     moe_shared_expert_intermediate_size: int | None = None
     moe_layer_freq: int | list[int] = 1
     vision: dict | None = None
+    window_size: int | None = None  # sliding-window attention
+    mtp_num_layers: int = 0  # multi-token prediction layers
+    family: str = "gpt"
     approximated: str | None = None
     name: str = "custom"
 
@@ -68,6 +73,8 @@ class ParallelSpec:
     etp: int = 1
     vpp: int | None = None
     sp: bool = False
+    cp_comm_type: str = "p2p"
+    hierarchical_cp_sizes: list[int] | None = None
 
     @property
     def dp(self) -> int:
@@ -235,6 +242,11 @@ def _consistency(model: ModelSpec, par: ParallelSpec, tr: TrainingSpec, pk: Pack
             out.append(f"model: num_moe_experts {model.num_moe_experts} is not divisible by ep {par.ep}")
     elif par.ep > 1:
         out.append("parallel: ep > 1 needs a MoE model (num_moe_experts)")
+    if par.cp_comm_type not in CP_COMM_TYPES:
+        out.append(f"parallel: cp_comm_type {par.cp_comm_type!r} is not one of {', '.join(CP_COMM_TYPES)}")
+    elif par.cp_comm_type == "a2a+p2p" and (not par.hierarchical_cp_sizes or
+                                           math.prod(par.hierarchical_cp_sizes) != par.cp):
+        out.append(f"parallel: cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {par.cp}")
     for section, value, allowed in (("training.task", tr.task, TASKS), ("packing.mode", pk.mode, PACKING_MODES),
                                     ("training.recompute", tr.recompute, RECOMPUTE), ("training.peft", tr.peft, PEFT)):
         if value not in allowed:

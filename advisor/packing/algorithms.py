@@ -51,6 +51,21 @@ def _set_room(tree, size, b, room):
 
 
 @njit(cache=True)
+def _open_bins(tree, size, first, count, room_full, room_last):
+    """Open ``count`` bins from ``first`` on, all with ``room_full`` but the last (``room_last``), then fix the
+    ancestors level by level: O(count + log bins) instead of O(count log bins)."""
+    for b in range(first, first + count):
+        tree[b + size] = room_full
+    tree[first + count - 1 + size] = room_last
+    lo, hi = (first + size) // 2, (first + count - 1 + size) // 2
+    while lo >= 1:
+        for i in range(lo, hi + 1):
+            left, right = tree[2 * i], tree[2 * i + 1]
+            tree[i] = left if left > right else right
+        lo, hi = lo // 2, hi // 2
+
+
+@njit(cache=True)
 def _first_fit_items(items, pack_size):
     """First fit in the given order; returns the bin of every item and the bin count.
 
@@ -112,7 +127,26 @@ def _first_fit_decreasing_hist(counts, pack_size):
         c = counts[v]
         while c > 0:
             b = _first_fit_bin(tree, size, v)
-            if b == -1 or b >= nbins:
+            if (b == -1 or b >= nbins) and v > 0:
+                # nothing open fits v: the rest of the group opens new bins of pack_size // v items each
+                per_bin = pack_size // v
+                if per_bin == 0:
+                    raise ValueError("a length above the pack size")
+                new = (c + per_bin - 1) // per_bin
+                while nbins + new > size:
+                    tree, size = _grown(tree, size)
+                last = c - (new - 1) * per_bin
+                _open_bins(tree, size, nbins, new, pack_size - per_bin * v, pack_size - last * v)
+                if nev + new > cap:
+                    cap = max(2 * cap, nev + new)
+                    ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)
+                for j in range(new):
+                    ev_bin[nev], ev_len[nev], ev_n[nev] = nbins + j, v, per_bin if j < new - 1 else last
+                    nev += 1
+                nbins += new
+                c = 0
+                continue
+            if b == -1 or b >= nbins:  # v == 0 and no bin yet
                 b = nbins
                 nbins += 1
                 if nbins > size:
@@ -360,16 +394,22 @@ def column_generation(counts: np.ndarray, pack_size: int, seed: int | None = Non
         stats.update(lp_bound=float(bound), iterations=iterations)
     avail = counts.copy()
     pack_lists: list[np.ndarray] = []
+    pack_sizes: list[np.ndarray] = []
     for p in np.nonzero(x)[0]:
         idx, mult = patterns[p]
-        for _ in range(x[p]):
-            take = np.minimum(mult, avail[lengths[idx]])  # floor(x) never needs more than there is, but be safe
-            avail[lengths[idx]] -= take
-            pack_lists.append(np.repeat(lengths[idx][::-1], take[::-1]).astype(np.int32))
+        # a covering LP may over-produce a length; take only whole copies that the samples left can fill, and
+        # leave the rest to first fit decreasing below
+        copies = int(min(x[p], (avail[lengths[idx]] // mult).min()))
+        if copies == 0:
+            continue
+        avail[lengths[idx]] -= copies * mult
+        one = np.repeat(lengths[idx][::-1], mult[::-1]).astype(np.int32)
+        pack_lists.append(np.tile(one, copies))
+        pack_sizes.append(np.full(copies, one.size, np.int64))
     zeros = avail[0]
     avail[0] = 0
     rest_offsets, rest_items = first_fit_decreasing(avail, pack_size)
-    sizes = np.array([p.size for p in pack_lists] + np.diff(rest_offsets).tolist(), dtype=np.int64)
+    sizes = np.concatenate(pack_sizes + [np.diff(rest_offsets)])
     items = np.concatenate(pack_lists + [rest_items]) if pack_lists else rest_items
     if zeros:  # length-0 samples join the first pack, as first fit would put them
         items = np.concatenate([items[: sizes[0]], np.zeros(zeros, np.int32), items[sizes[0]:]])

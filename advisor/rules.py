@@ -1,0 +1,282 @@
+"""The constraints of packed and long-context training, as findings: what, why, where it comes from, and the fix.
+
+Each rule is a function of the plan (and, where it needs data, the packing result); it returns findings. A
+finding's ``fix`` is a set of plan changes (``{"training": {"micro_batch_size": 1}}``) that ``apply_fix`` merges
+into the plan, so the dashboard can offer a button and the search can skip plans with errors.
+
+Sources are named per rule: Megatron-Bridge 0.6.2 ``training/config.py`` (``ConfigContainer.validate``),
+``data/packing/`` and its docs; Megatron-LM ``megatron/training/arguments.py`` and ``datasets/sft_dataset.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from advisor.packing.offline import PackingResult
+from advisor.plan import Plan, plan_from_dict
+
+SEVERITIES = ("error", "warning", "info")
+LONG_CONTEXT = 65536
+MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    id: str
+    severity: str
+    message: str
+    reason: str
+    source: str
+    fix: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "severity": self.severity, "message": self.message, "reason": self.reason,
+                "source": self.source, "fix": self.fix}
+
+
+def apply_fix(plan: Plan, fix: dict) -> Plan:
+    """The plan with the fix's changes merged in (and checked again)."""
+    raw = plan.to_dict()
+    for section, changes in fix.items():
+        if isinstance(changes, dict) and isinstance(raw.get(section), dict):
+            raw[section] = {**raw[section], **changes}
+        else:
+            raw[section] = changes
+    return plan_from_dict(raw, "plan with fix")
+
+
+def collate_padding_multiple(plan: Plan) -> int:
+    """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): the CP/SP multiple of Megatron-Bridge 0.6
+    (``ConfigContainer.validate``). Older docs (a Megatron-Bridge skill page) said 2 CP TP, the product; Megatron-
+    Bridge 0.3.1 recipes used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP."""
+    p = plan.parallel
+    return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+
+
+def packing_mode(plan: Plan) -> str:
+    """``auto``: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
+    if plan.packing.mode != "auto":
+        return plan.packing.mode
+    return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[plan.training.task]
+
+
+# ---------------------------------------------------------------------------------------------- rules
+def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    t, mode = plan.training, packing_mode(plan)
+    out = []
+    if t.task == "llm-sft" and mode != "offline":
+        out.append(Finding(
+            id="packing.mode", severity="warning", message=f"LLM SFT with packing '{mode}': use offline packing",
+            reason="Offline packing packs the tokenized data set once before training and keeps micro batch size 1 "
+                   "with THD attention; it is Megatron-Bridge's packing path for text SFT.",
+            source="Megatron-Bridge 0.6.2 data/packing/offline.py; docs sft_peft/packed_sequence",
+            fix={"packing": {"mode": "offline"}, "training": {"micro_batch_size": 1}}))
+    if t.task == "vlm-sft" and mode == "offline":
+        out.append(Finding(
+            id="packing.mode", severity="error", message="VLM SFT cannot use offline packing: use in-batch packing",
+            reason="Image and video samples are not pre-tokenized to a packable file; Megatron-Bridge packs VLM "
+                   "micro batches in the collate step instead (enable_in_batch_packing).",
+            source="Megatron-Bridge 0.6.2 data/packing/in_batch.py",
+            fix={"packing": {"mode": "in-batch"}, "training": {"micro_batch_size": max(2, t.micro_batch_size)}}))
+    if mode == "in-batch" and t.micro_batch_size < 2:
+        out.append(Finding(
+            id="packing.in_batch_mbs", severity="error", message="in-batch packing needs micro_batch_size >= 2",
+            reason="In-batch packing concatenates the sequences of one micro batch; with one there is nothing to "
+                   "pack (ConfigContainer.validate raises).",
+            source=MB_CONFIG, fix={"training": {"micro_batch_size": 2}}))
+    if t.task == "pretrain" and mode != "none":
+        out.append(Finding(
+            id="packing.pretrain", severity="warning", message="pre-training needs no packing",
+            reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
+            source="Megatron-LM megatron/core/datasets/gpt_dataset.py", fix={"packing": {"mode": "none"}}))
+    if mode == "offline" and t.micro_batch_size != 1:
+        out.append(Finding(
+            id="packing.offline_mbs", severity="error",
+            message=f"offline packing needs micro_batch_size 1 (is {t.micro_batch_size})",
+            reason="A pack already holds several samples; Megatron-Bridge refuses micro batches of packs and offers "
+                   "the equivalent: micro batch 1, global batch / micro batch, pack size x micro batch.",
+            source=MB_CONFIG,
+            fix={"training": {"micro_batch_size": 1,
+                              "global_batch_size": max(1, t.global_batch_size // t.micro_batch_size)},
+                 "packing": {"pack_size": (plan.packing.pack_size or t.seq_length) * t.micro_batch_size}}))
+    if mode == "offline" and packing is not None:
+        n = packing.metrics.num_sequences / packing.num_packs
+        dp = plan.parallel.dp
+        packs = max(dp, round(t.global_batch_size / n / dp) * dp)
+        if packs != t.global_batch_size:
+            out.append(Finding(
+                id="packing.global_batch", severity="info",
+                message=f"a pack holds n = {n:.2f} samples: a global batch of {t.global_batch_size} samples is "
+                        f"{packs} packs",
+                reason="With offline packing global_batch_size counts packs. To keep the samples per step (and so "
+                       "the learning-rate schedule) of an unpacked run, divide it by n, keeping a multiple of DP "
+                       f"({dp}) and at least DP.",
+                source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)",
+                fix={"training": {"global_batch_size": packs}}))
+    return out
+
+
+def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    p, t, m = plan.parallel, plan.training, plan.model
+    if p.cp == 1:
+        return []
+    out = []
+    size = plan.packing.pack_size or t.seq_length
+    for name, value, section in (("seq_length", t.seq_length, "training"), ("pack_size", size, "packing")):
+        if value % (2 * p.cp):
+            fixed = -(-value // (2 * p.cp)) * (2 * p.cp)
+            out.append(Finding(
+                id=f"cp.{name}", severity="error", message=f"{name} {value} is not divisible by 2*CP = {2 * p.cp}",
+                reason="Context parallelism splits every sequence into 2*CP chunks (rank r takes chunks r and "
+                       "2CP-1-r to balance causal attention).",
+                source=MB_CONFIG, fix={section: {name: fixed}}))
+    need = collate_padding_multiple(plan)
+    mult = plan.packing.pad_seq_to_mult
+    if packing_mode(plan) in ("offline", "in-batch") and mult is not None and mult % need:
+        out.append(Finding(
+            id="cp.pad_seq_to_mult", severity="error",
+            message=f"pad_seq_to_mult {mult} is not a multiple of {need} = lcm(2*CP, CP*TP with SP)",
+            reason="With THD and CP every packed sequence is split into 2*CP chunks (and over TP with sequence "
+                   "parallelism), so each must be padded to this multiple. Megatron-Bridge 0.6 uses the lcm; older "
+                   "docs said 2*CP*TP (the product, also valid but pads more); 0.3.1 recipes used 2*CP.",
+            source=MB_CONFIG + "; data/packing/in_batch.py", fix={"packing": {"pad_seq_to_mult": need}}))
+    elif packing_mode(plan) in ("offline", "in-batch") and mult is None:
+        out.append(Finding(
+            id="cp.pad_seq_to_mult", severity="info", message=f"pad_seq_to_mult set to {need} for CP {p.cp}",
+            reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; the "
+                   "export writes it.", source=MB_CONFIG, fix={"packing": {"pad_seq_to_mult": need}}))
+    if t.task != "pretrain":
+        out.append(Finding(
+            id="cp.loss", severity="info",
+            message="CP > 1 in SFT: calculate_per_token_loss=True and average_in_collective=False (set by the export)",
+            reason="A CP rank whose tokens are all masked (prompt only) would divide by zero and give a NaN loss; "
+                   "Megatron-Bridge asserts both settings when fine-tuning with CP > 1.", source=MB_CONFIG))
+    comm = plan.parallel.cp_comm_type
+    groups = m.query_groups
+    a2a_size = p.cp if comm == "a2a" else (p.hierarchical_cp_sizes or [1])[0] if comm == "a2a+p2p" else 1
+    if a2a_size > 1 and (m.num_attention_heads % a2a_size or groups % a2a_size):
+        out.append(Finding(
+            id="cp.comm_type", severity="error",
+            message=f"cp_comm_type {comm} needs attention heads ({m.num_attention_heads}) and query groups "
+                    f"({groups}) divisible by its all-to-all size {a2a_size}",
+            reason="All-to-all (Ulysses) CP scatters heads over CP ranks, so its size cannot exceed the KV heads.",
+            source="Transformer Engine attention (cp_comm_type); " + MB_CONFIG,
+            fix={"parallel": {"cp_comm_type": "p2p", "hierarchical_cp_sizes": None}}))
+    if m.window_size and comm not in ("a2a", "all_gather"):
+        out.append(Finding(
+            id="cp.sliding_window", severity="error",
+            message=f"sliding-window attention with CP needs cp_comm_type a2a or all_gather (is {comm})",
+            reason="The ring (p2p) CP kernels do not support a sliding window.",
+            source="Transformer Engine context parallel attention; " + MB_CONFIG,
+            fix={"parallel": {"cp_comm_type": "a2a" if groups % p.cp == 0 else "all_gather"}}))
+    if comm == "p2p" and p.cp >= 8:
+        a2a = math.gcd(groups, p.cp)
+        if a2a > 1:
+            out.append(Finding(
+                id="cp.hierarchical", severity="info",
+                message=f"CP {p.cp}: consider cp_comm_type a2a+p2p with hierarchical sizes [{a2a}, {p.cp // a2a}]",
+                reason="For large CP a ring over all ranks exposes communication; all-to-all inside a node group and "
+                       "a ring across groups hides more of it. Sizes must multiply to CP; the a2a part must divide "
+                       "the query groups.",
+                source="Megatron-Core hierarchical_context_parallel_sizes; " + MB_CONFIG,
+                fix={"parallel": {"cp_comm_type": "a2a+p2p", "hierarchical_cp_sizes": [a2a, p.cp // a2a]}}))
+    return out
+
+
+def rule_cuda_graphs(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    if not plan.training.cuda_graphs or packing_mode(plan) == "none":
+        return []
+    return [Finding(
+        id="cuda_graphs.packing", severity="warning",
+        message="CUDA graphs with packed sequences: pad_cu_seqlens=True and pad_to_max_length=True (set by the "
+                "export); custom packed data needs its metadata file",
+        reason="A graph replays fixed shapes: every pack must be padded to the pack size and cu_seqlens to a fixed "
+               "count (max_samples_per_bin from the packing metadata), so the metadata file must exist beside "
+               "packed data you bring.",
+        source="Megatron-Bridge 0.6.2 data/packing/config.py (pad_cu_seqlens); " + MB_CONFIG)]
+
+
+def rule_long_context(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    p, t = plan.parallel, plan.training
+    out = []
+    s = t.seq_length
+    if s > LONG_CONTEXT and p.cp > 1:
+        gib = s * s / 2**30
+        out.append(Finding(
+            id="long_context.attention_mask", severity="warning",
+            message=f"seq_length {s:,} > 64k with CP: in Megatron-LM pass --no-create-attention-mask-in-dataloader",
+            reason=f"Otherwise the dataloader builds a dense s x s causal mask per sample ({gib * 4:,.0f} GiB in fp32, "
+                   f"{gib:,.0f} GiB as bool at this length) and every TP rank broadcasts it; Transformer Engine makes "
+                   "causal masks itself. Megatron-Bridge's default skip_getting_attention_mask_from_dataset=True "
+                   "already avoids it.",
+            source="Megatron-LM megatron/training/arguments.py; megatron/core/datasets/gpt_dataset.py"))
+    if t.recompute == "full" and s >= 16384:
+        out.append(Finding(
+            id="long_context.recompute", severity="info",
+            message="long sequences with full recompute: prefer more CP to full recompute",
+            reason="Full recompute reruns every layer's forward (about 30 % slower); CP divides activations without "
+                   "recomputing. Try selective recompute with twice the CP if GPUs allow.",
+            source="Megatron-Bridge docs (performance guide: context parallelism vs recompute)",
+            fix={"training": {"recompute": "selective"}}))
+    return out
+
+
+def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    p = plan.parallel
+    out = []
+    if packing is not None and packing.runtime.num_truncated:
+        r = packing.runtime
+        out.append(Finding(
+            id="data.truncated", severity="warning",
+            message=f"{r.num_truncated:,} samples longer than {packing.config.effective_max_seq_length} are truncated "
+                    f"({r.tokens_truncated:,} tokens lost, {r.tokens_truncated / max(1, r.real_tokens):.2%})",
+            reason="The dataset cuts samples at max_seq_length before packing; their tails are never trained on.",
+            source="Megatron-Bridge 0.6.2 data/packing/offline.py (tokenize_dataset)"))
+    if packing is not None and packing.metrics.straggler_ratio > 1.5 and p.dp > 1:
+        m = packing.metrics
+        out.append(Finding(
+            id="data.stragglers", severity="warning",
+            message=f"the heaviest pack has {m.straggler_ratio:.1f}x the mean attention work: data-parallel ranks "
+                    "wait for it",
+            reason="Each step ends when the slowest DP rank ends; attention work grows with sum(s^2), so a pack of "
+                   "one long sample costs far more than a pack of many short ones. Megatron-LM's "
+                   "--sequence-packing-scheduler dp_balanced (with --max-seqlen-per-dp-cp-rank) deals packs evenly "
+                   "by count, not by work; a smaller pack size or sorting long samples apart narrows the spread.",
+            source="Megatron-LM megatron/training/datasets/sft_dataset.py and the packing schedulers (dev branch)"))
+    if (p.pp > 1 or p.ep > 1) and packing_mode(plan) != "none":
+        out.append(Finding(
+            id="data.fixed_length", severity="info",
+            message="PP or EP > 1: every micro batch is padded to the full length (pad_to_max_length)",
+            reason="Pipeline and expert parallelism exchange fixed-shape tensors, so Megatron-Bridge forces "
+                   "pad_to_max_length; packs are padded to the pack size.",
+            source=MB_CONFIG))
+    return out
+
+
+def rule_compatibility(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    m = plan.model
+    out = []
+    if m.mtp_num_layers and packing_mode(plan) != "none":
+        out.append(Finding(
+            id="compat.mtp", severity="error", message="packing with multi-token prediction (MTP) fine-tuning",
+            reason="The MTP layers shift labels across the packed row, crossing sample boundaries; fine-tune with "
+                   "MTP off or without packing.",
+            source="Megatron-Core multi_token_prediction.py; Megatron-Bridge docs",
+            fix={"model": {"mtp_num_layers": 0}}))
+    if m.family in ("qwen3-omni",) and packing_mode(plan) != "none":
+        out.append(Finding(
+            id="compat.family", severity="error", message=f"{m.family} does not support packed sequences",
+            reason="Its Megatron-Bridge model raises NotImplementedError for packed sequences.",
+            source="Megatron-Bridge 0.6.2 models/qwen_omni/qwen3_omni_step.py", fix={"packing": {"mode": "none"}}))
+    return out
+
+
+RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
+         rule_compatibility)
+
+
+def check(plan: Plan, packing: PackingResult | None = None) -> list[Finding]:
+    """Every finding for the plan, errors first."""
+    found = [f for rule in RULES for f in rule(plan, packing)]
+    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
