@@ -188,6 +188,78 @@ def cmd_estimate(args) -> dict:
     return {}
 
 
+def _plan_and_lengths(args, progress):
+    from advisor.plan import load_plan
+
+    plan = load_plan(args.plan)
+    source = getattr(args, "lengths", None) or plan.data.lengths
+    if not source:
+        raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
+    progress(f"reading {source}")
+    return plan, load_lengths(source, column=plan.data.column)
+
+
+def cmd_recommend(args) -> dict:
+    from advisor.rules import check
+    from advisor.search import search
+
+    progress = _Progress(args.quiet)
+    plan, hist = _plan_and_lengths(args, progress)
+    progress("searching layouts")
+    result = search(plan, hist, progress=lambda stage, f: None)
+    findings = check(plan, result.baseline.estimate.packing if result.baseline.estimate else None)
+    out = {"findings": [f.as_dict() for f in findings], "baseline": result.baseline.summary(),
+           "candidates": [c.summary() for c in result.best], "evaluated": result.evaluated,
+           "recommended_plan": result.recommended.to_dict()}
+    if args.json:
+        return out
+    print(f"{args.plan}: {len(findings)} findings")
+    for f in findings:
+        print(f"  [{f.severity}] {f.id}: {f.message}")
+        print(f"      why: {f.reason}")
+        print(f"      source: {f.source}")
+        if f.fix:
+            print(f"      fix: {json.dumps(f.fix)}")
+    print(f"searched {result.evaluated} layouts; best candidates against your plan:")
+    for label, c in [("yours", result.baseline)] + [(f"#{i + 1}", c) for i, c in enumerate(result.best)]:
+        s = c.summary()
+        mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"
+        print(f"  {label:>5}: TP {s['tp']} CP {s['cp']} DP {s['dp']} pack {s['pack_size']} GBS "
+              f"{s['global_batch_size']}: {mem}, {s['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU ({s['why']})")
+    return {}
+
+
+def cmd_export(args) -> dict:
+    from advisor.estimate import estimate
+    from advisor.exports import export, mock_lengths_csv
+    from advisor.rules import check
+    from advisor.search import search
+
+    progress = _Progress(args.quiet)
+    plan, hist = None, None
+    if args.recommended or args.format in ("markdown",) or args.lengths_csv:
+        plan, hist = _plan_and_lengths(args, progress)
+    else:
+        from advisor.plan import load_plan
+
+        plan = load_plan(args.plan)
+    result = None
+    if args.recommended:
+        progress("searching layouts")
+        result = search(plan, hist)
+        plan = result.recommended
+    findings, est = None, None
+    if args.format == "markdown":
+        est = estimate(plan, hist)
+        findings = check(plan, est.packing)
+    if args.lengths_csv:
+        with open(args.lengths_csv, "w") as fh:
+            fh.write(mock_lengths_csv(hist))
+        progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
+    sys.stdout.write(export(plan, args.format, args.megatron_bridge_version, hist, findings, est, result))
+    return {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m advisor", description="Sequence packing advisor for "
                                      "Megatron-Bridge and Megatron-LM.")
@@ -214,6 +286,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_estimate)
+    p = sub.add_parser("recommend", help="findings, with reasons and fixes, and the best layouts found")
+    p.add_argument("plan", help="plan file (YAML or JSON)")
+    p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_recommend)
+    p = sub.add_parser("export", help="the plan as a Megatron-Bridge snippet, overrides, Megatron-LM arguments, "
+                       "packed-file paths, plan file or Markdown report")
+    p.add_argument("plan", help="plan file (YAML or JSON)")
+    p.add_argument("--format", choices=("python", "overrides", "megatron-lm", "paths", "plan", "markdown"),
+                   default="python")
+    p.add_argument("--megatron-bridge-version", default="0.6.2", help="API generation of the snippet (default 0.6.2)")
+    p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
+    p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
+    p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_export, json=False)
     return parser
 
 

@@ -6,7 +6,6 @@ packing settings, so changing the model, layout or GPU re-estimates without pack
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,25 +26,10 @@ from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, pack, runtime_lengths
 from advisor.plan import Plan
 from advisor.presets import GPU_PRESETS
+from advisor.rules import collate_padding_multiple, packing_mode
 from advisor.throughput import TimeEstimate, estimate_time
 
 DEFAULT_MFU = 0.40
-
-
-def packing_mode(plan: Plan) -> str:
-    """``auto``: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
-    if plan.packing.mode != "auto":
-        return plan.packing.mode
-    return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[plan.training.task]
-
-
-def collate_padding_multiple(plan: Plan) -> int:
-    """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): Megatron-Bridge 0.6.2 training/config.py
-    (``ConfigContainer.validate``, the CP/SP collate padding multiple)."""
-    p = plan.parallel
-    cp = 2 * p.cp if p.cp > 1 else 1
-    sp = p.cp * p.tp if p.sp and p.tp > 1 else 1
-    return math.lcm(cp, sp)
 
 
 def pad_multiple(plan: Plan) -> int:

@@ -43,16 +43,22 @@ def wikipedia_shape(n: int) -> LengthHistogram:
 
 
 def child_memory(n: int, algorithm: str) -> dict:
-    """Pack in a fresh process; report its peak RSS and the rise over the RSS after imports and reading."""
+    """Pack in a fresh process; report its peak RSS and the rise over the peak after imports and warm-up.
+
+    Read from /proc/self/status (VmHWM), not getrusage: ru_maxrss survives exec and would report the parent's
+    size (here, Megatron-Bridge's lists of 10M Python ints) for a child started by fork.
+    """
     code = (
-        f"import resource, sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        "import re, sys\n"
+        "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from bench.bench_packing import wikipedia_shape\n"
         "from advisor.packing.offline import pack\nfrom advisor.packing.config import PackingConfig\n"
         f"h = wikipedia_shape({n})\n"
         f"pack(wikipedia_shape(1000), PackingConfig(pack_size=512, algorithm={algorithm!r}))\n"
-        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "base = hwm()\n"
         f"pack(h, PackingConfig(pack_size=512, algorithm={algorithm!r}))\n"
-        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "peak = hwm()\n"
         "print(base, peak)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -23,6 +23,10 @@ from pathlib import Path
 
 MB_VERSION = "0.6.2"
 MCORE_VERSION = "0.19.2"  # the newest megatron-core wheel; megatron-bridge 0.6.2 requires megatron-core unpinned
+MCORE_FOR = {"0.6.2": "0.19.2", "0.3.1": "0.16.1"}  # 0.3.1 requires megatron-core >=0.15, <0.17
+# which wheels load_module reads: tests of another version set these in their own process
+ACTIVE = {"megatron-bridge": os.environ.get("ADVISOR_MB_VERSION", MB_VERSION)}
+ACTIVE["megatron-core"] = MCORE_FOR.get(ACTIVE["megatron-bridge"], MCORE_VERSION)
 CACHE = Path(os.environ.get("ADVISOR_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
 
 
@@ -56,7 +60,58 @@ def wheel_root(package: str = "megatron-bridge", version: str = MB_VERSION) -> P
 
 
 def _roots() -> list[Path]:
-    return [wheel_root("megatron-bridge", MB_VERSION), wheel_root("megatron-core", MCORE_VERSION)]
+    return [wheel_root("megatron-bridge", ACTIVE["megatron-bridge"]),
+            wheel_root("megatron-core", ACTIVE["megatron-core"])]
+
+
+def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
+    """The annotated fields of a dataclass and of its bases, read from the wheels' source with ``ast``.
+
+    Bases are followed through the file's imports (and through packages that re-export them), so
+    ``GPTModelProvider`` gathers Megatron-Core's ``TransformerConfig`` and ``ModelParallelConfig`` fields.
+    """
+    import ast
+
+    seen = _seen if _seen is not None else set()
+    if (module, name) in seen:
+        return set()
+    seen.add((module, name))
+    for root in _roots():
+        base = root.joinpath(*module.split("."))
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                break
+        else:
+            continue
+        break
+    else:
+        return set()
+    tree = ast.parse(path.read_text())
+    imports = {}
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from ..x import y
+                parts = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                source = ".".join(parts)
+            else:
+                source = node.module
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (source, alias.name)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if cls is None:  # re-exported from another module
+        return class_fields(*imports[name], seen) if name in imports else set()
+    fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    fields |= {n.name for n in cls.body if isinstance(n, ast.FunctionDef)  # properties with a setter
+               and any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in n.decorator_list)}
+    for b in cls.bases:
+        b = b.value if isinstance(b, ast.Subscript) else b
+        base_name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+        if base_name in imports:
+            fields |= class_fields(*imports[base_name], seen)
+        elif base_name and any(isinstance(n, ast.ClassDef) and n.name == base_name for n in tree.body):
+            fields |= class_fields(module, base_name, seen)
+    return fields
 
 
 def _register_namespace(name: str, roots: list[Path]) -> None:

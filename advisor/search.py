@@ -1,0 +1,156 @@
+"""Search for a faster plan: pack size, CP, TP, micro and global batch size within the plan's GPUs.
+
+Every candidate is checked by the rules (no error-level finding) and the memory estimate (it fits), then ranked by
+estimated real tokens per second per GPU. Packing is cached per (pack size, padding multiple), so a search over
+1M samples packs a handful of times, not once per candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from advisor.estimate import Estimate, estimate, packing_config, packing_for
+from advisor.lengths import LengthHistogram
+from advisor.plan import Plan, PlanError, plan_from_dict
+from advisor.rules import Finding, check, packing_mode
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    plan: Plan
+    estimate: Estimate | None
+    findings: tuple[Finding, ...]
+    why: str = ""
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate is not None and self.estimate.memory.fits
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.estimate.time.tokens_per_second_per_gpu if self.estimate else 0.0
+
+    @property
+    def viable(self) -> bool:
+        return self.fits and not self.errors
+
+    def summary(self) -> dict:
+        p, t, k = self.plan.parallel, self.plan.training, self.plan.packing
+        e = self.estimate
+        return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": p.dp, "sp": p.sp, "seq_length": t.seq_length,
+                "pack_size": k.pack_size, "micro_batch_size": t.micro_batch_size,
+                "global_batch_size": t.global_batch_size, "recompute": t.recompute,
+                "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
+                "step_seconds": e.time.step_seconds if e else None, "errors": [f.id for f in self.errors],
+                "why": self.why}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    baseline: Candidate
+    best: tuple[Candidate, ...]
+    evaluated: int
+
+    @property
+    def recommended(self) -> Plan:
+        return self.best[0].plan if self.best else self.baseline.plan
+
+
+def evaluate(plan: Plan, hist: LengthHistogram) -> Candidate:
+    mode = packing_mode(plan)
+    result = packing_for(hist, packing_config(plan)) if mode == "offline" else None
+    findings = tuple(check(plan, result))
+    try:
+        est = estimate(plan, hist)
+    except ValueError:
+        est = None
+    return Candidate(plan=plan, estimate=est, findings=findings)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _variants(plan: Plan, samples_per_step: float | None):
+    """Layouts and batch settings to try, all on the plan's GPU count; pack size ladder around the plan's."""
+    m, p, t = plan.model, plan.parallel, plan.training
+    mode = packing_mode(plan)
+    base_size = plan.packing.pack_size or t.seq_length
+    sizes = sorted({base_size // 2, base_size, base_size * 2} - {0}) if mode == "offline" else [t.seq_length]
+    tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
+    mbss = [1] if mode == "offline" else sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
+    raw = plan.to_dict()
+    for size in sizes:
+        for tp in tps:
+            for cp in _divisors(p.gpus // (tp * p.pp)):
+                if cp > 32 or (p.gpus % (tp * p.pp * cp)):
+                    continue
+                dp = p.gpus // (tp * p.pp * cp)
+                for mbs in mbss:
+                    if samples_per_step and mode == "offline":
+                        gbs = max(dp, round(samples_per_step / (size / base_size) / dp) * dp)
+                    else:
+                        gbs = max(dp * mbs, round(t.global_batch_size / (dp * mbs)) * dp * mbs)
+                    yield {**raw,
+                           "parallel": {**raw["parallel"], "tp": tp, "cp": cp, "sp": tp > 1,
+                                        "hierarchical_cp_sizes": None, "cp_comm_type": "p2p"},
+                           "training": {**raw["training"], "micro_batch_size": mbs, "global_batch_size": gbs,
+                                        "seq_length": size if mode == "offline" else t.seq_length},
+                           "packing": {**raw["packing"], "pack_size": size if mode == "offline" else None,
+                                       "pad_seq_to_mult": None}}
+
+
+def _why(c: Candidate, base: Candidate) -> str:
+    if not c.fits:
+        return "does not fit in memory"
+    if c.errors:
+        return "breaks " + ", ".join(f.id for f in c.errors)
+    parts = []
+    a, b = c.plan, base.plan
+    for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("CP", a.parallel.cp, b.parallel.cp),
+                        ("pack size", a.packing.pack_size, b.packing.pack_size),
+                        ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size)):
+        if x != y:
+            parts.append(f"{label} {y}->{x}")
+    gain = c.tokens_per_second_per_gpu / max(base.tokens_per_second_per_gpu, 1e-9) - 1
+    ce, be = c.estimate, base.estimate
+    detail = [f"{gain:+.0%} tokens/s/GPU"]
+    if be is not None:
+        detail.append(f"memory {be.memory.total / 2**30:.0f}->{ce.memory.total / 2**30:.0f} GiB")
+        detail.append(f"straggler x{be.time.straggler_factor:.2f}->x{ce.time.straggler_factor:.2f}")
+        detail.append(f"padding waste {be.flops.padding_waste:.1%}->{ce.flops.padding_waste:.1%}")
+    return (", ".join(parts) + ": " if parts else "same layout: ") + ", ".join(detail)
+
+
+def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, progress=None) -> SearchResult:
+    """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline."""
+    baseline = evaluate(plan, hist)
+    samples_per_step = None
+    if packing_mode(plan) == "offline" and baseline.estimate is not None:
+        samples_per_step = plan.training.global_batch_size  # keep the plan's packs per step at its pack size
+    seen, viable, evaluated = set(), [], 0
+    variants = list(_variants(plan, samples_per_step))
+    for i, raw in enumerate(variants):
+        key = repr(raw)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            cand_plan = plan_from_dict(raw, "candidate")
+        except PlanError:
+            continue
+        cand = evaluate(cand_plan, hist)
+        evaluated += 1
+        if progress is not None:
+            progress(f"candidate {i + 1}/{len(variants)}", (i + 1) / len(variants))
+        if cand.viable:
+            viable.append(cand)
+    viable.sort(key=lambda c: -c.tokens_per_second_per_gpu)
+    best = tuple(replace(c, why=_why(c, baseline)) for c in viable[:top])
+    baseline = replace(baseline, why="your plan" + ("" if baseline.viable else " (" + _why(baseline, baseline) + ")"))
+    return SearchResult(baseline=baseline, best=best, evaluated=evaluated)

@@ -1,0 +1,119 @@
+"""Exports checked against the real Megatron-Bridge 0.3.1 and 0.6.2 wheels (and their Megatron-Core)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from advisor.exports import export, megatron_lm_args, mock_lengths_csv, overrides, python_snippet
+from advisor.ingest import load_lengths
+from advisor.plan import dump_plan, plan_from_dict
+from advisor.rules import check
+from tests.conftest import ROOT, SAMPLE
+
+PLANS = {
+    "offline-cp-sp": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 4, "cp": 2, "sp": True},
+                      "training": {"seq_length": 8192, "global_batch_size": 64}},
+    "offline-cudagraphs-full": {"model": "qwen3-8b", "parallel": {"gpus": 16, "tp": 2, "pp": 2, "vpp": 2, "cp": 2,
+                                                                   "sp": True},
+                                "training": {"seq_length": 16384, "global_batch_size": 32, "cuda_graphs": True,
+                                             "recompute": "full"}},
+    "offline-hierarchical": {"model": "llama3.1-70b", "parallel": {"gpus": 64, "tp": 8, "cp": 8, "sp": True,
+                                                                  "cp_comm_type": "a2a+p2p",
+                                                                  "hierarchical_cp_sizes": [2, 4]},
+                             "training": {"seq_length": 131072, "global_batch_size": 8}},
+    "vlm-in-batch": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
+                     "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64}},
+    "pretrain": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"task": "pretrain",
+                                                                             "global_batch_size": 64}},
+}
+
+
+def run_check(version, name, tmp_path):
+    plan = plan_from_dict(PLANS[name])
+    (tmp_path / "s.py").write_text(python_snippet(plan, version))
+    (tmp_path / "o.txt").write_text(overrides(plan, version))
+    env = {**os.environ, "ADVISOR_MB_VERSION": version}
+    proc = subprocess.run([sys.executable, "-m", "tests.snippet_check", plan.training.task, str(tmp_path / "s.py"),
+                           str(tmp_path / "o.txt")], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return plan, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("version", ["0.3.1", "0.6.2"])
+@pytest.mark.parametrize("name", list(PLANS))
+def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path):
+    plan, out = run_check(version, name, tmp_path)
+    assert out["version"] == version
+    assert out["unknown"] == [], out["unknown"]
+    assert out["bad_overrides"] == [], out["bad_overrides"]
+    if plan.training.task == "llm-sft":
+        module = "megatron.bridge.data.packing.config" if version == "0.6.2" else \
+            "megatron.bridge.data.datasets.packed_sequence"
+        assert out["specs_is_real"] and out["specs_class"] == f"{module}.PackedSequenceSpecs"
+        assert out["specs"]["packed_sequence_size"] == plan.training.seq_length
+        assert out["specs"]["pad_cu_seqlens"] is plan.training.cuda_graphs
+        assert out["specs"]["pad_seq_to_mult"] % (2 * plan.parallel.cp) == 0
+    else:
+        assert out["specs"] is None
+    if plan.parallel.cp > 1:
+        assert "cfg.model.calculate_per_token_loss" in out["set"] and "cfg.ddp.average_in_collective" in out["set"]
+
+
+def test_api_generations_differ_where_they_should():
+    plan = plan_from_dict(PLANS["offline-cp-sp"])
+    old, new = python_snippet(plan, "0.5.1"), python_snippet(plan, "0.6.2")
+    assert "from megatron.bridge.data.datasets.packed_sequence import PackedSequenceSpecs" in old
+    assert "cfg.dataset.packed_sequence_specs = PackedSequenceSpecs(" in old and "enable_offline_packing" not in old
+    assert "from megatron.bridge.data.packing import PackedSequenceSpecs" in new
+    assert "cfg.dataset.enable_offline_packing = True" in new and "offline_packing_specs" in new
+    vlm = plan_from_dict(PLANS["vlm-in-batch"])
+    assert "pack_sequences_in_batch = True" in python_snippet(vlm, "0.4.0")
+    assert "enable_in_batch_packing = True" in python_snippet(vlm, "0.6.0")
+    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+        python_snippet(plan, "six")
+
+
+def test_megatron_lm_args_and_mock_lengths_round_trip(tmp_path, squad):
+    plan = plan_from_dict(PLANS["offline-hierarchical"])
+    args = megatron_lm_args(plan)
+    for flag in ("--context-parallel-size 8", "--cp-comm-type a2a+p2p", "--hierarchical-context-parallel-sizes 2 4",
+                 "--calculate-per-token-loss", "--no-create-attention-mask-in-dataloader", "--sft",
+                 "--sft-mock-dataset-config-json"):
+        assert flag in args
+    csv = tmp_path / "lengths.csv"
+    csv.write_text(mock_lengths_csv(squad))
+    (tmp_path / "mock.json").write_text(json.dumps({"mode": "file", "path": str(csv)}))
+    back = load_lengths(tmp_path / "mock.json")  # read as Megatron-LM reads it: line 1 dropped
+    assert back.lengths.tolist() == squad.lengths.tolist() and back.counts.tolist() == squad.counts.tolist()
+
+
+def test_cli_recommend_json_and_export_recommended():
+    plan_file = str(SAMPLE / "plans" / "llama8b_squad.yaml")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "recommend", plan_file, "--json", "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"id", "severity", "message", "fix"} <= set(out["findings"][0])
+    assert out["recommended_plan"]["model"] == "llama3.1-8b"
+    best = plan_from_dict(out["recommended_plan"])
+    assert not [f for f in check(best) if f.severity == "error"]
+    exp = subprocess.run([sys.executable, "-m", "advisor", "export", plan_file, "--format", "python", "--recommended",
+                          "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    assert exp.returncode == 0 and exp.stdout == python_snippet(best)
+
+
+def test_markdown_and_plan_exports(squad):
+    from advisor.estimate import estimate
+
+    plan = plan_from_dict({**PLANS["offline-cp-sp"], "training": {"seq_length": 384, "global_batch_size": 64}})
+    est = estimate(plan, squad)
+    md = export(plan, "markdown", findings=check(plan, est.packing), est=est)
+    assert "## Findings" in md and "`cp.loss`" in md and "Megatron-Bridge packing metadata" in md
+    assert export(plan, "plan") == dump_plan(plan)
+    with pytest.raises(ValueError, match="unknown export format"):
+        export(plan, "docx")

@@ -1,0 +1,162 @@
+"""Every rule on both sides of its boundary, with its message."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import pack
+from advisor.plan import plan_from_dict
+from advisor.rules import apply_fix, check, collate_padding_multiple
+
+
+def plan(**over):
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"seq_length": 4096, "global_batch_size": 64}}
+    for section, fields in over.items():
+        base = raw.get(section)
+        raw[section] = {**base, **fields} if isinstance(base, dict) else fields
+    return plan_from_dict(raw)
+
+
+def ids(findings, severity=None):
+    return {f.id for f in findings if severity is None or f.severity == severity}
+
+
+def find(findings, fid):
+    return next(f for f in findings if f.id == fid)
+
+
+def test_packing_mode_by_task():
+    assert "packing.mode" not in ids(check(plan()))
+    assert find(check(plan(packing={"mode": "none"})), "packing.mode").severity == "warning"
+    vlm = check(plan(training={"task": "vlm-sft", "micro_batch_size": 4}, packing={"mode": "offline"}))
+    assert find(vlm, "packing.mode").severity == "error"
+    assert "packing.mode" not in ids(check(plan(training={"task": "vlm-sft", "micro_batch_size": 4})))
+    assert "packing.pretrain" in ids(check(plan(training={"task": "pretrain"}, packing={"mode": "offline"})))
+    assert "packing.pretrain" not in ids(check(plan(training={"task": "pretrain"})))
+
+
+def test_offline_packing_needs_micro_batch_one_and_offers_the_equivalent():
+    assert "packing.offline_mbs" not in ids(check(plan()))
+    f = find(check(plan(training={"micro_batch_size": 2, "global_batch_size": 64})), "packing.offline_mbs")
+    assert f.severity == "error" and f.message == "offline packing needs micro_batch_size 1 (is 2)"
+    assert f.fix == {"training": {"micro_batch_size": 1, "global_batch_size": 32}, "packing": {"pack_size": 8192}}
+    fixed = apply_fix(plan(training={"micro_batch_size": 2, "global_batch_size": 64}), f.fix)
+    assert "packing.offline_mbs" not in ids(check(fixed))
+
+
+def test_in_batch_needs_two():
+    one = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1}))
+    assert find(one, "packing.in_batch_mbs").message == "in-batch packing needs micro_batch_size >= 2"
+    assert "packing.in_batch_mbs" not in ids(check(plan(training={"task": "vlm-sft", "micro_batch_size": 2})))
+
+
+def test_global_batch_in_packs(squad):
+    p = plan(training={"seq_length": 384, "global_batch_size": 64}, packing={"pack_size": 384})
+    result = pack(squad, PackingConfig(pack_size=384))
+    f = find(check(p, result), "packing.global_batch")
+    assert f.fix["training"]["global_batch_size"] % p.parallel.dp == 0
+    assert f.fix["training"]["global_batch_size"] == max(8, round(64 / 2.11 / 8) * 8)
+
+
+def test_cp_divisibility_on_both_sides():
+    assert not ids(check(plan(parallel={"gpus": 8, "cp": 2}, training={"seq_length": 4096})), "error")
+    bad = check(plan(parallel={"gpus": 8, "cp": 2}, training={"seq_length": 4098}, packing={"pack_size": 4096}))
+    assert find(bad, "cp.seq_length").message == "seq_length 4098 is not divisible by 2*CP = 4"
+    assert "cp.pack_size" not in ids(bad)
+    assert "cp.seq_length" not in ids(check(plan(training={"seq_length": 4098})))  # CP = 1: no rule
+
+
+@pytest.mark.parametrize("tp,cp,sp,expected", [(1, 1, False, 1), (1, 2, False, 4), (2, 2, False, 4),
+                                                (2, 2, True, 4), (4, 2, True, 8), (4, 3, True, 12), (8, 1, True, 8)])
+def test_padding_multiple_is_the_lcm(tp, cp, sp, expected):
+    p = plan(parallel={"gpus": tp * cp * 2, "tp": tp, "cp": cp, "sp": sp})
+    assert collate_padding_multiple(p) == expected
+
+
+def test_pad_seq_to_mult_boundary():
+    layout = {"gpus": 16, "tp": 4, "cp": 2, "sp": True}
+    assert "cp.pad_seq_to_mult" not in ids(check(plan(parallel=layout, packing={"pad_seq_to_mult": 8})), "error")
+    bad = find(check(plan(parallel=layout, packing={"pad_seq_to_mult": 4})), "cp.pad_seq_to_mult")
+    assert bad.severity == "error" and "not a multiple of 8" in bad.message and "2*CP*TP" in bad.reason
+    no_sp = check(plan(parallel={**layout, "sp": False}, packing={"pad_seq_to_mult": 4}))
+    assert "cp.pad_seq_to_mult" not in ids(no_sp, "error")
+
+
+def test_cp_loss_only_for_sft_with_cp():
+    assert "cp.loss" in ids(check(plan(parallel={"gpus": 8, "cp": 2})))
+    assert "cp.loss" not in ids(check(plan()))
+    assert "cp.loss" not in ids(check(plan(parallel={"gpus": 8, "cp": 2}, training={"task": "pretrain"})))
+
+
+def test_a2a_needs_heads_divisible():
+    ok = check(plan(parallel={"gpus": 8, "cp": 8, "cp_comm_type": "a2a"}, training={"global_batch_size": 8}))
+    assert "cp.comm_type" not in ids(ok)
+    bad = check(plan(parallel={"gpus": 16, "cp": 16, "cp_comm_type": "a2a"}, training={"global_batch_size": 16}))
+    assert "query groups (8) divisible by its all-to-all size 16" in find(bad, "cp.comm_type").message
+
+
+def test_sliding_window_needs_a2a_or_all_gather():
+    model = {"preset": "llama3.1-8b", "window_size": 4096}
+    bad = check(plan(model=model, parallel={"gpus": 8, "cp": 2}))
+    assert find(bad, "cp.sliding_window").severity == "error"
+    assert "cp.sliding_window" not in ids(check(plan(model=model, parallel={"gpus": 8, "cp": 2,
+                                                                           "cp_comm_type": "all_gather"})))
+
+
+def test_hierarchical_cp_advice_for_large_cp():
+    assert "cp.hierarchical" in ids(check(plan(parallel={"gpus": 16, "cp": 16}, training={"global_batch_size": 8})))
+    assert "cp.hierarchical" not in ids(check(plan(parallel={"gpus": 8, "cp": 4})))
+
+
+def test_cuda_graphs_with_packing():
+    assert "cuda_graphs.packing" in ids(check(plan(training={"cuda_graphs": True})))
+    assert "cuda_graphs.packing" not in ids(check(plan(training={"cuda_graphs": True}, packing={"mode": "none"})))
+    assert "cuda_graphs.packing" not in ids(check(plan()))
+
+
+def test_long_context_boundary_64k():
+    at_64k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 65536, "global_batch_size": 8})
+    at_128k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 131072, "global_batch_size": 8})
+    assert "long_context.attention_mask" not in ids(check(at_64k))
+    f = find(check(at_128k), "long_context.attention_mask")
+    assert "--no-create-attention-mask-in-dataloader" in f.message and "16 GiB as bool" in f.reason
+    no_cp = plan(training={"seq_length": 131072})
+    assert "long_context.attention_mask" not in ids(check(no_cp))
+
+
+def test_full_recompute_on_long_sequences():
+    assert "long_context.recompute" in ids(check(plan(training={"seq_length": 32768, "recompute": "full"})))
+    assert "long_context.recompute" not in ids(check(plan(training={"seq_length": 8192, "recompute": "full"})))
+
+
+def test_truncation_and_stragglers(squad):
+    p = plan(parallel={"gpus": 8}, training={"seq_length": 256}, packing={"pack_size": 256})
+    short = pack(squad, PackingConfig(pack_size=256))
+    f = find(check(p, short), "data.truncated")
+    assert f.message.startswith(f"{short.runtime.num_truncated:,} samples longer than 256 are truncated")
+    fits = pack(squad, PackingConfig(pack_size=384))
+    assert "data.truncated" not in ids(check(plan(training={"seq_length": 384}), fits))
+    assert "data.stragglers" in ids(check(p, short)) or short.metrics.straggler_ratio <= 1.5
+    one_rank = plan(parallel={"gpus": 1}, training={"seq_length": 256, "global_batch_size": 8})
+    assert "data.stragglers" not in ids(check(one_rank, short))
+
+
+def test_fixed_length_with_pp_or_ep():
+    assert "data.fixed_length" in ids(check(plan(parallel={"gpus": 8, "pp": 2})))
+    assert "data.fixed_length" not in ids(check(plan()))
+
+
+def test_mtp_and_model_families():
+    assert find(check(plan(model={"preset": "llama3.1-8b", "mtp_num_layers": 1})), "compat.mtp").severity == "error"
+    assert "compat.mtp" not in ids(check(plan(model={"preset": "llama3.1-8b", "mtp_num_layers": 1},
+                                              packing={"mode": "none"})))
+    assert "compat.family" in ids(check(plan(model={"preset": "llama3.1-8b", "family": "qwen3-omni"})))
+
+
+def test_errors_come_first_and_each_has_a_source():
+    findings = check(plan(training={"micro_batch_size": 2, "global_batch_size": 64, "cuda_graphs": True},
+                          parallel={"gpus": 8, "cp": 2}))
+    severities = [f.severity for f in findings]
+    assert severities == sorted(severities, key=["error", "warning", "info"].index)
+    assert all(f.source and f.reason and f.message for f in findings)
