@@ -10,7 +10,6 @@ offline packing is ``enable_offline_packing`` with ``offline_packing_specs``; in
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
@@ -254,12 +253,7 @@ def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, hist: Length
     if fmt == "overrides":
         return overrides(plan, version)
     if fmt == "megatron-lm":
-        text = megatron_lm_args(plan)
-        if hist is not None:
-            digest = hashlib.sha256(mock_lengths_csv(hist).encode()).hexdigest()[:12]
-            text += (f"# lengths.csv: {hist.num_samples:,} lengths under a header line (sha256 {digest}); "
-                     "write it with: python -m advisor export PLAN --format megatron-lm --lengths-csv lengths.csv\n")
-        return text
+        return megatron_lm_args(plan)
     if fmt == "paths":
         return packed_paths(plan, version)
     if fmt == "plan":

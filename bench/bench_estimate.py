@@ -1,4 +1,6 @@
-"""Benchmark: ``estimate`` on a plan whose data has 1M samples: the first call packs, later calls reuse it.
+"""Benchmark: ``estimate`` and ``recommend`` on a plan whose data has 1M samples.
+
+``estimate``: the first call packs, later calls reuse it.
 
 Later calls change what does not change the packs (GPU count, pipeline stages, GPU type, recompute); a change of
 pack size, algorithm or padding multiple (CP, TP with SP) packs again, since the packs differ.
@@ -21,6 +23,8 @@ from advisor.estimate import estimate  # noqa: E402
 from advisor.ingest import load_lengths  # noqa: E402
 from advisor.megatron_mock import default_mock_config  # noqa: E402
 from advisor.plan import plan_from_dict  # noqa: E402
+from advisor.rules import check  # noqa: E402
+from advisor.search import search  # noqa: E402
 
 
 def main() -> None:
@@ -47,6 +51,12 @@ def main() -> None:
     print(f"first estimate (packs the data): {first:.3f} s")
     print(f"later estimates (packing reused): median {statistics.median(later):.3f} s, max {max(later):.3f} s "
           f"over {len(later)} calls (target < 1 s); speed-up over the first {first / statistics.median(later):.0f}x")
+    t0 = time.perf_counter()
+    result = search(plans[0], hist)
+    findings = check(result.recommended, result.best[0].estimate.packing if result.best else None)
+    seconds = time.perf_counter() - t0
+    print(f"recommend (rules + search over {result.evaluated} layouts, packing cached per pack size and padding "
+          f"multiple): {seconds:.2f} s; {len(findings)} findings on the recommended plan")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""Plotly figures for the dashboard, built from engine results (no Streamlit here, so they are tested like the rest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from advisor.estimate import Estimate
+from advisor.lengths import LengthHistogram
+from advisor.packing.metrics import per_pack
+from advisor.packing.offline import PackingResult
+
+COLORS = {"weights": "#4c78a8", "gradients": "#72b7b2", "optimizer": "#54a24b", "activations": "#f58518",
+          "logits_and_loss": "#e45756", "overhead": "#bab0ac"}
+
+
+def length_histogram(hist: LengthHistogram, pack_size: int | None = None, log_x: bool = False,
+                     log_y: bool = False, bins: int = 80) -> go.Figure:
+    """Samples by length, with the pack size marked."""
+    lo, hi = max(1, int(hist.lengths[0])), int(hist.lengths[-1])
+    edges = np.geomspace(lo, hi + 1, bins + 1) if log_x and hi > lo else np.linspace(lo, hi + 1, bins + 1)
+    counts, edges = np.histogram(hist.lengths, bins=edges, weights=hist.counts)
+    fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), name="samples",
+                           marker_color="#4c78a8", hovertemplate="%{x:.0f} tokens: %{y:,} samples<extra></extra>"))
+    if pack_size:
+        fig.add_vline(x=pack_size, line_dash="dash", line_color="#e45756",
+                      annotation_text=f"pack size {pack_size:,}", annotation_position="top")
+    fig.update_layout(title="Sequence lengths", xaxis_title="tokens per sample", yaxis_title="samples",
+                      bargap=0, margin=dict(t=50, b=40))
+    fig.update_xaxes(type="log" if log_x else "linear")
+    fig.update_yaxes(type="log" if log_y else "linear")
+    return fig
+
+
+def sweep_curves(sweep: pd.DataFrame, metric: str = "packing_efficiency") -> go.Figure:
+    """A metric against pack size, one curve per algorithm (and the no-packing baselines, dashed)."""
+    fig = go.Figure()
+    for name, part in sweep.groupby("algorithm", sort=False):
+        dashed = name.startswith("no packing")
+        fig.add_trace(go.Scatter(x=part["pack_size"], y=part[metric], mode="lines+markers", name=name,
+                                 line=dict(dash="dash" if dashed else "solid")))
+    labels = {"packing_efficiency": "efficiency %", "padding_fraction": "padding fraction",
+              "packing_factor": "packing factor n"}
+    fig.update_layout(title=f"{labels.get(metric, metric)} against pack size", xaxis_title="pack size",
+                      yaxis_title=labels.get(metric, metric), margin=dict(t=50, b=40))
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def pack_fill_histogram(result: PackingResult) -> go.Figure:
+    fill, _, _ = per_pack(result.offsets, result.items)
+    fig = go.Figure(go.Histogram(x=fill / result.config.pack_size * 100, nbinsx=50, marker_color="#54a24b"))
+    fig.update_layout(title="How full the packs are", xaxis_title="pack fill %", yaxis_title="packs",
+                      margin=dict(t=50, b=40))
+    return fig
+
+
+def attention_work_histogram(result: PackingResult) -> go.Figure:
+    _, _, work = per_pack(result.offsets, result.items)
+    m = result.metrics
+    fig = go.Figure(go.Histogram(x=work, nbinsx=60, marker_color="#f58518"))
+    fig.add_vline(x=m.attention_work_mean, line_dash="dash", annotation_text="mean")
+    fig.add_vline(x=m.attention_work_max, line_dash="dot", line_color="#e45756",
+                  annotation_text=f"max = {m.straggler_ratio:.2f} x mean")
+    fig.update_layout(title="Attention work per pack, sum(s_i^2)", xaxis_title="sum of squared sample lengths",
+                      yaxis_title="packs", margin=dict(t=50, b=40))
+    return fig
+
+
+def pack_strip(result: PackingResult, n: int = 40) -> go.Figure:
+    """The first packs as stacked bars of their samples."""
+    rows = []
+    for i in range(min(n, result.num_packs)):
+        for j, s in enumerate(result.pack(i)):
+            rows.append((i, j, s))
+    fig = go.Figure()
+    depth = max((r[1] for r in rows), default=0) + 1
+    for j in range(depth):
+        xs = [r[0] for r in rows if r[1] == j]
+        ys = [r[2] for r in rows if r[1] == j]
+        fig.add_trace(go.Bar(x=xs, y=ys, name=f"sample {j + 1}", showlegend=False,
+                             hovertemplate="pack %{x}: %{y} tokens<extra></extra>"))
+    fig.add_hline(y=result.config.pack_size, line_dash="dash", annotation_text="pack size")
+    fig.update_layout(barmode="stack", title=f"The first {min(n, result.num_packs)} packs", xaxis_title="pack",
+                      yaxis_title="tokens", margin=dict(t=50, b=40))
+    return fig
+
+
+def memory_bar(est: Estimate) -> go.Figure:
+    """Memory per GPU by component against the GPU's capacity, with Megatron-Bridge's own estimate beside it."""
+    m = est.memory
+    fig = go.Figure()
+    for name, value in m.breakdown.items():
+        fig.add_trace(go.Bar(x=["advisor"], y=[value / 2**30], name=name, marker_color=COLORS[name],
+                             hovertemplate=f"{name}: %{{y:.2f}} GiB<extra></extra>"))
+    mb = m.megatron_bridge
+    fig.add_trace(go.Bar(x=["Megatron-Bridge 0.6.2"], y=[mb.weight_and_optimizer_bytes / 2**30],
+                         name="MB weights + optimizer", marker_color="#9d755d"))
+    fig.add_trace(go.Bar(x=["Megatron-Bridge 0.6.2"], y=[mb.activation_bytes / 2**30], name="MB activations",
+                         marker_color="#ff9da6"))
+    fig.add_hline(y=m.capacity / 2**30, line_color="#e45756", annotation_text=f"GPU {m.capacity / 2**30:.0f} GiB")
+    fig.update_layout(barmode="stack", title=f"Memory per GPU: {m.total / 2**30:.1f} GiB "
+                      f"({'fits' if m.fits else 'does not fit'})", yaxis_title="GiB", margin=dict(t=50, b=40))
+    return fig
+
+
+def attention_flops_bars(est: Estimate) -> go.Figure:
+    a = est.flops.attention
+    names = {"thd": "THD: sum(s_i^2)", "block_mask": "block-masked: (sum s_i)^2", "padded": "padded: b x s^2"}
+    fig = go.Figure(go.Bar(x=[names[k] for k in ("thd", "block_mask", "padded")],
+                           y=[a[k] / 1e12 for k in ("thd", "block_mask", "padded")],
+                           marker_color=["#54a24b", "#f58518", "#e45756"]))
+    fig.update_layout(title=f"Attention core TFLOPs per step (THD / block-masked = {est.flops.attention_ratio:.2f})",
+                      yaxis_title="TFLOPs per step", margin=dict(t=50, b=40))
+    return fig
+
+
+def memory_heatmap(grid: pd.DataFrame) -> go.Figure:
+    """Memory per GPU (GiB) over pack size and CP; cells that do not fit are marked."""
+    table = grid.pivot(index="cp", columns="pack_size", values="memory_gib")
+    fits = grid.pivot(index="cp", columns="pack_size", values="fits")
+    text = [[f"{v:.0f}{'' if ok else ' ✗'}" for v, ok in zip(row, frow, strict=True)]
+            for row, frow in zip(table.values, fits.values, strict=True)]
+    fig = go.Figure(go.Heatmap(z=table.values, x=[str(c) for c in table.columns], y=[str(r) for r in table.index],
+                               text=text, texttemplate="%{text}", colorscale="Viridis",
+                               colorbar=dict(title="GiB")))
+    fig.update_layout(title="Memory per GPU by pack size and CP (✗: does not fit)", xaxis_title="pack size",
+                      yaxis_title="CP", margin=dict(t=50, b=40))
+    return fig

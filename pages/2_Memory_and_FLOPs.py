@@ -1,0 +1,38 @@
+"""Memory & FLOPs: memory per GPU by component, Megatron-Bridge's own estimate, attention FLOPs and step time."""
+
+import streamlit as st
+
+from advisor import charts, dashboard
+from advisor.plan import PlanError
+from advisor.presets import GPU_PRESETS, MODEL_PRESETS
+
+st.set_page_config(page_title="Memory & FLOPs", layout="wide")
+dashboard.init_state(st.session_state)
+plan, hist = st.session_state["plan"], st.session_state["hist"]
+st.title("Memory & FLOPs")
+c = st.columns(7)
+model = c[0].selectbox("Model", list(MODEL_PRESETS), index=dashboard.index_of(MODEL_PRESETS, plan["model"]))
+gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=dashboard.index_of(GPU_PRESETS, plan["hardware"]["gpu"]))
+layout = {k: int(c[i + 2].number_input(k.upper(), 1, 4096, plan["parallel"][k])) for i, k in
+          enumerate(("gpus", "tp", "pp", "cp"))}
+mbs = int(c[6].number_input("micro batch", 1, 64, plan["training"]["micro_batch_size"]))
+candidate = dashboard.with_layout(plan, model=model, gpu=gpu, micro_batch_size=mbs, **layout)
+try:
+    est = dashboard.estimate_for(candidate, hist)
+    st.session_state["plan"] = candidate
+except PlanError as e:
+    st.error(str(e))
+    st.stop()
+k = st.columns(4)
+k[0].metric("memory per GPU", f"{est.memory.total / 2**30:.1f} GiB", "fits" if est.memory.fits else "does not fit")
+k[1].metric("step time", f"{est.time.step_seconds:.3f} s", f"straggler x{est.time.straggler_factor:.2f}")
+k[2].metric("tokens/s/GPU", f"{est.time.tokens_per_second_per_gpu:,.0f}")
+k[3].metric("time per epoch", f"{est.time.epoch_seconds / 3600:.2f} h")
+a, b = st.columns(2)
+a.plotly_chart(charts.memory_bar(est), width="stretch")
+b.plotly_chart(charts.attention_flops_bars(est), width="stretch")
+with st.expander("Why the advisor and Megatron-Bridge differ"):
+    st.markdown("\n".join(f"- {d}" for d in est.memory.differences))
+with st.spinner("memory over pack size and CP"):
+    grid = dashboard.memory_grid_for(candidate, hist)
+st.plotly_chart(charts.memory_heatmap(grid), width="stretch")
