@@ -1,12 +1,97 @@
+"""Every dashboard page in AppTest: renders on the sample data, follows its controls, survives bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 
+PAGES = ["app.py", "pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py",
+         "pages/4_Trial.py"]
 
-def test_home_page_renders_sample_metadata_and_follows_pack_size():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+
+@pytest.fixture(autouse=True)
+def _clear_caches():
+    st.cache_data.clear()
+    yield
+
+
+def run(page: str, state: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / page), default_timeout=300)
+    for k, v in (state or {}).items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def value_of(at: AppTest, statistic: str) -> str:
+    frame = at.dataframe[0].value
+    return frame.set_index("statistic").loc[statistic, "value"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_the_sample_data(page):
+    at = run(page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error
+
+
+def test_upload_changes_the_summary_and_a_bad_file_keeps_the_data():
+    at = run("app.py")
+    before = value_of(at, "samples")
+    assert before == "88,641"
+    at.file_uploader(key="upload").set_value(("mine.csv", b"length\n100\n200\n300\n", "text/csv")).run()
     assert not at.exception
-    assert at.json[0].value and '"pack_size": 384' in at.json[0].value
-    at.select_slider[0].set_value(512).run()
+    assert value_of(at, "samples") == "3" and value_of(at, "max") == "300"
+    at.file_uploader(key="upload").set_value(("bad.csv", b"length\n100\nabc\n", "text/csv")).run()
     assert not at.exception
-    assert '"pack_size": 512' in at.json[0].value
+    assert at.error[0].value == "bad.csv, line 3: length 'abc' is not a number"
+    assert value_of(at, "samples") == "3"  # the previous data stays
+
+
+def test_packing_page_metadata_follows_pack_size():
+    at = run("pages/1_Packing.py")
+    assert '"pack_size": 384' in at.code[0].value
+    at.number_input[0].set_value(512).run()
+    assert not at.exception
+    assert '"pack_size": 512' in at.code[0].value
+    assert at.session_state["plan"]["packing"]["pack_size"] == 512  # kept for the other pages
+
+
+def test_memory_page_refuses_an_inconsistent_layout():
+    at = run("pages/2_Memory_and_FLOPs.py")
+    gpus = next(n for n in at.number_input if n.label == "GPUS")
+    gpus.set_value(7).run()
+    assert at.error and "gpus 7 is not divisible by tp*pp*cp = 2" in at.error[0].value
+
+
+def test_export_matches_the_command_line(tmp_path):
+    at = run("pages/3_Recommendations.py")
+    shown = at.code[0].value
+    plan_file = tmp_path / "plan.yaml"
+    from advisor.plan import dump_plan, plan_from_dict
+
+    plan_file.write_text(dump_plan(plan_from_dict(at.session_state["plan"])))
+    cli = subprocess.run([sys.executable, "-m", "advisor", "export", str(plan_file), "--format", "python",
+                          "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    assert cli.returncode == 0 and cli.stdout.rstrip("\n") == shown.rstrip("\n")
+
+
+def test_apply_fix_changes_the_plan():
+    at = run("pages/3_Recommendations.py")
+    button = next(b for b in at.button if b.label.startswith("Apply fix"))
+    button.click().run()
+    assert not at.exception
+
+
+def test_share_link_reopens_the_plan():
+    from advisor.dashboard import default_plan, plan_from_query, plan_to_query
+
+    plan = default_plan("chat-like (180k)")
+    plan["parallel"]["cp"] = 2
+    sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))
+    assert sample == "chat-like (180k)" and back == plan
