@@ -41,8 +41,9 @@ with left:
             st.error(str(e))
     plan = plan_from_dict(st.session_state["plan"], "dashboard plan")
     st.download_button("Save plan (YAML)", dump_plan(plan), file_name="plan.yaml")
-    st.text_input("Link to this plan", dashboard.share_link(st.session_state), key="share_link",
-                  help="Reopens the dashboard on this plan (sample data by name).")
+    st.query_params.from_dict(dashboard.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
+    st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "
+               "name; uploaded data is not in the link).")
 
 with right:
     hist = st.session_state["hist"]
@@ -50,6 +51,9 @@ with right:
     c1, c2 = st.columns(2)
     log_x, log_y = c1.toggle("log x", key="log_x"), c2.toggle("log y", key="log_y")
     pack_size = plan.packing.pack_size or plan.training.seq_length
+    s = dashboard.summary_numbers(hist)
+    for col, (label, value) in zip(st.columns(len(s)), s.items(), strict=True):
+        col.metric(label, value)
     st.plotly_chart(charts.length_histogram(hist, pack_size, log_x, log_y), width="stretch")
     st.dataframe(dashboard.summary_table(hist), hide_index=True, width="stretch")
     for note in hist.notes:

@@ -117,6 +117,12 @@ def summary_table(hist: LengthHistogram) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["statistic", "value"])
 
 
+def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
+    """The few figures shown large above the summary table."""
+    s = summarize(hist)
+    return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
+
+
 def plan_to_query(plan: dict, sample: str | None) -> dict[str, str]:
     """Query parameters that reopen the dashboard on this plan (and sample, by name)."""
     packed = base64.urlsafe_b64encode(zlib.compress(json.dumps(plan, separators=(",", ":")).encode())).decode()
@@ -200,12 +206,6 @@ def plan_dict_from_text(text: str, name: str) -> dict:
     except (ValueError, yaml.YAMLError) as e:
         raise PlanError(name, [f"is not valid {'JSON' if name.lower().endswith('.json') else 'YAML'}: {e}"]) from None
     return plan_from_dict(raw, name).to_dict()
-
-
-def share_link(state, base: str = "") -> str:
-    from urllib.parse import urlencode
-
-    return f"{base}?{urlencode(plan_to_query(state['plan'], state.get('data_name')))}"
 
 
 def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1):

@@ -1,0 +1,114 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright, against the app on a loopback port.
+
+Playwright cannot download its own browser here, so the test installs Debian's ``chromium`` package where it is
+missing (as root, with apt-get) and skips with the reason where it cannot. Screenshots go to tests/screenshots/
+(ignored by git).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "tests" / "screenshots"
+READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+def _ensure_chromium() -> str | None:
+    """The reason chromium cannot be had, or None once it is there."""
+    if Path(CHROMIUM).exists():
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return "Debian's chromium is not installed and apt-get cannot run here (not root, or no apt)"
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
+                                                                         "DEBIAN_FRONTEND": "noninteractive"})
+        if proc.returncode:
+            return f"{' '.join(cmd)} failed: {proc.stderr.strip()[-300:]}"
+    return None if Path(CHROMIUM).exists() else "chromium installed but /usr/bin/chromium is missing"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    reason = _ensure_chromium()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+                             str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not start within 90 s")
+    yield url
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=20)
+
+
+def test_dashboard_in_chromium(app_url, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(exist_ok=True)
+    upload = tmp_path / "lengths.csv"
+    upload.write_text("num_tokens\n" + "\n".join(str(100 + 37 * i % 3000) for i in range(5000)) + "\n")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
+        page.goto(app_url)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "1_home.png"), full_page=True)
+
+        page.locator("input[type='file']").first.set_input_files(str(upload))
+        page.get_by_text("5,000", exact=True).first.wait_for(timeout=60_000)  # the summary shows the upload
+        page.wait_for_selector(READY, timeout=120_000)
+        assert page.get_by_role("heading", name="lengths.csv").count() == 1
+        page.screenshot(path=str(SHOTS / "2_uploaded.png"), full_page=True)
+
+        page.get_by_role("link", name="Packing").click()
+        page.wait_for_selector(READY, timeout=120_000)
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        assert page.get_by_text("Megatron-Bridge metadata, as it will be written").count() == 1
+        page.screenshot(path=str(SHOTS / "3_packing.png"), full_page=True)
+
+        page.get_by_role("link", name="Memory and FLOPs").click()
+        page.wait_for_selector(READY, timeout=120_000)
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "4_memory.png"), full_page=True)
+
+        page.get_by_role("link", name="Recommendations").click()
+        page.wait_for_selector(READY, timeout=180_000)
+        with page.expect_download(timeout=60_000) as download:
+            page.get_by_role("button", name="Download packing_config.py").click()
+        snippet = Path(download.value.path()).read_text()
+        assert "from megatron.bridge.data.packing import PackedSequenceSpecs" in snippet
+        assert "cfg.dataset.enable_offline_packing = True" in snippet
+        page.screenshot(path=str(SHOTS / "5_recommendations.png"), full_page=True)
+        browser.close()
