@@ -215,14 +215,14 @@ def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to
 
 
 def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
-    """Powers of two from the median length up to the first one that holds the longest sample: fixed per data
-    set, so the sweep is computed once and a changed control does not pack it all again.
+    """Powers of two from the 10th-percentile length up to the first one that holds the longest sample: fixed per
+    data set, so the sweep is computed once and a changed control does not pack it all again.
 
     >>> sweep_sizes(LengthHistogram.from_samples([100, 300, 5000]))
-    [512, 1024, 2048, 4096, 8192]
+    [256, 512, 1024, 2048, 4096, 8192]
     """
     top = 1 << max(4, int(hist.max_length - 1).bit_length())
-    low = 1 << max(4, int(hist.percentile(50)).bit_length())
+    low = 1 << max(4, int(hist.percentile(10)).bit_length())
     sizes = []
     size = top
     while size >= low and len(sizes) < most:
@@ -290,8 +290,9 @@ def candidates_table(plan: dict, hist: LengthHistogram) -> pd.DataFrame:
     result = search_for(plan, hist)
     rows = [{"plan": "yours", **result.baseline.summary()}]
     rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
-    return pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
-                               "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
+                                "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
 
 
 def export_text(plan: dict, hist: LengthHistogram, fmt: str, version: str, recommended: bool) -> tuple[str, str]:

@@ -28,7 +28,7 @@ k2.metric("packing factor n", result.metadata["packing_factor"])
 k3.metric("efficiency", f"{result.metadata['packing_efficiency']} %")
 k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}")
 st.subheader("Megatron-Bridge metadata, as it will be written")
-st.code(json.dumps([result.metadata]), language="json")
+st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     st.info(note)
 with st.spinner("sweeping pack sizes"):

@@ -13,8 +13,9 @@ st.title("Memory & FLOPs")
 c = st.columns(7)
 model = c[0].selectbox("Model", list(MODEL_PRESETS), index=dashboard.index_of(MODEL_PRESETS, plan["model"]))
 gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=dashboard.index_of(GPU_PRESETS, plan["hardware"]["gpu"]))
-layout = {k: int(c[i + 2].number_input(k.upper(), 1, 4096, plan["parallel"][k])) for i, k in
-          enumerate(("gpus", "tp", "pp", "cp"))}
+labels = {"gpus": "GPUs", "tp": "TP", "pp": "PP", "cp": "CP"}
+layout = {k: int(c[i + 2].number_input(label, 1, 4096, plan["parallel"][k])) for i, (k, label) in
+          enumerate(labels.items())}
 mbs = int(c[6].number_input("micro batch", 1, 64, plan["training"]["micro_batch_size"]))
 candidate = dashboard.with_layout(plan, model=model, gpu=gpu, micro_batch_size=mbs, **layout)
 try:
@@ -24,8 +25,9 @@ except PlanError as e:
     st.error(str(e))
     st.stop()
 k = st.columns(4)
-k[0].metric("memory per GPU", f"{est.memory.total / 2**30:.1f} GiB", "fits" if est.memory.fits else "does not fit")
-k[1].metric("step time", f"{est.time.step_seconds:.3f} s", f"straggler x{est.time.straggler_factor:.2f}")
+k[0].metric("memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
+            f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB")
+k[1].metric(f"step time (straggler x{est.time.straggler_factor:.2f})", f"{est.time.step_seconds:.3f} s")
 k[2].metric("tokens/s/GPU", f"{est.time.tokens_per_second_per_gpu:,.0f}")
 k[3].metric("time per epoch", f"{est.time.epoch_seconds / 3600:.2f} h")
 a, b = st.columns(2)

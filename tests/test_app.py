@@ -64,7 +64,7 @@ def test_packing_page_metadata_follows_pack_size():
 
 def test_memory_page_refuses_an_inconsistent_layout():
     at = run("pages/2_Memory_and_FLOPs.py")
-    gpus = next(n for n in at.number_input if n.label == "GPUS")
+    gpus = next(n for n in at.number_input if n.label == "GPUs")
     gpus.set_value(7).run()
     assert at.error and "gpus 7 is not divisible by tp*pp*cp = 2" in at.error[0].value
 

@@ -90,3 +90,13 @@ def test_packing_for_is_keyed_on_the_histogram(squad, wikipedia):
     a = packing_for(squad, packing_config(_plan()))
     b = packing_for(scaled(wikipedia, 1000), packing_config(_plan()))
     assert a is not b and a.metrics.num_sequences == squad.num_samples
+
+
+def test_search_never_recommends_cutting_more_data(squad):
+    from advisor.search import search
+
+    result = search(_plan(parallel={"gpus": 8, "cp": 1}), squad)
+    base = result.baseline.estimate.packing.runtime.tokens_truncated
+    for cand in result.best:
+        assert cand.estimate.packing.runtime.tokens_truncated <= base
+        assert cand.viable and cand.tokens_per_second_per_gpu > 0
