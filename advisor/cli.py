@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -260,6 +261,49 @@ def cmd_export(args) -> dict:
     return {}
 
 
+def cmd_trial(args) -> dict:
+    from pathlib import Path
+
+    from advisor.trial import ParityError, TrialConfig, run_trial, write_outputs
+
+    progress = _Progress(args.quiet)
+    plan, hist = _plan_and_lengths(args, progress)
+    cfg = TrialConfig(steps=args.steps, device=args.device, scale=args.model_scale, seed=args.seed,
+                      pack_size=args.pack_size, break_mask=args.break_mask)
+    try:
+        result = run_trial(plan, hist, cfg, progress=(lambda m: None) if args.quiet else _trial_progress)
+    except ParityError as e:
+        print(f"error: trial failed the packing parity check: {e}", file=sys.stderr)
+        raise SystemExit(3) from None
+    out = result.to_dict()
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return {}
+    if args.out:
+        write_outputs(result, Path(args.out))
+    if args.json:
+        return out
+    p, q = out["packed"], out["padded"]
+    print(f"trial on {out['device']}, {out['steps']} steps, model {out['model']}")
+    print(f"  parity: loss {out['loss_parity']['max_abs_diff']:.2e} (<= {out['loss_parity']['bound']:g}), "
+          f"gradients {out['grad_parity']['max_rel_diff']:.2e} (<= {out['grad_parity']['bound']:g})")
+    print(f"  packed {p['tokens_per_second']:,.0f} tokens/s, padded {q['tokens_per_second']:,.0f}, block-masked "
+          f"{out['block_masked']['tokens_per_second']:,.0f}; speedup {out['speedup']:.2f}x "
+          f"(predicted from FLOPs {out['predicted_speedup']:.2f}x)")
+    m = out["memory"]
+    print(f"  memory: measured {m['measured_bytes'] / 2**20:,.1f} MiB, predicted {m['predicted_bytes'] / 2**20:,.1f} "
+          f"MiB (measured/predicted {m['ratio_measured_over_predicted']:.2f}; {m['how']})")
+    if out["distributed"]:
+        d = out["distributed"]
+        print(f"  {d['world_size']} ranks ({d['backend']}): attention work per rank {d['per_rank_attention_work']}, "
+              f"all-reduce wait {d['per_rank_allreduce_wait_seconds']} s; work straggler measured "
+              f"x{d['measured_work_straggler']:.2f}, estimator x{d['predicted_straggler_factor']:.2f}")
+    return {}
+
+
+def _trial_progress(message: str) -> None:
+    print(f"[trial] {message}", file=sys.stderr, flush=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m advisor", description="Sequence packing advisor for "
                                      "Megatron-Bridge and Megatron-LM.")
@@ -303,6 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export, json=False)
+    p = sub.add_parser("trial", help="a short real training run: packed vs padded vs block-masked, parity, memory")
+    p.add_argument("plan", help="plan file (YAML or JSON)")
+    p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
+    p.add_argument("--steps", type=int, default=3, help="measured steps per way (after one warm-up step)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--model-scale", choices=("small", "medium", "large"), default="small")
+    p.add_argument("--pack-size", type=int, default=512, help="the trial's pack size (lengths are scaled to it)")
+    p.add_argument("--seed", type=int, default=0, help="fixes the data, the initialisation and the order")
+    p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", help="folder for trial.json and steps.csv")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_trial)
     return parser
 
 
