@@ -1,9 +1,52 @@
-"""Trial: a short real training run that checks the plan against measurement (not built yet)."""
+"""Trial: a short real training run in the background, packed vs padded vs block-masked, against the estimates."""
 
 import streamlit as st
 
+from advisor import dashboard, trial_jobs
+
 st.set_page_config(page_title="Trial", layout="wide")
+dashboard.init_state(st.session_state)
 st.title("Trial")
-st.info("The trial job (issue 6) is not built yet. It will train a small GPT-style model packed, padded and "
-        "block-masked on your length distribution, check loss and gradient parity, and compare measured memory and "
-        "throughput with the estimates here.")
+st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
+           "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "
+           "and slow; on a GPU node run `python -m advisor trial PLAN --device cuda --out DIR` and upload trial.json.")
+c1, c2, c3 = st.columns(3)
+steps = c1.number_input("Steps", 1, 50, 3)
+pack_size = c2.number_input("Trial pack size", 64, 8192, 512, step=64)
+scale = c3.selectbox("Model scale", ["small", "medium", "large"])
+job = st.session_state.get("trial_job")
+if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["state"] == "running"):
+    st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
+                                                           steps=int(steps), pack_size=int(pack_size), scale=scale)
+
+
+@st.fragment(run_every=1.0)
+def follow():
+    job = st.session_state.get("trial_job")
+    if job is None:
+        return
+    status = trial_jobs.poll(job)
+    st.write(f"Trial {status['state']} (folder {job.folder})")
+    st.code(status["log"] or "starting…", language="text")
+    if status["state"] == "running" and st.button("Cancel"):
+        trial_jobs.cancel(job)
+    if status["result"] is not None:
+        st.session_state["trial_result"] = status["result"]
+
+
+follow()
+uploaded = st.file_uploader("Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload")
+if uploaded is not None:
+    try:
+        st.session_state["trial_result"] = trial_jobs.read_results(uploaded.getvalue(), uploaded.name)
+    except ValueError as e:
+        st.error(str(e))
+result = st.session_state.get("trial_result")
+if result:
+    speed, memory = trial_jobs.results_tables(result)
+    st.plotly_chart(trial_jobs.results_chart(result), width="stretch")
+    a, b = st.columns(2)
+    a.dataframe(speed, hide_index=True)
+    b.dataframe(memory, hide_index=True)
+    st.write(f"Parity: loss {result['loss_parity']['max_abs_diff']:.2e}, gradients "
+             f"{result['grad_parity']['max_rel_diff']:.2e} (bounds 1e-5 and 1e-4)")

@@ -92,3 +92,35 @@ def test_two_ranks_with_torchrun_and_gloo():
     assert d["world_size"] == 2 and d["backend"] == "gloo"
     assert len(d["per_rank_attention_work"]) == 2 and len(d["per_rank_allreduce_wait_seconds"]) == 2
     assert d["predicted_straggler_factor"] >= 1 and d["measured_work_straggler"] >= 1
+
+
+def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
+    import time
+
+    from advisor import dashboard, trial_jobs
+
+    plan = dashboard.default_plan()
+    job = trial_jobs.start_trial(plan, skewed, steps=1, pack_size=128)
+    deadline = time.time() + 300
+    while (status := trial_jobs.poll(job))["state"] == "running" and time.time() < deadline:
+        time.sleep(1)
+    assert status["state"] == "done", status["log"]
+    speed, memory = trial_jobs.results_tables(status["result"])
+    assert list(speed["way"]) == ["packed", "padded", "block_masked"]
+    assert memory["measured / predicted"].notna().all()
+    slow = trial_jobs.start_trial(plan, skewed, steps=50, pack_size=512)
+    trial_jobs.cancel(slow)
+    time.sleep(2)
+    assert trial_jobs.poll(slow)["state"] == "failed"
+
+
+def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "4_Trial.py"), default_timeout=120).run()
+    assert not at.exception
+    at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
+                                                    "application/json")).run()
+    assert not at.exception and len(at.dataframe) == 2
+    at.file_uploader(key="trial_upload").set_value(("x.json", b'{"device": "cpu"}', "application/json")).run()
+    assert at.error and "not a trial result, missing packed" in at.error[0].value

@@ -1,0 +1,124 @@
+"""The trial as a background job for the dashboard: start it, follow its log, cancel it, read its results.
+
+The job is a separate process group (``start_new_session``), so it never blocks the page and keeps running when
+the user switches pages; its folder holds the plan, the lengths, the log and, at the end, ``trial.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from advisor.lengths import LengthHistogram
+from advisor.plan import dump_plan, plan_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialJob:
+    pid: int
+    folder: str
+
+    @property
+    def log(self) -> Path:
+        return Path(self.folder) / "trial.log"
+
+    @property
+    def results(self) -> Path:
+        return Path(self.folder) / "trial.json"
+
+
+def start_trial(plan: dict, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
+                scale: str = "small", device: str = "auto") -> TrialJob:
+    folder = Path(tempfile.mkdtemp(prefix="advisor-trial-"))
+    lengths = folder / "lengths.csv"
+    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts,
+                                                                                   strict=True)))
+    raw = {**plan, "data": {"lengths": str(lengths)}}
+    (folder / "plan.yaml").write_text(dump_plan(plan_from_dict(raw, "trial plan")))
+    log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), "--steps",
+                             str(steps), "--pack-size", str(pack_size), "--model-scale", scale, "--device", device,
+                             "--out", str(folder)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return TrialJob(pid=proc.pid, folder=str(folder))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our finished child
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def poll(job: TrialJob) -> dict:
+    """``state`` (running, done, failed), the log's last lines, and the results once written."""
+    running = _alive(job.pid)
+    lines = job.log.read_text().splitlines() if job.log.exists() else []
+    result = json.loads(job.results.read_text()) if job.results.exists() else None
+    state = "running" if running else ("done" if result is not None else "failed")
+    return {"state": state, "log": "\n".join(lines[-12:]), "result": result}
+
+
+def cancel(job: TrialJob) -> None:
+    try:
+        os.killpg(job.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def read_results(data: bytes, name: str) -> dict:
+    """A ``trial.json`` from a run elsewhere (a GPU node), checked for the keys the page shows."""
+    try:
+        result = json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{name}: not a trial JSON ({e})") from None
+    missing = [k for k in ("device", "packed", "padded", "memory", "loss_parity", "grad_parity") if k not in result]
+    if missing:
+        raise ValueError(f"{name}: not a trial result, missing {', '.join(missing)}")
+    return result
+
+
+def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Speed (measured per way, speed-up against the FLOPs prediction) and memory (measured against predicted)."""
+    speed = pd.DataFrame([{"way": w, "tokens/s": result[w]["tokens_per_second"], "step s": result[w]["step_seconds"]}
+                          for w in ("packed", "padded", "block_masked") if w in result])
+    m = result["memory"]
+    memory = pd.DataFrame([
+        {"quantity": "packed / padded speed-up", "measured": result.get("speedup"),
+         "predicted": result.get("predicted_speedup")},
+        {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
+         "predicted": m["predicted_bytes"] / 2**20},
+        {"quantity": "memory, weights+grads+Adam MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
+         "predicted": m.get("predicted_state_bytes", 0) / 2**20},
+        {"quantity": "memory, activations MiB", "measured": m.get("measured_activation_bytes", 0) / 2**20,
+         "predicted": m.get("predicted_activation_bytes", 0) / 2**20},
+    ])
+    memory["measured / predicted"] = memory["measured"] / memory["predicted"]
+    return speed, memory.round(3)
+
+
+def results_chart(result: dict) -> go.Figure:
+    speed, memory = results_tables(result)
+    fig = go.Figure(go.Bar(x=speed["way"], y=speed["tokens/s"], marker_color=["#54a24b", "#e45756", "#f58518"]))
+    fig.update_layout(title=f"Measured tokens/s on {result['device']} (speed-up {result.get('speedup', 0):.2f}x, "
+                            f"predicted {result.get('predicted_speedup') or 0:.2f}x)", yaxis_title="real tokens/s",
+                      margin=dict(t=50, b=40))
+    return fig
