@@ -339,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="the plan as a Megatron-Bridge snippet, overrides, Megatron-LM arguments, "
                        "packed-file paths, plan file or Markdown report")
     p.add_argument("plan", help="plan file (YAML or JSON)")
-    p.add_argument("--format", choices=("python", "overrides", "megatron-lm", "paths", "plan", "markdown"),
-                   default="python")
+    p.add_argument("--format", choices=("python", "overrides", "megatron-lm", "paths", "plan", "markdown",
+                                        "torchrun", "slurm"), default="python")
     p.add_argument("--megatron-bridge-version", default="0.6.2", help="API generation of the snippet (default 0.6.2)")
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")

@@ -309,9 +309,11 @@ def export_text(plan: dict, hist: LengthHistogram, fmt: str, version: str, recom
         est = estimate(p, hist)
         findings = check(p, est.packing)
     names = {"python": "packing_config.py", "overrides": "overrides.txt", "megatron-lm": "megatron_lm_args.sh",
-             "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md"}
+             "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
+             "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
     return export(p, fmt, version, hist, findings, est, result), names[fmt]
 
 
 def code_language(fmt: str) -> str:
-    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown"}.get(fmt, "text")
+    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
+            "slurm": "bash"}.get(fmt, "text")

@@ -18,7 +18,7 @@ from advisor.plan import Plan, dump_plan
 from advisor.rules import collate_padding_multiple, packing_mode
 
 DEFAULT_MB_VERSION = "0.6.2"
-FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
+FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown", "torchrun", "slurm")
 
 
 def _version(v: str) -> tuple[int, int]:
@@ -245,6 +245,30 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None) ->
     return "\n".join(lines) + "\n"
 
 
+def trial_torchrun(plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
+    """The trial on one node's GPUs as data parallelism (NCCL)."""
+    return (f"torchrun --nproc-per-node {gpus_per_node} -m advisor trial {plan_file} --device cuda "
+            f"--model-scale medium --steps {steps} --out trial_out --json\n")
+
+
+def trial_slurm(plan: Plan, plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
+    """A Slurm batch script for a multi-node trial: one torchrun per node, rendezvous on the first node."""
+    nodes = max(1, -(-plan.parallel.gpus // gpus_per_node))
+    return f"""#!/bin/bash
+#SBATCH --job-name=packing-trial
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --time=00:30:00
+#SBATCH --output=trial_%j.log
+# The sequence packing advisor's trial as data parallelism over {nodes} node(s) x {gpus_per_node} GPUs (NCCL).
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:29500" \
+  --rdzv-id "$SLURM_JOB_ID" -m advisor trial {plan_file} --device cuda --model-scale medium --steps {steps} \
+  --out "trial_out_$SLURM_JOB_ID" --json
+"""
+
+
 def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, hist: LengthHistogram | None = None,
            findings=None, est=None, search_result=None) -> str:
     """One export as text; ``fmt`` is one of FORMATS."""
@@ -260,4 +284,8 @@ def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, hist: Length
         return dump_plan(plan)
     if fmt == "markdown":
         return markdown_report(plan, findings or [], est, search_result)
+    if fmt == "torchrun":
+        return trial_torchrun()
+    if fmt == "slurm":
+        return trial_slurm(plan)
     raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")

@@ -30,8 +30,9 @@ def follow():
     st.code(status["log"] or "starting…", language="text")
     if status["state"] == "running" and st.button("Cancel"):
         trial_jobs.cancel(job)
-    if status["result"] is not None:
+    if status["result"] is not None and st.session_state.get("trial_result") != status["result"]:
         st.session_state["trial_result"] = status["result"]
+        st.rerun()  # the results are drawn by the whole page, outside this fragment
 
 
 follow()

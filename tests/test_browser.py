@@ -111,4 +111,15 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         assert "from megatron.bridge.data.packing import PackedSequenceSpecs" in snippet
         assert "cfg.dataset.enable_offline_packing = True" in snippet
         page.screenshot(path=str(SHOTS / "5_recommendations.png"), full_page=True)
+
+        page.get_by_role("link", name="Trial").click()
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_label("Steps").fill("1")
+        page.get_by_label("Trial pack size").fill("128")
+        page.get_by_label("Trial pack size").press("Enter")
+        page.wait_for_selector(READY, timeout=60_000)
+        page.get_by_role("button", name="Start trial").click()
+        page.get_by_text("Trial done").wait_for(timeout=300_000)  # the job runs apart from the page
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        page.screenshot(path=str(SHOTS / "6_trial.png"), full_page=True)
         browser.close()

@@ -115,5 +115,8 @@ def test_markdown_and_plan_exports(squad):
     md = export(plan, "markdown", findings=check(plan, est.packing), est=est)
     assert "## Findings" in md and "`cp.loss`" in md and "Megatron-Bridge packing metadata" in md
     assert export(plan, "plan") == dump_plan(plan)
+    slurm = export(plan_from_dict({**PLANS["offline-hierarchical"]}), "slurm")
+    assert "#SBATCH --nodes=8" in slurm and "torchrun --nnodes 8 --nproc-per-node 8" in slurm
+    assert "-m advisor trial plan.yaml --device cuda" in export(plan, "torchrun")
     with pytest.raises(ValueError, match="unknown export format"):
         export(plan, "docx")
