@@ -188,9 +188,10 @@ def parity(model: TrialGPT, samples: list[np.ndarray], device, break_mask: bool)
     return loss_diff, grad_diff / grad_scale
 
 
-def saved_bytes(model, batch: Batch, mode: str) -> int:
-    """Bytes the forward keeps for backward (each storage once; weights excluded)."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+def saved_tensor_bytes(forward, parameters):
+    """Bytes that ``forward()`` keeps for backward, each storage counted once (views share one), the weights
+    (and their transposed views) excluded; returns (bytes, what forward returned)."""
+    params = {p.untyped_storage().data_ptr() for p in parameters}
     seen: set[int] = set()
     total = 0
 
@@ -203,7 +204,13 @@ def saved_bytes(model, batch: Batch, mode: str) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, n = _forward_loss(model, batch, mode)
+        out = forward()
+    return total, out
+
+
+def saved_bytes(model, batch: Batch, mode: str) -> int:
+    """Bytes a training forward of the batch keeps for backward."""
+    total, (loss, n) = saved_tensor_bytes(lambda: _forward_loss(model, batch, mode), model.parameters())
     (loss / n).backward()
     model.zero_grad(set_to_none=False)
     return total

@@ -45,7 +45,7 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-class _SwiGLU(torch.autograd.Function):
+class SwiGLU(torch.autograd.Function):
     """SwiGLU that keeps only its input for backward, as Megatron's fused bias_swiglu does."""
 
     @staticmethod
@@ -132,7 +132,7 @@ class Block(nn.Module):
 
     def forward(self, x, positions, mode, cu_seqlens=None, mask=None):
         x = x + self.attn(self.norm1(x), positions, mode, cu_seqlens, mask)
-        return x + self.down(_SwiGLU.apply(self.up(self.norm2(x))))
+        return x + self.down(SwiGLU.apply(self.up(self.norm2(x))))
 
 
 class TrialGPT(nn.Module):

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from advisor.memory import activation_bytes_per_token_per_layer, estimate_memory, megatron_bridge_memory
 from advisor.parameters import count_parameters, padded_vocab_size
 from advisor.plan import plan_from_dict
+from advisor.trial import saved_tensor_bytes
+from advisor.trial_model import SwiGLU
 
 
 @pytest.fixture(scope="session")
@@ -107,25 +109,6 @@ def test_lora_freezes_the_base():
     assert lora.weights >= full.weights
 
 
-class _SwiGLU(torch.autograd.Function):
-    """Megatron's fused bias_swiglu (fusions/fused_bias_swiglu.py): keeps only its input for backward."""
-
-    @staticmethod
-    def forward(ctx, y):
-        ctx.save_for_backward(y)
-        gate, up = y.chunk(2, dim=-1)
-        return F.silu(gate) * up
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        with torch.enable_grad():
-            y = y.detach().requires_grad_()
-            gate, up = y.chunk(2, dim=-1)
-            (F.silu(gate) * up).backward(grad)
-        return y.grad
-
-
 class _Layer(torch.nn.Module):
     """One pre-norm transformer layer with SwiGLU MLP and flash-style (fused) causal attention."""
 
@@ -141,7 +124,7 @@ class _Layer(torch.nn.Module):
         q, k, v = self.qkv(self.norm1(x)).view(1, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, s, h)
         x = x + self.proj(a)
-        return x + self.down(_SwiGLU.apply(self.up(self.norm2(x))))
+        return x + self.down(SwiGLU.apply(self.up(self.norm2(x))))
 
 
 def test_activation_formula_against_bytes_saved_for_backward():
@@ -150,22 +133,9 @@ def test_activation_formula_against_bytes_saved_for_backward():
     h, heads, ffn, s = 256, 4, 1024, 512
     layer = _Layer(h, heads, ffn).to(torch.bfloat16)
     x = torch.randn(1, s, h, dtype=torch.bfloat16, requires_grad=True)
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    seen, total = set(), 0
-
-    def pack(t):  # count each storage once (views share it); weights (and their transposes) are not activations
-        nonlocal total
-        key = t.untyped_storage().data_ptr()
-        if key not in seen and key not in params:
-            seen.add(key)
-            total += t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # what the forward keeps for backward
-        out = layer(x)
+    total, out = saved_tensor_bytes(lambda: layer(x), layer.parameters())
     out.sum().backward()
     plan = plan_from_dict({"model": {"hidden_size": h, "num_layers": 1, "num_attention_heads": heads,
                                      "ffn_hidden_size": ffn, "vocab_size": 1000}})
     predicted = activation_bytes_per_token_per_layer(plan) * s
-    assert params  # the weights are not counted as activations
     assert 0.9 < total / predicted < 1.1, (total, predicted)
