@@ -236,7 +236,21 @@ def index_of(options, value) -> int:
     return keys.index(value) if value in keys else 0
 
 
-def with_layout(plan: dict, *, model: str, gpu: str, micro_batch_size: int, **parallel) -> dict:
+CUSTOM_FIELDS = ("hidden_size", "num_layers", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
+                 "vocab_size", "kv_channels")
+
+
+def model_fields(model: str | dict) -> dict[str, int]:
+    """The TransformerConfig-style fields of a preset (or a custom model) that the page lets you edit."""
+    from advisor.presets import MODEL_PRESETS
+
+    spec = plan_from_dict({"model": model}).model if isinstance(model, str) and model in MODEL_PRESETS else None
+    source = model if isinstance(model, dict) else {}
+    return {k: int(source.get(k) or (getattr(spec, k) if spec else 0) or (spec.head_dim if spec else 128))
+            for k in CUSTOM_FIELDS}
+
+
+def with_layout(plan: dict, *, model: str | dict, gpu: str, micro_batch_size: int, **parallel) -> dict:
     """The plan dict with another model preset, GPU and layout (checked when estimated)."""
     return {**plan, "model": model, "hardware": {**plan["hardware"], "gpu": gpu},
             "parallel": {**plan["parallel"], **parallel},

@@ -12,6 +12,11 @@ plan, hist = st.session_state["plan"], st.session_state["hist"]
 st.title("Memory & FLOPs")
 c = st.columns(7)
 model = c[0].selectbox("Model", list(MODEL_PRESETS), index=dashboard.index_of(MODEL_PRESETS, plan["model"]))
+if st.toggle("Custom model fields", key="custom_model"):
+    fields = dashboard.model_fields(plan["model"] if isinstance(plan["model"], dict) else model)
+    cols = st.columns(len(fields))
+    model = {k: int(col.number_input(k, 1, 10_000_000, v, key=f"model_{k}")) for col, (k, v) in
+             zip(cols, fields.items(), strict=True)}
 gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=dashboard.index_of(GPU_PRESETS, plan["hardware"]["gpu"]))
 labels = {"gpus": "GPUs", "tp": "TP", "pp": "PP", "cp": "CP"}
 layout = {k: int(c[i + 2].number_input(label, 1, 4096, plan["parallel"][k])) for i, (k, label) in

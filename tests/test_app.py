@@ -95,3 +95,15 @@ def test_share_link_reopens_the_plan():
     plan["parallel"]["cp"] = 2
     sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))
     assert sample == "chat-like (180k)" and back == plan
+
+
+def test_custom_model_fields_drive_the_estimate():
+    at = run("pages/2_Memory_and_FLOPs.py")
+    base = at.metric[0].value
+    at.toggle(key="custom_model").set_value(True).run()
+    assert not at.exception
+    layers = next(n for n in at.number_input if n.label == "num_layers")
+    layers.set_value(64).run()
+    assert not at.exception
+    assert at.session_state["plan"]["model"]["num_layers"] == 64
+    assert at.metric[0].value != base
