@@ -81,9 +81,15 @@ def test_cli_json_and_out_folder(tmp_path):
 
 
 def test_two_ranks_with_torchrun_and_gloo():
+    import socket
+
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                           "29533", "-m", "advisor", "trial", str(SAMPLE / "plans" / "llama8b_squad.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+                           "127.0.0.1", "--master-port", port, "-m", "advisor", "trial",
+                           str(SAMPLE / "plans" / "llama8b_squad.yaml"),
                            "--steps", "1", "--pack-size", "256", "--json", "--quiet"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
