@@ -33,13 +33,16 @@ def length_histogram(hist: LengthHistogram, pack_size: int | None = None, log_x:
     return fig
 
 
-def sweep_curves(sweep: pd.DataFrame, metric: str = "packing_efficiency") -> go.Figure:
-    """A metric against pack size, one curve per algorithm (and the no-packing baselines, dashed)."""
+def sweep_curves(sweep: pd.DataFrame, metric: str = "packing_efficiency", pack_size: int | None = None) -> go.Figure:
+    """A metric against pack size, one curve per algorithm (and the no-packing baselines, dashed); the chosen pack
+    size marked."""
     fig = go.Figure()
     for name, part in sweep.groupby("algorithm", sort=False):
         dashed = name.startswith("no packing")
         fig.add_trace(go.Scatter(x=part["pack_size"], y=part[metric], mode="lines+markers", name=name,
                                  line=dict(dash="dash" if dashed else "solid")))
+    if pack_size:
+        fig.add_vline(x=pack_size, line_dash="dot", line_color="#e45756", annotation_text=f"chosen {pack_size:,}")
     labels = {"packing_efficiency": "efficiency %", "padding_fraction": "padding fraction",
               "packing_factor": "packing factor n"}
     fig.update_layout(title=f"{labels.get(metric, metric)} against pack size", xaxis_title="pack size",
@@ -127,4 +130,6 @@ def memory_heatmap(grid: pd.DataFrame) -> go.Figure:
                                colorbar=dict(title="GiB")))
     fig.update_layout(title="Memory per GPU by pack size and CP (✗: does not fit)", xaxis_title="pack size",
                       yaxis_title="CP", margin=dict(t=50, b=40))
+    fig.update_xaxes(type="category")  # numbers as labels: one cell per value, not a continuous axis
+    fig.update_yaxes(type="category")
     return fig

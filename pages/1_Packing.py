@@ -35,7 +35,7 @@ with st.spinner("sweeping pack sizes"):
     sweep = dashboard.packing_sweep(hist, dashboard.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
                                                                          "best_fit_decreasing"])
 metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True)
-st.plotly_chart(charts.sweep_curves(sweep, metric), width="stretch")
+st.plotly_chart(charts.sweep_curves(sweep, metric, int(size)), width="stretch")
 a, b = st.columns(2)
 a.plotly_chart(charts.pack_fill_histogram(result), width="stretch")
 b.plotly_chart(charts.attention_work_histogram(result), width="stretch")
