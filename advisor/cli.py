@@ -146,16 +146,9 @@ def _gib(x: float) -> str:
 def cmd_estimate(args) -> dict:
     from advisor.estimate import DEFAULT_MFU, estimate
     from advisor.memory import DEFAULT_OVERHEAD_GIB
-    from advisor.plan import load_plan
 
     progress = _Progress(args.quiet)
-    plan = load_plan(args.plan)
-    hist = None
-    if args.lengths or plan.data.lengths:
-        progress(f"reading {args.lengths or plan.data.lengths}")
-        hist = load_lengths(args.lengths or plan.data.lengths, column=plan.data.column)
-    if hist is None:
-        raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
+    plan, hist = _plan_and_lengths(args, progress)
     progress("estimating")
     est = estimate(plan, hist, mfu=args.mfu if args.mfu is not None else DEFAULT_MFU,
                    overhead_gib=args.overhead_gib if args.overhead_gib is not None else DEFAULT_OVERHEAD_GIB)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.errors import InputError
-from advisor.estimate import estimate, packing_config, packing_for
+from advisor.estimate import HistogramCache, estimate, packing_config, packing_for
 from advisor.ingest import parse_lengths
 from advisor.lengths import LengthHistogram, summarize
 from advisor.megatron_mock import lognormal_lengths
@@ -104,10 +104,6 @@ def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: i
     state.pop("upload_error", None)
 
 
-def plan_of(state) -> Plan:
-    return plan_from_dict(state["plan"], "dashboard plan")
-
-
 def summary_table(hist: LengthHistogram) -> pd.DataFrame:
     s = summarize(hist)
     rows = [("samples", f"{s.num_samples:,}"), ("tokens", f"{s.total_tokens:,}"), ("mean", f"{s.mean:,.1f}"),
@@ -184,11 +180,6 @@ def memory_grid(plan: Plan, hist: LengthHistogram, pack_sizes: list[int], cps: l
             rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30,
                          "fits": est.memory.fits})
     return pd.DataFrame(rows, columns=["cp", "pack_size", "memory_gib", "fits"])
-
-
-def packing_result(plan: Plan, hist: LengthHistogram):
-    """The offline packing of the plan's data (cached in the engine)."""
-    return packing_for(hist, packing_config(plan))
 
 
 def with_packing(plan: dict, **changes) -> dict:
@@ -283,21 +274,15 @@ def apply_fix_dict(plan: dict, fix: dict) -> dict:
     return apply_fix(plan_from_dict(plan, "dashboard plan"), fix).to_dict()
 
 
-@lru_cache(maxsize=8)
-def _search(plan_json: str, key: tuple):
-    from advisor.search import search
-
-    return search(plan_from_dict(json.loads(plan_json), "dashboard plan"), _SEARCH_HISTS[key])
-
-
-_SEARCH_HISTS: dict = {}
+_SEARCHES = HistogramCache(8)
 
 
 def search_for(plan: dict, hist: LengthHistogram):
     """The layout search, cached on the plan and the data."""
-    key = (hist.source, hist.num_samples, hist.total_tokens)
-    _SEARCH_HISTS[key] = hist
-    return _search(json.dumps(plan, sort_keys=True), key)
+    from advisor.search import search
+
+    return _SEARCHES.get(hist, json.dumps(plan, sort_keys=True),
+                         lambda: search(plan_from_dict(plan, "dashboard plan"), hist))
 
 
 def candidates_table(plan: dict, hist: LengthHistogram) -> pd.DataFrame:

@@ -6,8 +6,8 @@ packing settings, so changing the model, layout or GPU re-estimates without pack
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
@@ -42,23 +42,34 @@ def packing_config(plan: Plan) -> PackingConfig:
                          pad_seq_to_mult=pad_multiple(plan), max_seq_length=min(plan.training.seq_length, size))
 
 
-@lru_cache(maxsize=16)
-def _cached_pack(key: tuple, cfg: PackingConfig) -> PackingResult:
-    return pack(_HISTS[key], cfg)
+class HistogramCache:
+    """Results keyed on a histogram's contents and a hashable setting, the ``size`` most recent kept.
+
+    The key holds the histogram's bytes (a few kB even for 16M samples), not the object, so nothing outlives its
+    entry, and an equal histogram read again hits the same entry.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: OrderedDict = OrderedDict()
+
+    def get(self, hist: LengthHistogram, setting, compute):
+        key = (hist.source, hist.lengths.tobytes(), hist.counts.tobytes(), setting)
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return self.entries[key]
+        value = self.entries[key] = compute()
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return value
 
 
-_HISTS: dict[tuple, LengthHistogram] = {}
-
-
-def _hist_key(hist: LengthHistogram) -> tuple:
-    return (hist.source, hist.lengths.tobytes(), hist.counts.tobytes())
+_PACKINGS = HistogramCache(16)
 
 
 def packing_for(hist: LengthHistogram, cfg: PackingConfig) -> PackingResult:
     """Pack once per (histogram, settings); later calls with the same pair return the same result."""
-    key = _hist_key(hist)
-    _HISTS.setdefault(key, hist)
-    return _cached_pack(key, cfg)
+    return _PACKINGS.get(hist, cfg, lambda: pack(hist, cfg))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,6 @@ importable there (never imported on the CPU).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -145,7 +144,7 @@ class TrialGPT(nn.Module):
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         for p in self.parameters():
             if p.dim() > 1:
-                nn.init.normal_(p, std=0.02 / math.sqrt(1 if p.shape[0] != cfg.vocab_size else 1))
+                nn.init.normal_(p, std=0.02)
 
     def forward(self, tokens, positions, mode: str, cu_seqlens=None, mask=None):
         x = self.embed(tokens)
