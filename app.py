@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from advisor import charts, dashboard
-from advisor.plan import PlanError, dump_plan, plan_from_dict
+from advisor.plan.schema import PlanError, dump_plan, plan_from_dict
+from advisor.ui import charts
+from advisor.ui import state as dashboard
 
 st.set_page_config(page_title="Sequence packing advisor", layout="wide")
 dashboard.init_state(st.session_state, dict(st.query_params))

@@ -11,15 +11,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from advisor.data.ingest import DEFAULT_MAX_BYTES, load_lengths
+from advisor.data.lengths import summarize
 from advisor.errors import InputError
-from advisor.ingest import DEFAULT_MAX_BYTES, load_lengths
-from advisor.lengths import summarize
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.metrics import packing_metrics, per_pack
 from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
-from advisor.plan import PlanError
+from advisor.plan.schema import PlanError
 
 
 class _Progress:
@@ -144,8 +144,8 @@ def _gib(x: float) -> str:
 
 
 def cmd_estimate(args) -> dict:
-    from advisor.estimate import DEFAULT_MFU, estimate
-    from advisor.memory import DEFAULT_OVERHEAD_GIB
+    from advisor.model.estimate import DEFAULT_MFU, estimate
+    from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
@@ -183,7 +183,7 @@ def cmd_estimate(args) -> dict:
 
 
 def _plan_and_lengths(args, progress):
-    from advisor.plan import load_plan
+    from advisor.plan.schema import load_plan
 
     plan = load_plan(args.plan)
     source = getattr(args, "lengths", None) or plan.data.lengths
@@ -194,8 +194,8 @@ def _plan_and_lengths(args, progress):
 
 
 def cmd_recommend(args) -> dict:
-    from advisor.rules import check
-    from advisor.search import search
+    from advisor.advice.rules import check
+    from advisor.advice.search import search
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
@@ -224,17 +224,17 @@ def cmd_recommend(args) -> dict:
 
 
 def cmd_export(args) -> dict:
-    from advisor.estimate import estimate
-    from advisor.exports import export, mock_lengths_csv
-    from advisor.rules import check
-    from advisor.search import search
+    from advisor.advice.exports import export, mock_lengths_csv
+    from advisor.advice.rules import check
+    from advisor.advice.search import search
+    from advisor.model.estimate import estimate
 
     progress = _Progress(args.quiet)
     plan, hist = None, None
     if args.recommended or args.format in ("markdown",) or args.lengths_csv:
         plan, hist = _plan_and_lengths(args, progress)
     else:
-        from advisor.plan import load_plan
+        from advisor.plan.schema import load_plan
 
         plan = load_plan(args.plan)
     result = None
@@ -257,7 +257,7 @@ def cmd_export(args) -> dict:
 def cmd_trial(args) -> dict:
     from pathlib import Path
 
-    from advisor.trial import ParityError, TrialConfig, run_trial, write_outputs
+    from advisor.trial.run import ParityError, TrialConfig, run_trial, write_outputs
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)

@@ -15,9 +15,9 @@ sys.path.insert(0, str(ROOT))
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from advisor import dashboard  # noqa: E402
-from advisor.ingest import load_lengths  # noqa: E402
-from advisor.megatron_mock import default_mock_config  # noqa: E402
+from advisor.data.ingest import load_lengths  # noqa: E402
+from advisor.data.megatron_mock import default_mock_config  # noqa: E402
+from advisor.ui import state as dashboard  # noqa: E402
 
 # page, how to change one control there
 CHANGES = {

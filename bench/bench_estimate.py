@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from advisor.estimate import estimate  # noqa: E402
-from advisor.ingest import load_lengths  # noqa: E402
-from advisor.megatron_mock import default_mock_config  # noqa: E402
-from advisor.plan import plan_from_dict  # noqa: E402
-from advisor.rules import check  # noqa: E402
-from advisor.search import search  # noqa: E402
+from advisor.advice.rules import check  # noqa: E402
+from advisor.advice.search import search  # noqa: E402
+from advisor.data.ingest import load_lengths  # noqa: E402
+from advisor.data.megatron_mock import default_mock_config  # noqa: E402
+from advisor.model.estimate import estimate  # noqa: E402
+from advisor.plan.schema import plan_from_dict  # noqa: E402
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from advisor.ingest import load_lengths  # noqa: E402
-from advisor.lengths import LengthHistogram  # noqa: E402
+from advisor.data.ingest import load_lengths  # noqa: E402
+from advisor.data.lengths import LengthHistogram  # noqa: E402
 from advisor.packing.algorithms import ALGORITHMS  # noqa: E402
 from advisor.packing.config import PackingConfig  # noqa: E402
 from advisor.packing.offline import pack  # noqa: E402

@@ -4,8 +4,9 @@ import json
 
 import streamlit as st
 
-from advisor import charts, dashboard
 from advisor.packing.algorithms import ALGORITHMS
+from advisor.ui import charts
+from advisor.ui import state as dashboard
 
 st.set_page_config(page_title="Packing", layout="wide")
 dashboard.init_state(st.session_state)

@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from advisor import charts, dashboard
-from advisor.plan import PlanError
-from advisor.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.schema import PlanError
+from advisor.ui import charts
+from advisor.ui import state as dashboard
 
 st.set_page_config(page_title="Memory & FLOPs", layout="wide")
 dashboard.init_state(st.session_state)

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from advisor import dashboard
-from advisor.exports import FORMATS
+from advisor.advice.exports import FORMATS
+from advisor.ui import state as dashboard
 
 st.set_page_config(page_title="Recommendations & export", layout="wide")
 dashboard.init_state(st.session_state)

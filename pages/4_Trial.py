@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from advisor import dashboard, trial_jobs
+from advisor.trial import jobs as trial_jobs
+from advisor.ui import state as dashboard
 
 st.set_page_config(page_title="Trial", layout="wide")
 dashboard.init_state(st.session_state)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.lengths import LengthHistogram
+from advisor.data.lengths import LengthHistogram
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"

@@ -73,7 +73,7 @@ def test_export_matches_the_command_line(tmp_path):
     at = run("pages/3_Recommendations.py")
     shown = at.code[0].value
     plan_file = tmp_path / "plan.yaml"
-    from advisor.plan import dump_plan, plan_from_dict
+    from advisor.plan.schema import dump_plan, plan_from_dict
 
     plan_file.write_text(dump_plan(plan_from_dict(at.session_state["plan"])))
     cli = subprocess.run([sys.executable, "-m", "advisor", "export", str(plan_file), "--format", "python",
@@ -89,7 +89,7 @@ def test_apply_fix_changes_the_plan():
 
 
 def test_share_link_reopens_the_plan():
-    from advisor.dashboard import default_plan, plan_from_query, plan_to_query
+    from advisor.ui.state import default_plan, plan_from_query, plan_to_query
 
     plan = default_plan("chat-like (180k)")
     plan["parallel"]["cp"] = 2

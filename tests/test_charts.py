@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from advisor import charts, dashboard
-from advisor.estimate import estimate
+from advisor.model.estimate import estimate
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.plan import plan_from_dict
+from advisor.plan.schema import plan_from_dict
+from advisor.ui import charts
+from advisor.ui import state as dashboard
 
 
 def test_figures_carry_the_numbers(squad):

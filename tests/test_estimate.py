@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from advisor.estimate import collate_padding_multiple, estimate, packing_config, packing_for, packing_mode
-from advisor.plan import plan_from_dict
-from advisor.throughput import straggler_factor
+from advisor.model.estimate import collate_padding_multiple, estimate, packing_config, packing_for, packing_mode
+from advisor.model.throughput import straggler_factor
+from advisor.plan.schema import plan_from_dict
 from tests.conftest import ROOT, SAMPLE, scaled
 
 
@@ -93,7 +93,7 @@ def test_packing_for_is_keyed_on_the_histogram(squad, wikipedia):
 
 
 def test_search_never_recommends_cutting_more_data(squad):
-    from advisor.search import search
+    from advisor.advice.search import search
 
     result = search(_plan(parallel={"gpus": 8, "cp": 1}), squad)
     base = result.baseline.estimate.packing.runtime.tokens_truncated

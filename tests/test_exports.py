@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from advisor.exports import export, megatron_lm_args, mock_lengths_csv, overrides, python_snippet
-from advisor.ingest import load_lengths
-from advisor.plan import dump_plan, plan_from_dict
-from advisor.rules import check
+from advisor.advice.exports import export, megatron_lm_args, mock_lengths_csv, overrides, python_snippet
+from advisor.advice.rules import check
+from advisor.data.ingest import load_lengths
+from advisor.plan.schema import dump_plan, plan_from_dict
 from tests.conftest import ROOT, SAMPLE
 
 PLANS = {
@@ -108,7 +108,7 @@ def test_cli_recommend_json_and_export_recommended():
 
 
 def test_markdown_and_plan_exports(squad):
-    from advisor.estimate import estimate
+    from advisor.model.estimate import estimate
 
     plan = plan_from_dict({**PLANS["offline-cp-sp"], "training": {"seq_length": 384, "global_batch_size": 64}})
     est = estimate(plan, squad)

@@ -6,9 +6,9 @@ import types
 
 import pytest
 
-from advisor.flops import flops_coefficients
-from advisor.parameters import padded_vocab_size
-from advisor.plan import plan_from_dict
+from advisor.model.flops import flops_coefficients
+from advisor.model.parameters import padded_vocab_size
+from advisor.plan.schema import plan_from_dict
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from advisor.data.ingest import load_lengths, parse_lengths
+from advisor.data.megatron_mock import default_mock_config
 from advisor.errors import InputError
-from advisor.ingest import load_lengths, parse_lengths
-from advisor.megatron_mock import default_mock_config
 from tests.conftest import SAMPLE
 
 

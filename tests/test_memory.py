@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advisor.memory import activation_bytes_per_token_per_layer, estimate_memory, megatron_bridge_memory
-from advisor.parameters import count_parameters, padded_vocab_size
-from advisor.plan import plan_from_dict
-from advisor.trial import saved_tensor_bytes
-from advisor.trial_model import SwiGLU
+from advisor.model.memory import activation_bytes_per_token_per_layer, estimate_memory, megatron_bridge_memory
+from advisor.model.parameters import count_parameters, padded_vocab_size
+from advisor.plan.schema import plan_from_dict
+from advisor.trial.model import SwiGLU
+from advisor.trial.run import saved_tensor_bytes
 
 
 @pytest.fixture(scope="session")

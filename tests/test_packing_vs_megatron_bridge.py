@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from advisor.ingest import load_lengths
-from advisor.lengths import LengthHistogram
+from advisor.data.ingest import load_lengths
+from advisor.data.lengths import LengthHistogram
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths

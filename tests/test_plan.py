@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from advisor.plan import PlanError, dump_plan, load_plan, plan_from_dict
-from advisor.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.schema import PlanError, dump_plan, load_plan, plan_from_dict
 from tests.conftest import ROOT
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.advice.rules import apply_fix, check, collate_padding_multiple
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.plan import plan_from_dict
-from advisor.rules import apply_fix, check, collate_padding_multiple
+from advisor.plan.schema import plan_from_dict
 
 
 def plan(**over):

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from advisor.lengths import LengthHistogram
-from advisor.plan import plan_from_dict
-from advisor.trial import ParityError, TrialConfig, run_trial
+from advisor.data.lengths import LengthHistogram
+from advisor.plan.schema import plan_from_dict
+from advisor.trial.run import ParityError, TrialConfig, run_trial
 from tests.conftest import ROOT, SAMPLE
 
 PLAN = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
@@ -103,7 +103,8 @@ def test_two_ranks_with_torchrun_and_gloo():
 def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
     import time
 
-    from advisor import dashboard, trial_jobs
+    from advisor.trial import jobs as trial_jobs
+    from advisor.ui import state as dashboard
 
     plan = dashboard.default_plan()
     job = trial_jobs.start_trial(plan, skewed, steps=1, pack_size=128)

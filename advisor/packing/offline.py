@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.lengths import LengthHistogram
+from advisor.data.lengths import LengthHistogram
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack

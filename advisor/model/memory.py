@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
-from advisor.plan import Plan
+from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
+from advisor.plan.schema import Plan
 
 GIB = 1024**3
 DEFAULT_OVERHEAD_GIB = 3.0  # CUDA context (~0.5-1 GiB), NCCL buffers (~1-2 GiB), allocator fragmentation

@@ -11,23 +11,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.flops import flops_coefficients
-from advisor.ingest import load_lengths
-from advisor.lengths import LengthHistogram
-from advisor.memory import DEFAULT_OVERHEAD_GIB, GIB, MemoryEstimate, estimate_memory
-from advisor.micro_batches import (
+from advisor.advice.rules import collate_padding_multiple, packing_mode
+from advisor.data.ingest import load_lengths
+from advisor.data.lengths import LengthHistogram
+from advisor.model.flops import flops_coefficients
+from advisor.model.memory import DEFAULT_OVERHEAD_GIB, GIB, MemoryEstimate, estimate_memory
+from advisor.model.micro_batches import (
     MicroBatches,
     in_batch_micro_batches,
     offline_micro_batches,
     padded_micro_batches,
     pretrain_micro_batches,
 )
+from advisor.model.throughput import TimeEstimate, estimate_time
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, pack, runtime_lengths
-from advisor.plan import Plan
-from advisor.presets import GPU_PRESETS
-from advisor.rules import collate_padding_multiple, packing_mode
-from advisor.throughput import TimeEstimate, estimate_time
+from advisor.plan.presets import GPU_PRESETS
+from advisor.plan.schema import Plan
 
 DEFAULT_MFU = 0.40
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from advisor.flops import FlopsCoefficients
-from advisor.micro_batches import MicroBatches
+from advisor.model.flops import FlopsCoefficients
+from advisor.model.micro_batches import MicroBatches
 
 
 @dataclass(frozen=True, kw_only=True)

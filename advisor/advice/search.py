@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from advisor.estimate import Estimate, estimate, packing_config, packing_for
-from advisor.lengths import LengthHistogram
-from advisor.plan import Plan, PlanError, plan_from_dict
-from advisor.rules import Finding, check, packing_mode
+from advisor.advice.rules import Finding, check, packing_mode
+from advisor.data.lengths import LengthHistogram
+from advisor.model.estimate import Estimate, estimate, packing_config, packing_for
+from advisor.plan.schema import Plan, PlanError, plan_from_dict
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from advisor.data.ingest import parse_lengths
+from advisor.data.lengths import LengthHistogram, summarize
+from advisor.data.megatron_mock import lognormal_lengths
 from advisor.errors import InputError
-from advisor.estimate import HistogramCache, estimate, packing_config, packing_for
-from advisor.ingest import parse_lengths
-from advisor.lengths import LengthHistogram, summarize
-from advisor.megatron_mock import lognormal_lengths
+from advisor.model.estimate import HistogramCache, estimate, packing_config, packing_for
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import runtime_lengths
-from advisor.plan import Plan, PlanError, plan_from_dict
+from advisor.plan.schema import Plan, PlanError, plan_from_dict
 
-SAMPLE_DIR = Path(__file__).resolve().parent.parent / "sample_data"
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
 # sample name -> (file, the plan it opens with)
 SAMPLES: dict[str, tuple[str, dict]] = {
     "SQuAD 1.1 (real, 88k)": ("squad_v1.1_len384_hist.csv", {"seq_length": 384, "gpus": 8}),
@@ -41,7 +41,7 @@ UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize
 
 @lru_cache(maxsize=8)
 def load_sample(name: str) -> LengthHistogram:
-    from advisor.ingest import load_lengths
+    from advisor.data.ingest import load_lengths
 
     return load_lengths(SAMPLE_DIR / SAMPLES[name][0])
 
@@ -233,7 +233,7 @@ CUSTOM_FIELDS = ("hidden_size", "num_layers", "num_attention_heads", "num_query_
 
 def model_fields(model: str | dict) -> dict[str, int]:
     """The TransformerConfig-style fields of a preset (or a custom model) that the page lets you edit."""
-    from advisor.presets import MODEL_PRESETS
+    from advisor.plan.presets import MODEL_PRESETS
 
     spec = plan_from_dict({"model": model}).model if isinstance(model, str) and model in MODEL_PRESETS else None
     source = model if isinstance(model, dict) else {}
@@ -261,7 +261,7 @@ def memory_grid_for(plan: dict, hist: LengthHistogram) -> pd.DataFrame:
 
 
 def findings_for(plan: dict, hist: LengthHistogram) -> list:
-    from advisor.rules import check, packing_mode
+    from advisor.advice.rules import check, packing_mode
 
     p = plan_from_dict(plan, "dashboard plan")
     result = packing_for(hist, packing_config(p)) if packing_mode(p) == "offline" else None
@@ -269,7 +269,7 @@ def findings_for(plan: dict, hist: LengthHistogram) -> list:
 
 
 def apply_fix_dict(plan: dict, fix: dict) -> dict:
-    from advisor.rules import apply_fix
+    from advisor.advice.rules import apply_fix
 
     return apply_fix(plan_from_dict(plan, "dashboard plan"), fix).to_dict()
 
@@ -279,7 +279,7 @@ _SEARCHES = HistogramCache(8)
 
 def search_for(plan: dict, hist: LengthHistogram):
     """The layout search, cached on the plan and the data."""
-    from advisor.search import search
+    from advisor.advice.search import search
 
     return _SEARCHES.get(hist, json.dumps(plan, sort_keys=True),
                          lambda: search(plan_from_dict(plan, "dashboard plan"), hist))
@@ -296,8 +296,8 @@ def candidates_table(plan: dict, hist: LengthHistogram) -> pd.DataFrame:
 
 def export_text(plan: dict, hist: LengthHistogram, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
     """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
-    from advisor.exports import export
-    from advisor.rules import check
+    from advisor.advice.exports import export
+    from advisor.advice.rules import check
 
     p = plan_from_dict(plan, "dashboard plan")
     result = search_for(plan, hist) if recommended else None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from advisor.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 
 TASKS = ("llm-sft", "vlm-sft", "pretrain")
 PACKING_MODES = ("offline", "in-batch", "none", "auto")
@@ -165,7 +165,7 @@ def plan_from_dict(raw: dict, source: str = "plan") -> Plan:
     >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 6, "tp": 4}})
     Traceback (most recent call last):
     ...
-    advisor.plan.PlanError: plan: 1 problem(s):
+    advisor.plan.schema.PlanError: plan: 1 problem(s):
       - parallel: gpus 6 is not divisible by tp*pp*cp = 4
     """
     problems: list[str] = []

@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from advisor.flops import flops_coefficients
-from advisor.lengths import LengthHistogram
-from advisor.memory import activation_bytes_per_token_per_layer
+from advisor.data.lengths import LengthHistogram
+from advisor.model.flops import flops_coefficients
+from advisor.model.memory import activation_bytes_per_token_per_layer
+from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
-from advisor.plan import Plan, plan_from_dict
-from advisor.throughput import straggler_factor
-from advisor.trial_model import TrialGPT, TrialModelConfig, token_loss
+from advisor.plan.schema import Plan, plan_from_dict
+from advisor.trial.model import TrialGPT, TrialModelConfig, token_loss
 
 LOSS_BOUND = 1e-5  # absolute, float32
 GRAD_BOUND = 1e-4  # relative to the largest gradient entry
@@ -221,7 +221,7 @@ def predicted_memory(plan: Plan, tokens: int, dtype_bytes: int) -> dict:
     fp32 moments (no separate master copy when training in fp32), the per-layer activations (counted for bf16,
     scaled to the dtype), the embedding output, and the fp32 log-softmax of the logits the loss keeps."""
     m = plan.model
-    from advisor.parameters import count_parameters
+    from advisor.model.parameters import count_parameters
 
     params = count_parameters(m).total
     state = params * (dtype_bytes + dtype_bytes + 8 + (4 if dtype_bytes == 2 else 0))

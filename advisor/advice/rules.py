@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from advisor.packing.offline import PackingResult
-from advisor.plan import Plan, plan_from_dict
+from advisor.plan.schema import Plan, plan_from_dict
 
 SEVERITIES = ("error", "warning", "info")
 LONG_CONTEXT = 65536

@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from advisor.lengths import LengthHistogram
-from advisor.plan import dump_plan, plan_from_dict
+from advisor.data.lengths import LengthHistogram
+from advisor.plan.schema import dump_plan, plan_from_dict
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from advisor.estimate import Estimate
-from advisor.lengths import LengthHistogram
+from advisor.data.lengths import LengthHistogram
+from advisor.model.estimate import Estimate
 from advisor.packing.metrics import per_pack
 from advisor.packing.offline import PackingResult
 

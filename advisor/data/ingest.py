@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from advisor.data.lengths import Exclusion, LengthHistogram
+from advisor.data.megatron_mock import MOCK_SIZE, is_mock_config, mock_lengths
 from advisor.errors import InputError
-from advisor.lengths import Exclusion, LengthHistogram
-from advisor.megatron_mock import MOCK_SIZE, is_mock_config, mock_lengths
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a 100M-row CSV of lengths; larger inputs should be histograms
 FORMATS = ("csv", "tsv", "json", "jsonl", "npy", "parquet")
@@ -49,7 +49,7 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
                              on_bad=on_bad, mock_samples=mock_samples)
     path = Path(path)
     if path.is_dir():
-        from advisor.packed_audit import read_packed_parquet
+        from advisor.data.packed_audit import read_packed_parquet
 
         shards = sorted(list(path.glob("*.parquet")) + list(path.glob("*.pq")))
         if not shards:
@@ -441,7 +441,7 @@ def _read_npy(data: bytes, ctx: _Ctx) -> LengthHistogram:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
         if "allow_pickle" in str(e) or "Object arrays" in str(e):
-            from advisor.packed_audit import read_packed_npy
+            from advisor.data.packed_audit import read_packed_npy
 
             return read_packed_npy(data, ctx.name)
         raise InputError(ctx.name, None, f"is not a readable .npy file: {e}") from None
@@ -462,7 +462,7 @@ def _read_parquet(data: bytes, ctx: _Ctx) -> LengthHistogram:
         raise InputError(ctx.name, None, f"is not a readable Parquet file: {e}") from None
     names = table.column_names
     if {"input_ids", "seq_start_id"} <= set(names) and ctx.column is None:
-        from advisor.packed_audit import packed_table_audit
+        from advisor.data.packed_audit import packed_table_audit
 
         return packed_table_audit(table, ctx.name)
     if table.num_rows == 0:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from advisor.lengths import LengthHistogram
-from advisor.plan import Plan, dump_plan
-from advisor.rules import collate_padding_multiple, packing_mode
+from advisor.advice.rules import collate_padding_multiple, packing_mode
+from advisor.data.lengths import LengthHistogram
+from advisor.plan.schema import Plan, dump_plan
 
 DEFAULT_MB_VERSION = "0.6.2"
 FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown", "torchrun", "slurm")

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from advisor.data.lengths import LengthHistogram
 from advisor.errors import InputError
-from advisor.lengths import LengthHistogram
 
 
 @dataclass(frozen=True, kw_only=True)
