@@ -144,21 +144,25 @@ def _gib(x: float) -> str:
 
 
 def cmd_estimate(args) -> dict:
-    from advisor.model.estimate import DEFAULT_MFU, estimate
-    from advisor.model.memory import DEFAULT_OVERHEAD_GIB
+    from advisor.analysis import analyze
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
     progress("estimating")
-    est = estimate(plan, hist, mfu=args.mfu if args.mfu is not None else DEFAULT_MFU,
-                   overhead_gib=args.overhead_gib if args.overhead_gib is not None else DEFAULT_OVERHEAD_GIB)
-    out = est.to_dict()
+    analysis = analyze(plan, hist, **_cost_settings(args))
+    est = analysis.estimate
+    out = {**est.to_dict(), "plan": analysis.summary()}
     if args.json:
         return out
     m, f, t = est.memory, est.flops, est.time
     p = plan.parallel
+    s = analysis.summary()
     print(f"{args.plan}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, CP {p.cp}, "
           f"EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}")
+    if analysis.packing_factor:
+        print(f"  {s['samples_per_step']} samples per step = {s['megatron_bridge_global_batch_size']} packs "
+              f"(n = {analysis.packing_factor:.2f}): Megatron-Bridge global_batch_size "
+              f"{s['megatron_bridge_global_batch_size']}, {s['micro_batches_per_step']} micro batches per DP rank")
     print(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
           f"{'fits' if m.fits else 'DOES NOT FIT'}")
     for name, value in m.breakdown.items():
@@ -182,29 +186,39 @@ def cmd_estimate(args) -> dict:
     return {}
 
 
+def _cost_settings(args) -> dict:
+    from advisor.model.estimate import DEFAULT_MFU
+    from advisor.model.memory import DEFAULT_OVERHEAD_GIB
+
+    mfu = getattr(args, "mfu", None)
+    overhead = getattr(args, "overhead_gib", None)
+    return {"mfu": DEFAULT_MFU if mfu is None else mfu,
+            "overhead_gib": DEFAULT_OVERHEAD_GIB if overhead is None else overhead}
+
+
 def _plan_and_lengths(args, progress):
-    from advisor.plan.schema import load_plan
+    from advisor.plan import load_plan
 
     plan = load_plan(args.plan)
     source = getattr(args, "lengths", None) or plan.data.lengths
     if not source:
         raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
-    progress(f"reading {source}")
-    return plan, load_lengths(source, column=plan.data.column)
+    progress(f"reading {source if len(source) < 200 else 'inline JSON'}")
+    column = plan.data.column if not getattr(args, "lengths", None) else None
+    return plan, load_lengths(source, column=column)
 
 
 def cmd_recommend(args) -> dict:
-    from advisor.advice.rules import check
-    from advisor.advice.search import search
+    from advisor.analysis import analyze
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
     progress("searching layouts")
-    result = search(plan, hist, progress=lambda stage, f: None)
-    findings = check(plan, result.baseline.estimate.packing if result.baseline.estimate else None)
-    out = {"findings": [f.as_dict() for f in findings], "baseline": result.baseline.summary(),
-           "candidates": [c.summary() for c in result.best], "evaluated": result.evaluated,
-           "recommended_plan": result.recommended.to_dict()}
+    analysis = analyze(plan, hist, **_cost_settings(args))
+    result, findings = analysis.search, analysis.findings
+    out = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
+           "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
+           "evaluated": result.evaluated, "recommended_plan": result.recommended.to_dict()}
     if args.json:
         return out
     print(f"{args.plan}: {len(findings)} findings")
@@ -224,33 +238,34 @@ def cmd_recommend(args) -> dict:
 
 
 def cmd_export(args) -> dict:
-    from advisor.advice.exports import export, mock_lengths_csv
-    from advisor.advice.rules import check
-    from advisor.advice.search import search
-    from advisor.model.estimate import estimate
+    from advisor.advice.exports import mock_lengths_csv
+    from advisor.analysis import analyze
 
     progress = _Progress(args.quiet)
-    plan, hist = None, None
-    if args.recommended or args.format in ("markdown",) or args.lengths_csv:
-        plan, hist = _plan_and_lengths(args, progress)
-    else:
-        from advisor.plan.schema import load_plan
-
-        plan = load_plan(args.plan)
-    result = None
+    plan, hist = _plan_and_lengths(args, progress)
+    analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
-        result = search(plan, hist)
-        plan = result.recommended
-    findings, est = None, None
-    if args.format == "markdown":
-        est = estimate(plan, hist)
-        findings = check(plan, est.packing)
+    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended)
     if args.lengths_csv:
-        with open(args.lengths_csv, "w") as fh:
-            fh.write(mock_lengths_csv(hist))
+        _write_text(args.lengths_csv, mock_lengths_csv(hist))
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
-    sys.stdout.write(export(plan, args.format, args.megatron_bridge_version, hist, findings, est, result))
+    sys.stdout.write(text)
+    return {}
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be written ({e.strerror})") from None
+
+
+def cmd_schema(args) -> dict:
+    from advisor.plan.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
     return {}
 
 
@@ -297,6 +312,64 @@ def _trial_progress(message: str) -> None:
     print(f"[trial] {message}", file=sys.stderr, flush=True)
 
 
+def _checked(check):
+    """An argparse type from a checker that raises ValueError: argparse then exits 2 with the one message."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a number") from None
+
+
+def _mfu(text: str) -> float:
+    from advisor.analysis import check_mfu
+
+    return _checked(lambda t: check_mfu(_number(t)))(text)
+
+
+def _overhead(text: str) -> float:
+    from advisor.analysis import check_overhead
+
+    return _checked(lambda t: check_overhead(_number(t)))(text)
+
+
+def _version(text: str) -> str:
+    from advisor.advice.exports import _version as check_version
+
+    def check(t: str) -> str:
+        check_version(t)
+        return t
+    return _checked(check)(text)
+
+
+def _output_file(text: str) -> str:
+    """A path a file can be written to: not a folder, in a folder that exists."""
+    def check(t: str) -> str:
+        path = os.path.abspath(t)
+        if os.path.isdir(path):
+            raise ValueError(f"{t[:80]} is a folder; give a file name")
+        if not os.path.isdir(os.path.dirname(path)):
+            raise ValueError(f"{t[:80]}: the folder {os.path.dirname(path)[:80]} does not exist")
+        return t
+    return _checked(check)(text)
+
+
+def _output_folder(text: str) -> str:
+    def check(t: str) -> str:
+        if os.path.exists(t) and not os.path.isdir(t):
+            raise ValueError(f"{t[:80]} exists and is not a folder")
+        return t
+    return _checked(check)(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m advisor", description="Sequence packing advisor for "
                                      "Megatron-Bridge and Megatron-LM.")
@@ -318,8 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("estimate", help="memory per GPU, FLOPs and step time for a plan file")
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--mfu", type=float, help="model FLOPs utilisation for step time (default 0.40)")
-    p.add_argument("--overhead-gib", type=float, help="fixed memory overhead per GPU (default 3 GiB)")
+    p.add_argument("--mfu", type=_mfu, help="model FLOPs utilisation for step time, in (0, 1] (default 0.40)")
+    p.add_argument("--overhead-gib", type=_overhead, help="fixed memory overhead per GPU, 0 to 1024 (default 3 GiB)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_estimate)
@@ -334,10 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--format", choices=("python", "overrides", "megatron-lm", "paths", "plan", "markdown",
                                         "torchrun", "slurm"), default="python")
-    p.add_argument("--megatron-bridge-version", default="0.6.2", help="API generation of the snippet (default 0.6.2)")
+    p.add_argument("--megatron-bridge-version", default="0.6.2", type=_version,
+                   help="API generation of the snippet, MAJOR.MINOR[.PATCH] (default 0.6.2)")
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
+    p.add_argument("--lengths-csv", type=_output_file,
+                   help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export, json=False)
     p = sub.add_parser("trial", help="a short real training run: packed vs padded vs block-masked, parity, memory")
@@ -350,9 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="fixes the data, the initialisation and the order")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", help="folder for trial.json and steps.csv")
+    p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_trial)
+    p = sub.add_parser("schema", help="print the plan file's JSON Schema (for editors and validation)")
+    p.set_defaults(func=cmd_schema, json=False)
     return parser
 
 
@@ -360,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         out = args.func(args)
+    except BrokenPipeError:  # `advisor ... | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return 0
     except (InputError, PlanError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

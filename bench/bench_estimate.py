@@ -24,7 +24,7 @@ from advisor.advice.search import search  # noqa: E402
 from advisor.data.ingest import load_lengths  # noqa: E402
 from advisor.data.megatron_mock import default_mock_config  # noqa: E402
 from advisor.model.estimate import estimate  # noqa: E402
-from advisor.plan.schema import plan_from_dict  # noqa: E402
+from advisor.plan import plan_from_dict  # noqa: E402
 
 
 def main() -> None:

@@ -6,22 +6,23 @@ import streamlit as st
 
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.ui import charts
-from advisor.ui import state as dashboard
+from advisor.ui import state as ui
 
 st.set_page_config(page_title="Packing", layout="wide")
-dashboard.init_state(st.session_state)
+ui.init_state(st.session_state)
 plan, hist = st.session_state["plan"], st.session_state["hist"]
 st.title("Packing")
 c1, c2, c3 = st.columns(3)
 algorithms = list(ALGORITHMS)
-algorithm = c1.selectbox("Algorithm", algorithms, index=algorithms.index(plan["packing"]["algorithm"]))
-size = c2.number_input("Pack size", 16, 1_048_576, plan["packing"]["pack_size"] or plan["training"]["seq_length"],
-                       step=256)
-mult = c3.number_input("pad_seq_to_mult", 1, 256, plan["packing"]["pad_seq_to_mult"] or 1)
-st.session_state["plan"] = dashboard.with_packing(plan, algorithm=algorithm, pack_size=int(size),
-                                                  pad_seq_to_mult=int(mult) if mult > 1 else None)
-with st.spinner("packing"):
-    result = dashboard.packing_at(hist, int(size), algorithm, int(mult))
+algorithm = c1.selectbox("Algorithm", algorithms, index=algorithms.index(plan.packing.algorithm))
+size = int(c2.number_input("Pack size", 16, 1 << 20, plan.pack_size, step=256))
+mult = int(c3.number_input("pad_seq_to_mult", 1, 256, plan.packing.pad_seq_to_mult or 1))
+ui.set_plan(st.session_state, {"packing": {"algorithm": algorithm, "pack_size": size,
+                                           "pad_seq_to_mult": mult if mult > 1 else None}})
+if "plan_error" in st.session_state:
+    st.error(st.session_state["plan_error"])
+with st.spinner(f"packing {hist.num_samples:,} samples"):
+    result = ui.packing_at(hist, size, algorithm, mult)
 m = result.metrics
 k1, k2, k3, k4 = st.columns(4)
 k1.metric("packs", f"{m.num_packs:,}")
@@ -33,10 +34,10 @@ st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     st.info(note)
 with st.spinner("sweeping pack sizes"):
-    sweep = dashboard.packing_sweep(hist, dashboard.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
-                                                                         "best_fit_decreasing"])
+    sweep = ui.packing_sweep(hist, ui.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
+                                                          "best_fit_decreasing"])
 metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True)
-st.plotly_chart(charts.sweep_curves(sweep, metric, int(size)), width="stretch")
+st.plotly_chart(charts.sweep_curves(sweep, metric, size), width="stretch")
 a, b = st.columns(2)
 a.plotly_chart(charts.pack_fill_histogram(result), width="stretch")
 b.plotly_chart(charts.attention_work_histogram(result), width="stretch")

@@ -2,34 +2,34 @@
 
 import streamlit as st
 
-from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
-from advisor.plan.schema import PlanError
+from advisor.plan.presets import GPU_PRESETS
 from advisor.ui import charts
-from advisor.ui import state as dashboard
+from advisor.ui import state as ui
 
 st.set_page_config(page_title="Memory & FLOPs", layout="wide")
-dashboard.init_state(st.session_state)
-plan, hist = st.session_state["plan"], st.session_state["hist"]
+ui.init_state(st.session_state)
+plan = st.session_state["plan"]
 st.title("Memory & FLOPs")
 c = st.columns(7)
-model = c[0].selectbox("Model", list(MODEL_PRESETS), index=dashboard.index_of(MODEL_PRESETS, plan["model"]))
+presets = ui.model_presets()
+preset = c[0].selectbox("Model", presets, index=ui.index_of(presets, plan.model.preset))
+model = {"preset": preset} if preset != plan.model.preset else {}
 if st.toggle("Custom model fields", key="custom_model"):
-    fields = dashboard.model_fields(plan["model"] if isinstance(plan["model"], dict) else model)
-    cols = st.columns(len(fields))
-    model = {k: int(col.number_input(k, 1, 10_000_000, v, key=f"model_{k}")) for col, (k, v) in
-             zip(cols, fields.items(), strict=True)}
-gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=dashboard.index_of(GPU_PRESETS, plan["hardware"]["gpu"]))
+    cols = st.columns(len(ui.CUSTOM_FIELDS))
+    model |= {k: int(col.number_input(k, 1, 1 << 20, v, key=f"model_{k}"))
+              for col, (k, v) in zip(cols, ui.model_fields(plan).items(), strict=True)}
+gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=ui.index_of(GPU_PRESETS, plan.hardware.gpu))
 labels = {"gpus": "GPUs", "tp": "TP", "pp": "PP", "cp": "CP"}
-layout = {k: int(c[i + 2].number_input(label, 1, 4096, plan["parallel"][k])) for i, (k, label) in
-          enumerate(labels.items())}
-mbs = int(c[6].number_input("micro batch", 1, 64, plan["training"]["micro_batch_size"]))
-candidate = dashboard.with_layout(plan, model=model, gpu=gpu, micro_batch_size=mbs, **layout)
-try:
-    est = dashboard.estimate_for(candidate, hist)
-    st.session_state["plan"] = candidate
-except PlanError as e:
-    st.error(str(e))
+layout = {k: int(c[i + 2].number_input(label, 1, 4096, getattr(plan.parallel, k)))
+          for i, (k, label) in enumerate(labels.items())}
+mbs = int(c[6].number_input("micro batch", 1, 64, plan.training.micro_batch_size))
+if not ui.set_plan(st.session_state, {"model": model, "hardware": {"gpu": gpu}, "parallel": layout,
+                                      "training": {"micro_batch_size": mbs}}):
+    st.error(st.session_state["plan_error"])
     st.stop()
+with st.spinner("estimating"):
+    analysis = ui.analysis_of(st.session_state)
+    est = analysis.estimate
 k = st.columns(4)
 k[0].metric("memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
             f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB")
@@ -42,5 +42,5 @@ b.plotly_chart(charts.attention_flops_bars(est), width="stretch")
 with st.expander("Why the advisor and Megatron-Bridge differ"):
     st.markdown("\n".join(f"- {d}" for d in est.memory.differences))
 with st.spinner("memory over pack size and CP"):
-    grid = dashboard.memory_grid_for(candidate, hist)
+    grid = ui.memory_grid_frame(analysis)
 st.plotly_chart(charts.memory_heatmap(grid), width="stretch")

@@ -2,33 +2,34 @@
 
 import streamlit as st
 
-from advisor.advice.exports import FORMATS
-from advisor.ui import state as dashboard
+from advisor.analysis import ALL_FORMATS
+from advisor.ui import state as ui
 
 st.set_page_config(page_title="Recommendations & export", layout="wide")
-dashboard.init_state(st.session_state)
-plan, hist = st.session_state["plan"], st.session_state["hist"]
+ui.init_state(st.session_state)
 st.title("Recommendations & export")
-findings = dashboard.findings_for(plan, hist)
+analysis = ui.analysis_of(st.session_state)
+if "plan_error" in st.session_state:
+    st.error(st.session_state["plan_error"])
 for severity in ("error", "warning", "info"):
-    group = [f for f in findings if f.severity == severity]
+    group = [f for f in analysis.findings if f.severity == severity]
     st.subheader(f"{severity.title()}s ({len(group)})")
     for i, f in enumerate(group):
         with st.expander(f"{f.id}: {f.message}", expanded=severity == "error"):
             st.write(f.reason)
             st.caption(f"Source: {f.source}")
             if f.fix and st.button(f"Apply fix {f.fix}", key=f"fix-{severity}-{i}"):
-                st.session_state["plan"] = dashboard.apply_fix_dict(plan, f.fix)
+                ui.set_plan(st.session_state, f.fix)
                 st.rerun()
 st.subheader("Best candidates")
 with st.spinner("searching layouts"):
-    table = dashboard.candidates_table(plan, hist)
+    table = ui.candidates_table(analysis)
 st.dataframe(table, hide_index=True, width="stretch")
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", ["0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1"])
-fmt = f.selectbox("Format", FORMATS)
+fmt = f.selectbox("Format", ALL_FORMATS)
 recommended = r.toggle("Export the best candidate instead")
-text, filename = dashboard.export_text(plan, hist, fmt, version, recommended)
-st.code(text, language=dashboard.code_language(fmt))
+text, filename = ui.export_text(analysis, fmt, version, recommended)
+st.code(text, language=ui.code_language(fmt))
 st.download_button(f"Download {filename}", text, file_name=filename)

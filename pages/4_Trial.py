@@ -3,10 +3,11 @@
 import streamlit as st
 
 from advisor.trial import jobs as trial_jobs
-from advisor.ui import state as dashboard
+from advisor.ui import state as ui
+from advisor.ui import trial_view
 
 st.set_page_config(page_title="Trial", layout="wide")
-dashboard.init_state(st.session_state)
+ui.init_state(st.session_state)
 st.title("Trial")
 st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
            "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "
@@ -45,8 +46,8 @@ if uploaded is not None:
         st.error(str(e))
 result = st.session_state.get("trial_result")
 if result:
-    speed, memory = trial_jobs.results_tables(result)
-    st.plotly_chart(trial_jobs.results_chart(result), width="stretch")
+    speed, memory = trial_view.results_tables(result)
+    st.plotly_chart(trial_view.results_chart(result), width="stretch")
     a, b = st.columns(2)
     a.dataframe(speed, hide_index=True)
     b.dataframe(memory, hide_index=True)

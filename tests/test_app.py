@@ -59,40 +59,45 @@ def test_packing_page_metadata_follows_pack_size():
     at.number_input[0].set_value(512).run()
     assert not at.exception
     assert '"pack_size": 512' in at.code[0].value
-    assert at.session_state["plan"]["packing"]["pack_size"] == 512  # kept for the other pages
+    assert at.session_state["plan"].packing.pack_size == 512  # kept for the other pages
 
 
 def test_memory_page_refuses_an_inconsistent_layout():
     at = run("pages/2_Memory_and_FLOPs.py")
     gpus = next(n for n in at.number_input if n.label == "GPUs")
     gpus.set_value(7).run()
-    assert at.error and "gpus 7 is not divisible by tp*pp*cp = 2" in at.error[0].value
+    assert at.error and "parallel.gpus 7 is not divisible by tp*pp*cp = 2" in at.error[0].value
+    assert at.session_state["plan"].parallel.gpus == 8  # the last good plan is kept
 
 
 def test_export_matches_the_command_line(tmp_path):
     at = run("pages/3_Recommendations.py")
     shown = at.code[0].value
     plan_file = tmp_path / "plan.yaml"
-    from advisor.plan.schema import dump_plan, plan_from_dict
+    from advisor.plan import dump_plan
 
-    plan_file.write_text(dump_plan(plan_from_dict(at.session_state["plan"])))
+    plan = at.session_state["plan"]
+    plan_file.write_text(dump_plan(plan.changed({"data": {"lengths": str(ROOT / plan.data.lengths)}})))
     cli = subprocess.run([sys.executable, "-m", "advisor", "export", str(plan_file), "--format", "python",
                           "--quiet"], capture_output=True, text=True, cwd=ROOT)
     assert cli.returncode == 0 and cli.stdout.rstrip("\n") == shown.rstrip("\n")
 
 
 def test_apply_fix_changes_the_plan():
-    at = run("pages/3_Recommendations.py")
+    from advisor.ui.state import default_plan
+
+    at = run("pages/3_Recommendations.py", {"plan": default_plan().changed({"training": {"micro_batch_size": 2}})})
     button = next(b for b in at.button if b.label.startswith("Apply fix"))
     button.click().run()
     assert not at.exception
+    assert at.session_state["plan"].training.micro_batch_size == 1  # packing.offline_mbs fixed
+    assert not any(b.label.startswith("Apply fix") and "micro_batch_size" in b.label for b in at.button)
 
 
 def test_share_link_reopens_the_plan():
     from advisor.ui.state import default_plan, plan_from_query, plan_to_query
 
-    plan = default_plan("chat-like (180k)")
-    plan["parallel"]["cp"] = 2
+    plan = default_plan("chat-like (180k)").changed({"parallel": {"cp": 2}, "model": {"num_layers": 16}})
     sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))
     assert sample == "chat-like (180k)" and back == plan
 
@@ -105,5 +110,6 @@ def test_custom_model_fields_drive_the_estimate():
     layers = next(n for n in at.number_input if n.label == "num_layers")
     layers.set_value(64).run()
     assert not at.exception
-    assert at.session_state["plan"]["model"]["num_layers"] == 64
+    assert at.session_state["plan"].model.num_layers == 64
+    assert at.session_state["plan"].model.preset == "llama3.1-8b"  # an override of the preset, kept as one
     assert at.metric[0].value != base

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
+from advisor.analysis import analyze, memory_grid
 from advisor.model.estimate import estimate
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.plan.schema import plan_from_dict
 from advisor.ui import charts
 from advisor.ui import state as dashboard
 
@@ -23,11 +25,11 @@ def test_figures_carry_the_numbers(squad):
 
 
 def test_memory_figures(squad):
-    plan = plan_from_dict(dashboard.default_plan())
+    plan = dashboard.default_plan()
     est = estimate(plan, squad)
     bar = charts.memory_bar(est)
     advisor_total = sum(t.y[0] for t in bar.data if t.x[0] == "advisor")
     assert abs(advisor_total - est.memory.total / 2**30) < 1e-9
-    grid = dashboard.memory_grid(plan, squad, [256, 384], [1, 2])
+    grid = pd.DataFrame(memory_grid(analyze(plan, squad), [256, 384], [1, 2]))
     heat = charts.memory_heatmap(grid)
     assert heat.layout.xaxis.type == "category" and len(grid) == 4

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from advisor.model.estimate import collate_padding_multiple, estimate, packing_config, packing_for, packing_mode
+from advisor.model.estimate import estimate, packing_config
 from advisor.model.throughput import straggler_factor
-from advisor.plan.schema import plan_from_dict
+from advisor.packing.cache import packing_for
+from advisor.plan import plan_from_dict
 from tests.conftest import ROOT, SAMPLE, scaled
 
 
@@ -55,11 +56,11 @@ def test_packing_is_reused_not_redone(squad):
 
 
 def test_modes_and_padding_multiple(squad):
-    assert packing_mode(_plan()) == "offline"
-    assert packing_mode(_plan(training={"task": "vlm-sft", "micro_batch_size": 4})) == "in-batch"
-    assert packing_mode(_plan(training={"task": "pretrain"})) == "none"
-    assert collate_padding_multiple(_plan()) == 4  # lcm(2*CP, CP*TP) = lcm(4, 4)
-    assert collate_padding_multiple(_plan(parallel={"gpus": 24, "tp": 4, "cp": 3})) == 12  # lcm(6, 12)
+    assert _plan().packing_mode == "offline"
+    assert _plan(training={"task": "vlm-sft", "micro_batch_size": 4}).packing_mode == "in-batch"
+    assert _plan(training={"task": "pretrain"}).packing_mode == "none"
+    assert _plan().collate_padding_multiple == 4  # lcm(2*CP, CP*TP) = lcm(4, 4)
+    assert _plan(parallel={"gpus": 24, "tp": 4, "cp": 3}).collate_padding_multiple == 12  # lcm(6, 12)
     result = estimate(_plan(), squad)
     assert result.packing.config.pad_seq_to_mult == 4
     assert all(s % 4 == 0 for s in result.packing.pack(0))

@@ -11,8 +11,9 @@ import pytest
 
 from advisor.advice.exports import export, megatron_lm_args, mock_lengths_csv, overrides, python_snippet
 from advisor.advice.rules import check
+from advisor.analysis import analyze
 from advisor.data.ingest import load_lengths
-from advisor.plan.schema import dump_plan, plan_from_dict
+from advisor.plan import dump_plan, plan_from_dict
 from tests.conftest import ROOT, SAMPLE
 
 PLANS = {
@@ -33,10 +34,13 @@ PLANS = {
 }
 
 
+N = 2.5  # a packing factor: offline exports write the global batch in packs, samples / n
+
+
 def run_check(version, name, tmp_path):
     plan = plan_from_dict(PLANS[name])
-    (tmp_path / "s.py").write_text(python_snippet(plan, version))
-    (tmp_path / "o.txt").write_text(overrides(plan, version))
+    (tmp_path / "s.py").write_text(python_snippet(plan, version, N))
+    (tmp_path / "o.txt").write_text(overrides(plan, version, N))
     env = {**os.environ, "ADVISOR_MB_VERSION": version}
     proc = subprocess.run([sys.executable, "-m", "tests.snippet_check", plan.training.task, str(tmp_path / "s.py"),
                            str(tmp_path / "o.txt")], capture_output=True, text=True, cwd=ROOT, env=env)
@@ -66,7 +70,7 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
 
 def test_api_generations_differ_where_they_should():
     plan = plan_from_dict(PLANS["offline-cp-sp"])
-    old, new = python_snippet(plan, "0.5.1"), python_snippet(plan, "0.6.2")
+    old, new = python_snippet(plan, "0.5.1", N), python_snippet(plan, "0.6.2", N)
     assert "from megatron.bridge.data.datasets.packed_sequence import PackedSequenceSpecs" in old
     assert "cfg.dataset.packed_sequence_specs = PackedSequenceSpecs(" in old and "enable_offline_packing" not in old
     assert "from megatron.bridge.data.packing import PackedSequenceSpecs" in new
@@ -75,7 +79,11 @@ def test_api_generations_differ_where_they_should():
     assert "pack_sequences_in_batch = True" in python_snippet(vlm, "0.4.0")
     assert "enable_in_batch_packing = True" in python_snippet(vlm, "0.6.0")
     with pytest.raises(ValueError, match="MAJOR.MINOR"):
-        python_snippet(plan, "six")
+        python_snippet(plan, "six", N)
+    with pytest.raises(ValueError, match="packing factor"):  # packs per step cannot be written without the data
+        python_snippet(plan, "0.6.2")
+    assert f"cfg.train.global_batch_size = {plan.global_batch_packs(N)}" in new
+    assert plan.global_batch_packs(N) == 26  # 64 samples / 2.5 per pack = 25.6 packs, to the nearest multiple of DP 2
 
 
 def test_megatron_lm_args_and_mock_lengths_round_trip(tmp_path, squad):
@@ -104,19 +112,18 @@ def test_cli_recommend_json_and_export_recommended():
     assert not [f for f in check(best) if f.severity == "error"]
     exp = subprocess.run([sys.executable, "-m", "advisor", "export", plan_file, "--format", "python", "--recommended",
                           "--quiet"], capture_output=True, text=True, cwd=ROOT)
-    assert exp.returncode == 0 and exp.stdout == python_snippet(best)
+    n = analyze(best, load_lengths(SAMPLE / "squad_v1.1_len384_hist.csv")).packing_factor
+    assert exp.returncode == 0 and exp.stdout == python_snippet(best, packing_factor=n)
 
 
 def test_markdown_and_plan_exports(squad):
-    from advisor.model.estimate import estimate
-
     plan = plan_from_dict({**PLANS["offline-cp-sp"], "training": {"seq_length": 384, "global_batch_size": 64}})
-    est = estimate(plan, squad)
-    md = export(plan, "markdown", findings=check(plan, est.packing), est=est)
+    analysis = analyze(plan, squad)
+    md = analysis.export("markdown")
     assert "## Findings" in md and "`cp.loss`" in md and "Megatron-Bridge packing metadata" in md
-    assert export(plan, "plan") == dump_plan(plan)
-    slurm = export(plan_from_dict({**PLANS["offline-hierarchical"]}), "slurm")
+    assert analysis.export("plan") == dump_plan(plan) == export(plan, "plan")
+    slurm = analyze(plan_from_dict({**PLANS["offline-hierarchical"]}), squad).export("slurm")
     assert "#SBATCH --nodes=8" in slurm and "torchrun --nnodes 8 --nproc-per-node 8" in slurm
-    assert "-m advisor trial plan.yaml --device cuda" in export(plan, "torchrun")
+    assert "-m advisor trial plan.yaml --device cuda" in analysis.export("torchrun")
     with pytest.raises(ValueError, match="unknown export format"):
-        export(plan, "docx")
+        analysis.export("docx")

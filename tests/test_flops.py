@@ -8,7 +8,7 @@ import pytest
 
 from advisor.model.flops import flops_coefficients
 from advisor.model.parameters import padded_vocab_size
-from advisor.plan.schema import plan_from_dict
+from advisor.plan import plan_from_dict
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from advisor.model.memory import activation_bytes_per_token_per_layer, estimate_memory, megatron_bridge_memory
 from advisor.model.parameters import count_parameters, padded_vocab_size
-from advisor.plan.schema import plan_from_dict
+from advisor.plan import plan_from_dict
 from advisor.trial.model import SwiGLU
 from advisor.trial.run import saved_tensor_bytes
 

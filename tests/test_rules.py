@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.advice.rules import apply_fix, check, collate_padding_multiple
+from advisor.advice.findings import apply_fix
+from advisor.advice.rules import check
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.plan.schema import plan_from_dict
+from advisor.plan import plan_from_dict
 
 
 def plan(**over):
@@ -40,9 +41,10 @@ def test_offline_packing_needs_micro_batch_one_and_offers_the_equivalent():
     assert "packing.offline_mbs" not in ids(check(plan()))
     f = find(check(plan(training={"micro_batch_size": 2, "global_batch_size": 64})), "packing.offline_mbs")
     assert f.severity == "error" and f.message == "offline packing needs micro_batch_size 1 (is 2)"
-    assert f.fix == {"training": {"micro_batch_size": 1, "global_batch_size": 32}, "packing": {"pack_size": 8192}}
+    # global_batch_size counts samples, so the equivalent keeps it: micro batch 1, packs twice as long
+    assert f.fix == {"training": {"micro_batch_size": 1}, "packing": {"pack_size": 8192}}
     fixed = apply_fix(plan(training={"micro_batch_size": 2, "global_batch_size": 64}), f.fix)
-    assert "packing.offline_mbs" not in ids(check(fixed))
+    assert "packing.offline_mbs" not in ids(check(fixed)) and fixed.training.global_batch_size == 64
 
 
 def test_in_batch_needs_two():
@@ -55,8 +57,10 @@ def test_global_batch_in_packs(squad):
     p = plan(training={"seq_length": 384, "global_batch_size": 64}, packing={"pack_size": 384})
     result = pack(squad, PackingConfig(pack_size=384))
     f = find(check(p, result), "packing.global_batch")
-    assert f.fix["training"]["global_batch_size"] % p.parallel.dp == 0
-    assert f.fix["training"]["global_batch_size"] == max(8, round(64 / 2.11 / 8) * 8)
+    n = result.metrics.num_sequences / result.num_packs
+    packs = p.global_batch_packs(n)
+    assert packs % p.parallel.dp == 0 and packs == max(8, round(64 / n / 8) * 8)
+    assert f"64 samples per step are {packs} packs" in f.message and not f.fix  # information, nothing to change
 
 
 def test_cp_divisibility_on_both_sides():
@@ -71,7 +75,7 @@ def test_cp_divisibility_on_both_sides():
                                                 (2, 2, True, 4), (4, 2, True, 8), (4, 3, True, 12), (8, 1, True, 8)])
 def test_padding_multiple_is_the_lcm(tp, cp, sp, expected):
     p = plan(parallel={"gpus": tp * cp * 2, "tp": tp, "cp": cp, "sp": sp})
-    assert collate_padding_multiple(p) == expected
+    assert p.collate_padding_multiple == expected
 
 
 def test_pad_seq_to_mult_boundary():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from advisor.data.lengths import LengthHistogram
-from advisor.plan.schema import plan_from_dict
+from advisor.plan import plan_from_dict
 from advisor.trial.run import ParityError, TrialConfig, run_trial
 from tests.conftest import ROOT, SAMPLE
 
@@ -105,6 +105,7 @@ def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
 
     from advisor.trial import jobs as trial_jobs
     from advisor.ui import state as dashboard
+    from advisor.ui import trial_view
 
     plan = dashboard.default_plan()
     job = trial_jobs.start_trial(plan, skewed, steps=1, pack_size=128)
@@ -112,7 +113,7 @@ def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
     while (status := trial_jobs.poll(job))["state"] == "running" and time.time() < deadline:
         time.sleep(1)
     assert status["state"] == "done", status["log"]
-    speed, memory = trial_jobs.results_tables(status["result"])
+    speed, memory = trial_view.results_tables(status["result"])
     assert list(speed["way"]) == ["packed", "padded", "block_masked"]
     assert memory["measured / predicted"].notna().all()
     slow = trial_jobs.start_trial(plan, skewed, steps=50, pack_size=512)

@@ -11,22 +11,28 @@ offline packing is ``enable_offline_packing`` with ``offline_packing_specs``; in
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import dataclass
 
-from advisor.advice.rules import collate_padding_multiple, packing_mode
 from advisor.data.lengths import LengthHistogram
-from advisor.plan.schema import Plan, dump_plan
+from advisor.plan import Plan, dump_plan
 
 DEFAULT_MB_VERSION = "0.6.2"
-FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown", "torchrun", "slurm")
+FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")
 
 
 def _version(v: str) -> tuple[int, int]:
-    parts = v.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        raise ValueError(f"Megatron-Bridge version {v!r}: give it as MAJOR.MINOR[.PATCH], e.g. 0.6.2") from None
+    """MAJOR.MINOR[.PATCH] and nothing else: the version is written into the snippet's comment, so it is data.
+
+    >>> _version("0.6.2")
+    (0, 6)
+    """
+    match = _VERSION.fullmatch(v) if isinstance(v, str) else None
+    if match is None:
+        raise ValueError(f"Megatron-Bridge version {str(v)[:40]!r}: give it as MAJOR.MINOR[.PATCH], e.g. 0.6.2")
+    return int(match.group(1)), int(match.group(2))
 
 
 def new_packing_api(version: str) -> bool:
@@ -45,10 +51,18 @@ class Settings:
     mode: str
 
 
-def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION) -> Settings:
-    """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs."""
+def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> Settings:
+    """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs.
+
+    With offline packing Megatron-Bridge's global batch counts packs: the plan's samples per step over the packing
+    factor n of the data (``Plan.global_batch_packs``), so offline exports need n.
+    """
     p, t, k = plan.parallel, plan.training, plan.packing
-    mode = packing_mode(plan)
+    mode = plan.packing_mode
+    _version(version)
+    if mode == "offline" and not packing_factor:
+        raise ValueError("offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
+                         "packing factor; give the lengths (--lengths or the plan's data.lengths)")
     sft = t.task != "pretrain"
     model = {"tensor_model_parallel_size": p.tp, "pipeline_model_parallel_size": p.pp,
              "context_parallel_size": p.cp, "expert_model_parallel_size": p.ep,
@@ -69,12 +83,12 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION) -> Settings:
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
     train = {"micro_batch_size": 1 if mode == "offline" else t.micro_batch_size,
-             "global_batch_size": t.global_batch_size}
+             "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
+             t.global_batch_size}
     dataset: dict = {"seq_length": t.seq_length}
     specs = None
     if mode == "offline":
-        specs = {"packed_sequence_size": k.pack_size or t.seq_length,
-                 "pad_seq_to_mult": k.pad_seq_to_mult or collate_padding_multiple(plan)}
+        specs = {"packed_sequence_size": plan.pack_size, "pad_seq_to_mult": plan.pad_seq_to_mult}
         if t.cuda_graphs:
             specs["pad_cu_seqlens"] = True
         if new_packing_api(version):
@@ -92,11 +106,12 @@ def _py(value) -> str:
     return repr(value)
 
 
-def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION) -> str:
-    """Python that edits a recipe's ``ConfigContainer`` named ``cfg``, importing what it uses."""
-    s = derived_settings(plan, version)
+def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> str:
+    """Python that edits a recipe's ``ConfigContainer`` named ``cfg``, importing what it uses. Every value is
+    written with ``repr`` and the model name only in a comment, so no plan text can become code."""
+    s = derived_settings(plan, version, packing_factor)
     new = new_packing_api(version)
-    lines = [f"# Sequence packing advisor: settings for Megatron-Bridge {version}, model {plan.model_name}, "
+    lines = [f"# Sequence packing advisor: settings for Megatron-Bridge {version}, model {_comment(plan.model_name)}, "
              f"{plan.parallel.gpus} GPUs.", "# Apply to the ConfigContainer your recipe returns (cfg = recipe(...))."]
     if s.specs is not None:
         module = "megatron.bridge.data.packing" if new else "megatron.bridge.data.datasets.packed_sequence"
@@ -116,9 +131,13 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION) -> str:
     return "\n".join(lines) + "\n"
 
 
-def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION) -> str:
+def _comment(text: str) -> str:
+    return repr(text)[1:-1].replace("\n", " ")
+
+
+def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> str:
     """The same settings as OmegaConf dotlist overrides for Megatron-Bridge recipe scripts, one per line."""
-    s = derived_settings(plan, version)
+    s = derived_settings(plan, version, packing_factor)
     out = []
     for section, values in (("model", s.model), ("train", s.train), ("ddp", s.ddp), ("dataset", s.dataset)):
         for name, value in values.items():
@@ -152,7 +171,7 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
     p, t = plan.parallel, plan.training
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
-            f"--micro-batch-size {1 if packing_mode(plan) == 'offline' else t.micro_batch_size}",
+            f"--micro-batch-size {1 if plan.packing_mode == 'offline' else t.micro_batch_size}",
             f"--global-batch-size {t.global_batch_size}", f"--seq-length {t.seq_length}",
             f"--max-position-embeddings {t.seq_length}"]
     if p.vpp:
@@ -174,18 +193,18 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
         args.append("--use-distributed-optimizer")
     if t.task != "pretrain":
         mock = json.dumps({"mode": "file", "path": lengths_csv})
-        args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json '{mock}'"]
+        args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]
     return " \\\n  ".join(args) + "\n"
 
 
 def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str = "meta-llama/Llama-3.1-8B",
-                 dataset_root: str = "<dataset_root>") -> str:
+                 dataset_root: str = "<dataset_root>", packing_factor: float | None = 1.0) -> str:
     """Where Megatron-Bridge writes the packed files and metadata, by version (the layout changed twice).
 
     0.3.x: ``packed/{tokenizer}_pad_seq_to_mult{N}/training_{size}.npy``; 0.4-0.5: Parquet ``.idx.parquet``;
     0.6: a folder suffixed ``_sft_{fingerprint}`` (12 hex digits of the dataset settings' hash).
     """
-    s = derived_settings(plan, version)
+    s = derived_settings(plan, version, packing_factor)
     if s.specs is None:
         return "No offline packing in this plan: Megatron-Bridge writes no packed files.\n"
     size, mult = s.specs["packed_sequence_size"], s.specs["pad_seq_to_mult"]
@@ -210,11 +229,11 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
 def markdown_report(plan: Plan, findings: list, est=None, search_result=None) -> str:
     """Findings and estimates in one page for a review."""
     p, t = plan.parallel, plan.training
-    lines = [f"# Packing plan: {plan.model_name}", "",
+    lines = [f"# Packing plan: {_comment(plan.model_name)}", "",
              f"- Layout: {p.gpus} x {plan.hardware.gpu}, TP {p.tp}, PP {p.pp}, CP {p.cp}, EP {p.ep}, DP {p.dp}, "
              f"SP {'on' if p.sp else 'off'}",
              f"- Training: {t.task}, seq_length {t.seq_length}, micro batch {t.micro_batch_size}, global batch "
-             f"{t.global_batch_size}, recompute {t.recompute}", f"- Packing: {packing_mode(plan)}", ""]
+             f"{t.global_batch_size} samples, recompute {t.recompute}", f"- Packing: {plan.packing_mode}", ""]
     if est is not None:
         m, f, tm = est.memory, est.flops, est.time
         lines += ["## Estimates", "", "| component | GiB |", "| --- | ---: |"]
@@ -245,47 +264,20 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None) ->
     return "\n".join(lines) + "\n"
 
 
-def trial_torchrun(plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
-    """The trial on one node's GPUs as data parallelism (NCCL)."""
-    return (f"torchrun --nproc-per-node {gpus_per_node} -m advisor trial {plan_file} --device cuda "
-            f"--model-scale medium --steps {steps} --out trial_out --json\n")
-
-
-def trial_slurm(plan: Plan, plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
-    """A Slurm batch script for a multi-node trial: one torchrun per node, rendezvous on the first node."""
-    nodes = max(1, -(-plan.parallel.gpus // gpus_per_node))
-    return f"""#!/bin/bash
-#SBATCH --job-name=packing-trial
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus_per_node}
-#SBATCH --time=00:30:00
-#SBATCH --output=trial_%j.log
-# The sequence packing advisor's trial as data parallelism over {nodes} node(s) x {gpus_per_node} GPUs (NCCL).
-head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:29500" \
-  --rdzv-id "$SLURM_JOB_ID" -m advisor trial {plan_file} --device cuda --model-scale medium --steps {steps} \
-  --out "trial_out_$SLURM_JOB_ID" --json
-"""
-
-
-def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, hist: LengthHistogram | None = None,
+def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None,
            findings=None, est=None, search_result=None) -> str:
-    """One export as text; ``fmt`` is one of FORMATS."""
+    """One export as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n."""
+    _version(version)
     if fmt == "python":
-        return python_snippet(plan, version)
+        return python_snippet(plan, version, packing_factor)
     if fmt == "overrides":
-        return overrides(plan, version)
+        return overrides(plan, version, packing_factor)
     if fmt == "megatron-lm":
         return megatron_lm_args(plan)
     if fmt == "paths":
-        return packed_paths(plan, version)
+        return packed_paths(plan, version, packing_factor=packing_factor or 1.0)
     if fmt == "plan":
         return dump_plan(plan)
     if fmt == "markdown":
         return markdown_report(plan, findings or [], est, search_result)
-    if fmt == "torchrun":
-        return trial_torchrun()
-    if fmt == "slurm":
-        return trial_slurm(plan)
-    raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(FORMATS)}")

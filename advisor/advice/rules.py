@@ -1,8 +1,9 @@
 """The constraints of packed and long-context training, as findings: what, why, where it comes from, and the fix.
 
 Each rule is a function of the plan (and, where it needs data, the packing result); it returns findings. A
-finding's ``fix`` is a set of plan changes (``{"training": {"micro_batch_size": 1}}``) that ``apply_fix`` merges
-into the plan, so the dashboard can offer a button and the search can skip plans with errors.
+finding's ``fix`` is a set of plan changes (``{"training": {"micro_batch_size": 1}}``) that ``Plan.changed``
+merges in; applied, it removes its finding, and applying it twice changes nothing (a property test checks).
+Derived settings (packing mode, padding multiple, DP) are the plan's own properties, not rules.
 
 Sources are named per rule: Megatron-Bridge 0.6.2 ``training/config.py`` (``ConfigContainer.validate``),
 ``data/packing/`` and its docs; Megatron-LM ``megatron/training/arguments.py`` and ``datasets/sft_dataset.py``.
@@ -11,59 +12,25 @@ Sources are named per rule: Megatron-Bridge 0.6.2 ``training/config.py`` (``Conf
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
+from advisor.advice.findings import SEVERITIES, Finding
 from advisor.packing.offline import PackingResult
-from advisor.plan.schema import Plan, plan_from_dict
+from advisor.plan import Plan
 
-SEVERITIES = ("error", "warning", "info")
 LONG_CONTEXT = 65536
 MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Finding:
-    id: str
-    severity: str
-    message: str
-    reason: str
-    source: str
-    fix: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "severity": self.severity, "message": self.message, "reason": self.reason,
-                "source": self.source, "fix": self.fix}
-
-
-def apply_fix(plan: Plan, fix: dict) -> Plan:
-    """The plan with the fix's changes merged in (and checked again)."""
-    raw = plan.to_dict()
-    for section, changes in fix.items():
-        if isinstance(changes, dict) and isinstance(raw.get(section), dict):
-            raw[section] = {**raw[section], **changes}
-        else:
-            raw[section] = changes
-    return plan_from_dict(raw, "plan with fix")
-
-
-def collate_padding_multiple(plan: Plan) -> int:
-    """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): the CP/SP multiple of Megatron-Bridge 0.6
-    (``ConfigContainer.validate``). Older docs (a Megatron-Bridge skill page) said 2 CP TP, the product; Megatron-
-    Bridge 0.3.1 recipes used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP."""
-    p = plan.parallel
-    return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
-
-
-def packing_mode(plan: Plan) -> str:
-    """``auto``: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
-    if plan.packing.mode != "auto":
-        return plan.packing.mode
-    return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[plan.training.task]
+def _batch(plan: Plan, micro_batch_size: int) -> dict:
+    """A micro batch size and the nearest global batch (samples) it divides with this DP, so the fix is valid."""
+    unit = micro_batch_size * plan.dp
+    return {"micro_batch_size": micro_batch_size,
+            "global_batch_size": max(unit, round(plan.training.global_batch_size / unit) * unit)}
 
 
 # ---------------------------------------------------------------------------------------------- rules
 def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding]:
-    t, mode = plan.training, packing_mode(plan)
+    t, mode = plan.training, plan.packing_mode
     out = []
     if t.task == "llm-sft" and mode != "offline":
         out.append(Finding(
@@ -78,13 +45,13 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             reason="Image and video samples are not pre-tokenized to a packable file; Megatron-Bridge packs VLM "
                    "micro batches in the collate step instead (enable_in_batch_packing).",
             source="Megatron-Bridge 0.6.2 data/packing/in_batch.py",
-            fix={"packing": {"mode": "in-batch"}, "training": {"micro_batch_size": max(2, t.micro_batch_size)}}))
+            fix={"packing": {"mode": "in-batch"}, "training": _batch(plan, max(2, t.micro_batch_size))}))
     if mode == "in-batch" and t.micro_batch_size < 2:
         out.append(Finding(
             id="packing.in_batch_mbs", severity="error", message="in-batch packing needs micro_batch_size >= 2",
             reason="In-batch packing concatenates the sequences of one micro batch; with one there is nothing to "
                    "pack (ConfigContainer.validate raises).",
-            source=MB_CONFIG, fix={"training": {"micro_batch_size": 2}}))
+            source=MB_CONFIG, fix={"training": _batch(plan, 2)}))
     if t.task == "pretrain" and mode != "none":
         out.append(Finding(
             id="packing.pretrain", severity="warning", message="pre-training needs no packing",
@@ -95,25 +62,21 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             id="packing.offline_mbs", severity="error",
             message=f"offline packing needs micro_batch_size 1 (is {t.micro_batch_size})",
             reason="A pack already holds several samples; Megatron-Bridge refuses micro batches of packs and offers "
-                   "the equivalent: micro batch 1, global batch / micro batch, pack size x micro batch.",
+                   "the equivalent: micro batch 1 and packs of pack size x micro batch (the samples per step, "
+                   "which the plan's global_batch_size counts, stay the same).",
             source=MB_CONFIG,
-            fix={"training": {"micro_batch_size": 1,
-                              "global_batch_size": max(1, t.global_batch_size // t.micro_batch_size)},
-                 "packing": {"pack_size": (plan.packing.pack_size or t.seq_length) * t.micro_batch_size}}))
+            fix={"training": {"micro_batch_size": 1}, "packing": {"pack_size": plan.pack_size * t.micro_batch_size}}))
     if mode == "offline" and packing is not None:
         n = packing.metrics.num_sequences / packing.num_packs
-        dp = plan.parallel.dp
-        packs = max(dp, round(t.global_batch_size / n / dp) * dp)
-        if packs != t.global_batch_size:
-            out.append(Finding(
-                id="packing.global_batch", severity="info",
-                message=f"a pack holds n = {n:.2f} samples: a global batch of {t.global_batch_size} samples is "
-                        f"{packs} packs",
-                reason="With offline packing global_batch_size counts packs. To keep the samples per step (and so "
-                       "the learning-rate schedule) of an unpacked run, divide it by n, keeping a multiple of DP "
-                       f"({dp}) and at least DP.",
-                source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)",
-                fix={"training": {"global_batch_size": packs}}))
+        packs = plan.global_batch_packs(n)
+        out.append(Finding(
+            id="packing.global_batch", severity="info",
+            message=f"a pack holds n = {n:.2f} samples: {t.global_batch_size} samples per step are {packs} packs "
+                    "(Megatron-Bridge's global_batch_size, written by the export)",
+            reason="With offline packing Megatron-Bridge's global_batch_size counts packs. The plan counts samples, "
+                   "so the learning-rate schedule of an unpacked run is kept; the export divides by n, keeping a "
+                   f"multiple of DP ({plan.dp}) and at least DP.",
+            source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"))
     return out
 
 
@@ -131,9 +94,9 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
                 reason="Context parallelism splits every sequence into 2*CP chunks (rank r takes chunks r and "
                        "2CP-1-r to balance causal attention).",
                 source=MB_CONFIG, fix={section: {name: fixed}}))
-    need = collate_padding_multiple(plan)
+    need = plan.collate_padding_multiple
     mult = plan.packing.pad_seq_to_mult
-    if packing_mode(plan) in ("offline", "in-batch") and mult is not None and mult % need:
+    if plan.packing_mode in ("offline", "in-batch") and mult is not None and mult % need:
         out.append(Finding(
             id="cp.pad_seq_to_mult", severity="error",
             message=f"pad_seq_to_mult {mult} is not a multiple of {need} = lcm(2*CP, CP*TP with SP)",
@@ -141,7 +104,7 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
                    "parallelism), so each must be padded to this multiple. Megatron-Bridge 0.6 uses the lcm; older "
                    "docs said 2*CP*TP (the product, also valid but pads more); 0.3.1 recipes used 2*CP.",
             source=MB_CONFIG + "; data/packing/in_batch.py", fix={"packing": {"pad_seq_to_mult": need}}))
-    elif packing_mode(plan) in ("offline", "in-batch") and mult is None:
+    elif plan.packing_mode in ("offline", "in-batch") and mult is None:
         out.append(Finding(
             id="cp.pad_seq_to_mult", severity="info", message=f"pad_seq_to_mult set to {need} for CP {p.cp}",
             reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; the "
@@ -185,7 +148,7 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
 
 
 def rule_cuda_graphs(plan: Plan, packing: PackingResult | None) -> list[Finding]:
-    if not plan.training.cuda_graphs or packing_mode(plan) == "none":
+    if not plan.training.cuda_graphs or plan.packing_mode == "none":
         return []
     return [Finding(
         id="cuda_graphs.packing", severity="warning",
@@ -244,7 +207,7 @@ def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
                    "--sequence-packing-scheduler dp_balanced (with --max-seqlen-per-dp-cp-rank) deals packs evenly "
                    "by count, not by work; a smaller pack size or sorting long samples apart narrows the spread.",
             source="Megatron-LM megatron/training/datasets/sft_dataset.py and the packing schedulers (dev branch)"))
-    if (p.pp > 1 or p.ep > 1) and packing_mode(plan) != "none":
+    if (p.pp > 1 or p.ep > 1) and plan.packing_mode != "none":
         out.append(Finding(
             id="data.fixed_length", severity="info",
             message="PP or EP > 1: every micro batch is padded to the full length (pad_to_max_length)",
@@ -257,14 +220,14 @@ def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
 def rule_compatibility(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     m = plan.model
     out = []
-    if m.mtp_num_layers and packing_mode(plan) != "none":
+    if m.mtp_num_layers and plan.packing_mode != "none":
         out.append(Finding(
             id="compat.mtp", severity="error", message="packing with multi-token prediction (MTP) fine-tuning",
             reason="The MTP layers shift labels across the packed row, crossing sample boundaries; fine-tune with "
                    "MTP off or without packing.",
             source="Megatron-Core multi_token_prediction.py; Megatron-Bridge docs",
             fix={"model": {"mtp_num_layers": 0}}))
-    if m.family in ("qwen3-omni",) and packing_mode(plan) != "none":
+    if m.family in ("qwen3-omni",) and plan.packing_mode != "none":
         out.append(Finding(
             id="compat.family", severity="error", message=f"{m.family} does not support packed sequences",
             reason="Its Megatron-Bridge model raises NotImplementedError for packed sequences.",

@@ -1,18 +1,21 @@
 """Search for a faster plan: pack size, CP, TP, micro and global batch size within the plan's GPUs.
 
-Every candidate is checked by the rules (no error-level finding) and the memory estimate (it fits), then ranked by
-estimated real tokens per second per GPU. Packing is cached per (pack size, padding multiple), so a search over
-1M samples packs a handful of times, not once per candidate.
+Every candidate is the user's plan with only layout and batch settings changed (``Plan.changed``: the model, its
+preset overrides included, is the baseline's), checked by the rules (no error-level finding) and the memory estimate
+(it fits), then ranked by estimated real tokens per second per GPU. The samples per step (the plan's
+``global_batch_size``) are kept. Packing is cached per (pack size, padding multiple), so a search over 1M samples
+packs a handful of times, not once per candidate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from advisor.advice.rules import Finding, check, packing_mode
+from advisor.advice.findings import Finding
+from advisor.advice.rules import check
 from advisor.data.lengths import LengthHistogram
-from advisor.model.estimate import Estimate, estimate, packing_config, packing_for
-from advisor.plan.schema import Plan, PlanError, plan_from_dict
+from advisor.model.estimate import Estimate, estimate, packing_of
+from advisor.plan import Plan, PlanError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,12 +64,10 @@ class SearchResult:
         return self.best[0].plan if self.best else self.baseline.plan
 
 
-def evaluate(plan: Plan, hist: LengthHistogram) -> Candidate:
-    mode = packing_mode(plan)
-    result = packing_for(hist, packing_config(plan)) if mode == "offline" else None
-    findings = tuple(check(plan, result))
+def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None) -> Candidate:
+    findings = tuple(check(plan, packing_of(plan, hist)))
     try:
-        est = estimate(plan, hist)
+        est = estimate(plan, hist) if mfu is None else estimate(plan, hist, mfu=mfu)
     except ValueError:
         est = None
     return Candidate(plan=plan, estimate=est, findings=findings)
@@ -81,15 +82,13 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _variants(plan: Plan, samples_per_step: float | None):
-    """Layouts and batch settings to try, all on the plan's GPU count; pack size ladder around the plan's."""
+def _variants(plan: Plan):
+    """Changes to try, all on the plan's GPU count: pack size ladder around the plan's, TP, CP, micro batch."""
     m, p, t = plan.model, plan.parallel, plan.training
-    mode = packing_mode(plan)
-    base_size = plan.packing.pack_size or t.seq_length
-    sizes = sorted({base_size // 2, base_size, base_size * 2} - {0}) if mode == "offline" else [t.seq_length]
+    mode = plan.packing_mode
+    sizes = sorted({plan.pack_size // 2, plan.pack_size, plan.pack_size * 2} - {0}) if mode == "offline" else [None]
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
     mbss = [1] if mode == "offline" else sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
-    raw = plan.to_dict()
     for size in sizes:
         for tp in tps:
             for cp in _divisors(p.gpus // (tp * p.pp)):
@@ -97,17 +96,17 @@ def _variants(plan: Plan, samples_per_step: float | None):
                     continue
                 dp = p.gpus // (tp * p.pp * cp)
                 for mbs in mbss:
-                    if samples_per_step and mode == "offline":
-                        gbs = max(dp, round(samples_per_step / (size / base_size) / dp) * dp)
-                    else:
-                        gbs = max(dp * mbs, round(t.global_batch_size / (dp * mbs)) * dp * mbs)
-                    yield {**raw,
-                           "parallel": {**raw["parallel"], "tp": tp, "cp": cp, "sp": tp > 1,
-                                        "hierarchical_cp_sizes": None, "cp_comm_type": "p2p"},
-                           "training": {**raw["training"], "micro_batch_size": mbs, "global_batch_size": gbs,
-                                        "seq_length": size if mode == "offline" else t.seq_length},
-                           "packing": {**raw["packing"], "pack_size": size if mode == "offline" else None,
-                                       "pad_seq_to_mult": None}}
+                    unit = dp * mbs
+                    gbs = t.global_batch_size if mode == "offline" else \
+                        max(unit, round(t.global_batch_size / unit) * unit)
+                    change = {"parallel": {"tp": tp, "cp": cp, "sp": tp > 1, "hierarchical_cp_sizes": None,
+                                           "cp_comm_type": "p2p"},
+                              "training": {"micro_batch_size": mbs, "global_batch_size": gbs},
+                              "packing": {"pad_seq_to_mult": None}}
+                    if size is not None:
+                        change["training"]["seq_length"] = size
+                        change["packing"]["pack_size"] = size
+                    yield change
 
 
 def _why(c: Candidate, base: Candidate) -> str:
@@ -132,24 +131,22 @@ def _why(c: Candidate, base: Candidate) -> str:
     return (", ".join(parts) + ": " if parts else "same layout: ") + ", ".join(detail)
 
 
-def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, progress=None) -> SearchResult:
+def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None = None,
+           progress=None) -> SearchResult:
     """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline."""
-    baseline = evaluate(plan, hist)
-    samples_per_step = None
-    if packing_mode(plan) == "offline" and baseline.estimate is not None:
-        samples_per_step = plan.training.global_batch_size  # keep the plan's packs per step at its pack size
+    baseline = evaluate(plan, hist, mfu)
     seen, viable, evaluated = set(), [], 0
-    variants = list(_variants(plan, samples_per_step))
-    for i, raw in enumerate(variants):
-        key = repr(raw)
+    variants = list(_variants(plan))
+    for i, change in enumerate(variants):
+        key = repr(change)
         if key in seen:
             continue
         seen.add(key)
         try:
-            cand_plan = plan_from_dict(raw, "candidate")
+            cand_plan = plan.changed(change)
         except PlanError:
             continue
-        cand = evaluate(cand_plan, hist)
+        cand = evaluate(cand_plan, hist, mfu)
         evaluated += 1
         if progress is not None:
             progress(f"candidate {i + 1}/{len(variants)}", (i + 1) / len(variants))

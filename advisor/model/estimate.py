@@ -6,12 +6,10 @@ packing settings, so changing the model, layout or GPU re-estimates without pack
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.advice.rules import collate_padding_multiple, packing_mode
 from advisor.data.ingest import load_lengths
 from advisor.data.lengths import LengthHistogram
 from advisor.model.flops import flops_coefficients
@@ -24,52 +22,24 @@ from advisor.model.micro_batches import (
     pretrain_micro_batches,
 )
 from advisor.model.throughput import TimeEstimate, estimate_time
+from advisor.packing.cache import packing_for
 from advisor.packing.config import PackingConfig
-from advisor.packing.offline import PackingResult, pack, runtime_lengths
-from advisor.plan.presets import GPU_PRESETS
-from advisor.plan.schema import Plan
+from advisor.packing.offline import PackingResult, runtime_lengths
+from advisor.plan import Plan
 
 DEFAULT_MFU = 0.40
 
 
-def pad_multiple(plan: Plan) -> int:
-    return plan.packing.pad_seq_to_mult or collate_padding_multiple(plan)
-
-
 def packing_config(plan: Plan) -> PackingConfig:
-    size = plan.packing.pack_size or plan.training.seq_length
+    """Megatron-Bridge's offline packing settings for this plan (the dataset cuts at min(seq_length, pack))."""
+    size = plan.pack_size
     return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing.seed,
-                         pad_seq_to_mult=pad_multiple(plan), max_seq_length=min(plan.training.seq_length, size))
+                         pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size))
 
 
-class HistogramCache:
-    """Results keyed on a histogram's contents and a hashable setting, the ``size`` most recent kept.
-
-    The key holds the histogram's bytes (a few kB even for 16M samples), not the object, so nothing outlives its
-    entry, and an equal histogram read again hits the same entry.
-    """
-
-    def __init__(self, size: int):
-        self.size = size
-        self.entries: OrderedDict = OrderedDict()
-
-    def get(self, hist: LengthHistogram, setting, compute):
-        key = (hist.source, hist.lengths.tobytes(), hist.counts.tobytes(), setting)
-        if key in self.entries:
-            self.entries.move_to_end(key)
-            return self.entries[key]
-        value = self.entries[key] = compute()
-        if len(self.entries) > self.size:
-            self.entries.popitem(last=False)
-        return value
-
-
-_PACKINGS = HistogramCache(16)
-
-
-def packing_for(hist: LengthHistogram, cfg: PackingConfig) -> PackingResult:
-    """Pack once per (histogram, settings); later calls with the same pair return the same result."""
-    return _PACKINGS.get(hist, cfg, lambda: pack(hist, cfg))
+def packing_of(plan: Plan, hist: LengthHistogram) -> PackingResult | None:
+    """The offline packing of the data under this plan (cached), or None when the plan does not pack offline."""
+    return packing_for(hist, packing_config(plan)) if plan.packing_mode == "offline" else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +100,7 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing.seed)
     counts = runtime_lengths(hist, unpadded).counts
     if mode == "in-batch":
-        return in_batch_micro_batches(counts, t.micro_batch_size, pad_multiple(plan), plan.packing.seed,
+        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing.seed,
                                       t.seq_length), None
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
 
@@ -143,16 +113,18 @@ def estimate(plan: Plan, hist: LengthHistogram | None = None, *, mfu: float = DE
             raise ValueError("the plan has no data.lengths and no lengths were given")
         hist = load_lengths(plan.data.lengths, column=plan.data.column)
     t, p = plan.training, plan.parallel
-    mode = packing_mode(plan)
+    mode = plan.packing_mode
     mb, result = _micro_batches(plan, hist, mode)
-    gpu = GPU_PRESETS.get(plan.hardware.gpu, {})
-    capacity = (plan.hardware.memory_gib or gpu["memory_gib"]) * GIB
-    peak = (plan.hardware.bf16_tflops or gpu["bf16_tflops"]) * 1e12
-    num_microbatches = max(1, t.global_batch_size // (t.micro_batch_size * p.dp))
+    capacity = plan.hardware.capacity_gib * GIB
+    peak = plan.hardware.peak_tflops * 1e12
+    n = result.metrics.num_sequences / result.num_packs if result is not None else None
+    num_microbatches = plan.micro_batches_per_step(n)
     memory = estimate_memory(plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB,
                              capacity_bytes=capacity)
     coef = flops_coefficients(plan.model, p.tp)
-    rows = t.global_batch_size // (t.micro_batch_size if mode != "offline" else 1)
+    # rows of the step: packs with offline packing (samples / n, as Megatron-Bridge's global batch), else micro
+    # batches of micro_batch_size samples
+    rows = plan.global_batch_packs(n) if n else t.global_batch_size // t.micro_batch_size
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
     samples_per_step = rows * mean(mb.samples)
     attention = {"thd": rows * coef.core * mean(mb.attention_thd),
@@ -168,6 +140,6 @@ def estimate(plan: Plan, hist: LengthHistogram | None = None, *, mfu: float = DE
     if p.cp > 1:
         notes.append(f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "
                      f"{2 * p.cp - 1}-r, so causal attention work is balanced across CP ranks; the cost is padding "
-                     f"every sequence to a multiple of {pad_multiple(plan)}.")
-    return Estimate(plan=plan, mode=mode, pad_seq_to_mult=pad_multiple(plan), packing=result, micro_batches=mb,
+                     f"every sequence to a multiple of {plan.pad_seq_to_mult}.")
+    return Estimate(plan=plan, mode=mode, pad_seq_to_mult=plan.pad_seq_to_mult, packing=result, micro_batches=mb,
                     memory=memory, flops=flops, time=time, notes=tuple(notes))

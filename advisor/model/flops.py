@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.model.parameters import moe_layer_pattern, padded_vocab_size
-from advisor.plan.schema import ModelSpec
+from advisor.plan import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +33,7 @@ class FlopsCoefficients:
 def flops_coefficients(model: ModelSpec, tp: int = 1) -> FlopsCoefficients:
     """Megatron-LM's ``transformer_flops`` split into its token-linear and sum(L^2) parts.
 
-    >>> from advisor.plan.schema import plan_from_dict
+    >>> from advisor.plan import plan_from_dict
     >>> c = flops_coefficients(plan_from_dict({"model": "llama3.1-8b"}).model)
     >>> round(c.linear / 1e9, 2), round(c.core / 1e6, 3)   # per token, per squared token
     (45.03, 0.786)

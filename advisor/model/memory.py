@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
-from advisor.plan.schema import Plan
+from advisor.plan import Plan
 
 GIB = 1024**3
 DEFAULT_OVERHEAD_GIB = 3.0  # CUDA context (~0.5-1 GiB), NCCL buffers (~1-2 GiB), allocator fragmentation
@@ -201,9 +201,7 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
 
 
 def _with(plan: Plan, **training) -> Plan:
-    from dataclasses import replace
-
-    return replace(plan, training=replace(plan.training, **training))
+    return plan.model_copy(update={"training": plan.training.model_copy(update=training)})
 
 
 def _state_split(plan: Plan, dense: float, routed: float) -> tuple[float, float, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from advisor.plan.schema import ModelSpec
+from advisor.plan import ModelSpec
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128  # Megatron's default
 
@@ -86,7 +86,7 @@ def count_parameters(model: ModelSpec, tp: int = 1, megatron_bridge: bool = Fals
     """Parameters by part. ``megatron_bridge=True`` counts exactly as Megatron-Bridge 0.6.2 does (4h of norms a
     layer whatever the norm, and no vision encoder).
 
-    >>> from advisor.plan.schema import plan_from_dict
+    >>> from advisor.plan import plan_from_dict
     >>> c = count_parameters(plan_from_dict({"model": "llama3.1-8b"}).model)
     >>> round(c.total / 1e9, 2)
     8.03

@@ -1,17 +1,28 @@
-"""The plan file: model, parallel layout, training, packing, data and hardware, in YAML or JSON.
+"""The plan: model, parallel layout, training, packing, data and hardware, as one typed, frozen pydantic model.
 
-One schema for the CLI, the dashboard and exports. ``load_plan`` refuses an inconsistent plan with every problem
-at once (one message each), so a user fixes them in one pass rather than one crash at a time.
+Alternatives: a dict re-parsed wherever it is used (what this replaced: it lost a preset's overrides), or a
+dataclass tree with a hand-written validator (it let ``sp: "maybe"`` through). Every field here has a type, a range,
+a unit and a one-line description; ``python -m advisor schema`` prints the JSON Schema built from them.
+
+Two things a reader must know:
+
+- ``model`` keeps ``{preset, overrides}`` losslessly: ``{preset: llama3.1-8b, num_layers: 16}`` is a 16-layer
+  Llama, and it is written back exactly so (only fields that differ from the preset are written).
+- ``training.global_batch_size`` always counts **samples** per optimizer step, as an unpacked run counts them.
+  With offline packing Megatron-Bridge's ``global_batch_size`` counts packs; ``global_batch_packs(n)`` derives it
+  from the packing factor n, so no fix ever has to rewrite the batch size and every fix is a fixed point.
+
+>>> p = Plan.model_validate({"model": {"preset": "llama3.1-8b", "num_layers": 16}, "parallel": {"gpus": 8, "tp": 2}})
+>>> p.model.num_layers, p.model.hidden_size, p.parallel.dp, p.to_dict()["model"]
+(16, 4096, 4, {'preset': 'llama3.1-8b', 'num_layers': 16})
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from typing import Annotated, Any, Literal
 
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 
@@ -20,39 +31,76 @@ PACKING_MODES = ("offline", "in-batch", "none", "auto")
 RECOMPUTE = ("none", "selective", "full")
 PEFT = ("none", "lora")
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine spells all_gather with an underscore
+# the names of advisor.packing.algorithms.ALGORITHMS (a test keeps them equal: the plan sits below packing)
+Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
+                    "column_generation"]
+MAX_TOKENS = 1 << 24  # 16M tokens: longer than any context Megatron trains today, small enough to never overflow
+MAX_GPUS = 1 << 17
+SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
 
 
 class PlanError(ValueError):
-    """An inconsistent plan: ``problems`` holds one message per problem."""
+    """An invalid plan: ``problems`` holds one message per problem, each naming the field path."""
 
     def __init__(self, source: str, problems: list[str]):
         self.source, self.problems = source, problems
         super().__init__(f"{source}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    vocab_size: int
-    num_query_groups: int | None = None
-    kv_channels: int | None = None
-    gated_linear_unit: bool = True
-    normalization: str = "RMSNorm"
-    share_embeddings_and_output_weights: bool = False
-    num_moe_experts: int | None = None
-    moe_router_topk: int = 2
-    moe_ffn_hidden_size: int | None = None
-    moe_shared_expert_intermediate_size: int | None = None
-    moe_layer_freq: int | list[int] = 1
-    vision: dict | None = None
-    window_size: int | None = None  # sliding-window attention
-    mtp_num_layers: int = 0  # multi-token prediction layers
-    family: str = "gpt"
-    approximated: str | None = None
-    name: str = "custom"
+def _int(lo: int, hi: int, doc: str, default: int | None = None):
+    """An integer field in [lo, hi]; required when no default is given."""
+    if default is None:
+        return Field(ge=lo, le=hi, description=doc)
+    return Field(default, ge=lo, le=hi, description=doc)
+
+
+class _Section(BaseModel):
+    # strict: "4096" is not a number and "false" is not a boolean (a truthy string once exported --sequence-parallel)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, validate_default=True)
+
+
+Count = Annotated[int, Field(ge=1, le=1 << 24)]
+
+
+class ModelSpec(_Section):
+    """Architecture in Megatron TransformerConfig names; ``preset`` fills every field not given."""
+
+    preset: str | None = Field(None, description="a preset name (see `python -m advisor schema`); the other fields "
+                                                 "override it")
+    hidden_size: int = _int(1, 1 << 18, "model width h")
+    num_layers: int = _int(1, 4096, "transformer layers")
+    num_attention_heads: int = _int(1, 4096, "query heads")
+    ffn_hidden_size: int = _int(1, 1 << 20, "MLP inner width")
+    vocab_size: int = _int(1, 1 << 24, "tokenizer vocabulary (padded to a multiple of 128 x TP as Megatron does)")
+    num_query_groups: int | None = Field(None, ge=1, le=4096, description="KV heads (GQA); null = MHA")
+    kv_channels: int | None = Field(None, ge=1, le=4096, description="head dimension; null = hidden/heads")
+    gated_linear_unit: bool = Field(True, description="SwiGLU-style gated MLP")
+    normalization: Literal["RMSNorm", "LayerNorm"] = Field("RMSNorm", description="normalization layer")
+    share_embeddings_and_output_weights: bool = Field(False, description="tied input and output embeddings")
+    num_moe_experts: int | None = Field(None, ge=1, le=4096, description="routed experts; null = dense")
+    moe_router_topk: int = _int(1, 64, "experts per token", 2)
+    moe_ffn_hidden_size: int | None = Field(None, ge=1, le=1 << 20, description="expert MLP width")
+    moe_shared_expert_intermediate_size: int | None = Field(None, ge=1, le=1 << 20,
+                                                            description="shared expert MLP width")
+    moe_layer_freq: int | list[Annotated[int, Field(ge=0, le=1)]] = Field(
+        1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer")
+    vision: dict[str, int | bool] | None = Field(None, description="vision encoder (VLM presets)")
+    window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
+    mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
+    family: str = Field("gpt", max_length=64, description="model family (some cannot pack: qwen3-omni)")
+    approximated: str | None = Field(None, max_length=200, description="what a preset approximates")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            raw = {"preset": raw}
+        if isinstance(raw, dict) and raw.get("preset") is not None:
+            name = raw["preset"]
+            if not isinstance(name, str) or name not in MODEL_PRESETS:
+                raise ValueError(f"unknown preset {str(name)[:40]!r}; presets: {', '.join(MODEL_PRESETS)}")
+            raw = {**MODEL_PRESETS[name], **raw}
+        return raw
 
     @property
     def query_groups(self) -> int:
@@ -62,215 +110,288 @@ class ModelSpec:
     def head_dim(self) -> int:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
+    @property
+    def name(self) -> str:
+        return self.preset or "custom"
 
-@dataclass(frozen=True, kw_only=True)
-class ParallelSpec:
-    gpus: int = 8
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-    vpp: int | None = None
-    sp: bool = False
-    cp_comm_type: str = "p2p"
-    hierarchical_cp_sizes: list[int] | None = None
+    def as_written(self) -> str | dict:
+        """The preset name alone, ``{preset, overrides}``, or every field of a custom model."""
+        values = self.model_dump(exclude={"preset"})
+        if self.preset is None:
+            return values
+        base = ModelSpec(preset=self.preset).model_dump(exclude={"preset"})
+        overrides = {k: v for k, v in values.items() if v != base[k]}
+        return {"preset": self.preset, **overrides} if overrides else self.preset
+
+
+class ParallelSpec(_Section):
+    gpus: int = _int(1, MAX_GPUS, "GPUs in the job", 8)
+    tp: int = _int(1, 1024, "tensor parallel size", 1)
+    pp: int = _int(1, 1024, "pipeline parallel size", 1)
+    cp: int = _int(1, 1024, "context parallel size", 1)
+    ep: int = _int(1, 4096, "expert parallel size (MoE)", 1)
+    etp: int = _int(1, 1024, "expert tensor parallel size (MoE)", 1)
+    vpp: int | None = Field(None, ge=1, le=1024, description="virtual pipeline stages per rank; needs pp > 1")
+    sp: bool = Field(False, description="sequence parallelism (with TP > 1)")
+    cp_comm_type: Literal["p2p", "a2a", "all_gather", "a2a+p2p"] = Field(
+        "p2p", description="how CP ranks exchange K/V (Transformer Engine)")
+    hierarchical_cp_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        None, max_length=4, description="for a2a+p2p: [a2a size, p2p size], multiplying to cp")
 
     @property
     def dp(self) -> int:
+        """Data-parallel size: GPUs / (TP x PP x CP)."""
         return self.gpus // (self.tp * self.pp * self.cp)
 
-
-@dataclass(frozen=True, kw_only=True)
-class TrainingSpec:
-    task: str = "llm-sft"
-    seq_length: int = 4096
-    micro_batch_size: int = 1
-    global_batch_size: int = 128
-    recompute: str = "selective"
-    distributed_optimizer: bool = True
-    precision: str = "bf16"
-    peft: str = "none"
-    lora_rank: int = 16
-    cuda_graphs: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class PackingSpec:
-    mode: str = "auto"
-    pack_size: int | None = None
-    algorithm: str = "first_fit_shuffle"
-    seed: int = 1234
-    pad_seq_to_mult: int | None = None
+class TrainingSpec(_Section):
+    task: Literal["llm-sft", "vlm-sft", "pretrain"] = Field("llm-sft", description="what is trained")
+    seq_length: int = _int(1, MAX_TOKENS, "sequence length, tokens (samples longer are truncated)", 4096)
+    micro_batch_size: int = _int(1, 4096, "rows per micro batch (1 with offline packing: a row is a pack)", 1)
+    global_batch_size: int = _int(1, 1 << 24, "SAMPLES per optimizer step, as an unpacked run counts them; "
+                                              "with offline packing the export converts it to packs", 128)
+    recompute: Literal["none", "selective", "full"] = Field("selective", description="activation recompute")
+    distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
+    precision: Literal["bf16"] = Field("bf16", description="training precision")
+    peft: Literal["none", "lora"] = Field("none", description="parameter-efficient fine-tuning")
+    lora_rank: int = _int(1, 4096, "LoRA rank", 16)
+    cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
 
 
-@dataclass(frozen=True, kw_only=True)
-class DataSpec:
-    lengths: str | None = None
-    column: str | None = None
+class PackingSpec(_Section):
+    mode: Literal["offline", "in-batch", "none", "auto"] = Field(
+        "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training")
+    pack_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="packed_sequence_size, tokens; "
+                                                                          "null = seq_length")
+    algorithm: Algorithm = Field("first_fit_shuffle", description="packing algorithm (the first two are "
+                                                                   "Megatron-Bridge's)")
+    seed: int = _int(0, 2**32 - 1, "packing shuffle seed", 1234)
+    pad_seq_to_mult: int | None = Field(None, ge=1, le=65536, description="pad each sequence to a multiple of "
+                                                                          "this; null = the CP/SP rule")
 
 
-@dataclass(frozen=True, kw_only=True)
-class HardwareSpec:
-    gpu: str = "H100-80GB"
-    memory_gib: float | None = None
-    bf16_tflops: float | None = None
+class DataSpec(_Section):
+    lengths: str | None = Field(None, max_length=4096, description="lengths file; a relative path is read from "
+                                                                   "the plan file's folder")
+    column: str | None = Field(None, max_length=256, description="column or field holding the lengths")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Plan:
-    model: ModelSpec
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
-    training: TrainingSpec = field(default_factory=TrainingSpec)
-    packing: PackingSpec = field(default_factory=PackingSpec)
-    data: DataSpec = field(default_factory=DataSpec)
-    hardware: HardwareSpec = field(default_factory=HardwareSpec)
-    model_name: str = "custom"
+class HardwareSpec(_Section):
+    gpu: str = Field("H100-80GB", max_length=64, description=f"GPU preset: {', '.join(GPU_PRESETS)}")
+    memory_gib: float | None = Field(None, gt=0, le=65536, allow_inf_nan=False, description="GPU memory, GiB")
+    bf16_tflops: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                      description="dense BF16 peak, TFLOP/s")
+
+    @property
+    def capacity_gib(self) -> float:
+        return self.memory_gib or GPU_PRESETS[self.gpu]["memory_gib"]
+
+    @property
+    def peak_tflops(self) -> float:
+        return self.bf16_tflops or GPU_PRESETS[self.gpu]["bf16_tflops"]
+
+
+class Plan(_Section):
+    """A training plan. Derived settings are properties; changes are new plans (``changed``)."""
+
+    model: ModelSpec = Field(description="a preset name, {preset, overrides}, or every architecture field")
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    packing: PackingSpec = Field(default_factory=PackingSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Plan:
+        problems = consistency_problems(self.model, self.parallel, self.training, self.packing, self.hardware)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # --------------------------------------------------------------------------------------------- derived
+    @property
+    def model_name(self) -> str:
+        return self.model.name
+
+    @property
+    def packing_mode(self) -> str:
+        """``auto`` resolved: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
+        if self.packing.mode != "auto":
+            return self.packing.mode
+        return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[self.training.task]
+
+    @property
+    def pack_size(self) -> int:
+        return self.packing.pack_size or self.training.seq_length
+
+    @property
+    def collate_padding_multiple(self) -> int:
+        """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): Megatron-Bridge 0.6's CP/SP multiple
+        (training/config.py ``ConfigContainer.validate``). Older docs said 2 CP TP (the product); 0.3.1 recipes
+        used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP."""
+        p = self.parallel
+        return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+
+    @property
+    def pad_seq_to_mult(self) -> int:
+        """The multiple every packed sequence is padded to: the plan's, or the CP/SP rule's."""
+        return self.packing.pad_seq_to_mult or self.collate_padding_multiple
+
+    @property
+    def dp(self) -> int:
+        return self.parallel.dp
+
+    def global_batch_packs(self, packing_factor: float) -> int:
+        """Megatron-Bridge's ``global_batch_size`` with offline packing: the samples per step divided by the
+        packing factor n, rounded to a multiple of DP and at least DP (Megatron-Bridge docs, packed sequences).
+
+        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 64}}).global_batch_packs(2.11)
+        32
+        """
+        dp = self.dp
+        return max(dp, round(self.training.global_batch_size / packing_factor / dp) * dp)
+
+    def micro_batches_per_step(self, packing_factor: float | None = None) -> int:
+        """Micro batches each DP rank runs per step (packs with offline packing, given n)."""
+        if self.packing_mode == "offline" and packing_factor:
+            return self.global_batch_packs(packing_factor) // self.dp
+        return max(1, self.training.global_batch_size // (self.training.micro_batch_size * self.dp))
+
+    # --------------------------------------------------------------------------------------------- changes
+    def changed(self, changes: dict) -> Plan:
+        """A new plan with ``{section: {field: value}}`` merged in and validated again (raises ``PlanError``).
+
+        >>> p = plan_from_dict({"model": "llama3.1-8b"})
+        >>> p.changed({"model": {"mtp_num_layers": 0}, "parallel": {"tp": 2}}).parallel.tp
+        2
+        """
+        raw = self.to_dict()
+        for section, values in changes.items():
+            if section == "model" and isinstance(values, dict):
+                current = raw["model"] if isinstance(raw["model"], dict) else {"preset": raw["model"]}
+                raw["model"] = {**current, **values}
+            elif isinstance(values, dict) and isinstance(raw.get(section), dict):
+                raw[section] = {**raw[section], **values}
+            else:
+                raw[section] = values
+        return plan_from_dict(raw, "changed plan")
 
     def to_dict(self) -> dict:
-        """The plan as written to a file: a preset model stays a name."""
-        out = asdict(self)
-        out["model"] = self.model_name if self.model_name in MODEL_PRESETS else _model_fields(self.model)
-        out.pop("model_name")
+        """The plan as written to a file: JSON types only, a preset model as ``{preset, overrides}``."""
+        out = self.model_dump(mode="json")
+        out["model"] = self.model.as_written()
         return out
 
 
-def _model_fields(model: ModelSpec) -> dict:
-    return {f.name: getattr(model, f.name) for f in fields(model) if f.name != "name"}
+def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None, training: TrainingSpec | None,
+                         packing: PackingSpec | None, hardware: HardwareSpec | None) -> list[str]:
+    """Megatron's divisibility rules within and across sections, one message per broken rule, each naming its
+    fields. A section that did not validate is None and the rules that need it are skipped, so one pass reports
+    every problem that can be seen."""
+    m, p, t, k = model, parallel, training, packing
+    out = []
+    if m is not None:
+        if m.num_attention_heads % m.query_groups:
+            out.append(f"model.num_query_groups {m.query_groups} must divide model.num_attention_heads "
+                       f"{m.num_attention_heads}")
+        if isinstance(m.moe_layer_freq, list) and len(m.moe_layer_freq) != m.num_layers:
+            out.append(f"model.moe_layer_freq has {len(m.moe_layer_freq)} entries for {m.num_layers} layers")
+    if p is not None:
+        mp = p.tp * p.pp * p.cp
+        if p.gpus % mp:
+            out.append(f"parallel.gpus {p.gpus} is not divisible by tp*pp*cp = {mp}")
+        if p.vpp is not None and p.pp == 1:
+            out.append("parallel.vpp needs pp > 1")
+        if p.cp_comm_type == "a2a+p2p" and (not p.hierarchical_cp_sizes or math.prod(p.hierarchical_cp_sizes) != p.cp):
+            out.append(f"parallel.cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {p.cp}")
+    if hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
+                                                                     hardware.bf16_tflops is None):
+        out.append(f"hardware.gpu: unknown gpu {hardware.gpu[:40]!r}; presets: {', '.join(GPU_PRESETS)} "
+                   "(or give memory_gib and bf16_tflops)")
+    if m is not None and p is not None:
+        if m.num_attention_heads % p.tp:
+            out.append(f"model.num_attention_heads {m.num_attention_heads} is not divisible by parallel.tp {p.tp}")
+        if m.query_groups % p.tp:
+            out.append(f"model.num_query_groups {m.query_groups} is not divisible by parallel.tp {p.tp}")
+        stages = p.pp * (p.vpp or 1)
+        if m.num_layers % stages:
+            out.append(f"model.num_layers {m.num_layers} is not divisible by pp*vpp = {stages}")
+        if m.num_moe_experts:
+            if m.num_moe_experts % p.ep:
+                out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")
+        elif p.ep > 1:
+            out.append("parallel.ep > 1 needs a MoE model (model.num_moe_experts)")
+    if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
+        offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
+        if not offline and t.global_batch_size % (t.micro_batch_size * p.dp):
+            out.append(f"training.global_batch_size {t.global_batch_size} is not divisible by micro_batch_size*dp "
+                       f"= {t.micro_batch_size}*{p.dp}")
+    return out
 
 
-def _build(cls, raw, section: str, problems: list[str]):
-    if raw is None:
-        return cls()
-    if not isinstance(raw, dict):
-        problems.append(f"{section}: expected a mapping, got {type(raw).__name__}")
-        return None
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        problems.append(f"{section}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    try:
-        return cls(**{k: v for k, v in raw.items() if k in known})
-    except TypeError as e:
-        problems.append(f"{section}: {e}")
-        return None
+def _excerpt(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def plan_from_dict(raw: dict, source: str = "plan") -> Plan:
-    """Build and check a plan; every problem found is reported together in one ``PlanError``.
+def _problem(err: dict, section: str = "") -> str:
+    path = ".".join([section] * bool(section) + [str(x) for x in err["loc"]])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("extra_forbidden",):
+        return f"{path}: unknown field"
+    if err["type"] in ("value_error", "assertion_error") or not path:
+        return "\n".join(f"{path}: {m}" if path else m for m in msg.split("; "))
+    return f"{path}: {msg} (got {_excerpt(err.get('input'))})"
+
+
+def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
+    """Build and check a plan; every problem is reported together in one ``PlanError`` naming each field.
 
     >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2}})
     >>> p.parallel.dp, p.model.num_query_groups
     (4, 8)
-    >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 6, "tp": 4}})
+    >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 6, "tp": 4}, "training": {"seq_length": "4k"}})
     Traceback (most recent call last):
     ...
-    advisor.plan.schema.PlanError: plan: 1 problem(s):
-      - parallel: gpus 6 is not divisible by tp*pp*cp = 4
+    advisor.plan.schema.PlanError: plan: 2 problem(s):
+      - training.seq_length: Input should be a valid integer (got '4k')
+      - parallel.gpus 6 is not divisible by tp*pp*cp = 4
     """
-    problems: list[str] = []
     if not isinstance(raw, dict):
-        raise PlanError(source, [f"expected a mapping with sections model, parallel, …; got {type(raw).__name__}"])
-    unknown = sorted(set(raw) - {"model", "parallel", "training", "packing", "data", "hardware"})
-    if unknown:
-        problems.append(f"unknown section(s) {', '.join(unknown)}")
-    model_raw = raw.get("model")
-    model_name = "custom"
-    model = None
-    if isinstance(model_raw, str):
-        if model_raw not in MODEL_PRESETS:
-            problems.append(f"model: unknown preset {model_raw!r}; presets: {', '.join(MODEL_PRESETS)}")
-        else:
-            model_name = model_raw
-            model = ModelSpec(**MODEL_PRESETS[model_raw], name=model_raw)
-    elif isinstance(model_raw, dict) and "preset" in model_raw:
-        name = model_raw["preset"]
-        if name not in MODEL_PRESETS:
-            problems.append(f"model: unknown preset {name!r}; presets: {', '.join(MODEL_PRESETS)}")
-        else:
-            model_name = name
-            overrides = {k: v for k, v in model_raw.items() if k != "preset"}
-            model = _build(ModelSpec, {**MODEL_PRESETS[name], **overrides, "name": name}, "model", problems)
-    elif model_raw is None:
-        problems.append("model: missing (a preset name, or hidden_size, num_layers, … fields)")
-    else:
-        model = _build(ModelSpec, model_raw, "model", problems)
-    parallel = _build(ParallelSpec, raw.get("parallel"), "parallel", problems)
-    training = _build(TrainingSpec, raw.get("training"), "training", problems)
-    packing = _build(PackingSpec, raw.get("packing"), "packing", problems)
-    data = _build(DataSpec, raw.get("data"), "data", problems)
-    hardware = _build(HardwareSpec, raw.get("hardware"), "hardware", problems)
-    if hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
-                                                                     hardware.bf16_tflops is None):
-        problems.append(f"hardware: unknown gpu {hardware.gpu!r}; presets: {', '.join(GPU_PRESETS)} "
-                        "(or give memory_gib and bf16_tflops)")
-    if None not in (model, parallel, training, packing):
-        problems += _consistency(model, parallel, training, packing)
+        raise PlanError(source, [f"expected a mapping with sections {', '.join(SECTIONS)}; got "
+                                 f"{type(raw).__name__}"])
+    if "model" not in raw or raw["model"] is None:
+        raise PlanError(source, ["model: missing (a preset name, {preset: ..., overrides}, or hidden_size, "
+                                 "num_layers, ... fields)"])
+    problems = [f"{name}: unknown section" for name in raw if name not in SECTIONS]
+    sections: dict[str, Any] = {}
+    for name, cls in SECTION_TYPES.items():
+        value = raw.get(name)
+        if value is None and name != "model":
+            sections[name] = cls()
+            continue
+        try:
+            sections[name] = cls.model_validate(value)
+        except ValidationError as e:
+            problems += [line for err in e.errors(include_url=False) for line in _problem(err, name).split("\n")]
+            sections[name] = None
+        except RecursionError:
+            problems.append(f"{name}: nested too deeply")
+            sections[name] = None
+    problems += consistency_problems(*(sections[n] for n in ("model", "parallel", "training", "packing",
+                                                             "hardware")))
     if problems:
-        raise PlanError(source, problems)
-    return Plan(model=model, parallel=parallel, training=training, packing=packing, data=data, hardware=hardware,
-                model_name=model_name)
+        raise PlanError(source, list(dict.fromkeys(problems)))
+    return Plan.model_construct(**sections)  # every rule has just been checked: no second validation
 
 
-def _consistency(model: ModelSpec, par: ParallelSpec, tr: TrainingSpec, pk: PackingSpec) -> list[str]:
-    """Megatron's divisibility rules and the enumerations; one message per broken rule."""
-    out = []
-    for name in ("gpus", "tp", "pp", "cp", "ep", "etp"):
-        if not isinstance(getattr(par, name), int) or getattr(par, name) < 1:
-            out.append(f"parallel: {name} must be a positive integer, got {getattr(par, name)!r}")
-    if out:
-        return out
-    mp = par.tp * par.pp * par.cp
-    if par.gpus % mp:
-        out.append(f"parallel: gpus {par.gpus} is not divisible by tp*pp*cp = {mp}")
-    if model.num_attention_heads % par.tp:
-        out.append(f"model: num_attention_heads {model.num_attention_heads} is not divisible by tp {par.tp}")
-    if model.query_groups % par.tp:
-        out.append(f"model: num_query_groups {model.query_groups} is not divisible by tp {par.tp}")
-    stages = par.pp * (par.vpp or 1)
-    if model.num_layers % stages:
-        out.append(f"model: num_layers {model.num_layers} is not divisible by pp*vpp = {stages}")
-    if par.vpp is not None and par.pp == 1:
-        out.append("parallel: vpp needs pp > 1")
-    if par.gpus % mp == 0:
-        dp = par.dp
-        if tr.global_batch_size % (tr.micro_batch_size * dp):
-            out.append(f"training: global_batch_size {tr.global_batch_size} is not divisible by "
-                       f"micro_batch_size*dp = {tr.micro_batch_size}*{dp}")
-    if model.num_moe_experts:
-        if model.num_moe_experts % par.ep:
-            out.append(f"model: num_moe_experts {model.num_moe_experts} is not divisible by ep {par.ep}")
-    elif par.ep > 1:
-        out.append("parallel: ep > 1 needs a MoE model (num_moe_experts)")
-    if par.cp_comm_type not in CP_COMM_TYPES:
-        out.append(f"parallel: cp_comm_type {par.cp_comm_type!r} is not one of {', '.join(CP_COMM_TYPES)}")
-    elif par.cp_comm_type == "a2a+p2p" and (not par.hierarchical_cp_sizes or
-                                           math.prod(par.hierarchical_cp_sizes) != par.cp):
-        out.append(f"parallel: cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {par.cp}")
-    for section, value, allowed in (("training.task", tr.task, TASKS), ("packing.mode", pk.mode, PACKING_MODES),
-                                    ("training.recompute", tr.recompute, RECOMPUTE), ("training.peft", tr.peft, PEFT)):
-        if value not in allowed:
-            out.append(f"{section}: {value!r} is not one of {', '.join(allowed)}")
-    if tr.seq_length < 1 or tr.micro_batch_size < 1 or tr.global_batch_size < 1:
-        out.append("training: seq_length, micro_batch_size and global_batch_size must be positive")
-    return out
+SECTION_TYPES: dict[str, type[_Section]] = {"model": ModelSpec, "parallel": ParallelSpec, "training": TrainingSpec,
+                                            "packing": PackingSpec, "data": DataSpec, "hardware": HardwareSpec}
 
 
-def load_plan(path) -> Plan:
-    """Read a YAML or JSON plan file (``yaml.safe_load``: no objects are ever constructed from the file)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise PlanError(str(path), [f"cannot be read: {e.strerror}"]) from None
-    try:
-        raw = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:
-        raise PlanError(str(path), [f"is not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {e}"]) \
-            from None
-    return plan_from_dict(raw, str(path))
-
-
-def dump_plan(plan: Plan, fmt: str = "yaml") -> str:
-    data = plan.to_dict()
-    return json.dumps(data, indent=2) if fmt == "json" else yaml.safe_dump(data, sort_keys=False)
+def json_schema() -> dict:
+    """The plan's JSON Schema (for editors: ``# yaml-language-server: $schema=plan.schema.json``)."""
+    schema = Plan.model_json_schema()
+    schema["title"] = "Sequence packing advisor plan"
+    schema["description"] = ("training.global_batch_size counts samples per step; model is a preset name, "
+                             "{preset, overrides} or every field. Presets: " + ", ".join(MODEL_PRESETS))
+    return schema

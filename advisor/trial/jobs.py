@@ -15,11 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-import plotly.graph_objects as go
-
 from advisor.data.lengths import LengthHistogram
-from advisor.plan.schema import dump_plan, plan_from_dict
+from advisor.plan import Plan, dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,14 +35,14 @@ class TrialJob:
         return Path(self.folder) / "trial.json"
 
 
-def start_trial(plan: dict, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
+def start_trial(plan: Plan, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
                 scale: str = "small", device: str = "auto") -> TrialJob:
     folder = Path(tempfile.mkdtemp(prefix="advisor-trial-"))
     lengths = folder / "lengths.csv"
     lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts,
                                                                                    strict=True)))
-    raw = {**plan, "data": {"lengths": str(lengths)}}
-    (folder / "plan.yaml").write_text(dump_plan(plan_from_dict(raw, "trial plan")))
+    trial_plan = plan.changed({"data": {"lengths": str(lengths), "column": None}})
+    (folder / "plan.yaml").write_text(dump_plan(trial_plan))
     log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), "--steps",
                              str(steps), "--pack-size", str(pack_size), "--model-scale", scale, "--device", device,
@@ -94,31 +91,3 @@ def read_results(data: bytes, name: str) -> dict:
     if missing:
         raise ValueError(f"{name}: not a trial result, missing {', '.join(missing)}")
     return result
-
-
-def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Speed (measured per way, speed-up against the FLOPs prediction) and memory (measured against predicted)."""
-    speed = pd.DataFrame([{"way": w, "tokens/s": result[w]["tokens_per_second"], "step s": result[w]["step_seconds"]}
-                          for w in ("packed", "padded", "block_masked") if w in result])
-    m = result["memory"]
-    memory = pd.DataFrame([
-        {"quantity": "packed / padded speed-up", "measured": result.get("speedup"),
-         "predicted": result.get("predicted_speedup")},
-        {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
-         "predicted": m["predicted_bytes"] / 2**20},
-        {"quantity": "memory, weights+grads+Adam MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_state_bytes", 0) / 2**20},
-        {"quantity": "memory, activations MiB", "measured": m.get("measured_activation_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_activation_bytes", 0) / 2**20},
-    ])
-    memory["measured / predicted"] = memory["measured"] / memory["predicted"]
-    return speed, memory.round(3)
-
-
-def results_chart(result: dict) -> go.Figure:
-    speed, memory = results_tables(result)
-    fig = go.Figure(go.Bar(x=speed["way"], y=speed["tokens/s"], marker_color=["#54a24b", "#e45756", "#f58518"]))
-    fig.update_layout(title=f"Measured tokens/s on {result['device']} (speed-up {result.get('speedup', 0):.2f}x, "
-                            f"predicted {result.get('predicted_speedup') or 0:.2f}x)", yaxis_title="real tokens/s",
-                      margin=dict(t=50, b=40))
-    return fig

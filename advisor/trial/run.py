@@ -26,7 +26,7 @@ from advisor.model.flops import flops_coefficients
 from advisor.model.memory import activation_bytes_per_token_per_layer
 from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
-from advisor.plan.schema import Plan, plan_from_dict
+from advisor.plan import Plan, plan_from_dict
 from advisor.trial.model import TrialGPT, TrialModelConfig, token_loss
 
 LOSS_BOUND = 1e-5  # absolute, float32

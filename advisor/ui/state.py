@@ -1,13 +1,14 @@
-"""What the dashboard pages need, as plain functions: session-state set-up, samples and uploads, shareable links,
-sweeps and grids. Pages call these and place what comes back; nothing here imports Streamlit.
+"""What the dashboard pages need, as plain functions over a session-state mapping. Nothing here imports Streamlit.
 
-Session state (a dict-like): ``hist`` (the LengthHistogram in use), ``data_name`` (where it came from), ``plan``
-(the plan as a dict, the plan file's schema), ``upload_error`` (the last bad upload's message).
+Session state keys: ``hist`` (the LengthHistogram in use), ``data_name`` (where it came from), ``plan`` (a typed
+``Plan``), ``upload_error`` / ``plan_error`` (the last refusal's one-line message). Every change goes through
+``set_plan`` or ``use_*``: on a bad input the message is stored and the previous data and plan are kept.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import zlib
 from functools import lru_cache
@@ -15,15 +16,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from advisor.data.ingest import parse_lengths
+from advisor.analysis import EXPORT_FILE_NAMES, Analysis, analyze, memory_grid
 from advisor.data.lengths import LengthHistogram, summarize
 from advisor.data.megatron_mock import lognormal_lengths
 from advisor.errors import InputError
-from advisor.model.estimate import HistogramCache, estimate, packing_config, packing_for
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
+from advisor.packing.cache import HistogramCache, packing_for
 from advisor.packing.config import PackingConfig
-from advisor.packing.offline import runtime_lengths
-from advisor.plan.schema import Plan, PlanError, plan_from_dict
+from advisor.packing.offline import PackingResult, runtime_lengths
+from advisor.plan import Plan, PlanError, plan_from_dict
+from advisor.plan.io import MAX_PLAN_BYTES, parse_plan_text, plan_from_text
+from advisor.plan.presets import MODEL_PRESETS
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
 # sample name -> (file, the plan it opens with)
@@ -37,6 +40,7 @@ SAMPLES: dict[str, tuple[str, dict]] = {
 }
 DEFAULT_SAMPLE = "SQuAD 1.1 (real, 88k)"
 UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize
+LOGNORMAL_SAMPLES = 200_000
 
 
 @lru_cache(maxsize=8)
@@ -46,64 +50,113 @@ def load_sample(name: str) -> LengthHistogram:
     return load_lengths(SAMPLE_DIR / SAMPLES[name][0])
 
 
-def default_plan(sample: str = DEFAULT_SAMPLE) -> dict:
+def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
     s = SAMPLES[sample][1]
     vlm = s.get("task") == "vlm-sft"
-    return {"model": "qwen2.5-vl-7b" if vlm else "llama3.1-8b",
-            "parallel": {"gpus": s["gpus"], "tp": 2, "pp": 1, "cp": s.get("cp", 1), "ep": 1, "etp": 1, "vpp": None,
-                         "sp": True},
-            "training": {"task": s.get("task", "llm-sft"), "seq_length": s["seq_length"],
-                         "micro_batch_size": 4 if vlm else 1, "global_batch_size": 64, "recompute": "selective",
-                         "distributed_optimizer": True, "precision": "bf16", "peft": "none", "cuda_graphs": False},
-            "packing": {"mode": "auto", "pack_size": None if vlm else s["seq_length"],
-                        "algorithm": "first_fit_shuffle", "seed": 1234, "pad_seq_to_mult": None},
-            "data": {"lengths": f"sample_data/{SAMPLES[sample][0]}"},
-            "hardware": {"gpu": "H100-80GB"}}
+    return plan_from_dict({
+        "model": "qwen2.5-vl-7b" if vlm else "llama3.1-8b",
+        "parallel": {"gpus": s["gpus"], "tp": 2, "cp": s.get("cp", 1), "sp": True},
+        "training": {"task": s.get("task", "llm-sft"), "seq_length": s["seq_length"],
+                     "micro_batch_size": 4 if vlm else 1, "global_batch_size": 128},
+        "packing": {"mode": "auto", "pack_size": None if vlm else s["seq_length"]},
+        "data": {"lengths": f"sample_data/{SAMPLES[sample][0]}"},
+        "hardware": {"gpu": "H100-80GB"}}, "default plan")
 
 
 def init_state(state, query: dict | None = None) -> None:
     """Fill missing session keys: from a shared link's query parameters if given, else the default sample."""
-    if "hist" in state:
+    if "hist" in state and "plan" in state:
         return
     sample, plan = DEFAULT_SAMPLE, None
     if query:
         try:
             sample, plan = plan_from_query(query)
-        except (ValueError, PlanError) as e:
-            state["upload_error"] = f"the link's plan could not be read: {e}"
-    state["data_name"] = sample
-    state["hist"] = load_sample(sample)
-    state["plan"] = plan or default_plan(sample)
+        except PlanError as e:
+            sample, state["plan_error"] = DEFAULT_SAMPLE, f"the link's plan could not be read: {e}"
+    if "hist" not in state:
+        state["data_name"] = sample
+        state["hist"] = load_sample(sample)
+    if "plan" not in state:
+        state["plan"] = plan or default_plan(sample)
+
+
+def set_plan(state, changes: dict) -> bool:
+    """Merge ``{section: {field: value}}`` into the plan; on a problem keep the plan and store the message."""
+    try:
+        plan = state["plan"].changed(changes)
+    except PlanError as e:
+        state["plan_error"] = str(e)
+        return False
+    state["plan"] = plan
+    state.pop("plan_error", None)
+    return True
 
 
 def use_sample(state, name: str) -> None:
+    fresh = default_plan(name)
     state["hist"] = load_sample(name)
     state["data_name"] = name
-    state["plan"] = {**default_plan(name), "model": state.get("plan", {}).get("model", default_plan(name)["model"])}
+    keep_model = state["plan"].model if "plan" in state and fresh.training.task != "vlm-sft" else fresh.model
+    state["plan"] = fresh.model_copy(update={"model": keep_model})
     state.pop("upload_error", None)
 
 
 def use_upload(state, data: bytes, name: str) -> bool:
-    """Read an uploaded file; on a bad file keep the data in use and store the engine's message."""
+    """Read an uploaded file; on a bad file keep the data in use and store the engine's message.
+
+    Uploads never reach the server's files: a Megatron-LM mock config in file mode is refused (its path would be
+    read on the server), and the size is checked before anything is parsed.
+    """
     try:
-        hist = parse_lengths(data, name, max_bytes=UPLOAD_LIMIT_MB * 2**20)
+        if len(data) > UPLOAD_LIMIT_MB * 2**20:
+            raise InputError(name[:80], None, f"is {len(data) / 2**20:,.0f} MB, over the {UPLOAD_LIMIT_MB} MB limit")
+        hist = _parse_upload(data, name)
     except InputError as e:
         state["upload_error"] = str(e)
         return False
     state["hist"], state["data_name"] = hist, name
-    state["plan"] = {**state["plan"], "data": {"lengths": name}}
+    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None}})
     state.pop("upload_error", None)
     return True
 
 
-def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: int = 200_000) -> None:
+def _parse_upload(data: bytes, name: str) -> LengthHistogram:
+    from advisor.data.ingest import parse_lengths
+
+    return parse_lengths(data, name, max_bytes=UPLOAD_LIMIT_MB * 2**20)
+
+
+def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: int = LOGNORMAL_SAMPLES) -> bool:
     """Megatron-LM's mock lognormal (seed 0), as a data set."""
+    if not (0 < sigma <= 10 and 1 <= lo <= hi <= 1 << 24 and 0 < mean <= 1 << 24 and 1 <= samples <= 10_000_000):
+        state["upload_error"] = (f"lognormal: need 0 < sigma <= 10, 1 <= min <= max <= 2^24 and a positive mean "
+                                 f"(got mean {mean:g}, sigma {sigma:g}, min {lo}, max {hi})")
+        return False
     hist = LengthHistogram.from_samples(lognormal_lengths(samples, mean, sigma, lo, hi),
                                         source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])")
     state["hist"], state["data_name"] = hist, hist.source
     state.pop("upload_error", None)
+    return True
 
 
+def use_plan_file(state, data: bytes, name: str) -> bool:
+    """Load an uploaded plan file; its data path is ignored (the dashboard's data stays)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        state["plan_error"] = f"{name[:80]}: is not UTF-8 text (byte {e.start})"
+        return False
+    try:
+        plan = plan_from_text(text, name[:80])
+    except PlanError as e:
+        state["plan_error"] = str(e)
+        return False
+    state["plan"] = plan.changed({"data": state["plan"].data.model_dump()})
+    state.pop("plan_error", None)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ the data
 def summary_table(hist: LengthHistogram) -> pd.DataFrame:
     s = summarize(hist)
     rows = [("samples", f"{s.num_samples:,}"), ("tokens", f"{s.total_tokens:,}"), ("mean", f"{s.mean:,.1f}"),
@@ -119,32 +172,55 @@ def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
     return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
 
 
-def plan_to_query(plan: dict, sample: str | None) -> dict[str, str]:
+# ------------------------------------------------------------------------------------------------ links
+def plan_to_query(plan: Plan, sample: str | None) -> dict[str, str]:
     """Query parameters that reopen the dashboard on this plan (and sample, by name)."""
-    packed = base64.urlsafe_b64encode(zlib.compress(json.dumps(plan, separators=(",", ":")).encode())).decode()
-    out = {"plan": packed}
+    text = json.dumps(plan.to_dict(), separators=(",", ":"))
+    out = {"plan": base64.urlsafe_b64encode(zlib.compress(text.encode())).decode()}
     if sample in SAMPLES:
         out["sample"] = sample
     return out
 
 
-def plan_from_query(query: dict) -> tuple[str, dict | None]:
+def plan_from_query(query: dict) -> tuple[str, Plan | None]:
+    """The sample and plan of a shared link; a bad link raises ``PlanError`` (decompressed with a size cap, parsed
+    with the plan files' depth limit, so a crafted link cannot blow up or crash the page)."""
     sample = query.get("sample", DEFAULT_SAMPLE)
     if sample not in SAMPLES:
-        raise ValueError(f"unknown sample {sample!r}")
-    plan = None
-    if "plan" in query:
-        try:
-            plan = json.loads(zlib.decompress(base64.urlsafe_b64decode(query["plan"].encode())))
-        except (ValueError, zlib.error) as e:
-            raise ValueError(f"plan parameter is not a plan: {e}") from None
-        plan_from_dict(plan, "link")  # refuse an inconsistent plan with its problems
-    return sample, plan
+        raise PlanError("link", [f"unknown sample {str(sample)[:40]!r}"])
+    if "plan" not in query:
+        return sample, None
+    try:
+        packed = base64.urlsafe_b64decode(str(query["plan"])[:MAX_PLAN_BYTES].encode())
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(packed, MAX_PLAN_BYTES)
+        if inflate.unconsumed_tail:
+            raise PlanError("link", [f"the plan parameter inflates past {MAX_PLAN_BYTES:,} bytes"])
+        text = raw.decode()
+    except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError):
+        raise PlanError("link", ["the plan parameter is not a plan link"]) from None
+    return sample, plan_from_dict(parse_plan_text(text, "link.json"), "link")
+
+
+# ------------------------------------------------------------------------------------------------ analyses
+def analysis_of(state) -> Analysis:
+    """The session's plan on its data (cached in the engine: a rerun with the same inputs computes nothing)."""
+    return analyze(state["plan"], state["hist"])
+
+
+_SWEEPS = HistogramCache(16)
 
 
 def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list[str], micro_batch_size: int = 4,
                   seed: int = 1234, pad_seq_to_mult: int = 1) -> pd.DataFrame:
-    """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines."""
+    """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines; computed once
+    per (data, settings)."""
+    setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult)
+    return _SWEEPS.get(hist, setting, lambda: _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed,
+                                                     pad_seq_to_mult))
+
+
+def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult) -> pd.DataFrame:
     rows = []
     for size in pack_sizes:
         for algorithm in algorithms:
@@ -162,44 +238,7 @@ def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list
     return pd.DataFrame(rows)
 
 
-def memory_grid(plan: Plan, hist: LengthHistogram, pack_sizes: list[int], cps: list[int]) -> pd.DataFrame:
-    """Memory per GPU over pack size and CP (other settings as in the plan); layouts the GPUs cannot hold are left
-    out."""
-    rows = []
-    for cp in cps:
-        for size in pack_sizes:
-            raw = plan.to_dict()
-            raw["parallel"] = {**raw["parallel"], "cp": cp}
-            raw["training"] = {**raw["training"], "seq_length": size}
-            raw["packing"] = {**raw["packing"], "pack_size": size}
-            try:
-                candidate = plan_from_dict(raw, "grid")
-            except PlanError:
-                continue
-            est = estimate(candidate, hist)
-            rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30,
-                         "fits": est.memory.fits})
-    return pd.DataFrame(rows, columns=["cp", "pack_size", "memory_gib", "fits"])
-
-
-def with_packing(plan: dict, **changes) -> dict:
-    return {**plan, "packing": {**plan["packing"], **changes}}
-
-
-
-
-def plan_dict_from_text(text: str, name: str) -> dict:
-    """A plan file's text (YAML or JSON) as the plan dict the dashboard keeps, checked."""
-    import yaml
-
-    try:
-        raw = json.loads(text) if name.lower().endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:
-        raise PlanError(name, [f"is not valid {'JSON' if name.lower().endswith('.json') else 'YAML'}: {e}"]) from None
-    return plan_from_dict(raw, name).to_dict()
-
-
-def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1):
+def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1) -> PackingResult:
     """One packing of the data (cached in the engine on the histogram and settings)."""
     return packing_for(hist, PackingConfig(pack_size=pack_size, algorithm=algorithm,
                                            pad_seq_to_mult=pad_seq_to_mult))
@@ -222,6 +261,30 @@ def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
     return sorted(sizes)
 
 
+def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
+    return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits"])
+
+
+def candidates_table(analysis: Analysis) -> pd.DataFrame:
+    result = analysis.search
+    rows = [{"plan": "yours", **result.baseline.summary()}]
+    rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
+    frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
+                                "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
+
+
+def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
+    """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
+    return analysis.export(fmt, version, recommended=recommended), EXPORT_FILE_NAMES[fmt]
+
+
+def code_language(fmt: str) -> str:
+    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
+            "slurm": "bash"}.get(fmt, "text")
+
+
+# ------------------------------------------------------------------------------------------------ controls
 def index_of(options, value) -> int:
     keys = list(options)
     return keys.index(value) if value in keys else 0
@@ -231,88 +294,12 @@ CUSTOM_FIELDS = ("hidden_size", "num_layers", "num_attention_heads", "num_query_
                  "vocab_size", "kv_channels")
 
 
-def model_fields(model: str | dict) -> dict[str, int]:
-    """The TransformerConfig-style fields of a preset (or a custom model) that the page lets you edit."""
-    from advisor.plan.presets import MODEL_PRESETS
-
-    spec = plan_from_dict({"model": model}).model if isinstance(model, str) and model in MODEL_PRESETS else None
-    source = model if isinstance(model, dict) else {}
-    return {k: int(source.get(k) or (getattr(spec, k) if spec else 0) or (spec.head_dim if spec else 128))
+def model_fields(plan: Plan) -> dict[str, int]:
+    """The TransformerConfig-style fields of the plan's model that the page lets you edit."""
+    m = plan.model
+    return {k: int(getattr(m, k) or (m.query_groups if k == "num_query_groups" else m.head_dim))
             for k in CUSTOM_FIELDS}
 
 
-def with_layout(plan: dict, *, model: str | dict, gpu: str, micro_batch_size: int, **parallel) -> dict:
-    """The plan dict with another model preset, GPU and layout (checked when estimated)."""
-    return {**plan, "model": model, "hardware": {**plan["hardware"], "gpu": gpu},
-            "parallel": {**plan["parallel"], **parallel},
-            "training": {**plan["training"], "micro_batch_size": micro_batch_size}}
-
-
-def estimate_for(plan: dict, hist: LengthHistogram):
-    return estimate(plan_from_dict(plan, "dashboard plan"), hist)
-
-
-def memory_grid_for(plan: dict, hist: LengthHistogram) -> pd.DataFrame:
-    p = plan_from_dict(plan, "dashboard plan")
-    base = p.packing.pack_size or p.training.seq_length
-    sizes = sorted({max(256, base // 2), base, base * 2})
-    cps = [c for c in (1, 2, 4, 8, 16) if p.parallel.gpus % (p.parallel.tp * p.parallel.pp * c) == 0]
-    return memory_grid(p, hist, sizes, cps)
-
-
-def findings_for(plan: dict, hist: LengthHistogram) -> list:
-    from advisor.advice.rules import check, packing_mode
-
-    p = plan_from_dict(plan, "dashboard plan")
-    result = packing_for(hist, packing_config(p)) if packing_mode(p) == "offline" else None
-    return check(p, result)
-
-
-def apply_fix_dict(plan: dict, fix: dict) -> dict:
-    from advisor.advice.rules import apply_fix
-
-    return apply_fix(plan_from_dict(plan, "dashboard plan"), fix).to_dict()
-
-
-_SEARCHES = HistogramCache(8)
-
-
-def search_for(plan: dict, hist: LengthHistogram):
-    """The layout search, cached on the plan and the data."""
-    from advisor.advice.search import search
-
-    return _SEARCHES.get(hist, json.dumps(plan, sort_keys=True),
-                         lambda: search(plan_from_dict(plan, "dashboard plan"), hist))
-
-
-def candidates_table(plan: dict, hist: LengthHistogram) -> pd.DataFrame:
-    result = search_for(plan, hist)
-    rows = [{"plan": "yours", **result.baseline.summary()}]
-    rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
-    frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
-                                "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
-    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
-
-
-def export_text(plan: dict, hist: LengthHistogram, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
-    """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
-    from advisor.advice.exports import export
-    from advisor.advice.rules import check
-
-    p = plan_from_dict(plan, "dashboard plan")
-    result = search_for(plan, hist) if recommended else None
-    if recommended:
-        p = result.recommended
-    est = findings = None
-    if fmt == "markdown":
-        est = estimate(p, hist)
-        findings = check(p, est.packing)
-    names = {"python": "packing_config.py", "overrides": "overrides.txt", "megatron-lm": "megatron_lm_args.sh",
-             "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
-             "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
-    return export(p, fmt, version, hist, findings, est, result), names[fmt]
-
-
-def code_language(fmt: str) -> str:
-    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
-            "slurm": "bash"}.get(fmt, "text")
+def model_presets() -> list[str]:
+    return list(MODEL_PRESETS)

@@ -1,0 +1,151 @@
+"""One analysis seam: ``analyze(plan, lengths)`` is what every CLI command and dashboard page calls.
+
+Alternatives: each caller packing, estimating, checking and exporting on its own (what this replaced: the Memory page
+ran 10 estimates a rerun, the Recommendations page 31 on first load), or a global memo per function.
+
+An ``Analysis`` computes each part lazily (packing, estimate, findings, candidates, exports) and keeps it; analyses
+themselves are cached on the content of the plan, the lengths and the settings, so a rerun with the same inputs
+computes nothing.
+
+>>> from advisor.data.lengths import LengthHistogram
+>>> from advisor.plan import plan_from_dict
+>>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_size": 64}})
+>>> a = analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50))
+>>> a is analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50)), round(a.packing_factor, 2)
+(True, 1.92)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
+from advisor.advice.findings import Finding
+from advisor.advice.rules import check
+from advisor.advice.search import SearchResult, search
+from advisor.data.lengths import LengthHistogram
+from advisor.model.estimate import DEFAULT_MFU, Estimate, estimate, packing_of
+from advisor.model.memory import DEFAULT_OVERHEAD_GIB
+from advisor.packing.cache import HistogramCache
+from advisor.packing.offline import PackingResult
+from advisor.plan import Plan, PlanError, dump_plan
+from advisor.trial.launch import LAUNCH_FORMATS, trial_slurm, trial_torchrun
+
+ALL_FORMATS = FORMATS + LAUNCH_FORMATS
+EXPORT_FILE_NAMES = {"python": "packing_config.py", "overrides": "overrides.txt", "megatron-lm": "megatron_lm_args.sh",
+                     "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
+                     "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
+ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
+
+
+def check_mfu(mfu: float) -> float:
+    """The model FLOPs utilisation the time estimate divides by: a finite number in (0, 1]."""
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not math.isfinite(mfu) or not 0 < mfu <= 1:
+        raise ValueError(f"mfu {mfu!r} must be a number in (0, 1] (0.40 is typical for bf16 fine-tuning)")
+    return float(mfu)
+
+
+def check_overhead(gib: float) -> float:
+    """Memory the estimate reserves per GPU beyond the model (CUDA context, allocator): finite, 0 to 1024 GiB."""
+    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not math.isfinite(gib) or not 0 <= gib <= 1024:
+        raise ValueError(f"overhead {gib!r} GiB must be a number from 0 to 1024")
+    return float(gib)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Analysis:
+    """A plan on its data, every part computed on first use and kept."""
+
+    plan: Plan
+    hist: LengthHistogram
+    mfu: float = DEFAULT_MFU
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB
+
+    @cached_property
+    def packing(self) -> PackingResult | None:
+        """Megatron-Bridge's offline packing of the data (None unless the plan packs offline)."""
+        return packing_of(self.plan, self.hist)
+
+    @cached_property
+    def packing_factor(self) -> float | None:
+        """n: samples per pack, which divides the global batch (offline packing only)."""
+        p = self.packing
+        return p.metrics.num_sequences / p.num_packs if p is not None else None
+
+    @cached_property
+    def global_batch_packs(self) -> int | None:
+        """Megatron-Bridge's global_batch_size with offline packing: the plan's samples per step over n."""
+        return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else None
+
+    @cached_property
+    def estimate(self) -> Estimate:
+        return estimate(self.plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
+
+    @cached_property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(check(self.plan, self.packing))
+
+    @cached_property
+    def search(self) -> SearchResult:
+        return search(self.plan, self.hist, mfu=self.mfu)
+
+    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False) -> str:
+        """One export as text, the same for the CLI and the dashboard (``recommended``: the search's best plan)."""
+        if fmt not in ALL_FORMATS:
+            raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(ALL_FORMATS)}")
+        target = analyze(self.search.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib) \
+            if recommended else self
+        if fmt == "torchrun":
+            return trial_torchrun()
+        if fmt == "slurm":
+            return trial_slurm(target.plan)
+        if fmt == "plan":
+            return dump_plan(target.plan)
+        if fmt == "markdown":
+            return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
+                          self.search if recommended else None)
+        return export(target.plan, fmt, version, target.packing_factor)
+
+    def summary(self) -> dict:
+        """The plan's derived settings, as the CLI's JSON and the dashboard show them."""
+        p = self.plan
+        return {"packing_mode": p.packing_mode, "pad_seq_to_mult": p.pad_seq_to_mult, "dp": p.dp,
+                "pack_size": p.pack_size if p.packing_mode == "offline" else None,
+                "samples_per_step": p.training.global_batch_size, "packing_factor": self.packing_factor,
+                "megatron_bridge_global_batch_size": self.global_batch_packs or p.training.global_batch_size,
+                "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor)}
+
+
+_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE)
+
+
+def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
+            overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Analysis:
+    """The analysis of a plan on its data, cached on their content (an equal plan and equal lengths hit)."""
+    if not isinstance(plan, Plan):
+        raise PlanError("plan", [f"expected a Plan, got {type(plan).__name__}"])
+    mfu, overhead_gib = check_mfu(mfu), check_overhead(overhead_gib)
+    key = (plan.model_dump_json(), mfu, overhead_gib)
+    return _ANALYSES.get(hist, key, lambda: Analysis(plan=plan, hist=hist, mfu=mfu, overhead_gib=overhead_gib))
+
+
+def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: list[int] | None = None) -> list[dict]:
+    """Memory per GPU over pack size and CP (other settings as in the plan); layouts the GPUs cannot hold are
+    left out. Each cell is an analysis of its own, so reruns hit the cache."""
+    p = analysis.plan
+    base = p.pack_size
+    sizes = pack_sizes or sorted({max(256, base // 2), base, base * 2})
+    cps = cps or [c for c in (1, 2, 4, 8, 16) if p.parallel.gpus % (p.parallel.tp * p.parallel.pp * c) == 0]
+    rows = []
+    for cp in cps:
+        for size in sizes:
+            try:
+                cell = p.changed({"parallel": {"cp": cp}, "training": {"seq_length": size},
+                                  "packing": {"pack_size": size}})
+            except PlanError:
+                continue
+            est = analyze(cell, analysis.hist, mfu=analysis.mfu, overhead_gib=analysis.overhead_gib).estimate
+            rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits})
+    return rows

@@ -1,0 +1,57 @@
+"""Packings cached on the length histogram's contents and the packing settings, so a rerun never packs again.
+
+>>> from advisor.data.lengths import LengthHistogram
+>>> from advisor.packing.config import PackingConfig
+>>> h = LengthHistogram.from_samples([3, 5, 7])
+>>> packing_for(h, PackingConfig(pack_size=8)) is packing_for(h, PackingConfig(pack_size=8))
+True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from advisor.data.lengths import LengthHistogram
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import PackingResult, pack
+
+PACKING_CACHE_SIZE = 32  # a page's whole sweep (6 sizes x 3 algorithms) plus the plan's own packing
+
+
+class HistogramCache:
+    """Results keyed on a histogram's contents and a hashable setting, the ``size`` most recent kept.
+
+    The key holds the histogram's bytes (a few kB even for 16M samples), not the object, so nothing outlives its
+    entry, and an equal histogram read again hits the same entry. Dashboard sessions share it: a lock keeps two
+    reruns from corrupting the order (a value may be computed twice, never half-stored).
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: OrderedDict = OrderedDict()
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+
+    def get(self, hist: LengthHistogram, setting, compute):
+        key = (hist.source, hist.lengths.tobytes(), hist.counts.tobytes(), setting)
+        with self._lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                self.hits += 1
+                return self.entries[key]
+            self.misses += 1
+        value = compute()
+        with self._lock:
+            self.entries[key] = value
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        return value
+
+
+PACKINGS = HistogramCache(PACKING_CACHE_SIZE)
+
+
+def packing_for(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:
+    """Pack once per (histogram, settings); later calls with the same pair return the same result."""
+    return PACKINGS.get(hist, cfg, lambda: pack(hist, cfg, progress=progress) if progress else pack(hist, cfg))
