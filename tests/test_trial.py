@@ -64,6 +64,7 @@ def test_two_runs_with_the_same_seed_give_the_same_losses(skewed, result):
     assert [r["loss"] for r in again.per_step] == [r["loss"] for r in result.per_step]
 
 
+@pytest.mark.slow
 def test_cli_json_and_out_folder(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "advisor", "trial", str(SAMPLE / "plans" / "llama8b_squad.yaml"),
                            "--steps", "1", "--pack-size", "256", "--json", "--out", str(tmp_path)],
@@ -80,6 +81,7 @@ def test_cli_json_and_out_folder(tmp_path):
     assert (tmp_path / "steps.csv").read_text().startswith("mode,step,seconds,loss")
 
 
+@pytest.mark.slow
 def test_two_ranks_with_torchrun_and_gloo():
     import socket
 
@@ -100,6 +102,7 @@ def test_two_ranks_with_torchrun_and_gloo():
     assert d["predicted_straggler_factor"] >= 1 and d["measured_work_straggler"] >= 1
 
 
+@pytest.mark.slow
 def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
     import time
 

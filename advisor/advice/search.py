@@ -41,12 +41,21 @@ class Candidate:
     def viable(self) -> bool:
         return self.fits and not self.errors
 
+    @property
+    def global_batch_packs(self) -> int | None:
+        """Megatron-Bridge's global batch in packs (offline packing), from this candidate's packing factor."""
+        packing = self.estimate.packing if self.estimate is not None else None
+        if packing is None:
+            return None
+        return self.plan.global_batch_packs(packing.metrics.num_sequences / packing.num_packs)
+
     def summary(self) -> dict:
         p, t, k = self.plan.parallel, self.plan.training, self.plan.packing
         e = self.estimate
         return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": p.dp, "sp": p.sp, "seq_length": t.seq_length,
                 "pack_size": k.pack_size, "micro_batch_size": t.micro_batch_size,
-                "global_batch_size": t.global_batch_size, "recompute": t.recompute,
+                "global_batch_size": t.global_batch_size, "global_batch_packs": self.global_batch_packs,
+                "recompute": t.recompute,
                 "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
                 "step_seconds": e.time.step_seconds if e else None, "errors": [f.id for f in self.errors],

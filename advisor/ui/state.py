@@ -270,7 +270,8 @@ def candidates_table(analysis: Analysis) -> pd.DataFrame:
     rows = [{"plan": "yours", **result.baseline.summary()}]
     rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
     frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
-                                "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+                                "global_batch_packs", "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    frame = frame.rename(columns={"global_batch_size": "samples/step", "global_batch_packs": "packs/step (MB GBS)"})
     return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
 
 

@@ -1,0 +1,112 @@
+"""Plans through the command line only: overrides survive, relative paths work from any folder, bad plans and
+options are refused with exit code 2 and the field named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, SAMPLE
+
+SQUAD = SAMPLE / "squad_v1.1_len384_hist.csv"
+
+
+def advisor(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.fixture()
+def override_plan(tmp_path):
+    """A 16-layer Llama 3.1 8B (the preset has 32) with a relative data path next to the plan."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "lengths.csv").write_text(SQUAD.read_text())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "model": {"preset": "llama3.1-8b", "num_layers": 16},
+        "parallel": {"gpus": 8, "tp": 2},
+        "training": {"seq_length": 384, "global_batch_size": 128},
+        "data": {"lengths": "data/lengths.csv"}}))
+    return plan
+
+
+def test_overrides_survive_export_and_recommend_from_any_folder(override_plan, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    exported = advisor("export", override_plan, "--format", "plan", "--quiet", cwd=elsewhere)
+    assert exported.returncode == 0, exported.stderr
+    assert yaml.safe_load(exported.stdout)["model"] == {"preset": "llama3.1-8b", "num_layers": 16}
+    rec = advisor("recommend", override_plan, "--json", "--quiet", cwd=elsewhere)
+    assert rec.returncode == 0, rec.stderr
+    out = json.loads(rec.stdout)
+    assert out["recommended_plan"]["model"] == {"preset": "llama3.1-8b", "num_layers": 16}
+    assert out["plan"]["samples_per_step"] == 128 and out["plan"]["packing_factor"] > 1
+    est = advisor("estimate", override_plan, "--json", "--quiet", cwd=elsewhere)
+    assert est.returncode == 0, est.stderr
+
+
+def test_the_global_batch_fix_is_gone_and_the_export_writes_packs(override_plan):
+    out = json.loads(advisor("recommend", override_plan, "--json", "--quiet").stdout)
+    gbs = next(f for f in out["findings"] if f["id"] == "packing.global_batch")
+    assert gbs["fix"] == {}  # information: the plan counts samples, the export converts
+    snippet = advisor("export", override_plan, "--format", "python", "--quiet").stdout
+    assert f"cfg.train.global_batch_size = {out['plan']['megatron_bridge_global_batch_size']}" in snippet
+
+
+BAD_PLANS = {
+    "quoted number": ("model: llama3.1-8b\ntraining: {seq_length: '4096x'}\n", "training.seq_length"),
+    "string boolean": ("model: llama3.1-8b\nparallel: {gpus: 8, tp: 2, sp: 'false'}\n", "parallel.sp"),
+    "maybe": ("model: llama3.1-8b\nparallel: {sp: maybe}\n", "parallel.sp"),
+    "groups over heads": ("model: {preset: llama3.1-8b, num_query_groups: 128}\n", "model.num_query_groups"),
+    "list for int": ("model: llama3.1-8b\nparallel: {gpus: [8]}\n", "parallel.gpus"),
+    "zero gpus": ("model: llama3.1-8b\nparallel: {gpus: 0}\n", "parallel.gpus"),
+    "negative tp": ("model: llama3.1-8b\nparallel: {tp: -2}\n", "parallel.tp"),
+    "huge gpus": ("model: llama3.1-8b\nparallel: {gpus: 100000000000}\n", "parallel.gpus"),
+    "unknown field": ("model: llama3.1-8b\ntraining: {seq_len: 4096}\n", "training.seq_len"),
+    "unknown section": ("model: llama3.1-8b\noptimizer: {lr: 1}\n", "optimizer"),
+    "unknown preset": ("model: llama9\n", "model"),
+    "pack size 1e9": ("model: llama3.1-8b\npacking: {pack_size: 1000000000}\n", "packing.pack_size"),
+    "nan memory": ("model: llama3.1-8b\nhardware: {gpu: X, memory_gib: .nan, bf16_tflops: 100}\n", "hardware.memory_gib"),
+    "python tag": ("model: !!python/object:os.system {}\n", "not valid YAML"),
+    "not a mapping": ("- 1\n- 2\n", "expected a mapping"),
+    "binary": (b"\xff\xfe\x00bad", "not UTF-8"),
+    "alias bomb": ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+                   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nmodel: llama3.1-8b\n",
+                   "expands to more than"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_PLANS))
+def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
+    text, field = BAD_PLANS[name]
+    plan = tmp_path / "bad.yaml"
+    plan.write_bytes(text if isinstance(text, bytes) else text.encode())
+    proc = advisor("estimate", plan, "--lengths", SQUAD, "--quiet")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert field in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("option,value", [("--mfu", "0"), ("--mfu", "-1"), ("--mfu", "nan"), ("--mfu", "50"),
+                                          ("--mfu", "abc"), ("--overhead-gib", "-1000"), ("--overhead-gib", "inf")])
+def test_bad_options_exit_2(option, value):
+    proc = advisor("estimate", SAMPLE / "plans" / "llama8b_squad.yaml", option, value, "--quiet")
+    assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_bad_output_paths_and_versions_exit_2(tmp_path):
+    plan = SAMPLE / "plans" / "llama8b_squad.yaml"
+    for target in (tmp_path, tmp_path / "missing" / "l.csv"):
+        proc = advisor("export", plan, "--lengths-csv", target, "--quiet")
+        assert proc.returncode == 2 and "--lengths-csv" in proc.stderr and "Traceback" not in proc.stderr
+    proc = advisor("export", plan, "--megatron-bridge-version", "0.6.2'); import os; os.system('id')#")
+    assert proc.returncode == 2 and "MAJOR.MINOR" in proc.stderr
+
+
+def test_schema_command_prints_the_bundled_schema():
+    proc = advisor("schema")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == json.loads((SAMPLE / "plans" / "plan.schema.json").read_text())

@@ -1,0 +1,173 @@
+"""Properties of the typed plan that hold for every plan: lossless round trips, fixes that are fixed points, search
+candidates that keep the baseline's model, and fuzzed plans that fail only with ``PlanError``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from advisor.advice.rules import check
+from advisor.advice.search import search
+from advisor.analysis import analyze
+from advisor.data.lengths import LengthHistogram
+from advisor.plan import Plan, PlanError, dump_plan, plan_from_dict
+from advisor.plan.io import parse_plan_text, plan_from_text
+from advisor.plan.presets import MODEL_PRESETS
+from advisor.plan.schema import SECTIONS, json_schema
+from advisor.ui.state import plan_from_query, plan_to_query
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SMALL = LengthHistogram.from_samples([90, 150, 200, 310, 380, 500, 700, 1000, 1500, 2000] * 30)
+
+
+def _divisors(n: int, most: int = 8) -> list[int]:
+    return [d for d in range(1, most + 1) if n % d == 0]
+
+
+@st.composite
+def plans(draw) -> Plan:
+    """A valid plan: a preset (often with overrides) or a custom model, and a layout that divides it."""
+    name = draw(st.sampled_from(sorted(MODEL_PRESETS)))
+    preset = plan_from_dict({"model": name}).model
+    tp = draw(st.sampled_from(_divisors(math.gcd(preset.num_attention_heads, preset.query_groups))))
+    pp = draw(st.sampled_from([1, 2]))
+    vpp = draw(st.sampled_from([None, 2])) if pp > 1 else None
+    cp = draw(st.sampled_from([1, 2, 4]))
+    dp = draw(st.sampled_from([1, 2, 4]))
+    layers = draw(st.integers(1, 6)) * pp * (vpp or 1) * 2
+    model: str | dict = name
+    if draw(st.booleans()) and not preset.moe_layer_freq or isinstance(preset.moe_layer_freq, int):
+        overrides = draw(st.fixed_dictionaries({}, optional={
+            "num_layers": st.just(layers), "vocab_size": st.integers(1000, 200_000),
+            "window_size": st.sampled_from([None, 4096]), "mtp_num_layers": st.sampled_from([0, 1])}))
+        model = {"preset": name, **overrides} if overrides else name
+    task = draw(st.sampled_from(["llm-sft", "vlm-sft", "pretrain"]))
+    mode = draw(st.sampled_from(["auto", "offline", "in-batch", "none"]))
+    mbs = draw(st.sampled_from([1, 2, 4]))
+    seq = draw(st.sampled_from([512, 1024, 2048, 4096]))
+    raw = {
+        "model": model,
+        "parallel": {"gpus": tp * pp * cp * dp, "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "sp": tp > 1 and
+                     draw(st.booleans()), "cp_comm_type": draw(st.sampled_from(["p2p", "all_gather"]))},
+        "training": {"task": task, "seq_length": seq, "micro_batch_size": mbs,
+                     "global_batch_size": mbs * dp * draw(st.integers(1, 16)),
+                     "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+                     "peft": draw(st.sampled_from(["none", "lora"])), "cuda_graphs": draw(st.booleans())},
+        "packing": {"mode": mode, "pack_size": draw(st.sampled_from([None, seq, seq * 2])),
+                    "pad_seq_to_mult": draw(st.sampled_from([None, 1, 8])), "seed": draw(st.integers(0, 2**32 - 1))},
+        "data": {"lengths": draw(st.sampled_from([None, "lengths.csv", "/data/l.parquet"]))},
+        "hardware": {"gpu": draw(st.sampled_from(["H100-80GB", "A100-40GB", "B200"]))},
+    }
+    try:
+        return plan_from_dict(raw)
+    except PlanError:
+        assume(False)
+
+
+@SETTINGS
+@given(plans())
+def test_plans_round_trip_losslessly_through_yaml_json_and_the_link(plan):
+    assert plan_from_text(dump_plan(plan), "p.yaml") == plan
+    assert plan_from_text(dump_plan(plan, "json"), "p.json") == plan
+    assert plan_from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))
+    assert back == plan and sample == "chat-like (180k)"
+    written = yaml.safe_load(dump_plan(plan))["model"]
+    if plan.model.preset is not None:  # a preset stays a preset, its overrides kept
+        assert written == plan.model.preset or written["preset"] == plan.model.preset
+
+
+@SETTINGS
+@given(plans())
+def test_every_fix_removes_its_finding_and_is_a_fixed_point(plan):
+    packing = analyze(plan, SMALL).packing
+    for finding in check(plan, packing):
+        if not finding.fix:
+            continue
+        try:
+            fixed = plan.changed(finding.fix)
+        except PlanError as e:  # a fix must always give a valid plan
+            raise AssertionError(f"fix of {finding.id} gives an invalid plan: {e}") from None
+        assert fixed.changed(finding.fix) == fixed, finding.id
+        after = [f for f in check(fixed, analyze(fixed, SMALL).packing) if f.id == finding.id]
+        assert finding.message not in [f.message for f in after], (finding.id, finding.fix)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plans())
+def test_every_search_candidate_keeps_the_baselines_model(plan):
+    result = search(plan, SMALL, top=50)
+    for candidate in (result.baseline, *result.best):
+        assert candidate.plan.model == plan.model
+        assert candidate.plan.training.global_batch_size == plan.training.global_batch_size or \
+            plan.packing_mode != "offline"
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
+                                                                                  max_size=4), max_leaves=30)
+
+
+@st.composite
+def fuzzed_plans(draw) -> dict:
+    """A plan with some fields replaced by arbitrary JSON values, or arbitrary sections."""
+    base = draw(plans()).to_dict()
+    for _ in range(draw(st.integers(1, 4))):
+        section = draw(st.sampled_from([*SECTIONS, "extra"]))
+        if draw(st.booleans()) and isinstance(base.get(section), dict) and base[section]:
+            key = draw(st.sampled_from(sorted(base[section])))
+            base[section] = {**base[section], key: draw(_JSON)}
+        else:
+            base[section] = draw(_JSON)
+    return base
+
+
+@settings(max_examples=300, deadline=None)
+@given(fuzzed_plans())
+def test_fuzzed_plans_fail_only_with_a_plan_error(raw):
+    try:
+        plan = plan_from_dict(raw, "fuzz.yaml")
+    except PlanError as e:
+        assert e.problems and all(isinstance(p, str) and p for p in e.problems)
+        assert str(e).startswith("fuzz.yaml: ")
+        return
+    assert plan_from_dict(plan.to_dict()) == plan
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_a_plan_or_a_plan_error(text):
+    for name in ("p.yaml", "p.json"):
+        try:
+            plan_from_text(text, name)
+        except PlanError:
+            pass
+
+
+def test_schema_lists_every_section_and_documents_every_field():
+    schema = json_schema()
+    assert set(schema["properties"]) == set(SECTIONS)
+    for definition in schema["$defs"].values():
+        for name, field in definition["properties"].items():
+            assert field.get("description"), name
+
+
+def test_yaml_alias_bomb_and_deep_nesting_are_refused_fast():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+    try:
+        parse_plan_text(bomb, "bomb.yaml")
+        raise AssertionError("an alias bomb was accepted")
+    except PlanError as e:
+        assert "expands to more than" in str(e)
+    for text, name in (("[" * 2000 + "]" * 2000, "deep.json"), ("a: " + "[" * 2000 + "]" * 2000, "deep.yaml")):
+        try:
+            parse_plan_text(text, name)
+            raise AssertionError("deep nesting was accepted")
+        except PlanError as e:
+            assert "nested deeper" in str(e) or "not valid" in str(e)
