@@ -89,7 +89,9 @@ class Analysis:
 
     @cached_property
     def search(self) -> SearchResult:
-        return search(self.plan, self.hist, mfu=self.mfu)
+        # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
+        return search(self.plan, self.hist, mfu=self.mfu, estimator=lambda plan: analyze(
+            plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate)
 
     def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the search's best plan)."""

@@ -70,13 +70,14 @@ BAD_PLANS = {
     "unknown section": ("model: llama3.1-8b\noptimizer: {lr: 1}\n", "optimizer"),
     "unknown preset": ("model: llama9\n", "model"),
     "pack size 1e9": ("model: llama3.1-8b\npacking: {pack_size: 1000000000}\n", "packing.pack_size"),
-    "nan memory": ("model: llama3.1-8b\nhardware: {gpu: X, memory_gib: .nan, bf16_tflops: 100}\n", "hardware.memory_gib"),
+    "nan memory": ("model: llama3.1-8b\nhardware: {gpu: X, memory_gib: .nan, bf16_tflops: 100}\n",
+                   "hardware.memory_gib"),
     "python tag": ("model: !!python/object:os.system {}\n", "not valid YAML"),
     "not a mapping": ("- 1\n- 2\n", "expected a mapping"),
     "binary": (b"\xff\xfe\x00bad", "not UTF-8"),
-    "alias bomb": ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-                   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nmodel: llama3.1-8b\n",
-                   "expands to more than"),
+    "alias bomb": ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+                   "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+                   "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nmodel: llama3.1-8b\n", "expands to more than"),
 }
 
 

@@ -73,10 +73,14 @@ class SearchResult:
         return self.best[0].plan if self.best else self.baseline.plan
 
 
-def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None) -> Candidate:
+def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None, estimator=None) -> Candidate:
+    """A candidate: its findings and estimate (``estimator(plan)`` if given, so a caller can share a cache)."""
     findings = tuple(check(plan, packing_of(plan, hist)))
     try:
-        est = estimate(plan, hist) if mfu is None else estimate(plan, hist, mfu=mfu)
+        if estimator is not None:
+            est = estimator(plan)
+        else:
+            est = estimate(plan, hist) if mfu is None else estimate(plan, hist, mfu=mfu)
     except ValueError:
         est = None
     return Candidate(plan=plan, estimate=est, findings=findings)
@@ -141,9 +145,9 @@ def _why(c: Candidate, base: Candidate) -> str:
 
 
 def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None = None,
-           progress=None) -> SearchResult:
+           progress=None, estimator=None) -> SearchResult:
     """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline."""
-    baseline = evaluate(plan, hist, mfu)
+    baseline = evaluate(plan, hist, mfu, estimator)
     seen, viable, evaluated = set(), [], 0
     variants = list(_variants(plan))
     for i, change in enumerate(variants):
@@ -155,7 +159,7 @@ def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None
             cand_plan = plan.changed(change)
         except PlanError:
             continue
-        cand = evaluate(cand_plan, hist, mfu)
+        cand = evaluate(cand_plan, hist, mfu, estimator)
         evaluated += 1
         if progress is not None:
             progress(f"candidate {i + 1}/{len(variants)}", (i + 1) / len(variants))
