@@ -275,6 +275,10 @@ def cmd_trial(args) -> dict:
     from advisor.trial.run import ParityError, TrialConfig, run_trial, write_outputs
 
     progress = _Progress(args.quiet)
+    if args.heartbeat or args.wall_seconds:
+        from advisor.trial.jobs import start_watchdog
+
+        start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
     plan, hist = _plan_and_lengths(args, progress)
     cfg = TrialConfig(steps=args.steps, device=args.device, scale=args.model_scale, seed=args.seed,
                       pack_size=args.pack_size, break_mask=args.break_mask)
@@ -408,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("python", "overrides", "megatron-lm", "paths", "plan", "markdown",
                                         "torchrun", "slurm"), default="python")
     p.add_argument("--megatron-bridge-version", default="0.6.2", type=_version,
-                   help="API generation of the snippet, MAJOR.MINOR[.PATCH] (default 0.6.2)")
+                   help="API generation of the snippet, MAJOR.MINOR.PATCH (default 0.6.2)")
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
     p.add_argument("--lengths-csv", type=_output_file,
@@ -426,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")
+    p.add_argument("--heartbeat", help=argparse.SUPPRESS)  # the dashboard's job: stop when this file goes stale
+    p.add_argument("--heartbeat-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_trial)
     p = sub.add_parser("schema", help="print the plan file's JSON Schema (for editors and validation)")

@@ -11,15 +11,20 @@ ui.init_state(st.session_state)
 st.title("Trial")
 st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
            "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "
-           "and slow; on a GPU node run `python -m advisor trial PLAN --device cuda --out DIR` and upload trial.json.")
+           "and slow; on a GPU node run `python -m advisor trial PLAN --device cuda --out DIR` and upload trial.json. "
+           "One trial runs on this server at a time; it stops when you close the page.")
+lim = trial_jobs.TRIAL_LIMITS
 c1, c2, c3 = st.columns(3)
-steps = c1.number_input("Steps", 1, 50, 3)
-pack_size = c2.number_input("Trial pack size", 64, 8192, 512, step=64)
-scale = c3.selectbox("Model scale", ["small", "medium", "large"])
+steps = c1.number_input("Steps", 1, lim["steps"], 3)
+pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], 512, step=64)
+scale = c3.selectbox("Model scale", list(lim["scales"]))
 job = st.session_state.get("trial_job")
 if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["state"] == "running"):
-    st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
-                                                           steps=int(steps), pack_size=int(pack_size), scale=scale)
+    try:
+        st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
+                                                               steps=int(steps), pack_size=int(pack_size), scale=scale)
+    except (trial_jobs.JobBusy, ValueError) as e:
+        st.error(str(e))
 
 
 @st.fragment(run_every=1.0)
@@ -27,13 +32,14 @@ def follow():
     job = st.session_state.get("trial_job")
     if job is None:
         return
-    status = trial_jobs.poll(job)
-    st.write(f"Trial {status['state']} (folder {job.folder})")
+    status = trial_jobs.poll(job)  # also the job's heartbeat: it stops when no page follows it
+    st.write(f"Trial {status['state']}")
     st.code(status["log"] or "starting…", language="text")
     if status["state"] == "running" and st.button("Cancel"):
         trial_jobs.cancel(job)
-    if status["result"] is not None and st.session_state.get("trial_result") != status["result"]:
-        st.session_state["trial_result"] = status["result"]
+    if status["state"] != "running":
+        st.session_state["trial_result"] = trial_jobs.collect(job)  # the folder is removed
+        del st.session_state["trial_job"]
         st.rerun()  # the results are drawn by the whole page, outside this fragment
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,10 +120,33 @@ def test_background_job_runs_and_can_be_cancelled(skewed, tmp_path):
     speed, memory = trial_view.results_tables(status["result"])
     assert list(speed["way"]) == ["packed", "padded", "block_masked"]
     assert memory["measured / predicted"].notna().all()
+    assert trial_jobs.collect(job) is not None and not Path(job.folder).exists()  # results read, folder removed
     slow = trial_jobs.start_trial(plan, skewed, steps=50, pack_size=512)
+    with pytest.raises(trial_jobs.JobBusy):  # one trial per server
+        trial_jobs.start_trial(plan, skewed, steps=1, pack_size=128)
     trial_jobs.cancel(slow)
     time.sleep(2)
     assert trial_jobs.poll(slow)["state"] == "failed"
+    trial_jobs.collect(slow)
+    with pytest.raises(ValueError, match="a dashboard trial takes"):
+        trial_jobs.start_trial(plan, skewed, steps=10_000, pack_size=128)
+
+
+@pytest.mark.slow
+def test_a_trial_nobody_follows_stops_itself(skewed, monkeypatch):
+    import time
+
+    from advisor.trial import jobs as trial_jobs
+    from advisor.ui import state as dashboard
+
+    monkeypatch.setattr(trial_jobs, "HEARTBEAT_SECONDS", 3.0)
+    job = trial_jobs.start_trial(dashboard.default_plan(), skewed, steps=50, pack_size=512)
+    deadline = time.time() + 60  # nobody polls: the heartbeat goes stale and the job exits on its own
+    while trial_jobs._alive(job.pid) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not trial_jobs._alive(job.pid)
+    assert "the page that started it is gone" in job.log.read_text()
+    trial_jobs.collect(job)
 
 
 def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):

@@ -20,18 +20,18 @@ from advisor.plan import Plan, dump_plan
 
 DEFAULT_MB_VERSION = "0.6.2"
 FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
-_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})")
 
 
 def _version(v: str) -> tuple[int, int]:
-    """MAJOR.MINOR[.PATCH] and nothing else: the version is written into the snippet's comment, so it is data.
+    """MAJOR.MINOR.PATCH and nothing else: the version is written into the snippet's comment, so it is data.
 
     >>> _version("0.6.2")
     (0, 6)
     """
     match = _VERSION.fullmatch(v) if isinstance(v, str) else None
     if match is None:
-        raise ValueError(f"Megatron-Bridge version {str(v)[:40]!r}: give it as MAJOR.MINOR[.PATCH], e.g. 0.6.2")
+        raise ValueError(f"Megatron-Bridge version {str(v)[:40]!r}: give it as MAJOR.MINOR.PATCH, e.g. 0.6.2")
     return int(match.group(1)), int(match.group(2))
 
 

@@ -36,6 +36,7 @@ Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decre
                     "column_generation"]
 MAX_TOKENS = 1 << 24  # 16M tokens: longer than any context Megatron trains today, small enough to never overflow
 MAX_GPUS = 1 << 17
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
 
 
@@ -87,8 +88,10 @@ class ModelSpec(_Section):
     vision: dict[str, int | bool] | None = Field(None, description="vision encoder (VLM presets)")
     window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
     mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
-    family: str = Field("gpt", max_length=64, description="model family (some cannot pack: qwen3-omni)")
-    approximated: str | None = Field(None, max_length=200, description="what a preset approximates")
+    family: str = Field("gpt", max_length=64, pattern=NAME, description="model family (some cannot pack: "
+                                                                       "qwen3-omni)")
+    approximated: str | None = Field(None, max_length=200, pattern=r"^[\w .,:;()+/-]*$",
+                                     description="what a preset approximates (plain words)")
 
     @model_validator(mode="before")
     @classmethod
@@ -176,7 +179,8 @@ class DataSpec(_Section):
 
 
 class HardwareSpec(_Section):
-    gpu: str = Field("H100-80GB", max_length=64, description=f"GPU preset: {', '.join(GPU_PRESETS)}")
+    gpu: str = Field("H100-80GB", max_length=64, pattern=NAME, description=f"GPU preset: {', '.join(GPU_PRESETS)}, "
+                                                                          "or a name with memory_gib and bf16_tflops")
     memory_gib: float | None = Field(None, gt=0, le=65536, allow_inf_nan=False, description="GPU memory, GiB")
     bf16_tflops: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
                                       description="dense BF16 peak, TFLOP/s")

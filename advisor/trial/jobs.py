@@ -2,16 +2,24 @@
 
 The job is a separate process group (``start_new_session``), so it never blocks the page and keeps running when
 the user switches pages; its folder holds the plan, the lengths, the log and, at the end, ``trial.json``.
+
+A visitor must not be able to take the server down, so a job has a budget: one job at a time per server
+(``JobBusy`` otherwise), steps, pack size and scale capped (``TRIAL_LIMITS``), a wall-clock limit, and a heartbeat:
+the page touches ``heartbeat`` while it follows the job, and the job stops itself when nobody has for
+``HEARTBEAT_SECONDS`` (the session was closed). ``collect`` reads the results and removes the folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +27,18 @@ from advisor.data.lengths import LengthHistogram
 from advisor.plan import Plan, dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
+TRIAL_LIMITS = {"steps": 50, "pack_size": 8192, "scales": ("small", "medium"), "samples": 200_000}
+HEARTBEAT_SECONDS = 30.0
+WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
+MAX_RESULT_BYTES = 8 << 20
+
+
+class JobBusy(RuntimeError):
+    """Another trial is running on this server."""
+
+
+_LOCK = threading.Lock()
+_RUNNING: list[TrialJob] = []  # at most one: the server's job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,20 +54,51 @@ class TrialJob:
     def results(self) -> Path:
         return Path(self.folder) / "trial.json"
 
+    @property
+    def heartbeat(self) -> Path:
+        return Path(self.folder) / "heartbeat"
+
+
+def check_request(steps: int, pack_size: int, scale: str) -> None:
+    """Refuse a trial over the server's budget, with what is allowed."""
+    lim = TRIAL_LIMITS
+    if not 1 <= steps <= lim["steps"] or not 64 <= pack_size <= lim["pack_size"] or scale not in lim["scales"]:
+        raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, pack size 64-{lim['pack_size']} and scale "
+                         f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node")
+
 
 def start_trial(plan: Plan, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
                 scale: str = "small", device: str = "auto") -> TrialJob:
+    """Start the server's one trial job (``JobBusy`` if one is running, ``ValueError`` over the budget)."""
+    check_request(steps, pack_size, scale)
+    with _LOCK:
+        _RUNNING[:] = [j for j in _RUNNING if _alive(j.pid)]
+        if _RUNNING:
+            raise JobBusy("another trial is running on this server; wait for it or cancel it")
+        job = _start(plan, hist, steps=steps, pack_size=pack_size, scale=scale, device=device)
+        _RUNNING.append(job)
+        return job
+
+
+def _start(plan: Plan, hist: LengthHistogram, *, steps: int, pack_size: int, scale: str, device: str) -> TrialJob:
     folder = Path(tempfile.mkdtemp(prefix="advisor-trial-"))
     lengths = folder / "lengths.csv"
-    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts,
-                                                                                   strict=True)))
+    # the trial draws its samples from the distribution: a bounded sample of it is as good and bounded in size
+    counts = hist.counts
+    if hist.num_samples > TRIAL_LIMITS["samples"]:
+        counts = (counts * (TRIAL_LIMITS["samples"] / hist.num_samples)).round().astype(int).clip(min=0)
+        counts[counts.argmax()] += max(0, 1 - int(counts.sum()))
+    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, counts, strict=True)
+                                                 if c > 0))
+    (folder / "heartbeat").touch()
     trial_plan = plan.changed({"data": {"lengths": str(lengths), "column": None}})
     (folder / "plan.yaml").write_text(dump_plan(trial_plan))
     log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), "--steps",
                              str(steps), "--pack-size", str(pack_size), "--model-scale", scale, "--device", device,
-                             "--out", str(folder)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                             "--out", str(folder), "--heartbeat", str(folder / "heartbeat"),
+                             "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS)],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return TrialJob(pid=proc.pid, folder=str(folder))
 
 
@@ -66,28 +117,97 @@ def _alive(pid: int) -> bool:
 
 
 def poll(job: TrialJob) -> dict:
-    """``state`` (running, done, failed), the log's last lines, and the results once written."""
+    """``state`` (running, done, failed), the log's last lines, and the results once written. Polling is the
+    page's heartbeat: while a page polls, the job keeps running."""
     running = _alive(job.pid)
-    lines = job.log.read_text().splitlines() if job.log.exists() else []
-    result = json.loads(job.results.read_text()) if job.results.exists() else None
+    if running:
+        try:
+            os.utime(job.heartbeat)
+        except OSError:
+            pass
+    lines = _tail(job.log)
+    result = None
+    if not running and job.results.exists():
+        try:
+            result = read_results(job.results.read_bytes(), "trial.json")
+        except ValueError:
+            result = None
     state = "running" if running else ("done" if result is not None else "failed")
     return {"state": state, "log": "\n".join(lines[-12:]), "result": result}
+
+
+def _tail(log: Path, keep: int = 12) -> list[str]:
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 16384))
+            return fh.read().decode("utf-8", "replace").splitlines()[-keep:]
+    except OSError:
+        return []
 
 
 def cancel(job: TrialJob) -> None:
     try:
         os.killpg(job.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
+
+
+def collect(job: TrialJob) -> dict | None:
+    """The finished job's results (or None), its folder removed; a running job is cancelled first."""
+    if _alive(job.pid):
+        cancel(job)
+        deadline = time.time() + 10
+        while _alive(job.pid) and time.time() < deadline:
+            time.sleep(0.1)
+    result = None
+    if job.results.exists():
+        try:
+            result = read_results(job.results.read_bytes(), "trial.json")
+        except ValueError:
+            result = None
+    shutil.rmtree(job.folder, ignore_errors=True)
+    return result
 
 
 def read_results(data: bytes, name: str) -> dict:
     """A ``trial.json`` from a run elsewhere (a GPU node), checked for the keys the page shows."""
+    name = name[:80]
+    if len(data) > MAX_RESULT_BYTES:
+        raise ValueError(f"{name}: {len(data):,} bytes is not a trial result (at most {MAX_RESULT_BYTES:,})")
     try:
         result = json.loads(data)
-    except ValueError as e:
-        raise ValueError(f"{name}: not a trial JSON ({e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{name}: not a trial JSON ({str(e)[:120]})") from None
+    if not isinstance(result, dict):
+        raise ValueError(f"{name}: not a trial result (a JSON {type(result).__name__})")
     missing = [k for k in ("device", "packed", "padded", "memory", "loss_parity", "grad_parity") if k not in result]
     if missing:
         raise ValueError(f"{name}: not a trial result, missing {', '.join(missing)}")
     return result
+
+
+def start_watchdog(heartbeat: str | None, heartbeat_seconds: float, wall_seconds: float | None) -> None:
+    """In the trial process: exit (code 4) when the page stopped following it or the wall-clock budget is spent.
+
+    A daemon thread, so a trial that ends normally is not held up; ``os._exit`` because the main thread may be
+    deep in a PyTorch kernel that a Python exception would not interrupt.
+    """
+    start = time.time()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            now = time.time()
+            if wall_seconds is not None and now - start > wall_seconds:
+                print(f"[trial] stopped: over its {wall_seconds:.0f} s budget", file=sys.stderr, flush=True)
+                os._exit(4)
+            if heartbeat is not None:
+                try:
+                    idle = now - os.stat(heartbeat).st_mtime
+                except OSError:
+                    idle = float("inf")
+                if idle > heartbeat_seconds:
+                    print("[trial] stopped: the page that started it is gone", file=sys.stderr, flush=True)
+                    os._exit(4)
+
+    threading.Thread(target=watch, daemon=True, name="trial-watchdog").start()

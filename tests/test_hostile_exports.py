@@ -1,0 +1,82 @@
+"""Exports are data, not code: hostile strings in a plan or an option never become code in what users run."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.advice.exports import FORMATS, export, megatron_lm_args, overrides, python_snippet
+from advisor.analysis import ALL_FORMATS, analyze
+from advisor.data.lengths import LengthHistogram
+from advisor.plan import PlanError, plan_from_dict
+from advisor.trial.launch import trial_slurm, trial_torchrun
+
+HOSTILE = ["x'); import os; os.system('id') #", 'a"\nimport os\n', "$(rm -rf ~)", "`id`", "; reboot", "a\nb",
+           "\\", "{{7*7}}", "\u202eevil", "x" * 500]
+DATA = LengthHistogram.from_samples([100, 200, 300, 700] * 20)
+BASE = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
+        "training": {"seq_length": 1024, "global_batch_size": 64}}
+
+
+@pytest.mark.parametrize("section,field", [("model", "family"), ("hardware", "gpu"),
+                                           ("packing", "algorithm"), ("parallel", "cp_comm_type"),
+                                           ("training", "recompute"), ("model", "preset")])
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_names_are_refused_by_the_plan(section, field, value):
+    raw = {**BASE, section: {**BASE.get(section, {}), field: value}} if section != "model" else \
+        {**BASE, "model": {"preset": "llama3.1-8b", field: value}}
+    if section == "hardware":
+        raw["hardware"] = {"gpu": value, "memory_gib": 80, "bf16_tflops": 900}
+    with pytest.raises(PlanError) as err:
+        plan_from_dict(raw)
+    assert f"{section}.{field}" in str(err.value) or section in str(err.value)
+
+
+@pytest.mark.parametrize("version", HOSTILE + ["0.6", "0.6.2.1", "v0.6.2", "0.6.2 ", "1e3"])
+def test_versions_are_major_minor_patch_only(version):
+    plan = plan_from_dict(BASE)
+    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+        python_snippet(plan, version, 2.0)
+    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+        export(plan, "overrides", version, 2.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(st.characters(exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", codec="utf-8"),
+               min_size=1, max_size=60))
+def test_a_trial_plan_file_name_is_shell_quoted(name):
+    plan = plan_from_dict(BASE)
+    for script in (trial_torchrun(name), trial_slurm(plan, name)):
+        lines = [line for line in script.splitlines() if "advisor trial" in line]
+        joined = " ".join(line.rstrip("\\") for line in script.splitlines()[script.splitlines().index(lines[0]):])
+        words = shlex.split(joined, comments=False)
+        assert name in words  # one word, whatever it holds
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_every_export_parses_as_its_language(fmt):
+    analysis = analyze(plan_from_dict(BASE), DATA)
+    text = analysis.export(fmt, "0.6.2")
+    if fmt == "python":
+        tree = ast.parse(text)
+        kinds = {type(node).__name__ for node in tree.body}
+        assert kinds <= {"ImportFrom", "Assign"}, kinds  # imports and attribute settings, nothing that runs
+    elif fmt == "overrides":
+        for line in text.splitlines():
+            key, _, value = line.partition("=")
+            assert key.replace(".", "").replace("_", "").isalnum() and "\n" not in value
+    elif fmt in ("megatron-lm", "torchrun", "slurm"):
+        body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+        shlex.split(body.replace("\\\n", " "))
+
+
+def test_mock_config_in_megatron_lm_args_is_one_shell_word():
+    args = megatron_lm_args(plan_from_dict(BASE), lengths_csv="it's here; rm -rf ~.csv")
+    words = shlex.split(args.replace("\\\n", " "))
+    i = words.index("--sft-mock-dataset-config-json")
+    assert words[i + 1] == '{"mode": "file", "path": "it\'s here; rm -rf ~.csv"}'
+    assert FORMATS and overrides(plan_from_dict(BASE), "0.6.2", 2.0)
