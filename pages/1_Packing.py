@@ -15,7 +15,8 @@ st.title("Packing")
 c1, c2, c3 = st.columns(3)
 algorithms = list(ALGORITHMS)
 algorithm = c1.selectbox("Algorithm", algorithms, index=algorithms.index(plan.packing.algorithm))
-size = int(c2.number_input("Pack size", 16, 1 << 20, plan.pack_size, step=256))
+size = int(c2.number_input("Pack size", 16, ui.MAX_DASHBOARD_PACK, min(plan.pack_size, ui.MAX_DASHBOARD_PACK),
+                           step=256))
 mult = int(c3.number_input("pad_seq_to_mult", 1, 256, plan.packing.pad_seq_to_mult or 1))
 ui.set_plan(st.session_state, {"packing": {"algorithm": algorithm, "pack_size": size,
                                            "pad_seq_to_mult": mult if mult > 1 else None}})

@@ -113,3 +113,31 @@ def test_custom_model_fields_drive_the_estimate():
     assert at.session_state["plan"].model.num_layers == 64
     assert at.session_state["plan"].model.preset == "llama3.1-8b"  # an override of the preset, kept as one
     assert at.metric[0].value != base
+
+
+def test_a_hostile_share_link_shows_a_message_and_the_default_plan():
+    import base64
+    import zlib
+
+    nested = base64.urlsafe_b64encode(zlib.compress(("[" * 5000 + "]" * 5000).encode())).decode()
+    bomb = base64.urlsafe_b64encode(zlib.compress(b"{" + b" " * 50_000_000 + b"}")).decode()
+    for query in ({"plan": nested}, {"plan": bomb}, {"plan": "not base64 at all!"}, {"sample": "../../etc/passwd"}):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+        for k, v in query.items():
+            at.query_params[k] = v
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.error and "the link's plan could not be read" in at.error[0].value
+        assert value_of(at, "samples") == "88,641"  # the default sample and plan
+
+
+def test_a_bad_plan_upload_keeps_the_last_good_plan():
+    at = run("app.py")
+    before = at.session_state["plan"]
+    at.file_uploader(key="plan_upload").set_value(("p.yaml", b"model: llama3.1-8b\nparallel: {gpus: 0}\n",
+                                                   "text/yaml")).run()
+    assert not at.exception
+    assert "parallel.gpus" in at.error[0].value and at.session_state["plan"] == before
+    at.file_uploader(key="plan_upload").set_value(("q.yaml", b"model: {preset: qwen3-8b, num_layers: 12}\n",
+                                                   "text/yaml")).run()
+    assert at.session_state["plan"].model.num_layers == 12 and at.session_state["plan"].model.preset == "qwen3-8b"

@@ -244,6 +244,9 @@ def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to
                                            pad_seq_to_mult=pad_seq_to_mult))
 
 
+MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sweep or pack size never goes past 1M tokens (the engine takes 2^24)
+
+
 def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
     """Powers of two from the 10th-percentile length up to the first one that holds the longest sample: fixed per
     data set, so the sweep is computed once and a changed control does not pack it all again.
@@ -251,8 +254,8 @@ def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
     >>> sweep_sizes(LengthHistogram.from_samples([100, 300, 5000]))
     [256, 512, 1024, 2048, 4096, 8192]
     """
-    top = 1 << max(4, int(hist.max_length - 1).bit_length())
-    low = 1 << max(4, int(hist.percentile(10)).bit_length())
+    top = min(MAX_DASHBOARD_PACK, 1 << max(4, int(hist.max_length - 1).bit_length()))
+    low = min(top, 1 << max(4, int(hist.percentile(10)).bit_length()))
     sizes = []
     size = top
     while size >= low and len(sizes) < most:
