@@ -67,18 +67,18 @@ class ParameterCounts:
         return self.dense + self.routed + self.embeddings + self.vision
 
 
-def vision_parameters(vision: dict | None) -> float:
+def vision_parameters(vision) -> float:
     """A ViT encoder: per layer attention 4h^2 (+ biases), MLP 3 h f (gated) or 2 h f, two norms; plus the
     patch embedding (3 x 2 x p^2 x h for a 2-frame temporal patch) and the merger MLP into the LLM width."""
     if not vision:
         return 0.0
-    h, f, layers = vision["hidden_size"], vision["ffn_hidden_size"], vision["num_layers"]
-    mlp = (3 if vision.get("gated_linear_unit", True) else 2) * h * f
+    h, f, layers = vision.hidden_size, vision.ffn_hidden_size, vision.num_layers
+    mlp = (3 if vision.gated_linear_unit else 2) * h * f
     per_layer = 4 * h * h + 4 * h + mlp + 4 * h
-    patch = vision.get("patch_size", 14)
-    merge = vision.get("spatial_merge_size", 2) ** 2
+    patch = vision.patch_size
+    merge = vision.spatial_merge_size ** 2
     patch_embed = 3 * 2 * patch * patch * h
-    merger = (h * merge) ** 2 + h * merge * vision.get("out_hidden_size", h)
+    merger = (h * merge) ** 2 + h * merge * (vision.out_hidden_size or h)
     return float(layers * per_layer + patch_embed + merger)
 
 

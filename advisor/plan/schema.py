@@ -60,7 +60,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, validate_default=True)
 
 
-Count = Annotated[int, Field(ge=1, le=1 << 24)]
+class VisionSpec(_Section):
+    """A VLM's vision encoder (a ViT with a patch merger, Qwen2.5-VL style); counted in parameters and memory."""
+
+    num_layers: int = _int(1, 1024, "encoder layers")
+    hidden_size: int = _int(1, 1 << 16, "encoder width")
+    num_attention_heads: int = _int(1, 1024, "encoder heads")
+    ffn_hidden_size: int = _int(1, 1 << 18, "encoder MLP width")
+    gated_linear_unit: bool = Field(True, description="gated MLP in the encoder")
+    out_hidden_size: int | None = Field(None, ge=1, le=1 << 18, description="merger output width (the LLM's)")
+    patch_size: int = _int(1, 1024, "patch side, pixels", 14)
+    spatial_merge_size: int = _int(1, 64, "patches merged per side", 2)
+
 
 
 class ModelSpec(_Section):
@@ -85,7 +96,7 @@ class ModelSpec(_Section):
                                                             description="shared expert MLP width")
     moe_layer_freq: int | list[Annotated[int, Field(ge=0, le=1)]] = Field(
         1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer")
-    vision: dict[str, int | bool] | None = Field(None, description="vision encoder (VLM presets)")
+    vision: VisionSpec | None = Field(None, description="vision encoder (VLM presets)")
     window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
     mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
     family: str = Field("gpt", max_length=64, pattern=NAME, description="model family (some cannot pack: "
