@@ -7,6 +7,7 @@ missing (as root, with apt-get) and skips with the reason where it cannot. Scree
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -92,6 +93,18 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.wait_for_selector(READY, timeout=120_000)
         assert page.get_by_role("heading", name="lengths.csv").count() == 1
         page.screenshot(path=str(SHOTS / "2_uploaded.png"), full_page=True)
+
+        # a mock config in file mode names a server file: refused, naming nothing of the server, data kept
+        secret = tmp_path / "secret.csv"
+        secret.write_text("length\n31337\nAPI_KEY=sk-do-not-leak\n")
+        hostile = tmp_path / "mock.json"
+        hostile.write_text(json.dumps({"mode": "file", "path": str(secret)}))
+        page.locator("input[type='file']").first.set_input_files(str(hostile))
+        page.get_by_text("may not do: upload the CSV of lengths itself").wait_for(timeout=60_000)
+        body = page.content()
+        assert "sk-do-not-leak" not in body and "31337" not in body and str(secret) not in body
+        assert page.get_by_role("heading", name="lengths.csv").count() == 1  # the previous data stays
+        page.screenshot(path=str(SHOTS / "2b_refused_mock.png"), full_page=True)
 
         page.get_by_role("link", name="Packing").click()
         page.wait_for_selector(READY, timeout=120_000)

@@ -150,7 +150,7 @@ def test_message_counts_all_bad_rows(tmp_path):
 
 def test_file_over_the_size_limit(tmp_path):
     path = write(tmp_path, "big.csv", "100\n" * 1000)
-    with pytest.raises(InputError, match="over the 0 MiB limit"):
+    with pytest.raises(InputError, match="is 4,000 bytes, over the 100 bytes limit"):
         load_lengths(path, max_bytes=100)
 
 

@@ -46,6 +46,9 @@ class LengthHistogram:
             raise ValueError("lengths and counts must be 1-D arrays of the same size")
         if lengths.size and (np.any(np.diff(lengths) <= 0) or lengths[0] < 1 or np.any(counts < 1)):
             raise ValueError("lengths must be strictly increasing and positive, counts positive")
+        if lengths.size and _tokens_reach_int64(lengths, counts):
+            # the readers refuse such input with an InputError first; this keeps total_tokens from wrapping
+            raise ValueError("lengths x counts sum to 2**63 or more: int64 totals would wrap")
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "counts", counts)
 
@@ -56,12 +59,24 @@ class LengthHistogram:
 
     @classmethod
     def from_pairs(cls, lengths, counts, **kw) -> LengthHistogram:
-        """Merge (length, count) pairs, summing repeated lengths and leaving out zero counts."""
+        """Merge (length, count) pairs, summing repeated lengths and leaving out zero counts.
+
+        The sums are exact int64 (``np.add.reduceat`` over sorted pairs): a float-weighted ``bincount`` would round
+        counts above 2**53.
+
+        >>> h = LengthHistogram.from_pairs([7, 3, 7, 9], [2**53, 1, 1, 0])
+        >>> h.lengths.tolist(), h.counts.tolist()
+        ([3, 7], [1, 9007199254740993])
+        """
         lengths = np.asarray(lengths, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         keep = counts > 0
-        values, inverse = np.unique(lengths[keep], return_inverse=True)
-        return cls(lengths=values, counts=np.bincount(inverse, weights=counts[keep]).astype(np.int64), **kw)
+        lengths, counts = lengths[keep], counts[keep]
+        order = np.argsort(lengths, kind="stable")
+        lengths, counts = lengths[order], counts[order]
+        starts = np.flatnonzero(np.r_[True, lengths[1:] != lengths[:-1]]) if lengths.size else np.zeros(0, np.intp)
+        summed = np.add.reduceat(counts, starts) if starts.size else counts
+        return cls(lengths=lengths[starts], counts=summed, **kw)
 
     @property
     def num_samples(self) -> int:
@@ -95,6 +110,13 @@ class LengthHistogram:
         cum = np.cumsum(self.counts)
         idx = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
         return int(self.lengths[min(idx, self.lengths.size - 1)])
+
+
+def _tokens_reach_int64(lengths: np.ndarray, counts: np.ndarray) -> bool:
+    """Whether sum(lengths x counts) >= 2**63, judged in float and, only near the edge, in exact Python ints."""
+    if float(np.dot(lengths.astype(np.float64), counts.astype(np.float64))) < 2.0**61:
+        return False
+    return sum(int(n) * int(c) for n, c in zip(lengths.tolist(), counts.tolist(), strict=True)) >= 2**63
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from advisor.data.guard import MAX_LENGTH, excerpt, names_excerpt, npy_header, open_parquet, read_parquet_columns
 from advisor.data.lengths import LengthHistogram
 from advisor.errors import InputError
+
+_INT64 = 2**63
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,30 +43,34 @@ class PackedDatasetAudit:
 
 
 def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: np.ndarray,
-                    source: str) -> LengthHistogram:
+                    source: str, *, max_length: int = MAX_LENGTH) -> LengthHistogram:
     """Segment every pack at its ``seq_start_id`` and return the samples' stored lengths with the audit attached.
+
+    Every start is checked before any subtraction: within 0 .. len(input_ids) - 1 of its pack, 0 first, strictly
+    increasing. A hostile file can otherwise hold starts past 2**63 (which wrap in int64) or non-monotonic ones
+    whose differences wrap round to plausible positive lengths.
 
     >>> h = audit_from_rows(np.array([7, 3]), np.array([0, 4, 0]), np.array([0, 2, 3]), "demo")
     >>> h.lengths.tolist(), h.counts.tolist(), h.packs.items.tolist()
     ([3, 4], [2, 1], [3, 2, 2])
     """
     pack_tokens = np.asarray(pack_tokens, dtype=np.int64)
-    starts = np.asarray(starts, dtype=np.int64)
+    starts = _int64_starts(np.asarray(starts), np.asarray(starts_offsets, dtype=np.int64), source)
     starts_offsets = np.asarray(starts_offsets, dtype=np.int64)
     counts = np.diff(starts_offsets)
     if (counts == 0).any():
         row = int(np.argmax(counts == 0))
         raise InputError(source, f"pack {row}", "has an empty seq_start_id")
+    _check_starts(pack_tokens, starts, starts_offsets, source)
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
-    last = starts_offsets[1:] - 1
-    ends[last] = pack_tokens
-    seg = ends - starts
-    if (seg < 1).any() or (starts[starts_offsets[:-1]] != 0).any():
-        firsts = starts_offsets[:-1]
-        bad = int(np.argmax(seg < 1)) if (seg < 1).any() else int(firsts[np.argmax(starts[firsts] != 0)])
+    ends[starts_offsets[1:] - 1] = pack_tokens
+    seg = ends - starts  # every start lies inside its pack and increases: no difference can wrap
+    if seg.size and seg.max() > max_length:
+        bad = int(np.argmax(seg > max_length))
         pack = int(np.searchsorted(starts_offsets, bad, side="right") - 1)
-        raise InputError(source, f"pack {pack}", "seq_start_id must start at 0 and increase within len(input_ids)")
+        raise InputError(source, f"pack {pack}", f"holds a sequence of {int(seg[bad]):,} tokens, over the maximum "
+                         f"sequence length {max_length:,}")
     audit = PackedDatasetAudit(offsets=starts_offsets, items=seg - 1, pack_tokens=pack_tokens, source=source)
     hist = LengthHistogram.from_samples(seg, source=source, packs=audit,
                                         notes=(f"audit of {audit.num_packs:,} existing packs; lengths include "
@@ -72,39 +78,68 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
     return hist
 
 
-def packed_table_audit(table: pa.Table, source: str) -> LengthHistogram:
+def _pack_of(starts_offsets: np.ndarray, index: int) -> int:
+    return int(np.searchsorted(starts_offsets, index, side="right") - 1)
+
+
+def _int64_starts(starts: np.ndarray, starts_offsets: np.ndarray, source: str) -> np.ndarray:
+    """Starts as int64, refusing unsigned values past 2**63 (a plain cast would wrap them negative)."""
+    if starts.dtype.kind == "u" and starts.size and int(starts.max()) >= _INT64:
+        bad = int(np.argmax(starts >= _INT64))
+        raise InputError(source, f"pack {_pack_of(starts_offsets, bad)}", f"seq_start_id holds {int(starts[bad]):,}, "
+                         "beyond a 64-bit offset")
+    if starts.dtype.kind not in "iu":
+        raise InputError(source, "column 'seq_start_id'", f"holds {starts.dtype}, not integers")
+    return starts.astype(np.int64, copy=False)
+
+
+def _check_starts(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: np.ndarray, source: str) -> None:
+    pack_of = np.repeat(np.arange(pack_tokens.size), np.diff(starts_offsets))
+    bad = (starts < 0) | (starts >= pack_tokens[pack_of])
+    bad[starts_offsets[:-1]] |= starts[starts_offsets[:-1]] != 0
+    bad[1:] |= (starts[1:] <= starts[:-1]) & (pack_of[1:] == pack_of[:-1])
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(source, f"pack {int(pack_of[i])}", f"seq_start_id {int(starts[i]):,} is out of place: starts "
+                         "must begin at 0 and increase within len(input_ids)")
+
+
+def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LENGTH) -> LengthHistogram:
     if table.num_rows == 0:
         raise InputError(source, None, "packed data set has no rows")
     for name in ("input_ids", "seq_start_id"):
         col = table.column(name)
         if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-            raise InputError(source, f"column {name!r}", f"is {col.type}, not a list per pack")
+            raise InputError(source, f"column {name!r}", f"is {excerpt(str(col.type))}, not a list per pack")
         if col.null_count:
             row = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
             raise InputError(source, f"pack {row}", f"has no {name} (null)")
         if not pa.types.is_integer(col.type.value_type):
-            raise InputError(source, f"column {name!r}", f"holds {col.type.value_type}, not integers")
+            raise InputError(source, f"column {name!r}", f"holds {excerpt(str(col.type.value_type))}, not integers")
     starts = table.column("seq_start_id").combine_chunks()
     if pc.list_flatten(starts).null_count:
         raise InputError(source, "column 'seq_start_id'", "holds null entries")
     per_pack = pc.list_value_length(starts).to_numpy(zero_copy_only=False)
     return audit_from_rows(pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False),
                            pc.list_flatten(starts).to_numpy(zero_copy_only=False),
-                           np.concatenate([[0], np.cumsum(per_pack)]), source)
+                           np.concatenate([[0], np.cumsum(per_pack)]), source, max_length=max_length)
 
 
-def read_packed_parquet(shards: list[bytes], source: str) -> LengthHistogram:
+def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None = None,
+                        max_length: int = MAX_LENGTH) -> LengthHistogram:
+    """Audit a packed data set from its Parquet shards (their bytes), reading only the two columns needed."""
     tables = []
     for i, data in enumerate(shards):
-        try:
-            tables.append(pq.read_table(io.BytesIO(data), columns=["input_ids", "seq_start_id"]))
-        except (pa.ArrowException, OSError, KeyError) as e:
-            raise InputError(source, f"shard {i}", f"is not a packed Parquet shard: {e}") from None
+        pf = open_parquet(data, source, f"shard {i}")
+        missing = {"input_ids", "seq_start_id"} - set(pf.schema_arrow.names)
+        if missing:
+            raise InputError(source, f"shard {i}", f"is not a packed Parquet shard: no {', '.join(sorted(missing))}")
+        tables.append(read_parquet_columns(pf, data, ["input_ids", "seq_start_id"], source, budget, f"shard {i}"))
     try:  # shards may differ in integer width (Megatron-Bridge writes list<int32>)
         table = pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowException as e:
-        raise InputError(source, None, f"shards do not share one schema: {e}") from None
-    return packed_table_audit(table, source)
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise InputError(source, None, f"shards do not share one schema: {str(e)[:120]}") from None
+    return packed_table_audit(table, source, max_length=max_length)
 
 
 # ---------------------------------------------------------------------------------------------- legacy .npy
@@ -135,14 +170,19 @@ def _mark_pop(stack: list, marks: list) -> list:
     return items
 
 
-def read_packed_npy(data: bytes, source: str) -> LengthHistogram:
+def read_packed_npy(data: bytes, source: str, *, max_length: int = MAX_LENGTH) -> LengthHistogram:
     """Read Megatron-Bridge's legacy packed ``.npy`` (an object array of dicts) without unpickling it."""
-    try:
-        version = (data[6], data[7])
-        header_len = int.from_bytes(data[8:10], "little") if version[0] == 1 else int.from_bytes(data[8:12], "little")
-        body = data[(10 if version[0] == 1 else 12) + header_len:]
-    except IndexError:
-        raise InputError(source, None, "is not a .npy file") from None
+    header = npy_header(data, source)
+    if not header.dtype.hasobject:
+        raise InputError(source, None, f"holds a {header.dtype} array, not a packed data set's object array")
+    body = memoryview(data)[header.offset:]
+    array = _run_pickle(body, source)
+    return _audit_rows(array, len(body), source, max_length)
+
+
+def _run_pickle(body, source: str) -> _Opaque:
+    """The pickle's result, rebuilt by a stack machine that knows only lists, dicts, ints, strings and numpy's
+    array reconstruction (the one pickle it accepts); every malformed stream becomes an ``InputError``."""
     stack: list = []
     marks: list[int] = []
     memo: dict = {}
@@ -196,8 +236,9 @@ def read_packed_npy(data: bytes, source: str) -> LengthHistogram:
             elif name in ("STACK_GLOBAL", "GLOBAL"):
                 module, attr = (stack.pop(-2), stack.pop()) if name == "STACK_GLOBAL" else arg.split(" ", 1)
                 if (module, attr) not in _ALLOWED_GLOBALS:
-                    raise InputError(source, f"byte {pos}", f"refers to {module}.{attr}: not a packed data set "
-                                     "(only numpy arrays of lists and dicts are read, never arbitrary objects)")
+                    raise InputError(source, f"byte {pos}", f"refers to {names_excerpt([f'{module}.{attr}'])}: not a "
+                                     "packed data set (only numpy arrays of lists and dicts are read, never arbitrary "
+                                     "objects)")
                 stack.append(_Opaque(f"{module}.{attr}"))
             elif name == "REDUCE":
                 stack.pop()
@@ -211,23 +252,37 @@ def read_packed_npy(data: bytes, source: str) -> LengthHistogram:
                                  "accept; convert the data set to packed Parquet")
     except InputError:
         raise
-    except Exception as e:  # a malformed stream: genops' own errors, a stack underflow, a bad memo key
-        raise InputError(source, None, f"is not a readable packed .npy: {type(e).__name__}: {e}") from None
+    except Exception as e:  # a malformed stream: genops' own errors, a stack underflow, a bad memo key, a cycle
+        raise InputError(source, None, f"is not a readable packed .npy: {type(e).__name__}: "
+                         f"{str(e)[:120]}") from None
     array = stack[-1] if stack else None
-    if not isinstance(array, _Opaque) or not isinstance(array.state, tuple) or not isinstance(array.state[-1], list):
+    if not isinstance(array, _Opaque) or not isinstance(array.state, tuple) or not array.state \
+            or not isinstance(array.state[-1], list):
         raise InputError(source, None, "does not hold a numpy object array")
+    return array
+
+
+def _audit_rows(array: _Opaque, body_size: int, source: str, max_length: int) -> LengthHistogram:
+    """Flatten the rows' ``seq_start_id`` lists, bounded: the pickle memo lets a small file name one long list
+    in every row (a "billion laughs"), so more entries than the file has bytes is refused before copying."""
     rows = array.state[-1]
+    if not rows:
+        raise InputError(source, None, "packed data set has no rows")
     pack_tokens, starts, offsets = [], [], [0]
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "input_ids" not in row or "seq_start_id" not in row:
             raise InputError(source, f"pack {i}", "is not a dict with input_ids and seq_start_id")
         ids, seq = row["input_ids"], row["seq_start_id"]
-        if not isinstance(ids, (_Counted, list)) or not isinstance(seq, list) or not all(
-                type(s) is int for s in seq):
+        if not isinstance(ids, (_Counted, list)) or not isinstance(seq, list) or not all(type(s) is int for s in seq):
             raise InputError(source, f"pack {i}", "input_ids and seq_start_id must be lists of integers")
+        wide = next((s for s in seq if not -_INT64 <= s < _INT64), None)
+        if wide is not None:  # np.array would raise OverflowError, or make an object array
+            raise InputError(source, f"pack {i}", f"seq_start_id holds {excerpt(wide)}, beyond a 64-bit offset")
+        if len(starts) + len(seq) > body_size:
+            raise InputError(source, f"pack {i}", "repeats the same lists over and over (more entries than the file "
+                             "has bytes): not a packed data set as Megatron-Bridge writes it")
         pack_tokens.append(ids.n if isinstance(ids, _Counted) else len(ids))
         starts.extend(seq)
         offsets.append(len(starts))
-    if not rows:
-        raise InputError(source, None, "packed data set has no rows")
-    return audit_from_rows(np.array(pack_tokens), np.array(starts), np.array(offsets), source)
+    return audit_from_rows(np.array(pack_tokens, dtype=np.int64), np.array(starts, dtype=np.int64),
+                           np.array(offsets, dtype=np.int64), source, max_length=max_length)
