@@ -457,3 +457,18 @@ def test_an_upload_name_with_control_characters_is_escaped():
 
 def test_inline_json_with_surrogates_is_an_input_error():
     refused('{"mode": "\udcff"}', "is not UTF-8 text")
+
+
+def test_a_valid_but_enormous_histogram_is_refused_before_it_is_expanded(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    huge = tmp_path / "huge.csv"
+    huge.write_text("length,count\n100,1000000000000\n300,5\n")
+    for argv in (["pack", str(huge), "--pack-size", "512"],
+                 ["estimate", str(ROOT / "sample_data" / "plans" / "llama8b_squad.yaml"), "--lengths", str(huge)]):
+        proc = subprocess.run([sys.executable, "-m", "advisor", *argv, "--quiet"], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2 and "too many to pack one by one" in proc.stderr, proc.stderr

@@ -11,6 +11,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from advisor.errors import InputError
+
+# Packing simulates every sample (8-16 bytes each in its arrays): past this a histogram is summarised, not packed.
+# 100M samples is six times Wikipedia; a valid histogram may claim up to 2^63 tokens, which no machine can expand.
+MAX_EXPANDED_SAMPLES = 100_000_000
+
+
+def check_expandable(num_samples: int, source: str, what: str) -> None:
+    """Refuse to simulate more samples one by one than memory allows, saying what to do instead.
+
+    >>> check_expandable(10, "h.csv", "pack")
+    >>> check_expandable(10**12, "h.csv", "pack")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    advisor.errors.InputError: h.csv: 1,000,000,000,000 samples are too many to pack one by one (at most 100,000,000)...
+    """
+    if num_samples > MAX_EXPANDED_SAMPLES:
+        raise InputError(source or "data", None, f"{num_samples:,} samples are too many to {what} one by one (at most "
+                         f"{MAX_EXPANDED_SAMPLES:,}); scale the histogram's counts down (the packing factor and "
+                         "efficiency depend on the shape, not the total)")
+
 COMMON_PACK_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
@@ -96,6 +117,7 @@ class LengthHistogram:
 
     def samples(self) -> np.ndarray:
         """Every sample's length, in ascending order (memory: 8 bytes a sample)."""
+        check_expandable(self.num_samples, self.source, "list")
         return np.repeat(self.lengths, self.counts)
 
     def dense_counts(self, size: int) -> np.ndarray:

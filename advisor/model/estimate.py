@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.data.ingest import load_lengths
 from advisor.data.lengths import LengthHistogram
 from advisor.model.flops import flops_coefficients
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB, GIB, MemoryEstimate, estimate_memory
@@ -105,13 +104,10 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
 
 
-def estimate(plan: Plan, hist: LengthHistogram | None = None, *, mfu: float = DEFAULT_MFU,
+def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
              overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Estimate:
-    """Memory per GPU, FLOPs and time for a plan on its data (``hist``, or the plan's ``data.lengths``)."""
-    if hist is None:
-        if not plan.data.lengths:
-            raise ValueError("the plan has no data.lengths and no lengths were given")
-        hist = load_lengths(plan.data.lengths, column=plan.data.column)
+    """Memory per GPU, FLOPs and time for a plan on its data. The caller reads the data (the CLI from the plan's
+    ``data.lengths``; the dashboard from its session): the model layer never opens a file a plan names."""
     t, p = plan.training, plan.parallel
     mode = plan.packing_mode
     mb, result = _micro_batches(plan, hist, mode)

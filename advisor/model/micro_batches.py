@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from advisor.data.lengths import check_expandable
 from advisor.packing.metrics import per_pack
 from advisor.packing.offline import PackingResult
 
@@ -51,6 +52,7 @@ def offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBat
 
 def _random_batches(runtime_counts: np.ndarray, micro_batch_size: int, seed: int) -> np.ndarray:
     """Samples in a seeded random order, cut into rows of ``micro_batch_size`` (the last one dropped if short)."""
+    check_expandable(int(runtime_counts.sum()), "data", "batch")
     items = np.repeat(np.arange(runtime_counts.size, dtype=np.int64), runtime_counts)
     np.random.RandomState(seed).shuffle(items)
     full = items.size // micro_batch_size * micro_batch_size

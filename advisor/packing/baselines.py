@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from advisor.data.lengths import check_expandable
+
 
 @dataclass(frozen=True, kw_only=True)
 class Baseline:
@@ -45,6 +47,7 @@ def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_siz
     >>> pad_to_longest_in_batch(np.array([0, 0, 0, 0, 2]), 16, micro_batch_size=2, multiple=1).efficiency
     100.0
     """
+    check_expandable(int(counts.sum()), "data", "batch")
     items = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     np.random.RandomState(seed).shuffle(items)
     n = items.size

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.data.lengths import LengthHistogram
+from advisor.data.lengths import LengthHistogram, check_expandable
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
@@ -136,6 +136,7 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
     t0 = time.perf_counter()
     if progress:
         progress("runtime lengths", 0.0)
+    check_expandable(hist.num_samples, hist.source, "pack")
     rt = runtime_lengths(hist, cfg)
     if rt.counts.sum() == 0:
         raise ValueError(f"{hist.source or 'data'}: no samples left to pack ({rt.num_skipped} skipped as overlong)")
