@@ -141,3 +141,15 @@ def test_a_bad_plan_upload_keeps_the_last_good_plan():
     at.file_uploader(key="plan_upload").set_value(("q.yaml", b"model: {preset: qwen3-8b, num_layers: 12}\n",
                                                    "text/yaml")).run()
     assert at.session_state["plan"].model.num_layers == 12 and at.session_state["plan"].model.preset == "qwen3-8b"
+
+
+def test_uploads_over_the_memory_budget_are_refused_before_parsing(monkeypatch):
+    from advisor.ui import state as ui
+
+    state: dict = {}
+    ui.init_state(state)
+    before = state["hist"]
+    monkeypatch.setattr(ui, "TEXT_UPLOAD_LIMIT_MB", 1)
+    monkeypatch.setattr(ui, "_parse_upload", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
+    assert not ui.use_upload(state, b"length\n" + b"100\n" * 300_000, "big.csv")
+    assert "over the dashboard's 1 MB limit" in state["upload_error"] and state["hist"] is before

@@ -39,7 +39,11 @@ SAMPLES: dict[str, tuple[str, dict]] = {
     "VLM-like (100k)": ("vlm_like_hist.csv", {"seq_length": 4096, "gpus": 8, "task": "vlm-sft"}),
 }
 DEFAULT_SAMPLE = "SQuAD 1.1 (real, 88k)"
-UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize
+UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize: binary uploads (.npy, Parquet)
+# Text is parsed into columns at about 12x its size (measured: a 186 MB CSV of 40M lengths peaks at 2.3 GB), so a
+# shared server refuses text over this before parsing it; a length,count histogram of the same data is a few kB.
+TEXT_UPLOAD_LIMIT_MB = 64
+BINARY_SUFFIXES = (".npy", ".parquet", ".pq")
 LOGNORMAL_SAMPLES = 200_000
 
 
@@ -108,8 +112,11 @@ def use_upload(state, data: bytes, name: str) -> bool:
     read on the server), and the size is checked before anything is parsed.
     """
     try:
-        if len(data) > UPLOAD_LIMIT_MB * 2**20:
-            raise InputError(name[:80], None, f"is {len(data) / 2**20:,.0f} MB, over the {UPLOAD_LIMIT_MB} MB limit")
+        limit = UPLOAD_LIMIT_MB if name.lower().endswith(BINARY_SUFFIXES) else TEXT_UPLOAD_LIMIT_MB
+        if len(data) > limit * 2**20:
+            raise InputError(name[:80], None, f"is {len(data) / 2**20:,.0f} MB, over the dashboard's {limit} MB limit "
+                             "for this format: upload a length,count histogram (a few kB) or .npy/Parquet, or use "
+                             "the command line")
         hist = _parse_upload(data, name)
     except InputError as e:
         state["upload_error"] = str(e)
