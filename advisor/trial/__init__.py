@@ -1,1 +1,1 @@
-"""The trial: a short real training run (``run``, ``model``), as a background job (``jobs``) or on GPU nodes (``launch``)."""
+"""The trial: a short real training run (``run``, ``model``), as a background job (``jobs``) or on GPUs (``launch``)."""
