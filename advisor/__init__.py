@@ -1,0 +1,1 @@
+"""The engine of the sequence packing advisor (pure Python; its folders are its layers, see the README)."""
