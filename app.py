@@ -31,14 +31,14 @@ with left:
         if st.button("Draw"):
             ui.use_lognormal(st.session_state, mean, sigma, int(lo), int(hi))
     if "upload_error" in st.session_state:
-        st.error(st.session_state["upload_error"])
+        st.error(ui.plain(st.session_state["upload_error"]))
     st.subheader("Plan")
     plan_file = st.file_uploader("Load a plan file (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload")
     if plan_file is not None and st.session_state.get("last_plan") != (plan_file.name, plan_file.size):
         st.session_state["last_plan"] = (plan_file.name, plan_file.size)
         ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name)
     if "plan_error" in st.session_state:
-        st.error(st.session_state["plan_error"])
+        st.error(ui.plain(st.session_state["plan_error"]))
     st.download_button("Save plan (YAML)", dump_plan(st.session_state["plan"]), file_name="plan.yaml")
     st.query_params.from_dict(ui.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
     st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "
@@ -54,6 +54,6 @@ with right:
     st.plotly_chart(charts.length_histogram(hist, plan.pack_size, log_x, log_y), width="stretch")
     st.dataframe(ui.summary_table(hist), hide_index=True, width="stretch")
     for note in hist.notes:
-        st.info(note)
+        st.info(ui.plain(note))
     for e in hist.excluded:
-        st.warning(f"left out {e.count:,} rows: {e.reason} (first at {e.first_at})")
+        st.warning(ui.plain(f"left out {e.count:,} rows: {e.reason} (first at {e.first_at})"))

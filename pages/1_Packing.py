@@ -17,13 +17,14 @@ algorithms = list(ALGORITHMS)
 algorithm = c1.selectbox("Algorithm", algorithms, index=algorithms.index(plan.packing.algorithm))
 size = int(c2.number_input("Pack size", 16, ui.MAX_DASHBOARD_PACK, min(plan.pack_size, ui.MAX_DASHBOARD_PACK),
                            step=256))
-mult = int(c3.number_input("pad_seq_to_mult", 1, 256, plan.packing.pad_seq_to_mult or 1))
-ui.set_plan(st.session_state, {"packing": {"algorithm": algorithm, "pack_size": size,
-                                           "pad_seq_to_mult": mult if mult > 1 else None}})
+mult = int(c3.number_input("pad_seq_to_mult", 1, 65536, plan.pad_seq_to_mult,
+                           help="Default: Megatron-Bridge 0.6's CP/SP multiple, lcm(2·CP, CP·TP with SP)"))
+if changes := ui.packing_changes(plan, algorithm, size, mult):
+    ui.set_plan(st.session_state, changes)
 if "plan_error" in st.session_state:
-    st.error(st.session_state["plan_error"])
+    st.error(ui.plain(st.session_state["plan_error"]))
 with st.spinner(f"packing {hist.num_samples:,} samples"):
-    result = ui.packing_at(hist, size, algorithm, mult)
+    result = ui.plan_packing(st.session_state)
 m = result.metrics
 k1, k2, k3, k4 = st.columns(4)
 k1.metric("packs", f"{m.num_packs:,}")
@@ -33,7 +34,7 @@ k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}")
 st.subheader("Megatron-Bridge metadata, as it will be written")
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
-    st.info(note)
+    st.info(ui.plain(note))
 with st.spinner("sweeping pack sizes"):
     sweep = ui.packing_sweep(hist, ui.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
                                                           "best_fit_decreasing"])

@@ -11,21 +11,21 @@ ui.init_state(st.session_state)
 plan = st.session_state["plan"]
 st.title("Memory & FLOPs")
 c = st.columns(7)
-presets = ui.model_presets()
-preset = c[0].selectbox("Model", presets, index=ui.index_of(presets, plan.model.preset))
-model = {"preset": preset} if preset != plan.model.preset else {}
+presets = ui.model_presets() + ([] if plan.model.preset else ["custom"])
+preset = c[0].selectbox("Model", presets, index=ui.index_of(presets, plan.model.preset or "custom"))
+model = {"preset": preset} if preset not in (plan.model.preset, "custom") else {}
 if st.toggle("Custom model fields", key="custom_model"):
     cols = st.columns(len(ui.CUSTOM_FIELDS))
     model |= {k: int(col.number_input(k, 1, 1 << 20, v, key=f"model_{k}"))
               for col, (k, v) in zip(cols, ui.model_fields(plan).items(), strict=True)}
 gpu = c[1].selectbox("GPU", list(GPU_PRESETS), index=ui.index_of(GPU_PRESETS, plan.hardware.gpu))
-labels = {"gpus": "GPUs", "tp": "TP", "pp": "PP", "cp": "CP"}
-layout = {k: int(c[i + 2].number_input(label, 1, 4096, getattr(plan.parallel, k)))
-          for i, (k, label) in enumerate(labels.items())}
-mbs = int(c[6].number_input("micro batch", 1, 64, plan.training.micro_batch_size))
-if not ui.set_plan(st.session_state, {"model": model, "hardware": {"gpu": gpu}, "parallel": layout,
-                                      "training": {"micro_batch_size": mbs}}):
-    st.error(st.session_state["plan_error"])
+labels = {"gpus": ("GPUs", ui.MAX_GPUS), "tp": ("TP", 1024), "pp": ("PP", 1024), "cp": ("CP", 1024)}
+layout = {k: int(c[i + 2].number_input(label, 1, most, getattr(plan.parallel, k)))
+          for i, (k, (label, most)) in enumerate(labels.items())}
+mbs = int(c[6].number_input("micro batch", 1, 4096, plan.training.micro_batch_size))
+if not ui.set_plan(st.session_state, ui.only_changes(plan, {"model": model, "hardware": {"gpu": gpu},
+                                                           "parallel": layout, "training": {"micro_batch_size": mbs}})):
+    st.error(ui.plain(st.session_state["plan_error"]))
     st.stop()
 with st.spinner("estimating"):
     analysis = ui.analysis_of(st.session_state)

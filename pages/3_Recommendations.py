@@ -10,7 +10,7 @@ ui.init_state(st.session_state)
 st.title("Recommendations & export")
 analysis = ui.analysis_of(st.session_state)
 if "plan_error" in st.session_state:
-    st.error(st.session_state["plan_error"])
+    st.error(ui.plain(st.session_state["plan_error"]))
 for severity in ("error", "warning", "info"):
     group = [f for f in analysis.findings if f.severity == severity]
     st.subheader(f"{severity.title()}s ({len(group)})")

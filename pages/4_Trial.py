@@ -24,7 +24,7 @@ if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["s
         st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
                                                                steps=int(steps), pack_size=int(pack_size), scale=scale)
     except (trial_jobs.JobBusy, ValueError) as e:
-        st.error(str(e))
+        st.error(ui.plain(str(e)))
 
 
 @st.fragment(run_every=1.0)
@@ -39,17 +39,23 @@ def follow():
         trial_jobs.cancel(job)
     if status["state"] != "running":
         st.session_state["trial_result"] = trial_jobs.collect(job)  # the folder is removed
+        st.session_state["trial_status"] = (status["state"], status["log"])
         del st.session_state["trial_job"]
         st.rerun()  # the results are drawn by the whole page, outside this fragment
 
 
 follow()
+if "trial_status" in st.session_state and "trial_job" not in st.session_state:
+    state, log = st.session_state["trial_status"]
+    (st.success if state == "done" else st.error)(f"Trial {state}")
+    if state != "done":
+        st.code(log, language="text")
 uploaded = st.file_uploader("Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload")
 if uploaded is not None:
     try:
         st.session_state["trial_result"] = trial_jobs.read_results(uploaded.getvalue(), uploaded.name)
     except ValueError as e:
-        st.error(str(e))
+        st.error(ui.plain(str(e)))
 result = st.session_state.get("trial_result")
 if result:
     speed, memory = trial_view.results_tables(result)

@@ -112,7 +112,7 @@ class ModelSpec(_Section):
         if isinstance(raw, dict) and raw.get("preset") is not None:
             name = raw["preset"]
             if not isinstance(name, str) or name not in MODEL_PRESETS:
-                raise ValueError(f"unknown preset {str(name)[:40]!r}; presets: {', '.join(MODEL_PRESETS)}")
+                raise ValueError(f"unknown preset {str(name)[:40]!r} (presets: {', '.join(MODEL_PRESETS)})")
             raw = {**MODEL_PRESETS[name], **raw}
         return raw
 
@@ -274,6 +274,7 @@ class Plan(_Section):
     # --------------------------------------------------------------------------------------------- changes
     def changed(self, changes: dict) -> Plan:
         """A new plan with ``{section: {field: value}}`` merged in and validated again (raises ``PlanError``).
+        Changing the model's preset starts from the new preset (overrides given with it kept, old ones dropped).
 
         >>> p = plan_from_dict({"model": "llama3.1-8b"})
         >>> p.changed({"model": {"mtp_num_layers": 0}, "parallel": {"tp": 2}}).parallel.tp
@@ -283,7 +284,10 @@ class Plan(_Section):
         for section, values in changes.items():
             if section == "model" and isinstance(values, dict):
                 current = raw["model"] if isinstance(raw["model"], dict) else {"preset": raw["model"]}
-                raw["model"] = {**current, **values}
+                if values.get("preset", current.get("preset")) != current.get("preset"):
+                    raw["model"] = values  # another preset: the old model's overrides do not carry over
+                else:
+                    raw["model"] = {**current, **values}
             elif isinstance(values, dict) and isinstance(raw.get(section), dict):
                 raw[section] = {**raw[section], **values}
             else:
@@ -348,8 +352,14 @@ def _excerpt(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _name(part) -> str:
+    """A field name as a message shows it: a hostile key is cut to 40 characters and escaped."""
+    text = str(part)
+    return text if len(text) <= 40 and text.isprintable() else _excerpt(text)
+
+
 def _problem(err: dict, section: str = "") -> str:
-    path = ".".join([section] * bool(section) + [str(x) for x in err["loc"]])
+    path = ".".join([section] * bool(section) + [_name(x) for x in err["loc"]])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] in ("extra_forbidden",):
         return f"{path}: unknown field"
@@ -377,7 +387,7 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
     if "model" not in raw or raw["model"] is None:
         raise PlanError(source, ["model: missing (a preset name, {preset: ..., overrides}, or hidden_size, "
                                  "num_layers, ... fields)"])
-    problems = [f"{name}: unknown section" for name in raw if name not in SECTIONS]
+    problems = [f"{_name(name)}: unknown section" for name in list(raw)[:20] if name not in SECTIONS]
     sections: dict[str, Any] = {}
     for name, cls in SECTION_TYPES.items():
         value = raw.get(name)

@@ -27,7 +27,8 @@ from advisor.data.lengths import LengthHistogram
 from advisor.plan import Plan, dump_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIAL_LIMITS = {"steps": 50, "pack_size": 8192, "scales": ("small", "medium"), "samples": 200_000}
+TRIAL_LIMITS = {"steps": 50, "pack_size": 8192, "scales": ("small", "medium"), "samples": 200_000,
+                "parameters": 150_000_000}
 HEARTBEAT_SECONDS = 30.0
 WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
 MAX_RESULT_BYTES = 8 << 20
@@ -59,19 +60,35 @@ class TrialJob:
         return Path(self.folder) / "heartbeat"
 
 
-def check_request(steps: int, pack_size: int, scale: str) -> None:
+def check_request(steps: int, pack_size: int, scale: str, plan: Plan | None = None) -> None:
     """Refuse a trial over the server's budget, with what is allowed."""
     lim = TRIAL_LIMITS
     if not 1 <= steps <= lim["steps"] or not 64 <= pack_size <= lim["pack_size"] or scale not in lim["scales"]:
         raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, pack size 64-{lim['pack_size']} and scale "
                          f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node")
+    if plan is not None:
+        params = trial_parameters(plan, scale)
+        if params > lim["parameters"]:
+            raise ValueError(f"this plan's {scale} trial model has {params / 1e6:,.0f}M parameters; a dashboard trial "
+                             f"takes at most {lim['parameters'] / 1e6:,.0f}M: choose small, or run it on a GPU node")
+
+
+def trial_parameters(plan: Plan, scale: str) -> int:
+    """Parameters of the trial's model for this plan (embeddings, attention, MLP), computed without building it."""
+    from advisor.trial.run import model_config  # torch is imported only when a trial is checked
+
+    c = model_config(plan, scale)
+    attention = c.hidden_size * c.head_dim * (c.num_heads + 2 * c.num_kv_heads) + c.num_heads * c.head_dim * \
+        c.hidden_size
+    return int(2 * c.vocab_size * c.hidden_size + c.num_layers * (attention + 3 * c.hidden_size * c.ffn_hidden_size))
 
 
 def start_trial(plan: Plan, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
                 scale: str = "small", device: str = "auto") -> TrialJob:
     """Start the server's one trial job (``JobBusy`` if one is running, ``ValueError`` over the budget)."""
-    check_request(steps, pack_size, scale)
+    check_request(steps, pack_size, scale, plan)
     with _LOCK:
+        _reap_stale_folders()
         _RUNNING[:] = [j for j in _RUNNING if _alive(j.pid)]
         if _RUNNING:
             raise JobBusy("another trial is running on this server; wait for it or cancel it")
@@ -121,10 +138,7 @@ def poll(job: TrialJob) -> dict:
     page's heartbeat: while a page polls, the job keeps running."""
     running = _alive(job.pid)
     if running:
-        try:
-            os.utime(job.heartbeat)
-        except OSError:
-            pass
+        touch(job)
     lines = _tail(job.log)
     result = None
     if not running and job.results.exists():
@@ -137,12 +151,40 @@ def poll(job: TrialJob) -> dict:
 
 
 def _tail(log: Path, keep: int = 12) -> list[str]:
+    """The log's last lines as a visitor may see them: no traceback frames, no server paths."""
     try:
         with open(log, "rb") as fh:
             fh.seek(max(0, log.stat().st_size - 16384))
-            return fh.read().decode("utf-8", "replace").splitlines()[-keep:]
+            lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
+    hidden = (str(ROOT), sys.prefix, sys.base_prefix, tempfile.gettempdir())
+    out = []
+    for line in lines:
+        if line.startswith(("Traceback", "  File ", "    ")) or set(line.strip()) <= set("^~ "):
+            continue
+        for prefix in hidden:
+            line = line.replace(prefix, "…")
+        out.append(line)
+    return out[-keep:]
+
+
+def _reap_stale_folders() -> None:
+    """Remove trial folders nobody collected (their page was closed), once no process can still write them."""
+    for folder in Path(tempfile.gettempdir()).glob("advisor-trial-*"):
+        try:
+            if time.time() - folder.stat().st_mtime > 2 * WALL_SECONDS:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def touch(job: TrialJob) -> None:
+    """Keep a session's job alive while its visitor is on any page (each page run touches the heartbeat)."""
+    try:
+        os.utime(job.heartbeat)
+    except OSError:
+        pass
 
 
 def cancel(job: TrialJob) -> None:

@@ -82,14 +82,21 @@ class TrialResult:
                 "distributed": self.distributed}
 
 
+MAX_GQA_RATIO, MAX_FFN_RATIO, MAX_HEAD_DIM = 8, 8, 256  # every real model is inside; a hostile plan is not
+
+
 def model_config(plan: Plan, scale: str = "small") -> TrialModelConfig:
-    """The plan's head dimension, GQA ratio and MLP width ratio, with few layers and heads."""
+    """The plan's head dimension, GQA ratio and MLP width ratio, with few layers and heads.
+
+    The ratios are capped (GQA 8, MLP 8x, head dimension 256): real models sit inside the caps, and a plan with
+    64 query heads per KV head or a 1M-wide MLP would otherwise make a "small" trial model of many GB.
+    """
     m = plan.model
-    ratio = max(1, m.num_attention_heads // m.query_groups)
+    ratio = min(MAX_GQA_RATIO, max(1, m.num_attention_heads // m.query_groups))
     heads, layers = {"small": (ratio, 2), "medium": (2 * ratio, 4), "large": (4 * ratio, 8)}[scale]
-    head_dim = m.head_dim if scale != "small" else min(m.head_dim, 64)
+    head_dim = min(m.head_dim, MAX_HEAD_DIM) if scale != "small" else min(m.head_dim, 64)
     hidden = heads * head_dim
-    ffn = int(round(hidden * m.ffn_hidden_size / m.hidden_size / 16) * 16)
+    ffn = max(16, int(round(hidden * min(MAX_FFN_RATIO, m.ffn_hidden_size / m.hidden_size) / 16) * 16))
     return TrialModelConfig(num_layers=layers, num_heads=heads, num_kv_heads=heads // ratio, head_dim=head_dim,
                             ffn_hidden_size=ffn, vocab_size=512 if scale == "small" else 4096)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -17,14 +18,14 @@ from pathlib import Path
 import pandas as pd
 
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, analyze, memory_grid
-from advisor.data.lengths import LengthHistogram, summarize
+from advisor.data.lengths import LengthHistogram, check_expandable, summarize
 from advisor.data.megatron_mock import lognormal_lengths
 from advisor.errors import InputError
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.cache import HistogramCache, packing_for
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, runtime_lengths
-from advisor.plan import Plan, PlanError, plan_from_dict
+from advisor.plan import Plan, PlanError, plan_from_dict, schema
 from advisor.plan.io import MAX_PLAN_BYTES, parse_plan_text, plan_from_text
 from advisor.plan.presets import MODEL_PRESETS
 
@@ -45,6 +46,8 @@ UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize: binary upl
 TEXT_UPLOAD_LIMIT_MB = 64
 BINARY_SUFFIXES = (".npy", ".parquet", ".pq")
 LOGNORMAL_SAMPLES = 200_000
+MAX_GPUS = schema.MAX_GPUS  # the Memory page's GPU control goes as far as a plan may
+MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sequences, packs and sweeps stop at 1M tokens (the engine takes 2^24)
 
 
 @lru_cache(maxsize=8)
@@ -68,7 +71,12 @@ def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
 
 
 def init_state(state, query: dict | None = None) -> None:
-    """Fill missing session keys: from a shared link's query parameters if given, else the default sample."""
+    """Fill missing session keys: from a shared link's query parameters if given, else the default sample. Every
+    page calls it first, so it is also where the session's trial job hears that its visitor is still here."""
+    if "trial_job" in state:
+        from advisor.trial.jobs import touch
+
+        touch(state["trial_job"])
     if "hist" in state and "plan" in state:
         return
     sample, plan = DEFAULT_SAMPLE, None
@@ -84,10 +92,21 @@ def init_state(state, query: dict | None = None) -> None:
         state["plan"] = plan or default_plan(sample)
 
 
+def within_budget(plan: Plan, source: str = "plan") -> Plan:
+    """The dashboard's limits on what a visitor's plan may ask the server to compute (the engine's are wider)."""
+    problems = [f"training.seq_length {plan.training.seq_length:,} is over the dashboard's {MAX_DASHBOARD_PACK:,} "
+                "tokens (use the command line for longer)"] if plan.training.seq_length > MAX_DASHBOARD_PACK else []
+    if plan.pack_size > MAX_DASHBOARD_PACK:
+        problems.append(f"packing.pack_size {plan.pack_size:,} is over the dashboard's {MAX_DASHBOARD_PACK:,} tokens")
+    if problems:
+        raise PlanError(source, problems)
+    return plan
+
+
 def set_plan(state, changes: dict) -> bool:
     """Merge ``{section: {field: value}}`` into the plan; on a problem keep the plan and store the message."""
     try:
-        plan = state["plan"].changed(changes)
+        plan = within_budget(state["plan"].changed(changes))
     except PlanError as e:
         state["plan_error"] = str(e)
         return False
@@ -118,6 +137,7 @@ def use_upload(state, data: bytes, name: str) -> bool:
                              "for this format: upload a length,count histogram (a few kB) or .npy/Parquet, or use "
                              "the command line")
         hist = _parse_upload(data, name)
+        check_expandable(hist.num_samples, name[:80], "pack")  # refuse now, not on the Packing page
     except InputError as e:
         state["upload_error"] = str(e)
         return False
@@ -154,13 +174,27 @@ def use_plan_file(state, data: bytes, name: str) -> bool:
         state["plan_error"] = f"{name[:80]}: is not UTF-8 text (byte {e.start})"
         return False
     try:
-        plan = plan_from_text(text, name[:80])
+        plan = within_budget(plan_from_text(text, name[:80]), name[:80])
     except PlanError as e:
         state["plan_error"] = str(e)
         return False
     state["plan"] = plan.changed({"data": state["plan"].data.model_dump()})
     state.pop("plan_error", None)
     return True
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def plain(text: str, most: int = 2000) -> str:
+    r"""A message as plain text for Streamlit's Markdown widgets (st.error renders Markdown): every Markdown
+    character escaped, so a crafted field name cannot show a link or an image, and long messages cut.
+
+    >>> print(plain("[sign in](x.io)"))
+    \[sign in\]\(x\.io\)
+    """
+    text = text if len(text) <= most else text[:most] + " …"
+    return _MARKDOWN.sub(r"\\\1", text)
 
 
 # ------------------------------------------------------------------------------------------------ the data
@@ -206,7 +240,7 @@ def plan_from_query(query: dict) -> tuple[str, Plan | None]:
         text = raw.decode()
     except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError):
         raise PlanError("link", ["the plan parameter is not a plan link"]) from None
-    return sample, plan_from_dict(parse_plan_text(text, "link.json"), "link")
+    return sample, within_budget(plan_from_dict(parse_plan_text(text, "link.json"), "link"), "link")
 
 
 # ------------------------------------------------------------------------------------------------ analyses
@@ -245,13 +279,31 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
     return pd.DataFrame(rows)
 
 
+def packing_changes(plan: Plan, algorithm: str, pack_size: int, pad_seq_to_mult: int) -> dict:
+    """The plan changes the Packing page's controls ask for: only what differs from the plan's effective values, so
+    opening the page changes nothing (``pack_size: null`` and the CP/SP padding rule stay as they are)."""
+    changes = {}
+    if algorithm != plan.packing.algorithm:
+        changes["algorithm"] = algorithm
+    if pack_size != plan.pack_size:
+        changes["pack_size"] = pack_size
+    if pad_seq_to_mult != plan.pad_seq_to_mult:
+        changes["pad_seq_to_mult"] = pad_seq_to_mult
+    return {"packing": changes} if changes else {}
+
+
+def plan_packing(state) -> PackingResult:
+    """Megatron-Bridge's offline packing of the session's data under its plan: the packing the estimate, the rules
+    and the exports use (padding multiple, max length and seed included), whatever the plan's mode."""
+    from advisor.model.estimate import packing_config
+
+    return packing_for(state["hist"], packing_config(state["plan"]))
+
+
 def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1) -> PackingResult:
     """One packing of the data (cached in the engine on the histogram and settings)."""
     return packing_for(hist, PackingConfig(pack_size=pack_size, algorithm=algorithm,
                                            pad_seq_to_mult=pad_seq_to_mult))
-
-
-MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sweep or pack size never goes past 1M tokens (the engine takes 2^24)
 
 
 def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
@@ -310,6 +362,25 @@ def model_fields(plan: Plan) -> dict[str, int]:
     m = plan.model
     return {k: int(getattr(m, k) or (m.query_groups if k == "num_query_groups" else m.head_dim))
             for k in CUSTOM_FIELDS}
+
+
+def only_changes(plan: Plan, changes: dict) -> dict:
+    """The changes that differ from the plan, so a page rerun with untouched controls changes nothing.
+
+    >>> only_changes(default_plan(), {"parallel": {"gpus": 8, "tp": 4}, "model": {}})
+    {'parallel': {'tp': 4}}
+    """
+    raw = plan.to_dict()
+    model = raw["model"] if isinstance(raw["model"], dict) else {"preset": raw["model"]}
+    out = {}
+    for section, values in changes.items():
+        current = model if section == "model" else raw.get(section, {})
+        if section == "model" and "preset" not in current:  # a custom model: compare with its fields
+            current = plan.model.model_dump()
+        diff = {k: v for k, v in values.items() if current.get(k, getattr(getattr(plan, section), k, None)) != v}
+        if diff:
+            out[section] = diff
+    return out
 
 
 def model_presets() -> list[str]:
