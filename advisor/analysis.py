@@ -41,9 +41,9 @@ ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the ed
 
 
 def check_mfu(mfu: float) -> float:
-    """The model FLOPs utilisation the time estimate divides by: a finite number in (0, 1]."""
-    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not math.isfinite(mfu) or not 0 < mfu <= 1:
-        raise ValueError(f"mfu {mfu!r} must be a number in (0, 1] (0.40 is typical for bf16 fine-tuning)")
+    """The model FLOPs utilisation the time estimate divides by: a finite number in [0.01, 1]."""
+    if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not math.isfinite(mfu) or not 0.01 <= mfu <= 1:
+        raise ValueError(f"mfu {mfu!r} must be a number from 0.01 to 1 (0.40 is typical for bf16 fine-tuning)")
     return float(mfu)
 
 

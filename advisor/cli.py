@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -19,7 +20,7 @@ from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_l
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.metrics import packing_metrics, per_pack
 from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
-from advisor.plan.schema import PlanError
+from advisor.plan.schema import MAX_PACK, PlanError
 
 
 class _Progress:
@@ -50,8 +51,8 @@ def _add_input_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--histogram", action="store_true", default=None, help="the file is a length,count histogram")
     p.add_argument("--on-bad", choices=("error", "skip"), default="error",
                    help="stop at the first bad row (default) or leave bad rows out and count them")
-    p.add_argument("--max-file-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, help="refuse larger files")
-    p.add_argument("--mock-samples", type=int, default=1_000_000,
+    p.add_argument("--max-file-mb", type=_megabytes, default=DEFAULT_MAX_BYTES / 2**20, help="refuse larger files")
+    p.add_argument("--mock-samples", type=_positive_int(50_000_000), default=1_000_000,
                    help="samples drawn for a mock lognormal config (Megatron-LM: 1,000,000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -333,6 +334,19 @@ def _number(text: str) -> float:
         raise ValueError(f"{text[:40]!r} is not a number") from None
 
 
+MAX_PACK_TOKENS = MAX_PACK  # the simulator keeps arrays of pack-size length: 4M tokens stays well inside 2 GiB
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise ValueError(f"seed {value} must be from 0 to 2^32 - 1 (numpy's legacy seed)")
+    return value
+
+
 def _mfu(text: str) -> float:
     from advisor.analysis import check_mfu
 
@@ -355,14 +369,41 @@ def _version(text: str) -> str:
 
 
 def _output_file(text: str) -> str:
-    """A path a file can be written to: not a folder, in a folder that exists."""
+    """A new file to write: not a folder, not an existing file (it could be the input, or a system file when run as
+    root), in a folder that exists and is writable."""
     def check(t: str) -> str:
         path = os.path.abspath(t)
+        folder = os.path.dirname(path)
         if os.path.isdir(path):
             raise ValueError(f"{t[:80]} is a folder; give a file name")
-        if not os.path.isdir(os.path.dirname(path)):
-            raise ValueError(f"{t[:80]}: the folder {os.path.dirname(path)[:80]} does not exist")
+        if os.path.lexists(path):
+            raise ValueError(f"{t[:80]} exists; remove it or give a new file name (nothing is overwritten)")
+        if not os.path.isdir(folder):
+            raise ValueError(f"{t[:80]}: the folder {folder[:80]} does not exist")
+        if not os.access(folder, os.W_OK) or folder.startswith(("/proc", "/sys", "/dev")):
+            raise ValueError(f"{t[:80]}: the folder {folder[:80]} is not writable")
         return t
+    return _checked(check)(text)
+
+
+def _positive_int(most: int):
+    def check(t: str) -> int:
+        try:
+            value = int(t)
+        except ValueError:
+            raise ValueError(f"{t[:40]!r} is not a whole number") from None
+        if not 1 <= value <= most:
+            raise ValueError(f"{value} must be from 1 to {most:,}")
+        return value
+    return _checked(check)
+
+
+def _megabytes(text: str) -> float:
+    def check(t: str) -> float:
+        value = _number(t)
+        if not math.isfinite(value) or not 0 < value <= 1 << 20:
+            raise ValueError(f"{t[:40]!r} must be a number of MB from above 0 to 1,048,576")
+        return value
     return _checked(check)(text)
 
 
@@ -383,14 +424,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_lengths)
     p = sub.add_parser("pack", help="simulate Megatron-Bridge offline packing of a length distribution")
     _add_input_args(p)
-    p.add_argument("--pack-size", type=int, required=True, help="packed_sequence_size")
+    p.add_argument("--pack-size", type=_positive_int(MAX_PACK_TOKENS), required=True,
+                   help=f"packed_sequence_size (at most {MAX_PACK_TOKENS:,})")
     p.add_argument("--algorithm", choices=list(ALGORITHMS), default=MB_DEFAULT_ALGORITHM)
-    p.add_argument("--seed", type=int, default=MB_DEFAULT_SEED, help="the dataset config's seed (default 1234)")
-    p.add_argument("--pad-seq-to-mult", type=int, default=1, help="pad each sample to a multiple (CP: 2*CP)")
-    p.add_argument("--max-seq-length", type=int, help="dataset max length (default: the pack size)")
+    p.add_argument("--seed", type=_checked(_seed), default=MB_DEFAULT_SEED,
+                   help="the dataset config's seed (default 1234)")
+    p.add_argument("--pad-seq-to-mult", type=_positive_int(65536), default=1,
+                   help="pad each sample to a multiple (CP: 2*CP)")
+    p.add_argument("--max-seq-length", type=_positive_int(MAX_PACK_TOKENS),
+                   help="dataset max length (default: the pack size)")
     p.add_argument("--overlong", choices=("truncate", "skip"), default="truncate",
                    help="truncate overlong samples (GPTSFTDataset) or skip them (GPTSFTChatDataset)")
-    p.add_argument("--micro-batch-size", type=int, default=4, help="for the pad-to-longest baseline")
+    p.add_argument("--micro-batch-size", type=_positive_int(4096), default=4, help="for the pad-to-longest baseline")
     p.set_defaults(func=cmd_pack)
     p = sub.add_parser("estimate", help="memory per GPU, FLOPs and step time for a plan file")
     p.add_argument("plan", help="plan file (YAML or JSON)")
@@ -422,11 +467,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trial", help="a short real training run: packed vs padded vs block-masked, parity, memory")
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--steps", type=int, default=3, help="measured steps per way (after one warm-up step)")
+    p.add_argument("--steps", type=_positive_int(100_000), default=3,
+                   help="measured steps per way (after one warm-up step)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--model-scale", choices=("small", "medium", "large"), default="small")
-    p.add_argument("--pack-size", type=int, default=512, help="the trial's pack size (lengths are scaled to it)")
-    p.add_argument("--seed", type=int, default=0, help="fixes the data, the initialisation and the order")
+    p.add_argument("--pack-size", type=_positive_int(1 << 20), default=512,
+                   help="the trial's pack size (lengths are scaled to it)")
+    p.add_argument("--seed", type=_checked(_seed), default=0, help="fixes the data, the initialisation and the order")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")

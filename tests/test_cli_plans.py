@@ -111,3 +111,40 @@ def test_schema_command_prints_the_bundled_schema():
     proc = advisor("schema")
     assert proc.returncode == 0
     assert json.loads(proc.stdout) == json.loads((SAMPLE / "plans" / "plan.schema.json").read_text())
+
+
+def test_review_findings_stay_fixed(tmp_path):
+    """Each line here was a finding of an independent review of the plan and the exports."""
+    plan = SAMPLE / "plans" / "llama8b_squad.yaml"
+    existing = tmp_path / "in.csv"
+    existing.write_text("length\n5\n")
+    proc = advisor("export", plan, "--format", "megatron-lm", "--lengths-csv", existing, "--quiet")
+    assert proc.returncode == 2 and "exists" in proc.stderr and existing.read_text() == "length\n5\n"
+    assert advisor("export", plan, "--megatron-bridge-version", "\u0660.\u0666.\u0662").returncode == 2
+    assert advisor("estimate", plan, "--mfu", "5e-324").returncode == 2
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("model: llama3.1-8b\nparallel: {gpus: 8, gpus: 16}\n")
+    proc = advisor("estimate", dup, "--lengths", SQUAD, "--quiet")
+    assert proc.returncode == 2 and "appears twice" in proc.stderr
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("model: {hidden_size: 4097, num_layers: 2, num_attention_heads: 32, ffn_hidden_size: 8192, "
+                   "vocab_size: 1000}\n")
+    assert "not divisible by num_attention_heads" in advisor("estimate", odd, "--lengths", SQUAD).stderr
+    moe = tmp_path / "moe.yaml"
+    moe.write_text("model: qwen3-30b-a3b\nparallel: {gpus: 8, ep: 8, etp: 4}\n")
+    assert "ep*etp*pp = 32" in advisor("estimate", moe, "--lengths", SQUAD).stderr
+    for args in (["--micro-batch-size", "0"], ["--max-file-mb", "inf"], ["--pack-size", "99999999999"]):
+        proc = advisor("pack", SQUAD, "--pack-size", "512", *args) if args[0] != "--pack-size" else \
+            advisor("pack", SQUAD, *args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"model": {"preset": "llama3.1-8b", "num_layers": 16},
+                                    "parallel": {"gpus": 8}, "training": {"seq_length": 384, "global_batch_size": 100}}))
+    text = advisor("export", plan, "--format", "megatron-lm", "--lengths", SQUAD, "--quiet").stdout
+    assert "--global-batch-size 96" in text and "rounded to 96" in text  # a multiple of micro batch x DP 8
+    assert "--num-layers 16" in text and "--group-query-attention" in text
+    snippet = advisor("export", plan, "--format", "python", "--lengths", SQUAD, "--quiet").stdout
+    assert "cfg.model.num_layers = 16" in snippet

@@ -20,7 +20,7 @@ from advisor.plan import Plan, dump_plan
 
 DEFAULT_MB_VERSION = "0.6.2"
 FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
-_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})")
+_VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})", re.ASCII)
 
 
 def _version(v: str) -> tuple[int, int]:
@@ -51,6 +51,24 @@ class Settings:
     mode: str
 
 
+# Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels)
+ARCHITECTURE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                       "kv_channels", "gated_linear_unit", "normalization", "share_embeddings_and_output_weights",
+                       "vocab_size", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "moe_shared_expert_intermediate_size", "moe_layer_freq")
+
+
+def architecture(plan: Plan) -> dict:
+    """The model fields the recipe must change: a preset's overrides (the recipe is the preset's), or every field of
+    a custom model, so a 16-layer override of a 32-layer preset is trained with 16 layers."""
+    m = plan.model
+    written = m.as_written()
+    if isinstance(written, str):
+        return {}
+    fields = written if m.preset is not None else m.model_dump()
+    return {k: fields[k] for k in ARCHITECTURE_FIELDS if k in fields and fields[k] is not None}
+
+
 def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> Settings:
     """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs.
 
@@ -75,6 +93,7 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
             model["hierarchical_context_parallel_sizes"] = list(p.hierarchical_cp_sizes or [])
         if sft:
             model["calculate_per_token_loss"] = True  # ConfigContainer.validate asserts it for SFT with CP > 1
+    model.update(architecture(plan))
     model["recompute_granularity"] = None if t.recompute == "none" else t.recompute
     if t.recompute == "full":
         model["recompute_method"] = "uniform"
@@ -168,12 +187,31 @@ def mock_lengths_csv(hist: LengthHistogram) -> str:
 
 def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
     """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution."""
-    p, t = plan.parallel, plan.training
+    p, t, m = plan.parallel, plan.training, plan.model
+    mbs = 1 if plan.packing_mode == "offline" else t.micro_batch_size
+    # Megatron-LM's global batch counts samples (its online packing too) and must divide by micro batch x DP
+    # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
+    unit = mbs * p.dp
+    gbs = max(unit, round(t.global_batch_size / unit) * unit)
+    head = [f"# global batch {t.global_batch_size} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
+        if gbs != t.global_batch_size else []
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
-            f"--micro-batch-size {1 if plan.packing_mode == 'offline' else t.micro_batch_size}",
-            f"--global-batch-size {t.global_batch_size}", f"--seq-length {t.seq_length}",
-            f"--max-position-embeddings {t.seq_length}"]
+            f"--micro-batch-size {mbs}", f"--global-batch-size {gbs}", f"--seq-length {t.seq_length}",
+            f"--max-position-embeddings {t.seq_length}",
+            f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}", f"--ffn-hidden-size {m.ffn_hidden_size}",
+            f"--num-attention-heads {m.num_attention_heads}", f"--kv-channels {m.head_dim}",
+            f"--normalization {m.normalization}"]
+    if m.query_groups != m.num_attention_heads:
+        args += ["--group-query-attention", f"--num-query-groups {m.query_groups}"]
+    if m.gated_linear_unit:
+        args.append("--swiglu")
+    if not m.share_embeddings_and_output_weights:
+        args.append("--untie-embeddings-and-output-weights")
+    if m.num_moe_experts:
+        args += [f"--num-experts {m.num_moe_experts}", f"--moe-router-topk {m.moe_router_topk}"]
+        if m.moe_ffn_hidden_size:
+            args.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
     if p.vpp:
         args.append(f"--num-layers-per-virtual-pipeline-stage {plan.model.num_layers // (p.pp * p.vpp)}")
     if p.sp:
@@ -194,7 +232,7 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
     if t.task != "pretrain":
         mock = json.dumps({"mode": "file", "path": lengths_csv})
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]
-    return " \\\n  ".join(args) + "\n"
+    return "".join(line + "\n" for line in head) + " \\\n  ".join(args) + "\n"
 
 
 def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str = "meta-llama/Llama-3.1-8B",

@@ -16,6 +16,7 @@ import math
 from advisor.advice.findings import SEVERITIES, Finding
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan
+from advisor.plan.schema import MAX_PACK, MAX_TOKENS
 
 LONG_CONTEXT = 65536
 MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
@@ -56,7 +57,8 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
         out.append(Finding(
             id="packing.pretrain", severity="warning", message="pre-training needs no packing",
             reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
-            source="Megatron-LM megatron/core/datasets/gpt_dataset.py", fix={"packing": {"mode": "none"}}))
+            source="Megatron-LM megatron/core/datasets/gpt_dataset.py",
+            fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size)}))
     if mode == "offline" and t.micro_batch_size != 1:
         out.append(Finding(
             id="packing.offline_mbs", severity="error",
@@ -65,7 +67,8 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
                    "the equivalent: micro batch 1 and packs of pack size x micro batch (the samples per step, "
                    "which the plan's global_batch_size counts, stay the same).",
             source=MB_CONFIG,
-            fix={"training": {"micro_batch_size": 1}, "packing": {"pack_size": plan.pack_size * t.micro_batch_size}}))
+            fix={"training": {"micro_batch_size": 1}, "packing": {"pack_size": plan.pack_size * t.micro_batch_size}}
+            if plan.pack_size * t.micro_batch_size <= MAX_PACK else {}))
     if mode == "offline" and packing is not None:
         n = packing.metrics.num_sequences / packing.num_packs
         packs = plan.global_batch_packs(n)
@@ -77,6 +80,16 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
                    "so the learning-rate schedule of an unpacked run is kept; the export divides by n, keeping a "
                    f"multiple of DP ({plan.dp}) and at least DP.",
             source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"))
+        if packs == plan.dp and packs * n > 1.25 * t.global_batch_size:
+            out.append(Finding(
+                id="packing.global_batch_small", severity="warning",
+                message=f"{t.global_batch_size} samples per step is less than one pack per DP rank: Megatron-Bridge "
+                        f"will train on about {packs * n:,.0f} samples per step ({packs} packs)",
+                reason="The global batch in packs is at least DP, one pack per rank; with few samples per step and "
+                       "many ranks every step trains on more samples than planned, which changes the learning-rate "
+                       "schedule. Raise global_batch_size or use fewer DP ranks.",
+                source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)",
+                fix={"training": {"global_batch_size": math.ceil(packs * n)}}))
     return out
 
 
@@ -86,9 +99,12 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
         return []
     out = []
     size = plan.packing.pack_size or t.seq_length
-    for name, value, section in (("seq_length", t.seq_length, "training"), ("pack_size", size, "packing")):
+    for name, value, section, most in (("seq_length", t.seq_length, "training", MAX_TOKENS),
+                                       ("pack_size", size, "packing", MAX_PACK)):
         if value % (2 * p.cp):
             fixed = -(-value // (2 * p.cp)) * (2 * p.cp)
+            if fixed > most:  # rounding up would pass the longest a plan holds: round down
+                fixed = value // (2 * p.cp) * (2 * p.cp)
             out.append(Finding(
                 id=f"cp.{name}", severity="error", message=f"{name} {value} is not divisible by 2*CP = {2 * p.cp}",
                 reason="Context parallelism splits every sequence into 2*CP chunks (rank r takes chunks r and "
@@ -231,7 +247,8 @@ def rule_compatibility(plan: Plan, packing: PackingResult | None) -> list[Findin
         out.append(Finding(
             id="compat.family", severity="error", message=f"{m.family} does not support packed sequences",
             reason="Its Megatron-Bridge model raises NotImplementedError for packed sequences.",
-            source="Megatron-Bridge 0.6.2 models/qwen_omni/qwen3_omni_step.py", fix={"packing": {"mode": "none"}}))
+            source="Megatron-Bridge 0.6.2 models/qwen_omni/qwen3_omni_step.py",
+            fix={"packing": {"mode": "none"}, "training": _batch(plan, plan.training.micro_batch_size)}))
     return out
 
 

@@ -50,10 +50,11 @@ class Candidate:
         return self.plan.global_batch_packs(packing.metrics.num_sequences / packing.num_packs)
 
     def summary(self) -> dict:
-        p, t, k = self.plan.parallel, self.plan.training, self.plan.packing
+        p, t = self.plan.parallel, self.plan.training
         e = self.estimate
         return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": p.dp, "sp": p.sp, "seq_length": t.seq_length,
-                "pack_size": k.pack_size, "micro_batch_size": t.micro_batch_size,
+                "pack_size": self.plan.pack_size if self.plan.packing_mode == "offline" else None,
+                "micro_batch_size": t.micro_batch_size,
                 "global_batch_size": t.global_batch_size, "global_batch_packs": self.global_batch_packs,
                 "recompute": t.recompute,
                 "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
@@ -130,7 +131,7 @@ def _why(c: Candidate, base: Candidate) -> str:
     parts = []
     a, b = c.plan, base.plan
     for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("CP", a.parallel.cp, b.parallel.cp),
-                        ("pack size", a.packing.pack_size, b.packing.pack_size),
+                        ("pack size", a.pack_size, b.pack_size),
                         ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size)):
         if x != y:
             parts.append(f"{label} {y}->{x}")

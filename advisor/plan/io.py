@@ -35,6 +35,11 @@ def _expanded_size(node: yaml.Node, limit: int) -> int:
         if id(n) in memo:
             return memo[id(n)]
         total = 1
+        if isinstance(n, yaml.MappingNode):
+            keys = [k.value for k, _ in n.value if isinstance(k, yaml.ScalarNode)]
+            repeated = sorted({k for k in keys if keys.count(k) > 1})
+            if repeated:  # YAML keeps the last silently; a plan with two values for one field is a mistake
+                raise ValueError(f"is ambiguous: the key {str(repeated[0])[:40]!r} appears twice in one mapping")
         if isinstance(n, yaml.SequenceNode):
             total += sum(size(c, depth + 1) for c in n.value)
         elif isinstance(n, yaml.MappingNode):
@@ -98,9 +103,9 @@ def plan_from_text(text: str, name: str, base_dir: Path | None = None) -> Plan:
     plan = plan_from_dict(raw, name)
     if base_dir is not None and plan.data.lengths and not plan.data.lengths.lstrip().startswith("{"):
         path = Path(plan.data.lengths).expanduser()
-        if not path.is_absolute():
-            plan = plan.model_copy(update={"data": plan.data.model_copy(
-                update={"lengths": os.path.normpath(base_dir / path)})})
+        resolved = os.path.normpath(path if path.is_absolute() else base_dir / path)
+        if resolved != plan.data.lengths:
+            plan = plan.model_copy(update={"data": plan.data.model_copy(update={"lengths": resolved})})
     return plan
 
 

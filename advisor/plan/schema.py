@@ -35,6 +35,7 @@ CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine sp
 Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
                     "column_generation"]
 MAX_TOKENS = 1 << 24  # 16M tokens: longer than any context Megatron trains today, small enough to never overflow
+MAX_PACK = 1 << 22  # offline packing keeps arrays of pack-size length: 4M-token packs stay well inside 2 GiB
 MAX_GPUS = 1 << 17
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
@@ -174,7 +175,7 @@ class TrainingSpec(_Section):
 class PackingSpec(_Section):
     mode: Literal["offline", "in-batch", "none", "auto"] = Field(
         "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training")
-    pack_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="packed_sequence_size, tokens; "
+    pack_size: int | None = Field(None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; "
                                                                           "null = seq_length")
     algorithm: Algorithm = Field("first_fit_shuffle", description="packing algorithm (the first two are "
                                                                    "Megatron-Bridge's)")
@@ -309,6 +310,9 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
     m, p, t, k = model, parallel, training, packing
     out = []
     if m is not None:
+        if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+            out.append(f"model.hidden_size {m.hidden_size} is not divisible by num_attention_heads "
+                       f"{m.num_attention_heads} (give kv_channels, the head dimension)")
         if m.num_attention_heads % m.query_groups:
             out.append(f"model.num_query_groups {m.query_groups} must divide model.num_attention_heads "
                        f"{m.num_attention_heads}")
@@ -337,10 +341,15 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if m.num_moe_experts:
             if m.num_moe_experts % p.ep:
                 out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")
+            if p.gpus % (p.ep * p.etp * p.pp):  # megatron/core/parallel_state.py: the expert data-parallel group
+                out.append(f"parallel.gpus {p.gpus} is not divisible by ep*etp*pp = {p.ep * p.etp * p.pp}")
         elif p.ep > 1:
             out.append("parallel.ep > 1 needs a MoE model (model.num_moe_experts)")
     if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
         offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
+        if offline and k.pack_size is None and t.seq_length > MAX_PACK:
+            out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
+                       f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")
         if not offline and t.global_batch_size % (t.micro_batch_size * p.dp):
             out.append(f"training.global_batch_size {t.global_batch_size} is not divisible by micro_batch_size*dp "
                        f"= {t.micro_batch_size}*{p.dp}")
