@@ -192,8 +192,8 @@ def test_skip_mode_histogram_keeps_rows_aligned(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- found in review
 @pytest.mark.parametrize("name,text,where,what", [
-    ("nulls.json", "[5, null, 7]", "item 2", "None is empty"),
-    ("nulls.jsonl", '{"length": 5}\n{"length": null}\n', "line 2", "is empty"),
+    ("nulls.json", "[5, null, 7]", "item 2", "length is missing (an empty cell, NA, NaN or null)"),
+    ("nulls.jsonl", '{"length": 5}\n{"length": null}\n', "line 2", "is missing"),
     ("lists.json", '[{"length": [1, 2]}, {"length": 3}]', "item 1", "is not a number"),
     ("late_bool.json", "[" + "5, " * 1200 + "true]", "item 1201", "True is not a number"),
     ("spaces.csv", "seq_len\n5\n   \n7\nabc\n", "line 3", "is empty"),

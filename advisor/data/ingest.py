@@ -305,7 +305,10 @@ def _reject(values, where_of, ctx: _Ctx, what: str, allow_zero: bool = False) ->
         first, n = int(np.argmax(mask)), int(mask.sum())
         if ctx.on_bad == "error":
             more = f" ({n:,} such rows in all)" if n > 1 else ""
-            raise InputError(ctx.name, where_of(first), f"{what} {excerpt(_cell(values, first))} {reason}{more}")
+            cell = _cell(values, first)
+            said = f"{what} is missing (an empty cell, NA, NaN or null)" if cell is None else \
+                f"{what} {excerpt(cell)} {reason}"
+            raise InputError(ctx.name, where_of(first), f"{said}{more}")
         ctx.excluded.append(Exclusion(reason=f"{what} {reason.split(' (')[0]}", count=n, first_at=where_of(first)))
         bad |= mask
     if _stored_as_floats(values) and not bad.all():

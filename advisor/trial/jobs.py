@@ -29,7 +29,7 @@ from advisor.plan import Plan, dump_plan
 ROOT = Path(__file__).resolve().parents[2]
 TRIAL_LIMITS = {"steps": 50, "pack_size": 8192, "scales": ("small", "medium"), "samples": 200_000,
                 "parameters": 150_000_000}
-HEARTBEAT_SECONDS = 30.0
+HEARTBEAT_SECONDS = 300.0  # pages rerun only when used: a visitor reading another page for minutes is still here
 WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
 MAX_RESULT_BYTES = 8 << 20
 
