@@ -107,17 +107,20 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.screenshot(path=str(SHOTS / "2b_refused_mock.png"), full_page=True)
 
         page.get_by_role("link", name="Packing").click()
+        page.get_by_role("heading", name="Packing", exact=True).wait_for(timeout=120_000)  # the new page
         page.wait_for_selector(READY, timeout=120_000)
         page.wait_for_selector(".js-plotly-plot", timeout=60_000)
         page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=120_000)
         page.screenshot(path=str(SHOTS / "3_packing.png"), full_page=True)
 
         page.get_by_role("link", name="Memory and FLOPs").click()
+        page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)  # the new page
         page.wait_for_selector(READY, timeout=120_000)
         page.wait_for_selector(".js-plotly-plot", timeout=60_000)
         page.screenshot(path=str(SHOTS / "4_memory.png"), full_page=True)
 
         page.get_by_role("link", name="Recommendations").click()
+        page.get_by_role("heading", name="Recommendations & export", exact=True).wait_for(timeout=180_000)
         page.wait_for_selector(READY, timeout=180_000)
         with page.expect_download(timeout=60_000) as download:
             page.get_by_role("button", name="Download packing_config.py").click()
@@ -127,6 +130,7 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.screenshot(path=str(SHOTS / "5_recommendations.png"), full_page=True)
 
         page.get_by_role("link", name="Trial").click()
+        page.get_by_role("heading", name="Trial", exact=True).wait_for(timeout=120_000)  # the new page
         page.wait_for_selector(READY, timeout=120_000)
         page.get_by_label("Steps").fill("1")
         page.get_by_label("Trial pack size").fill("128")
