@@ -10,17 +10,15 @@ import sys
 import time
 from dataclasses import replace
 
-import numpy as np
+from advisor.errors import InputError, PlanError
+from advisor.limits import MAX_PACK
 
-from advisor.data.ingest import DEFAULT_MAX_BYTES, load_lengths
-from advisor.data.lengths import summarize
-from advisor.errors import InputError
-from advisor.packing.algorithms import ALGORITHMS
-from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
-from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
-from advisor.packing.metrics import packing_metrics, per_pack
-from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
-from advisor.plan.schema import MAX_PACK, PlanError
+# Each command imports what it uses when it runs: `advisor pack` of a small file must not wait for pydantic, torch or
+# pandas. These names are what the parser needs (kept equal to the engine's by tests/test_cli.py).
+ALGORITHM_NAMES = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
+                   "column_generation")
+MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED = "first_fit_shuffle", 1234
+DEFAULT_MAX_MB = 1024.0
 
 
 class _Progress:
@@ -35,6 +33,8 @@ class _Progress:
 
 
 def _jsonable(obj):
+    import numpy as np
+
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -51,7 +51,7 @@ def _add_input_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--histogram", action="store_true", default=None, help="the file is a length,count histogram")
     p.add_argument("--on-bad", choices=("error", "skip"), default="error",
                    help="stop at the first bad row (default) or leave bad rows out and count them")
-    p.add_argument("--max-file-mb", type=_megabytes, default=DEFAULT_MAX_BYTES / 2**20, help="refuse larger files")
+    p.add_argument("--max-file-mb", type=_megabytes, default=DEFAULT_MAX_MB, help="refuse larger files")
     p.add_argument("--mock-samples", type=_positive_int(50_000_000), default=1_000_000,
                    help="samples drawn for a mock lognormal config (Megatron-LM: 1,000,000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -59,12 +59,16 @@ def _add_input_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args, progress):
+    from advisor.data.ingest import load_lengths
+
     progress(f"reading {args.lengths if len(args.lengths) < 80 else 'inline JSON'}")
     return load_lengths(args.lengths, column=args.column, histogram=args.histogram, on_bad=args.on_bad,
                         max_bytes=int(args.max_file_mb * 2**20), mock_samples=args.mock_samples)
 
 
 def cmd_lengths(args) -> dict:
+    from advisor.data.lengths import summarize
+
     progress = _Progress(args.quiet)
     hist = _load(args, progress)
     out = {"source": hist.source, **summarize(hist).as_dict(),
@@ -87,6 +91,13 @@ def _print_exclusions(hist) -> None:
 
 
 def cmd_pack(args) -> dict:
+    import numpy as np
+
+    from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
+    from advisor.packing.config import PackingConfig
+    from advisor.packing.metrics import packing_metrics, per_pack
+    from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
+
     progress = _Progress(args.quiet)
     hist = _load(args, progress)
     cfg = PackingConfig(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
@@ -198,6 +209,7 @@ def _cost_settings(args) -> dict:
 
 
 def _plan_and_lengths(args, progress):
+    from advisor.data.ingest import load_lengths
     from advisor.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -426,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_args(p)
     p.add_argument("--pack-size", type=_positive_int(MAX_PACK_TOKENS), required=True,
                    help=f"packed_sequence_size (at most {MAX_PACK_TOKENS:,})")
-    p.add_argument("--algorithm", choices=list(ALGORITHMS), default=MB_DEFAULT_ALGORITHM)
+    p.add_argument("--algorithm", choices=list(ALGORITHM_NAMES), default=MB_DEFAULT_ALGORITHM)
     p.add_argument("--seed", type=_checked(_seed), default=MB_DEFAULT_SEED,
                    help="the dataset config's seed (default 1234)")
     p.add_argument("--pad-seq-to-mult", type=_positive_int(65536), default=1,

@@ -26,7 +26,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -247,13 +246,21 @@ def _numbers(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cells["num"], cells["code"] == _EMPTY, cells["code"] == _NOT_NUMBER
 
 
+def _to_numpy(col) -> np.ndarray:
+    """A pyarrow (chunked) array as numpy, chunk by chunk: ``ChunkedArray.to_numpy`` imports pandas (150 ms of
+    every `advisor` start)."""
+    if isinstance(col, pa.ChunkedArray):
+        chunks = [c.to_numpy(zero_copy_only=False) for c in col.chunks]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.float64)
+    return col.to_numpy(zero_copy_only=False)
+
+
 def _arrow_numbers(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_numbers`` for a pyarrow column, in Arrow's C++: a 10M-row string column with one bad cell costs no
     Python object per cell (pyarrow makes a column text when a single cell is not a number)."""
     t = col.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        nums = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False) if pa.types.is_decimal(t) else \
-            col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        nums = _to_numpy(pc.cast(col, pa.float64()) if pa.types.is_decimal(t) else col).astype(np.float64, copy=False)
         return nums, np.isnan(nums), np.zeros(nums.shape, bool)
     empty = col.is_null()
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -261,10 +268,10 @@ def _arrow_numbers(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         empty = pc.or_kleene(empty, pc.equal(trimmed, "")).fill_null(True)
         numeric = pc.match_substring_regex(trimmed, _NUMERIC_RE2).fill_null(False)
         nums = pc.cast(pc.if_else(numeric, trimmed, pa.scalar(None, t)), pa.float64())
-        empty = empty.to_numpy(zero_copy_only=False)
-        nums = nums.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        return nums, empty, ~numeric.to_numpy(zero_copy_only=False) & ~empty
-    empty = empty.to_numpy(zero_copy_only=False)  # bools, dates, binary, structs: no cell is a length
+        empty = _to_numpy(empty)
+        nums = _to_numpy(nums).astype(np.float64, copy=False)
+        return nums, empty, ~_to_numpy(numeric) & ~empty
+    empty = _to_numpy(empty)  # bools, dates, binary, structs: no cell is a length
     return np.full(empty.shape, np.nan), empty, ~empty
 
 
@@ -589,9 +596,6 @@ def _read_mock(config: dict, ctx: _Ctx) -> LengthHistogram:
     return ctx.result(got.values, got.counts)
 
 
-_PANDAS_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError, OverflowError, IndexError)
-
-
 def _read_mock_csv(path: Path, ctx: _Ctx) -> LengthHistogram:
     """``mode: file``: Megatron-LM reads the CSV with pandas defaults, so line 1 is a header and is dropped.
 
@@ -604,9 +608,12 @@ def _read_mock_csv(path: Path, ctx: _Ctx) -> LengthHistogram:
     first = first_nonblank_line(data).decode("utf-8-sig", "replace")
     if first.count(",") >= MAX_COLUMNS:
         raise InputError(source, "line 1", f"has {first.count(',') + 1:,} fields; a lengths file has one column")
+    import pandas as pd  # only this path needs it: Megatron-LM reads the file with pandas
+
+    errors = (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError, OverflowError, IndexError)
     try:
         frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, skip_blank_lines=True)
-    except _PANDAS_ERRORS as e:
+    except errors as e:
         raise InputError(source, None, f"cannot be read as CSV: {str(e).splitlines()[0][:160] if str(e) else e}") \
             from None
     ctx.name = source

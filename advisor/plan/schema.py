@@ -24,7 +24,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from advisor.errors import PlanError
+from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+
+__all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from_dict"]
 
 TASKS = ("llm-sft", "vlm-sft", "pretrain")
 PACKING_MODES = ("offline", "in-batch", "none", "auto")
@@ -34,19 +38,8 @@ CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine sp
 # the names of advisor.packing.algorithms.ALGORITHMS (a test keeps them equal: the plan sits below packing)
 Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
                     "column_generation"]
-MAX_TOKENS = 1 << 24  # 16M tokens: longer than any context Megatron trains today, small enough to never overflow
-MAX_PACK = 1 << 22  # offline packing keeps arrays of pack-size length: 4M-token packs stay well inside 2 GiB
-MAX_GPUS = 1 << 17
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
-
-
-class PlanError(ValueError):
-    """An invalid plan: ``problems`` holds one message per problem, each naming the field path."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source, self.problems = source, problems
-        super().__init__(f"{source}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def _int(lo: int, hi: int, doc: str, default: int | None = None):
@@ -386,7 +379,7 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
     >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 6, "tp": 4}, "training": {"seq_length": "4k"}})
     Traceback (most recent call last):
     ...
-    advisor.plan.schema.PlanError: plan: 2 problem(s):
+    advisor.errors.PlanError: plan: 2 problem(s):
       - training.seq_length: Input should be a valid integer (got '4k')
       - parallel.gpus 6 is not divisible by tp*pp*cp = 4
     """
