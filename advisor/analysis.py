@@ -89,9 +89,18 @@ class Analysis:
 
     @cached_property
     def search(self) -> SearchResult:
-        # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
-        return search(self.plan, self.hist, mfu=self.mfu, estimator=lambda plan: analyze(
-            plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate)
+        return self.searched()
+
+    def searched(self, progress=None) -> SearchResult:
+        """The layout search (kept once done); ``progress(stage, fraction)`` hears of each candidate."""
+        if "search" not in self.__dict__:
+            # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
+            def estimator(plan: Plan) -> Estimate:
+                return analyze(plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
+
+            self.__dict__["search"] = search(self.plan, self.hist, mfu=self.mfu, progress=progress,
+                                             estimator=estimator)
+        return self.__dict__["search"]
 
     def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the search's best plan)."""

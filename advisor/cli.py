@@ -32,6 +32,30 @@ class _Progress:
             print(f"[advisor {time.perf_counter() - self.t0:6.2f}s] {stage}", file=sys.stderr, flush=True)
 
 
+class _bar:
+    """A tqdm bar on stderr fed by the engine's ``progress(stage, fraction)`` callbacks (silent with --quiet)."""
+
+    def __init__(self, quiet: bool, what: str):
+        self.quiet, self.what, self.tqdm = quiet, what, None
+
+    def __enter__(self):
+        if not self.quiet:
+            from tqdm import tqdm
+
+            self.tqdm = tqdm(total=100, desc=self.what, file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                             "{elapsed} {postfix}", leave=False)
+        return self
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if self.tqdm is not None:
+            self.tqdm.n = round(100 * fraction)
+            self.tqdm.set_postfix_str(stage, refresh=True)
+
+    def __exit__(self, *exc):
+        if self.tqdm is not None:
+            self.tqdm.close()
+
+
 def _jsonable(obj):
     import numpy as np
 
@@ -228,7 +252,9 @@ def cmd_recommend(args) -> dict:
     plan, hist = _plan_and_lengths(args, progress)
     progress("searching layouts")
     analysis = analyze(plan, hist, **_cost_settings(args))
-    result, findings = analysis.search, analysis.findings
+    with _bar(args.quiet, "layouts") as bar:
+        result = analysis.searched(progress=bar)
+    findings = analysis.findings
     out = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
            "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
            "evaluated": result.evaluated, "recommended_plan": result.recommended.to_dict()}
@@ -273,6 +299,14 @@ def _write_text(path: str, text: str) -> None:
             fh.write(text)
     except OSError as e:
         raise ValueError(f"{path}: cannot be written ({e.strerror})") from None
+
+
+def cmd_warmup(args) -> dict:
+    from advisor.packing.warmup import warm_up
+
+    for algorithm, seconds in warm_up():
+        print(f"  {algorithm:<22} ready in {seconds:5.2f} s")
+    return {}
 
 
 def cmd_schema(args) -> dict:
@@ -496,6 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_trial)
     p = sub.add_parser("schema", help="print the plan file's JSON Schema (for editors and validation)")
     p.set_defaults(func=cmd_schema, json=False)
+    p = sub.add_parser("warmup", help="compile the packing kernels once (the set-up command runs it)")
+    p.set_defaults(func=cmd_warmup, json=False)
     return parser
 
 

@@ -23,8 +23,9 @@ if changes := ui.packing_changes(plan, algorithm, size, mult):
     ui.set_plan(st.session_state, changes)
 if "plan_error" in st.session_state:
     st.error(ui.plain(st.session_state["plan_error"]))
-with st.spinner(f"packing {hist.num_samples:,} samples"):
-    result = ui.plan_packing(st.session_state)
+bar = st.progress(0.0, text=f"packing {hist.num_samples:,} samples")
+result = ui.plan_packing(st.session_state, progress=lambda what, done: bar.progress(done, text=what))
+bar.empty()
 m = result.metrics
 k1, k2, k3, k4 = st.columns(4)
 k1.metric("packs", f"{m.num_packs:,}")
@@ -35,9 +36,11 @@ st.subheader("Megatron-Bridge metadata, as it will be written")
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     st.info(ui.plain(note))
-with st.spinner("sweeping pack sizes"):
-    sweep = ui.packing_sweep(hist, ui.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
-                                                          "best_fit_decreasing"])
+bar = st.progress(0.0, text="sweeping pack sizes")
+sweep = ui.packing_sweep(hist, ui.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
+                                                      "best_fit_decreasing"],
+                         progress=lambda what, done: bar.progress(done, text=what))
+bar.empty()
 metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True)
 st.plotly_chart(charts.sweep_curves(sweep, metric, size), width="stretch")
 a, b = st.columns(2)

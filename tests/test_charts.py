@@ -21,7 +21,20 @@ def test_figures_carry_the_numbers(squad):
     sweep = dashboard.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
     curves = charts.sweep_curves(sweep, "packing_efficiency", 384)
     assert {t.name for t in curves.data} == set(sweep["algorithm"])
-    assert charts.attention_work_histogram(result).data[0].x.size == result.num_packs
+    work = charts.attention_work_histogram(result)  # binned: every pack counted once, a bounded payload
+    assert sum(work.data[0].y) == result.num_packs and len(work.data[0].y) == 60
+    fill = charts.pack_fill_histogram(result)
+    assert sum(fill.data[0].y) == result.num_packs
+
+
+def test_chart_payloads_stay_small_at_any_data_size(wikipedia):
+    from advisor.packing.cache import packing_for
+
+    result = packing_for(wikipedia, PackingConfig(pack_size=512, algorithm="first_fit_decreasing"))
+    assert result.num_packs > 8_000_000
+    for fig in (charts.pack_fill_histogram(result), charts.attention_work_histogram(result),
+                charts.pack_strip(result), charts.length_histogram(wikipedia, 512)):
+        assert charts.payload_bytes(fig) < 1 << 20
 
 
 def test_memory_figures(squad):

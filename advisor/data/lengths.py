@@ -115,6 +115,19 @@ class LengthHistogram:
     def num_excluded(self) -> int:
         return sum(e.count for e in self.excluded)
 
+    def scale_model(self, samples: int) -> LengthHistogram:
+        """The same shape with about ``samples`` samples (each count scaled and rounded, none dropped to zero), for
+        overviews such as a pack-size sweep where the shape decides the figures and the total only the time.
+
+        >>> LengthHistogram.from_pairs([10, 20, 30], [1000, 3000, 1]).scale_model(400).counts.tolist()
+        [100, 300, 1]
+        """
+        if self.num_samples <= samples:
+            return self
+        scaled = np.maximum(1, np.round(self.counts * (samples / self.num_samples))).astype(np.int64)
+        return LengthHistogram(lengths=self.lengths.copy(), counts=scaled,
+                               source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)")
+
     def samples(self) -> np.ndarray:
         """Every sample's length, in ascending order (memory: 8 bytes a sample)."""
         check_expandable(self.num_samples, self.source, "list")

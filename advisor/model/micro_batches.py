@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from advisor.data.lengths import check_expandable
-from advisor.packing.metrics import per_pack
 from advisor.packing.offline import PackingResult
 
 
@@ -41,7 +40,7 @@ def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
 
 
 def offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBatches:
-    fill, nseq, work = per_pack(result.offsets, result.items)
+    fill, nseq, work = result.per_pack
     size = result.config.pack_size
     real_share = result.runtime.real_tokens / max(1, int(fill.sum()))  # pad_seq_to_mult padding is not data
     computed = np.full(fill.size, size, np.int64) if fixed_length else np.minimum(size, _ceil_to(fill, 16))

@@ -27,8 +27,8 @@ class HistogramCache:
     reruns from corrupting the order (a value may be computed twice, never half-stored).
     """
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, size: int, max_bytes: int | None = None, sizeof=None):
+        self.size, self.max_bytes, self.sizeof = size, max_bytes, sizeof
         self.entries: OrderedDict = OrderedDict()
         self.hits = self.misses = 0
         self._lock = threading.Lock()
@@ -44,12 +44,24 @@ class HistogramCache:
         value = compute()
         with self._lock:
             self.entries[key] = value
-            while len(self.entries) > self.size:
+            while len(self.entries) > self.size or (len(self.entries) > 1 and self._over_budget()):
                 self.entries.popitem(last=False)
         return value
 
+    def _over_budget(self) -> bool:
+        if self.max_bytes is None or self.sizeof is None:
+            return False
+        return sum(self.sizeof(v) for v in self.entries.values()) > self.max_bytes
 
-PACKINGS = HistogramCache(PACKING_CACHE_SIZE)
+
+PACKING_CACHE_BYTES = 2 << 30  # a 16M-sample packing holds ~130 MB of arrays: about 15 of them, then the oldest goes
+
+
+def _packing_bytes(result: PackingResult) -> int:
+    return int(result.offsets.nbytes + result.items.nbytes)
+
+
+PACKINGS = HistogramCache(PACKING_CACHE_SIZE, PACKING_CACHE_BYTES, _packing_bytes)
 
 
 def packing_for(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -103,6 +104,11 @@ class PackingResult:
     def num_packs(self) -> int:
         return int(self.offsets.size - 1)
 
+    @cached_property
+    def per_pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(fill, samples, attention work sum(s^2)) per pack, computed once (charts and estimates reuse it)."""
+        return per_pack(self.offsets, self.items)
+
     def pack(self, i: int) -> list[int]:
         return self.items[self.offsets[i]: self.offsets[i + 1]].tolist()
 
@@ -161,5 +167,7 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
         notes.append(f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist")
     if progress:
         progress("done", 1.0)
-    return PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
-                         seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes))
+    result = PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
+                           seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes))
+    result.__dict__["per_pack"] = (fill, nseq, work)  # the cached property, already computed for the metrics
+    return result
