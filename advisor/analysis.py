@@ -38,6 +38,10 @@ EXPORT_FILE_NAMES = {"python": "packing_config.py", "overrides": "overrides.txt"
                      "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
                      "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
 ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
+# The layout search and the memory grid pack the data once per pack size and padding multiple (14 packings for a
+# search): past this many samples they run on a scale model of the data (same shape; bench/bench_dashboard.py prints
+# how far its estimate is from the full data's). The plan's own analysis, packing and exports use all the data.
+SCALE_MODEL_SAMPLES = 500_000
 
 
 def check_mfu(mfu: float) -> float:
@@ -95,10 +99,12 @@ class Analysis:
         """The layout search (kept once done); ``progress(stage, fraction)`` hears of each candidate."""
         if "search" not in self.__dict__:
             # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
-            def estimator(plan: Plan) -> Estimate:
-                return analyze(plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
+            model = self.hist.scale_model(SCALE_MODEL_SAMPLES)
 
-            self.__dict__["search"] = search(self.plan, self.hist, mfu=self.mfu, progress=progress,
+            def estimator(plan: Plan) -> Estimate:
+                return analyze(plan, model, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
+
+            self.__dict__["search"] = search(self.plan, model, mfu=self.mfu, progress=progress,
                                              estimator=estimator)
         return self.__dict__["search"]
 
@@ -144,8 +150,10 @@ def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
 
 def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: list[int] | None = None) -> list[dict]:
     """Memory per GPU over pack size and CP (other settings as in the plan); layouts the GPUs cannot hold are
-    left out. Each cell is an analysis of its own, so reruns hit the cache."""
+    left out. Each cell is an analysis of its own, so reruns hit the cache; past ``SCALE_MODEL_SAMPLES`` samples the
+    cells pack a scale model of the data (memory depends on the pack size, not on how many packs there are)."""
     p = analysis.plan
+    model = analysis.hist.scale_model(SCALE_MODEL_SAMPLES)
     base = p.pack_size
     sizes = pack_sizes or sorted({max(256, base // 2), base, base * 2})
     cps = cps or [c for c in (1, 2, 4, 8, 16) if p.parallel.gpus % (p.parallel.tp * p.parallel.pp * c) == 0]
@@ -157,6 +165,8 @@ def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: li
                                   "packing": {"pack_size": size}})
             except PlanError:
                 continue
-            est = analyze(cell, analysis.hist, mfu=analysis.mfu, overhead_gib=analysis.overhead_gib).estimate
+            same = cell == p  # the plan's own cell: its exact analysis is already there
+            est = (analysis if same else analyze(cell, model, mfu=analysis.mfu,
+                                                 overhead_gib=analysis.overhead_gib)).estimate
             rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits})
     return rows

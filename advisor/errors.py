@@ -17,7 +17,7 @@ class InputError(ValueError):
 
 
 class PlanError(ValueError):
-    """An invalid plan: ``problems`` holds one message per problem, each naming the field path.
+    r"""An invalid plan: ``problems`` holds one message per problem, each naming the field path.
 
     >>> str(PlanError("p.yaml", ["parallel.gpus: must be at least 1"]))
     'p.yaml: 1 problem(s):\n  - parallel.gpus: must be at least 1'

@@ -22,9 +22,13 @@ for severity in ("error", "warning", "info"):
                 ui.set_plan(st.session_state, f.fix)
                 st.rerun()
 st.subheader("Best candidates")
-with st.spinner("searching layouts"):
-    table = ui.candidates_table(analysis)
+bar = st.progress(0.0, text="searching layouts")
+analysis.searched(progress=lambda what, done: bar.progress(done, text=f"searching layouts: {what}"))
+bar.empty()
+table = ui.candidates_table(analysis)
 st.dataframe(table, hide_index=True, width="stretch")
+if note := ui.search_note(analysis):
+    st.caption(note)
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", ["0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1"])

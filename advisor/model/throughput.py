@@ -14,6 +14,7 @@ import numpy as np
 
 from advisor.model.flops import FlopsCoefficients
 from advisor.model.micro_batches import MicroBatches
+from advisor.packing.algorithms import permutation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +37,7 @@ def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 
     per_rank = global_batch // dp
     if per_rank < 1:
         raise ValueError(f"global batch {global_batch} is smaller than data parallelism {dp}")
-    order = np.random.RandomState(seed).permutation(costs.size)
+    order = permutation(costs.size, seed)  # cached: a GPU or MFU change re-estimates without redrawing 8M swaps
     steps = min(max_steps, costs.size // global_batch)
     if steps == 0:
         return 1.0

@@ -209,14 +209,14 @@ def shuffled_lengths(counts: np.ndarray, seed: int | None) -> np.ndarray:
     caller's global RNG state.
     """
     items = np.repeat(np.arange(counts.size, dtype=np.int32), counts)
-    return items[_permutation(items.size, seed)]
+    return items[permutation(items.size, seed)]
 
 
-_PERMUTATIONS: dict = {}  # (n, seed) -> permutation; two kept (64 MB each at 16M samples)
+_PERMUTATIONS: dict = {}  # (n, seed) -> permutation; four kept (64 MB each at 16M samples)
 _PERMUTATIONS_LOCK = threading.Lock()
 
 
-def _permutation(n: int, seed: int | None) -> np.ndarray:
+def permutation(n: int, seed: int | None) -> np.ndarray:
     """The positions ``np.random.RandomState(seed).shuffle`` moves n items to (``permutation(n)`` makes the same
     swaps on ``arange(n)``). The swaps depend only on n and the seed, not on the values, so a new pack size (which
     changes the runtime lengths, not their count) reuses them: drawing 16M swaps takes 0.7 s."""
@@ -227,7 +227,7 @@ def _permutation(n: int, seed: int | None) -> np.ndarray:
         perm = np.random.RandomState(seed).permutation(n)
         perm = perm.astype(np.int32) if n < 2**31 else perm
         with _PERMUTATIONS_LOCK:
-            while len(_PERMUTATIONS) >= 2:
+            while len(_PERMUTATIONS) >= 4:
                 _PERMUTATIONS.pop(next(iter(_PERMUTATIONS)))
             _PERMUTATIONS[key] = perm
     return perm

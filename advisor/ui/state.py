@@ -370,6 +370,17 @@ def candidates_table(analysis: Analysis) -> pd.DataFrame:
     return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
 
 
+def search_note(analysis: Analysis) -> str | None:
+    """Said under the candidates when they were estimated on a scale model of the data."""
+    from advisor.analysis import SCALE_MODEL_SAMPLES
+
+    n = analysis.hist.num_samples
+    if n <= SCALE_MODEL_SAMPLES:
+        return None
+    return (f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} samples, the "
+            "same length distribution); your plan's own figures on the other pages use all of it.")
+
+
 def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
     """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
     return analysis.export(fmt, version, recommended=recommended), EXPORT_FILE_NAMES[fmt]
