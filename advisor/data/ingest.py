@@ -249,10 +249,28 @@ def _numbers(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _to_numpy(col) -> np.ndarray:
     """A pyarrow (chunked) array as numpy, chunk by chunk: ``ChunkedArray.to_numpy`` imports pandas (150 ms of
     every `advisor` start)."""
-    if isinstance(col, pa.ChunkedArray):
-        chunks = [c.to_numpy(zero_copy_only=False) for c in col.chunks]
-        return np.concatenate(chunks) if chunks else np.zeros(0, np.float64)
-    return col.to_numpy(zero_copy_only=False)
+    chunks = [_chunk_to_numpy(c) for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col])]
+    if not chunks:
+        return np.zeros(0, np.float64)
+    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+
+
+_FLOATS = {"double": np.float64, "float": np.float32, "halffloat": np.float16}
+
+
+def _chunk_to_numpy(chunk) -> np.ndarray:
+    """A numeric or boolean Arrow array read from its data buffer (nulls: NaN, or False for booleans)."""
+    t = chunk.type
+    if pa.types.is_boolean(t):
+        return _chunk_to_numpy(pc.cast(chunk.fill_null(False), pa.uint8())).astype(bool)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return chunk.to_numpy(zero_copy_only=False)
+    if chunk.null_count:
+        chunk = pc.cast(chunk, pa.float64()).fill_null(float("nan"))
+        t = chunk.type
+    dtype = _FLOATS.get(str(t)) or np.dtype(str(t))
+    data = np.frombuffer(chunk.buffers()[1], dtype=dtype)
+    return data[chunk.offset: chunk.offset + len(chunk)]
 
 
 def _arrow_numbers(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
