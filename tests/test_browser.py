@@ -141,3 +141,38 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.wait_for_selector(".js-plotly-plot", timeout=60_000)
         page.screenshot(path=str(SHOTS / "6_trial.png"), full_page=True)
         browser.close()
+
+
+@pytest.mark.slow
+def test_wikipedia_sample_in_chromium(app_url):
+    """The 16.3M-sample Wikipedia histogram: pick it, open Packing, change the pack size, every chart draws."""
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(app_url)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.locator("[data-testid='stSelectbox']").first.click()
+        page.get_by_role("option", name="Wikipedia BERT (real, 16.3M)").click()
+        page.get_by_text("16,279,552", exact=True).first.wait_for(timeout=120_000)
+        page.get_by_role("link", name="Packing").click()
+        page.get_by_role("heading", name="Packing", exact=True).wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=120_000)
+        assert '"pack_size": 512' in page.locator("code").first.inner_text()
+        size = page.get_by_label("Pack size")
+        size.fill("256")
+        size.press("Enter")
+        page.wait_for_function("() => document.querySelector('code') && "
+                               "document.querySelector('code').innerText.includes('\"pack_size\": 256')",
+                               timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        charts = page.locator(".js-plotly-plot")
+        charts.nth(3).wait_for(timeout=60_000)
+        assert charts.count() == 4  # sweep, pack fill, attention work, first packs
+        for i in range(4):
+            assert charts.nth(i).locator(".main-svg").count() >= 1  # drawn, not only placed
+        page.screenshot(path=str(SHOTS / "7_wikipedia_packing.png"), full_page=True)
+        browser.close()

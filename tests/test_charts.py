@@ -46,3 +46,16 @@ def test_memory_figures(squad):
     grid = pd.DataFrame(memory_grid(analyze(plan, squad), [256, 384], [1, 2]))
     heat = charts.memory_heatmap(grid)
     assert heat.layout.xaxis.type == "category" and len(grid) == 4
+
+
+def test_marks_on_log_axes_sit_at_the_value(squad):
+    import math
+
+    sweep = dashboard.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
+    curves = charts.sweep_curves(sweep, "packing_efficiency", 384)
+    # plotly: shapes by value, annotations by exponent on a log axis
+    assert curves.layout.xaxis.type == "log" and curves.layout.shapes[0].x0 == 384
+    assert curves.layout.annotations[0].x == math.log10(384)
+    log = charts.length_histogram(squad, 384, log_x=True).layout
+    assert log.shapes[0].x0 == 384 and log.annotations[0].x == math.log10(384)
+    assert charts.length_histogram(squad, 384).layout.annotations[0].x == 384

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -14,6 +16,15 @@ COLORS = {"weights": "#4c78a8", "gradients": "#72b7b2", "optimizer": "#54a24b", 
           "logits_and_loss": "#e45756", "overhead": "#bab0ac"}
 
 
+def _mark(fig: go.Figure, x: float, log: bool, text: str, dash: str = "dash", color: str = "#e45756") -> None:
+    """A vertical line at x with a label. On a log axis plotly places shapes by value but annotations by exponent:
+    ``add_vline(x=256, annotation_text=...)`` put the label at 10^256 and stretched the axis to 10^279 (seen on the
+    Packing page), so the label is added apart."""
+    fig.add_vline(x=x, line_dash=dash, line_color=color)
+    fig.add_annotation(x=math.log10(x) if log else x, y=1, yref="paper", yanchor="bottom", text=text,
+                       showarrow=False, font=dict(color=color))
+
+
 def length_histogram(hist: LengthHistogram, pack_size: int | None = None, log_x: bool = False,
                      log_y: bool = False, bins: int = 80) -> go.Figure:
     """Samples by length, with the pack size marked."""
@@ -23,8 +34,7 @@ def length_histogram(hist: LengthHistogram, pack_size: int | None = None, log_x:
     fig = go.Figure(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), name="samples",
                            marker_color="#4c78a8", hovertemplate="%{x:.0f} tokens: %{y:,} samples<extra></extra>"))
     if pack_size:
-        fig.add_vline(x=pack_size, line_dash="dash", line_color="#e45756",
-                      annotation_text=f"pack size {pack_size:,}", annotation_position="top")
+        _mark(fig, pack_size, log_x, f"pack size {pack_size:,}")
     fig.update_layout(title="Sequence lengths", xaxis_title="tokens per sample", yaxis_title="samples",
                       bargap=0, margin=dict(t=50, b=40))
     fig.update_xaxes(type="log" if log_x else "linear")
@@ -41,7 +51,7 @@ def sweep_curves(sweep: pd.DataFrame, metric: str = "packing_efficiency", pack_s
         fig.add_trace(go.Scatter(x=part["pack_size"], y=part[metric], mode="lines+markers", name=name,
                                  line=dict(dash="dash" if dashed else "solid")))
     if pack_size:
-        fig.add_vline(x=pack_size, line_dash="dot", line_color="#e45756", annotation_text=f"chosen {pack_size:,}")
+        _mark(fig, pack_size, True, f"chosen {pack_size:,}", dash="dot")
     labels = {"packing_efficiency": "efficiency %", "padding_fraction": "padding fraction",
               "packing_factor": "packing factor n"}
     model = f" (scale model of the data, {sweep.attrs['samples']:,} samples)" if sweep.attrs.get("scale_model") else ""
