@@ -1,59 +1,14 @@
-"""Home: the data set (sample, upload or lognormal), the plan file, a shareable link, and the length summary."""
+"""The dashboard: the pages in the order a newcomer visits them, the home page named for what it is."""
 
 import streamlit as st
 
-from advisor.plan import dump_plan
-from advisor.ui import charts
-from advisor.ui import state as ui
-
 st.set_page_config(page_title="Sequence packing advisor", layout="wide")
-ui.init_state(st.session_state, dict(st.query_params))
-st.title("Sequence packing advisor")
-st.caption("Plan packed-sequence and long-context training on Megatron-Bridge / Megatron-LM from your data's "
-           "sequence lengths. Pages: Packing, Memory & FLOPs, Recommendations, Trial.")
-
-left, right = st.columns([1, 2])
-with left:
-    st.subheader("Data")
-    st.session_state.setdefault("sample_choice", st.session_state["data_name"]
-                                if st.session_state["data_name"] in ui.SAMPLES else ui.DEFAULT_SAMPLE)
-    st.selectbox("Bundled sample", list(ui.SAMPLES), key="sample_choice",
-                 on_change=lambda: ui.use_sample(st.session_state, st.session_state["sample_choice"]))
-    upload = st.file_uploader(f"Or upload lengths (csv, tsv, json, jsonl, npy, parquet; up to "
-                              f"{ui.UPLOAD_LIMIT_MB} MB)", key="upload")
-    if upload is not None and st.session_state.get("last_upload") != (upload.name, upload.size):
-        st.session_state["last_upload"] = (upload.name, upload.size)
-        ui.use_upload(st.session_state, upload.getvalue(), upload.name)
-    with st.expander("Or draw Megatron-LM's mock lognormal"):
-        mean = st.number_input("mean_seq_len", 16, 1_000_000, 2048)
-        sigma = st.number_input("lognormal_sigma", 0.01, 5.0, 1.1)
-        lo, hi = st.number_input("min_seq_len", 1, 1_000_000, 128), st.number_input("max_seq_len", 2, 1_000_000, 8192)
-        if st.button("Draw"):
-            ui.use_lognormal(st.session_state, mean, sigma, int(lo), int(hi))
-    if "upload_error" in st.session_state:
-        st.error(ui.plain(st.session_state["upload_error"]))
-    st.subheader("Plan")
-    plan_file = st.file_uploader("Load a plan file (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload")
-    if plan_file is not None and st.session_state.get("last_plan") != (plan_file.name, plan_file.size):
-        st.session_state["last_plan"] = (plan_file.name, plan_file.size)
-        ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name)
-    if "plan_error" in st.session_state:
-        st.error(ui.plain(st.session_state["plan_error"]))
-    st.download_button("Save plan (YAML)", dump_plan(st.session_state["plan"]), file_name="plan.yaml")
-    st.query_params.from_dict(ui.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
-    st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "
-               "name; uploaded data is not in the link).")
-
-with right:
-    hist, plan = st.session_state["hist"], st.session_state["plan"]
-    st.subheader(f"{st.session_state['data_name']}")
-    c1, c2 = st.columns(2)
-    log_x, log_y = c1.toggle("log x", key="log_x"), c2.toggle("log y", key="log_y")
-    for col, (label, value) in zip(st.columns(4), ui.summary_numbers(hist).items(), strict=True):
-        col.metric(label, value)
-    st.plotly_chart(charts.length_histogram(hist, plan.pack_size, log_x, log_y), width="stretch")
-    st.dataframe(ui.summary_table(hist), hide_index=True, width="stretch")
-    for note in hist.notes:
-        st.info(ui.plain(note))
-    for e in hist.excluded:
-        st.warning(ui.plain(f"left out {e.count:,} rows: {e.reason} (first at {e.first_at})"))
+pages = [
+    st.Page("pages/5_Tour.py", title="Tour: start here", icon=":material/school:"),
+    st.Page("pages/0_Data_and_plan.py", title="Data and plan", icon=":material/dataset:", default=True),
+    st.Page("pages/1_Packing.py", title="Packing", icon=":material/view_week:"),
+    st.Page("pages/2_Memory_and_FLOPs.py", title="Memory and FLOPs", icon=":material/memory:"),
+    st.Page("pages/3_Recommendations.py", title="Recommendations", icon=":material/checklist:"),
+    st.Page("pages/4_Trial.py", title="Trial", icon=":material/science:"),
+]
+st.navigation(pages).run()

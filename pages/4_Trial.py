@@ -5,8 +5,18 @@ import streamlit as st
 from advisor.trial import jobs as trial_jobs
 from advisor.ui import state as ui
 from advisor.ui import trial_view
+from advisor.ui.explain import help_text as H
 
 st.set_page_config(page_title="Trial", layout="wide")
+
+
+def explained(fig, key: str) -> None:
+    """A chart and, under it, what it shows (advisor/ui/explain.py)."""
+    st.plotly_chart(fig, width="stretch")
+    with st.expander("What am I looking at?"):
+        st.markdown(ui.plain(H(key)))
+
+
 ui.init_state(st.session_state)
 st.title("Trial")
 st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
@@ -15,9 +25,9 @@ st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and Swi
            "One trial runs on this server at a time; it stops when you close the page.")
 lim = trial_jobs.TRIAL_LIMITS
 c1, c2, c3 = st.columns(3)
-steps = c1.number_input("Steps", 1, lim["steps"], 3)
-pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], 512, step=64)
-scale = c3.selectbox("Model scale", list(lim["scales"]))
+steps = c1.number_input("Steps", 1, lim["steps"], 3, help=H("trial_steps"))
+pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], 512, step=64, help=H("trial_pack_size"))
+scale = c3.selectbox("Model scale", list(lim["scales"]), help=H("trial_scale"))
 job = st.session_state.get("trial_job")
 if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["state"] == "running"):
     try:
@@ -50,7 +60,8 @@ if "trial_status" in st.session_state and "trial_job" not in st.session_state:
     (st.success if state == "done" else st.error)(f"Trial {state}")
     if state != "done":
         st.code(log, language="text")
-uploaded = st.file_uploader("Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload")
+uploaded = st.file_uploader("Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload",
+                            help=H("trial_upload"))
 if uploaded is not None:
     try:
         st.session_state["trial_result"] = trial_jobs.read_results(uploaded.getvalue(), uploaded.name)
@@ -59,7 +70,7 @@ if uploaded is not None:
 result = st.session_state.get("trial_result")
 if result:
     speed, memory = trial_view.results_tables(result)
-    st.plotly_chart(trial_view.results_chart(result), width="stretch")
+    explained(trial_view.results_chart(result), "trial_chart")
     a, b = st.columns(2)
     a.dataframe(speed, hide_index=True)
     b.dataframe(memory, hide_index=True)

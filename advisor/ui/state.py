@@ -429,3 +429,39 @@ def only_changes(plan: Plan, changes: dict) -> dict:
 
 def model_presets() -> list[str]:
     return list(MODEL_PRESETS)
+
+
+# ------------------------------------------------------------------------------------------------ worked examples
+def attention_example_text(lengths: tuple[int, ...] = (100, 200, 300)) -> str:
+    """Three samples' attention work three ways, in one sentence (computed by advisor.ui.explain)."""
+    from advisor.ui.explain import attention_example
+
+    e = attention_example(list(lengths))
+    squares = " + ".join(f"{s}²" for s in lengths)
+    return (f"Worked example: samples of {', '.join(map(str, lengths))} tokens in one packed row. THD computes "
+            f"{squares} = {e['thd']:,}; one block mask over the row computes ({sum(lengths)})² = "
+            f"{e['block_mask']:,} ({e['block_mask'] / e['thd']:.1f}x); padding each to {max(lengths)} computes "
+            f"{len(lengths)} x {max(lengths)}² = {e['padded']:,}.")
+
+
+def global_batch_example_text(plan: Plan, packing_factor: float) -> str:
+    """The plan's samples per step before and after dividing by n."""
+    from advisor.ui.explain import global_batch_example
+
+    e = global_batch_example(plan.training.global_batch_size, packing_factor, plan.dp)
+    return (f"Worked example: your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → "
+            f"Megatron-Bridge global_batch_size {e['packs']} packs (a multiple of DP {e['dp']}), about "
+            f"{e['samples_trained']} samples per step.")
+
+
+def cp_example_text(plan: Plan, length: int = 1001) -> str:
+    """A sequence padded to the plan's CP/SP multiple."""
+    from advisor.ui.explain import cp_padding_example
+
+    p = plan.parallel
+    e = cp_padding_example(length, p.cp, p.tp, p.sp)
+    if e["multiple"] == 1:
+        return "Worked example: with CP 1 and no sequence parallelism a sequence needs no padding to a multiple."
+    return (f"Worked example: with CP {p.cp}, TP {p.tp}{' and SP' if p.sp else ''} a {length}-token sequence is "
+            f"padded to {e['padded']} (a multiple of {e['multiple']}) and cut into {e['chunks']} chunks of "
+            f"{e['chunk_tokens']}.")

@@ -1,0 +1,184 @@
+"""Every metric, control and chart of the dashboard explained for an engineer new to packed sequences, in one place,
+each text with the source it rests on (reviewed here, and a test checks every page uses one for each element).
+
+Alternatives: help strings scattered over the pages (unreviewable), or a separate manual (never read where the number
+is). Worked examples are computed live from the engine, so they cannot drift from what the pages compute.
+
+>>> HELP["packing_factor"].source
+'Megatron-Bridge docs, sft_peft/packed_sequence (packing factor n)'
+>>> attention_example([100, 200, 300])["thd"]
+140000
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MB_PACKING = "Megatron-Bridge 0.6.2 data/packing/offline.py"
+MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
+MB_DOCS = "Megatron-Bridge docs, sft_peft/packed_sequence (packing factor n)"
+MLM_FLOPS = "Megatron-LM megatron/training/training.py (num_floating_point_operations)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explanation:
+    text: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.text} (Source: {self.source}.)"
+
+
+def _e(text: str, source: str) -> Explanation:
+    return Explanation(text=text, source=source)
+
+
+HELP: dict[str, Explanation] = {
+    # ----------------------------------------------------------------------------------------- data (home)
+    "sample": _e("Bundled length distributions: the real SQuAD and Wikipedia histograms and synthetic SFT, chat, "
+                 "long-context and VLM shapes. Each opens with a plan that suits it.", "sample_data/README.md"),
+    "upload": _e("Your data set's token counts per sample (len(input_ids) after tokenization), one per row, or a "
+                 "length,count histogram. Only the lengths matter to packing, never the text.",
+                 "advisor/data/ingest.py"),
+    "lognormal": _e("Megatron-LM's mock SFT data: lengths drawn from a lognormal with this mean and sigma, clipped "
+                    "to [min, max], seed 0 - what --sft-mock-dataset-config-json distribution mode trains on.",
+                    "Megatron-LM megatron/training/datasets/sft_dataset.py (mock SFT dataset)"),
+    "plan_file": _e("A YAML or JSON plan: model, parallel layout, training, packing, data and hardware. The same file "
+                    "the command line reads; its JSON Schema is python -m advisor schema.", "advisor/plan/schema.py"),
+    "log_x": _e("Log scale for the length axis: long-tailed data sets (chat, long context) are easier to read.",
+                "plotly axis types"),
+    "log_y": _e("Log scale for the sample counts: shows the rare long samples that set the pack size.",
+                "plotly axis types"),
+    "samples": _e("How many samples (sequences) the data set holds.", "advisor/data/lengths.py"),
+    "mean": _e("Mean tokens per sample. With packing, about pack size / mean samples share a pack.",
+               "advisor/data/lengths.py"),
+    "p99": _e("99 % of samples are at most this long: a pack size below it truncates more than 1 % of samples.",
+              "advisor/data/lengths.py"),
+    "max": _e("The longest sample. Samples longer than the sequence length are truncated (their tail is never "
+              "trained on).", MB_PACKING + " (tokenize_dataset)"),
+    "length_histogram": _e("How many samples have each length, with the pack size marked. Everything right of the "
+                           "line is cut; the area left of it decides how well samples fill packs.",
+                           "advisor/ui/charts.py"),
+    # ----------------------------------------------------------------------------------------- packing
+    "algorithm": _e("How samples are put into packs. first_fit_shuffle is what Megatron-Bridge's dataset builder "
+                    "uses (shuffle, then each sample into the first pack with room); first_fit_decreasing sorts "
+                    "longest first and packs tighter; the others are for comparison.", MB_PACKING),
+    "pack_size": _e("packed_sequence_size: the tokens in one packed row. Longer packs waste less at the end of each "
+                    "pack but need more activation memory per micro batch.", MB_PACKING),
+    "pad_seq_to_mult": _e("Every sample is padded up to a multiple of this before packing. Context parallelism "
+                          "needs lcm(2*CP, CP*TP with sequence parallelism): each sequence is cut into 2*CP chunks.",
+                          MB_CONFIG),
+    "packs": _e("How many packed rows the data set becomes: one optimizer micro batch each with offline packing.",
+                MB_PACKING),
+    "packing_factor": _e("n = samples / packs: how many samples an average pack holds. Megatron-Bridge's "
+                         "global_batch_size counts packs, so divide your samples per step by n to keep the same "
+                         "learning-rate schedule.", MB_DOCS),
+    "efficiency": _e("Real tokens / pack slots, in %: the share of computed tokens that are data, not padding. "
+                     "100 % minus this is compute spent on padding.", MB_PACKING + " (packing_efficiency)"),
+    "straggler_ratio": _e("The heaviest pack's attention work over the mean. Each step waits for the slowest "
+                          "data-parallel rank, and attention grows with the square of each sample's length, so one "
+                          "pack holding a single long sample can slow every step.",
+                          "advisor/packing/metrics.py; Megatron-LM sequence packing schedulers (dev)"),
+    "metadata": _e("The entry Megatron-Bridge writes to {pack_size}_metadata.jsonl beside the packed data "
+                   "(CUDA graphs read max_samples_per_bin from it).", MB_PACKING + " (packing metadata)"),
+    "sweep_metric": _e("Which figure the curves show against pack size.", "advisor/ui/charts.py"),
+    "sweep": _e("Efficiency (or padding, or n) against pack size, per algorithm, and the two ways of training "
+                "without packing (dashed). The gap between the solid and dashed curves is the compute packing "
+                "saves.", "advisor/ui/state.py (packing_sweep)"),
+    "pack_fill": _e("How full the packs are. A pile at 100 % means samples fill packs well; a spread means many "
+                    "packs end with padding.", "advisor/packing/metrics.py"),
+    "attention_work": _e("Attention work per pack, the sum of each sample's length squared (what variable-length "
+                         "THD attention computes). A long right tail means stragglers.", "advisor/packing/metrics.py"),
+    "pack_strip": _e("The first packs, each bar stacked from its samples: what one micro batch holds.",
+                     MB_PACKING),
+    # ----------------------------------------------------------------------------------------- memory & FLOPs
+    "model": _e("A model preset (architecture numbers from the model's config) or your own fields; a preset with "
+                "changed fields keeps them as overrides.", "advisor/plan/presets.py"),
+    "custom_model": _e("Edit the architecture fields (Megatron TransformerConfig names) of the model.",
+                       "advisor/plan/schema.py"),
+    "gpu": _e("The GPU: its memory and dense BF16 peak set what fits and the step time.", "advisor/plan/presets.py"),
+    "gpus": _e("GPUs in the job: tensor x pipeline x context x data parallel sizes.", "Megatron-Core parallel_state"),
+    "tp": _e("Tensor parallelism: each layer's matrices split over TP GPUs (fast links needed, usually one node).",
+             "Megatron-Core tensor_parallel"),
+    "pp": _e("Pipeline parallelism: layers split into PP stages; packs are padded to the full length.", MB_CONFIG),
+    "cp": _e("Context parallelism: each sequence split over CP GPUs (2*CP chunks, rank r takes r and 2CP-1-r so "
+             "causal attention work is balanced). Needed for long context.", "Transformer Engine context parallel"),
+    "micro_batch": _e("Rows per micro batch. Offline packing needs 1 (a row is already a pack of samples).",
+                      MB_CONFIG),
+    "memory": _e("Memory on the most loaded GPU: weights, gradients, optimizer states, activations of one micro "
+                 "batch, logits, and a fixed overhead, against the GPU's memory.", "advisor/model/memory.py"),
+    "step_time": _e("Seconds per optimizer step: FLOPs / (GPUs x peak x MFU), times the straggler factor "
+                    "simulated from the real packs.", "advisor/model/throughput.py"),
+    "tokens_per_second": _e("Real (non-padding) tokens trained per second per GPU.", "advisor/model/throughput.py"),
+    "epoch_time": _e("Time for one pass over the data set at that step time.", "advisor/model/throughput.py"),
+    "memory_bar": _e("Memory per GPU by component (left) beside Megatron-Bridge's own estimate (right) and the "
+                     "GPU's capacity (red line).", "advisor/model/memory.py; Megatron-Bridge estimate_training_memory"),
+    "attention_flops": _e("Attention core FLOPs per step three ways: THD variable-length (sum of s_i^2), one "
+                          "block-diagonal mask over the packed row ((sum s_i)^2), and every sample padded to the "
+                          "sequence length (b x s^2).", MLM_FLOPS),
+    "memory_heatmap": _e("Memory per GPU for other pack sizes and CP sizes; cells marked with a cross do not fit.",
+                         "advisor/analysis.py (memory_grid)"),
+    # ----------------------------------------------------------------------------------------- recommendations
+    "findings": _e("What the rules found in your plan: errors stop Megatron, warnings cost time or data, infos "
+                   "explain a derived setting. Apply fix changes the plan.", "advisor/advice/rules.py"),
+    "candidates": _e("Layouts the search tried on your GPUs (TP, CP, pack size, micro batch) that fit and break no "
+                     "rule, fastest first, beside yours.", "advisor/advice/search.py"),
+    "mb_version": _e("The Megatron-Bridge release: the packing API moved in 0.6 (enable_offline_packing).",
+                     "advisor/advice/exports.py"),
+    "export_format": _e("What to export: a Python snippet for a recipe's ConfigContainer, overrides, Megatron-LM "
+                        "arguments, packed-file paths, the plan, a report, or trial launch scripts.",
+                        "advisor/advice/exports.py"),
+    "export_recommended": _e("Export the search's best candidate instead of your plan.", "advisor/advice/search.py"),
+    # ----------------------------------------------------------------------------------------- trial
+    "trial_steps": _e("Measured steps per way (packed, padded, block-masked) after one warm-up step.",
+                      "advisor/trial/run.py"),
+    "trial_pack_size": _e("The trial's pack size; your lengths are scaled to it so the trial stays small.",
+                          "advisor/trial/run.py"),
+    "trial_scale": _e("How large the trial's model is (small runs on a CPU in seconds).", "advisor/trial/run.py"),
+    "trial_upload": _e("A trial.json from a run on a GPU node (python -m advisor trial PLAN --device cuda --out DIR).",
+                       "advisor/trial/run.py"),
+    "trial_chart": _e("Measured real tokens/s of the three ways on the same samples; the title compares the "
+                      "packed/padded speed-up with the FLOPs prediction.", "advisor/trial/run.py"),
+}
+
+
+def help_text(key: str) -> str:
+    """The explanation with its source, as a widget's ``help=``."""
+    return str(HELP[key])
+
+
+# --------------------------------------------------------------------------------------------- worked examples
+def attention_example(lengths: list[int]) -> dict:
+    """Attention work of a few samples packed in one row, three ways.
+
+    >>> attention_example([100, 200, 300])
+    {'lengths': [100, 200, 300], 'thd': 140000, 'block_mask': 360000, 'padded': 270000}
+    """
+    longest = max(lengths)
+    return {"lengths": list(lengths), "thd": sum(s * s for s in lengths), "block_mask": sum(lengths) ** 2,
+            "padded": len(lengths) * longest * longest}
+
+
+def global_batch_example(samples_per_step: int, packing_factor: float, dp: int) -> dict:
+    """Megatron-Bridge's global batch in packs for the plan's samples per step (Plan.global_batch_packs's rule).
+
+    >>> global_batch_example(128, 2.1, 8)
+    {'samples': 128, 'n': 2.1, 'dp': 8, 'packs': 64, 'samples_trained': 134}
+    """
+    packs = max(dp, round(samples_per_step / packing_factor / dp) * dp)
+    return {"samples": samples_per_step, "n": packing_factor, "dp": dp, "packs": packs,
+            "samples_trained": round(packs * packing_factor)}
+
+
+def cp_padding_example(length: int, cp: int, tp: int, sp: bool) -> dict:
+    """A sequence padded to the CP/SP multiple lcm(2 CP, CP TP with SP) (Megatron-Bridge 0.6's rule).
+
+    >>> cp_padding_example(1001, cp=2, tp=4, sp=True)
+    {'length': 1001, 'multiple': 8, 'padded': 1008, 'chunks': 4, 'chunk_tokens': 252}
+    """
+    import math
+
+    multiple = math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
+    padded = -(-length // multiple) * multiple
+    return {"length": length, "multiple": multiple, "padded": padded, "chunks": 2 * cp,
+            "chunk_tokens": padded // (2 * cp)}

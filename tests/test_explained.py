@@ -1,0 +1,68 @@
+"""Every metric, control and chart on every page carries its explanation (advisor/ui/explain.py), and the worked
+examples are the engine's own numbers."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from advisor.ui import explain
+from advisor.ui import state as ui
+from tests.conftest import ROOT
+
+PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py",
+         "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
+WIDGETS = ("number_input", "selectbox", "toggle", "radio", "text_input", "checkbox", "slider", "select_slider",
+           "text_area", "multiselect", "date_input")
+TRIAL_RESULT = {  # what a trial.json holds, enough for the Trial page to draw its chart and tables
+    "device": "cpu", "steps": 1, "speedup": 2.0, "predicted_speedup": 1.9,
+    "packed": {"tokens_per_second": 2000.0, "step_seconds": 0.5}, "padded": {"tokens_per_second": 1000.0,
+                                                                            "step_seconds": 1.0},
+    "block_masked": {"tokens_per_second": 1500.0, "step_seconds": 0.7},
+    "memory": {"measured_bytes": 2**20, "predicted_bytes": 2**20},
+    "loss_parity": {"max_abs_diff": 0.0, "bound": 1e-5}, "grad_parity": {"max_rel_diff": 0.0, "bound": 1e-4}}
+
+
+def _help_of(element) -> str:
+    return getattr(element, "help", None) or getattr(getattr(element, "proto", None), "help", "") or ""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_metric_control_and_chart_is_explained(page):
+    at = AppTest.from_file(str(ROOT / page), default_timeout=300)
+    at.session_state["trial_result"] = TRIAL_RESULT
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    for metric in at.metric:
+        assert _help_of(metric), f"{page}: metric {metric.label!r} has no explanation"
+    for kind in WIDGETS:
+        for widget in at.get(kind):
+            assert _help_of(widget), f"{page}: {kind} {getattr(widget, 'label', '?')!r} has no explanation"
+    for uploader in at.get("file_uploader"):
+        assert uploader.proto.help, f"{page}: file uploader {uploader.proto.label!r} has no explanation"
+    charts = len(at.get("plotly_chart"))
+    explained = sum(1 for e in at.expander if e.label == "What am I looking at?")
+    assert explained == charts, f"{page}: {charts} charts, {explained} explanations"
+
+
+def test_every_explanation_names_its_source():
+    for key, e in explain.HELP.items():
+        assert len(e.text) > 20 and e.source, key
+        assert e.source in explain.help_text(key)
+
+
+def test_worked_examples_are_the_engines_numbers(squad):
+    from advisor.analysis import analyze
+
+    plan = ui.default_plan()
+    analysis = analyze(plan, squad)
+    n = analysis.packing_factor
+    text = ui.global_batch_example_text(plan, n)
+    assert f"global_batch_size {analysis.global_batch_packs} packs" in text
+    assert f"(a multiple of {plan.pad_seq_to_mult})" in ui.cp_example_text(plan.changed({"parallel": {"cp": 2}})) or \
+        "multiple of" in ui.cp_example_text(plan.changed({"parallel": {"cp": 2}}))
+    e = explain.attention_example([100, 200, 300])
+    assert e["thd"] < e["padded"] < e["block_mask"]
+    cp = explain.cp_padding_example(1001, cp=2, tp=4, sp=True)
+    assert cp["padded"] % cp["multiple"] == 0 and cp["multiple"] == plan.changed(
+        {"parallel": {"cp": 2, "tp": 4, "gpus": 8}}).collate_padding_multiple
