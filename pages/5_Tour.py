@@ -1,5 +1,28 @@
-"""Tour: the concepts of packed and long-context training in order, one step per screen."""
+"""Tour: the concepts of packed and long-context training in order, one step per screen, each linked to its page."""
 
 import streamlit as st
 
+from advisor.ui import state as ui
+from advisor.ui import tour
+
+st.set_page_config(page_title="Tour", layout="wide")
+ui.init_state(st.session_state)
+i = min(st.session_state.get("tour_step", 0), len(tour.STEPS) - 1)
+step = tour.STEPS[i]
 st.title("Tour")
+st.progress((i + 1) / len(tour.STEPS), text=f"Step {i + 1} of {len(tour.STEPS)}")
+st.header(step.title)
+st.markdown(ui.plain(step.text))
+with st.spinner(f"computing on {step.sample}"):
+    for line in tour.step_figures(i):
+        st.info(ui.plain(line))
+back, go, forward = st.columns(3)
+if back.button("Back", disabled=i == 0):
+    st.session_state["tour_step"] = i - 1
+    st.rerun()
+if go.button(f"Open {step.page_title} with these settings", type="primary"):
+    tour.apply_step(st.session_state, i)
+    st.switch_page(step.page)
+if forward.button("Next", disabled=i == len(tour.STEPS) - 1):
+    st.session_state["tour_step"] = i + 1
+    st.rerun()

@@ -132,9 +132,9 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.get_by_role("link", name="Trial").click()
         page.get_by_role("heading", name="Trial", exact=True).wait_for(timeout=120_000)  # the new page
         page.wait_for_selector(READY, timeout=120_000)
-        page.get_by_label("Steps").fill("1")
-        page.get_by_label("Trial pack size").fill("128")
-        page.get_by_label("Trial pack size").press("Enter")
+        page.get_by_role("spinbutton", name="Steps").fill("1")
+        page.get_by_role("spinbutton", name="Trial pack size").fill("128")
+        page.get_by_role("spinbutton", name="Trial pack size").press("Enter")
         page.wait_for_selector(READY, timeout=60_000)
         page.get_by_role("button", name="Start trial").click()
         page.get_by_text("Trial done").wait_for(timeout=300_000)  # the job runs apart from the page
@@ -162,7 +162,7 @@ def test_wikipedia_sample_in_chromium(app_url):
         page.wait_for_selector(READY, timeout=180_000)
         page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=120_000)
         assert '"pack_size": 512' in page.locator("code").first.inner_text()
-        size = page.get_by_label("Pack size")
+        size = page.get_by_role("spinbutton", name="Pack size")
         size.fill("256")
         size.press("Enter")
         page.wait_for_function("() => document.querySelector('code') && "
@@ -175,4 +175,30 @@ def test_wikipedia_sample_in_chromium(app_url):
         for i in range(4):
             assert charts.nth(i).locator(".main-svg").count() >= 1  # drawn, not only placed
         page.screenshot(path=str(SHOTS / "7_wikipedia_packing.png"), full_page=True)
+        browser.close()
+
+
+@pytest.mark.slow
+def test_the_tour_in_chromium(app_url):
+    """The Tour from the sidebar: every step, one screenshot each, and a step's link opens its page."""
+    from playwright.sync_api import sync_playwright
+
+    from advisor.ui.tour import STEPS
+
+    SHOTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.goto(app_url)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_role("link", name="Tour: start here").click()
+        for i, step in enumerate(STEPS):
+            page.get_by_role("heading", name=step.title).wait_for(timeout=120_000)
+            page.wait_for_selector(READY, timeout=120_000)
+            page.get_by_text(f"Step {i + 1} of {len(STEPS)}").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(SHOTS / f"tour_{i + 1}.png"), full_page=True)
+            if i < len(STEPS) - 1:
+                page.get_by_role("button", name="Next").click()
+        page.get_by_role("button", name=f"Open {STEPS[-1].page_title} with these settings").click()
+        page.get_by_role("heading", name="Trial", exact=True).wait_for(timeout=120_000)
         browser.close()

@@ -66,3 +66,29 @@ def test_worked_examples_are_the_engines_numbers(squad):
     cp = explain.cp_padding_example(1001, cp=2, tp=4, sp=True)
     assert cp["padded"] % cp["multiple"] == 0 and cp["multiple"] == plan.changed(
         {"parallel": {"cp": 2, "tp": 4, "gpus": 8}}).collate_padding_multiple
+
+
+def test_every_tour_step_computes_its_figures_and_links_a_page():
+    from advisor.ui import tour
+
+    for i, step in enumerate(tour.STEPS):
+        lines = tour.step_figures(i)
+        assert lines and all(isinstance(line, str) and line for line in lines), step.title
+        assert (ROOT / step.page).exists()
+        state: dict = {}
+        ui.init_state(state)
+        tour.apply_step(state, i)
+        assert state["data_name"] == step.sample and state["plan"] == tour.step_plan(step)
+
+
+def test_the_tour_walks_forward_and_opens_a_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
+    at.switch_page("pages/5_Tour.py").run()
+    from advisor.ui.tour import STEPS
+
+    for step in STEPS[:-1]:
+        assert at.header[0].value == step.title
+        next(b for b in at.button if b.label == "Next").click().run()
+    assert at.header[0].value == STEPS[-1].title
+    next(b for b in at.button if b.label.startswith("Open")).click().run()
+    assert not at.exception and at.title[0].value == "Trial"

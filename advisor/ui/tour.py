@@ -1,0 +1,131 @@
+"""The guided tour: the concepts of packed and long-context training in the order a newcomer needs them, one step a
+screen, each computed live on a bundled sample and linked to the page where the concept lives, settings applied.
+
+Alternatives: a static slide deck (its numbers drift from the engine) or tooltips alone (no order). Each step's
+figures come from ``analyze`` on the step's sample, so the tour is as true as the pages.
+
+>>> [s.page for s in STEPS][:2]
+['pages/0_Data_and_plan.py', 'pages/1_Packing.py']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.analysis import analyze
+from advisor.packing.baselines import pad_to_sequence_length
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import runtime_lengths
+from advisor.plan import Plan
+from advisor.ui import state as ui
+
+SQUAD, CHAT, LONG = "SQuAD 1.1 (real, 88k)", "chat-like (180k)", "long-context (20k)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    title: str
+    text: str  # the concept, for an engineer new to it
+    sample: str  # the bundled sample the step is computed on
+    changes: dict = field(default_factory=dict)  # plan changes on top of the sample's default plan
+    page: str  # where the concept lives
+    page_title: str
+
+
+STEPS: tuple[Step, ...] = (
+    Step(title="Your data set is a list of lengths",
+         text="Packing and memory depend only on how many tokens each sample has after tokenization. Without "
+              "packing every sample is padded to the sequence length, and the GPUs compute on the padding.",
+         sample=SQUAD, page="pages/0_Data_and_plan.py", page_title="Data and plan"),
+    Step(title="Packing puts several samples in one row",
+         text="Offline packing (Megatron-Bridge) fills rows of pack_size tokens with whole samples before training. "
+              "n, the packing factor, is how many samples a row holds on average; efficiency is the share of the "
+              "row that is data.",
+         sample=SQUAD, page="pages/1_Packing.py", page_title="Packing"),
+    Step(title="The global batch counts packs",
+         text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs. To train on the "
+              "same samples per step as without packing, divide by n (the advisor does this in its exports).",
+         sample=SQUAD, page="pages/3_Recommendations.py", page_title="Recommendations"),
+    Step(title="Attention inside a pack: sum of squares, not square of sums",
+         text="Variable-length (THD) attention keeps each sample to itself: its cost is the sum of s_i^2. A single "
+              "block-diagonal mask over the whole row would cost (sum s_i)^2, and padding every sample to the "
+              "longest costs b x s_max^2.",
+         sample=SQUAD, page="pages/2_Memory_and_FLOPs.py", page_title="Memory and FLOPs"),
+    Step(title="Stragglers: one long sample slows every rank",
+         text="Every step waits for the slowest data-parallel rank. Attention grows with the square of a sample's "
+              "length, so a pack with one long sample can take several times the mean: the straggler ratio.",
+         sample=CHAT, page="pages/1_Packing.py", page_title="Packing"),
+    Step(title="Context parallelism pads every sequence",
+         text="CP splits each sequence into 2*CP chunks (rank r takes r and 2CP-1-r, balancing causal attention), "
+              "so every packed sequence is padded to lcm(2*CP, CP*TP with sequence parallelism): pad_seq_to_mult.",
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/1_Packing.py",
+         page_title="Packing"),
+    Step(title="Memory per GPU",
+         text="Weights, gradients and optimizer states are split by TP, PP and the distributed optimizer; "
+              "activations grow with the tokens of one micro batch, that is the pack size, divided by TP and CP.",
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py",
+         page_title="Memory and FLOPs"),
+    Step(title="What breaks at 128k",
+         text="At long context a dense attention mask built by the data loader is gigabytes per sample, CP needs the "
+              "loss settings that survive a rank with no labels, and full recompute is slower than more CP. The "
+              "rules say which apply to your plan, why, and how to fix it.",
+         sample=LONG, page="pages/3_Recommendations.py", page_title="Recommendations"),
+    Step(title="Export it, then check it",
+         text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
+              "trains a small model packed, padded and block-masked on your length distribution and checks the "
+              "packed loss against each sample alone.",
+         sample=SQUAD, page="pages/4_Trial.py", page_title="Trial"),
+)
+
+
+def step_plan(step: Step) -> Plan:
+    return ui.default_plan(step.sample).changed(step.changes) if step.changes else ui.default_plan(step.sample)
+
+
+def step_figures(index: int) -> list[str]:
+    """The step's figures, computed on its sample (each a line to show)."""
+    step = STEPS[index]
+    hist, plan = ui.load_sample(step.sample), step_plan(step)
+    a = analyze(plan, hist)
+    s = hist.num_samples
+    if index == 0:
+        counts = runtime_lengths(hist, PackingConfig(pack_size=plan.pack_size)).counts
+        padded = pad_to_sequence_length(counts, plan.pack_size)
+        return [f"{step.sample}: {s:,} samples, mean {hist.total_tokens / s:,.0f} tokens, longest "
+                f"{hist.max_length:,}.",
+                f"Padded to {plan.pack_size} tokens without packing: {padded.efficiency:.1f} % of the computed tokens "
+                f"are data; {100 - padded.efficiency:.1f} % is padding."]
+    if index == 1:
+        m = a.packing.metadata
+        return [f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
+                f"efficiency {m['packing_efficiency']} %."]
+    if index == 2:
+        return [ui.global_batch_example_text(plan, a.packing_factor)]
+    if index == 3:
+        f = a.estimate.flops
+        return [ui.attention_example_text(),
+                f"On this data at pack size {plan.pack_size}: THD / block-masked attention = "
+                f"{f.attention_ratio:.2f}."]
+    if index == 4:
+        return [f"At pack size {plan.pack_size:,} the heaviest pack has {a.packing.metrics.straggler_ratio:.2f}x the "
+                f"mean attention work; the simulated step waits x{a.estimate.time.straggler_factor:.2f}."]
+    if index == 5:
+        return [ui.cp_example_text(plan), f"The plan's pad_seq_to_mult: {plan.pad_seq_to_mult}."]
+    if index == 6:
+        m = a.estimate.memory
+        return [f"{plan.model_name}, {plan.parallel.gpus} GPUs (TP {plan.parallel.tp}, CP {plan.parallel.cp}), "
+                f"pack {plan.pack_size:,}: {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} "
+                f"({'fits' if m.fits else 'does not fit'})."]
+    if index == 7:
+        return [f"{f.id}: {f.message}" for f in a.findings if f.id.startswith(("long_context", "cp."))][:4]
+    lines = [line for line in a.export("python").splitlines() if "global_batch_size" in line or "Specs(" in line]
+    return [f"The Megatron-Bridge export of this plan sets, among others: {line}" for line in lines]
+
+
+def apply_step(state, index: int) -> None:
+    """Load the step's sample and plan into the session (the page it links to then shows them)."""
+    step = STEPS[index]
+    ui.use_sample(state, step.sample)
+    state["sample_choice"] = step.sample
+    if step.changes:
+        ui.set_plan(state, step.changes)
