@@ -472,3 +472,15 @@ def test_a_valid_but_enormous_histogram_is_refused_before_it_is_expanded(tmp_pat
         proc = subprocess.run([sys.executable, "-m", "advisor", *argv, "--quiet"], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2 and "too many to pack one by one" in proc.stderr, proc.stderr
+
+
+def test_an_integer_past_2_53_beside_a_missing_cell_is_refused_cleanly():
+    """Found by the fuzz tests: Arrow's safe cast to float refused 2**53 + 1 with its own exception."""
+    from advisor.data.ingest import parse_lengths
+
+    with pytest.raises(InputError, match="line 2: length is missing"):
+        parse_lengths(b"9007199254740993\nnan", "x.csv")
+    with pytest.raises(InputError, match="beyond any sequence length"):
+        parse_lengths(b"9007199254740993\n\n5\n", "x.csv")
+    with pytest.raises(InputError, match="no usable lengths"):
+        parse_lengths(b"9007199254740993\nnan", "x.csv", on_bad="skip")
