@@ -3,7 +3,7 @@
 import streamlit as st
 
 from advisor.plan import dump_plan
-from advisor.ui import charts
+from advisor.ui import charts, links, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 
@@ -52,7 +52,7 @@ with left:
     if "plan_error" in st.session_state:
         st.error(ui.plain(st.session_state["plan_error"]))
     st.download_button("Save plan (YAML)", dump_plan(st.session_state["plan"]), file_name="plan.yaml")
-    st.query_params.from_dict(ui.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
+    st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
     st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "
                "name; uploaded data is not in the link).")
 
@@ -61,10 +61,10 @@ with right:
     st.subheader(f"{st.session_state['data_name']}")
     c1, c2 = st.columns(2)
     log_x, log_y = c1.toggle("log x", key="log_x", help=H("log_x")), c2.toggle("log y", key="log_y", help=H("log_y"))
-    for col, (label, value) in zip(st.columns(4), ui.summary_numbers(hist).items(), strict=True):
+    for col, (label, value) in zip(st.columns(4), views.summary_numbers(hist).items(), strict=True):
         col.metric(label, value, help=H(label))
     explained(charts.length_histogram(hist, plan.pack_size, log_x, log_y), "length_histogram")
-    st.dataframe(ui.summary_table(hist), hide_index=True, width="stretch")
+    st.dataframe(views.summary_table(hist), hide_index=True, width="stretch")
     for note in hist.notes:
         st.info(ui.plain(note))
     for e in hist.excluded:

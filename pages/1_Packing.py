@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from advisor.packing.algorithms import ALGORITHMS
-from advisor.ui import charts
+from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 
@@ -41,14 +41,14 @@ k1.metric("packs", f"{m.num_packs:,}", help=H("packs"))
 k2.metric("packing factor n", result.metadata["packing_factor"], help=H("packing_factor"))
 k3.metric("efficiency", f"{result.metadata['packing_efficiency']} %", help=H("efficiency"))
 k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}", help=H("straggler_ratio"))
-st.caption(ui.global_batch_example_text(st.session_state["plan"], m.num_sequences / m.num_packs) + " " +
-           ui.cp_example_text(st.session_state["plan"]))
+st.caption(views.global_batch_example_text(st.session_state["plan"], m.num_sequences / m.num_packs) + " " +
+           views.cp_example_text(st.session_state["plan"]))
 st.subheader("Megatron-Bridge metadata, as it will be written", help=H("metadata"))
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     st.info(ui.plain(note))
 bar = st.progress(0.0, text="sweeping pack sizes")
-sweep = ui.packing_sweep(hist, ui.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
+sweep = views.packing_sweep(hist, views.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
                                                       "best_fit_decreasing"],
                          progress=lambda what, done: bar.progress(done, text=what))
 bar.empty()

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from advisor.plan.presets import GPU_PRESETS
-from advisor.ui import charts
+from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 
@@ -52,10 +52,10 @@ with a:
     explained(charts.memory_bar(est), "memory_bar")
 with b:
     explained(charts.attention_flops_bars(est), "attention_flops")
-    example = ui.attention_example_text()
+    example = views.attention_example_text()
     st.caption(example)
 with st.expander("Why the advisor and Megatron-Bridge differ"):
     st.markdown("\n".join(f"- {d}" for d in est.memory.differences))
 with st.spinner("memory over pack size and CP"):
-    grid = ui.memory_grid_frame(analysis)
+    grid = views.memory_grid_frame(analysis)
 explained(charts.memory_heatmap(grid), "memory_heatmap")

@@ -4,6 +4,7 @@ import streamlit as st
 
 from advisor.analysis import ALL_FORMATS
 from advisor.ui import state as ui
+from advisor.ui import views
 from advisor.ui.explain import help_text as H
 
 st.set_page_config(page_title="Recommendations & export", layout="wide")
@@ -27,15 +28,15 @@ st.subheader("Best candidates", help=H("candidates"))
 bar = st.progress(0.0, text="searching layouts")
 analysis.searched(progress=lambda what, done: bar.progress(done, text=f"searching layouts: {what}"))
 bar.empty()
-table = ui.candidates_table(analysis)
+table = views.candidates_table(analysis)
 st.dataframe(table, hide_index=True, width="stretch")
-if note := ui.search_note(analysis):
+if note := views.search_note(analysis):
     st.caption(note)
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", ["0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1"], help=H("mb_version"))
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
-text, filename = ui.export_text(analysis, fmt, version, recommended)
-st.code(text, language=ui.code_language(fmt))
+text, filename = views.export_text(analysis, fmt, version, recommended)
+st.code(text, language=views.code_language(fmt))
 st.download_button(f"Download {filename}", text, file_name=filename)

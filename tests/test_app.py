@@ -101,7 +101,8 @@ def test_apply_fix_changes_the_plan():
 
 
 def test_share_link_reopens_the_plan():
-    from advisor.ui.state import default_plan, plan_from_query, plan_to_query
+    from advisor.ui.links import plan_from_query, plan_to_query
+    from advisor.ui.samples import default_plan
 
     plan = default_plan("chat-like (180k)").changed({"parallel": {"cp": 2}, "model": {"num_layers": 16}})
     sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))

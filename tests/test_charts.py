@@ -8,7 +8,7 @@ from advisor.analysis import analyze, memory_grid
 from advisor.model.estimate import estimate
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.ui import charts
+from advisor.ui import charts, views
 from advisor.ui import state as dashboard
 
 
@@ -18,7 +18,7 @@ def test_figures_carry_the_numbers(squad):
     assert sum(fig.data[0].y) == squad.num_samples
     strip = charts.pack_strip(result, n=10)
     assert sum(sum(t.y) for t in strip.data) == sum(sum(result.pack(i)) for i in range(10))
-    sweep = dashboard.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
+    sweep = views.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
     curves = charts.sweep_curves(sweep, "packing_efficiency", 384)
     assert {t.name for t in curves.data} == set(sweep["algorithm"])
     work = charts.attention_work_histogram(result)  # binned: every pack counted once, a bounded payload
@@ -51,7 +51,7 @@ def test_memory_figures(squad):
 def test_marks_on_log_axes_sit_at_the_value(squad):
     import math
 
-    sweep = dashboard.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
+    sweep = views.packing_sweep(squad, [256, 512], ["first_fit_decreasing"])
     curves = charts.sweep_curves(sweep, "packing_efficiency", 384)
     # plotly: shapes by value, annotations by exponent on a log axis
     assert curves.layout.xaxis.type == "log" and curves.layout.shapes[0].x0 == 384

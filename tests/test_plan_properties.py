@@ -18,7 +18,7 @@ from advisor.plan import Plan, PlanError, dump_plan, plan_from_dict
 from advisor.plan.io import parse_plan_text, plan_from_text
 from advisor.plan.presets import MODEL_PRESETS
 from advisor.plan.schema import SECTIONS, json_schema
-from advisor.ui.state import plan_from_query, plan_to_query
+from advisor.ui.links import plan_from_query, plan_to_query
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SMALL = LengthHistogram.from_samples([90, 150, 200, 310, 380, 500, 700, 1000, 1500, 2000] * 30)

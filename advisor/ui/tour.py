@@ -18,6 +18,7 @@ from advisor.packing.config import PackingConfig
 from advisor.packing.offline import runtime_lengths
 from advisor.plan import Plan
 from advisor.ui import state as ui
+from advisor.ui import views
 
 SQUAD, CHAT, LONG = "SQuAD 1.1 (real, 88k)", "chat-like (180k)", "long-context (20k)"
 
@@ -100,17 +101,17 @@ def step_figures(index: int) -> list[str]:
         return [f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
                 f"efficiency {m['packing_efficiency']} %."]
     if index == 2:
-        return [ui.global_batch_example_text(plan, a.packing_factor)]
+        return [views.global_batch_example_text(plan, a.packing_factor)]
     if index == 3:
         f = a.estimate.flops
-        return [ui.attention_example_text(),
+        return [views.attention_example_text(),
                 f"On this data at pack size {plan.pack_size}: THD / block-masked attention = "
                 f"{f.attention_ratio:.2f}."]
     if index == 4:
         return [f"At pack size {plan.pack_size:,} the heaviest pack has {a.packing.metrics.straggler_ratio:.2f}x the "
                 f"mean attention work; the simulated step waits x{a.estimate.time.straggler_factor:.2f}."]
     if index == 5:
-        return [ui.cp_example_text(plan), f"The plan's pad_seq_to_mult: {plan.pad_seq_to_mult}."]
+        return [views.cp_example_text(plan), f"The plan's pad_seq_to_mult: {plan.pad_seq_to_mult}."]
     if index == 6:
         m = a.estimate.memory
         return [f"{plan.model_name}, {plan.parallel.gpus} GPUs (TP {plan.parallel.tp}, CP {plan.parallel.cp}), "

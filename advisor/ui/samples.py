@@ -1,0 +1,68 @@
+"""The bundled samples, the plan each opens with, and the dashboard's limits on what a visitor's plan may ask the
+server to compute (the engine's own limits are wider).
+
+>>> default_plan().training.seq_length
+384
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from advisor.data.lengths import LengthHistogram
+from advisor.plan import Plan, PlanError, plan_from_dict, schema
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
+
+
+# sample name -> (file, the plan it opens with)
+SAMPLES: dict[str, tuple[str, dict]] = {
+    "SQuAD 1.1 (real, 88k)": ("squad_v1.1_len384_hist.csv", {"seq_length": 384, "gpus": 8}),
+    "Wikipedia BERT (real, 16.3M)": ("wikipedia_bert_len512_hist.csv", {"seq_length": 512, "gpus": 8}),
+    "SFT-like (200k)": ("sft_like_hist.csv", {"seq_length": 8192, "gpus": 16}),
+    "chat-like (180k)": ("chat_like_hist.csv", {"seq_length": 16384, "gpus": 16}),
+    "long-context (20k)": ("long_context_hist.csv", {"seq_length": 131072, "gpus": 64, "cp": 16}),
+    "VLM-like (100k)": ("vlm_like_hist.csv", {"seq_length": 4096, "gpus": 8, "task": "vlm-sft"}),
+}
+
+
+DEFAULT_SAMPLE = "SQuAD 1.1 (real, 88k)"
+
+
+MAX_GPUS = schema.MAX_GPUS  # the Memory page's GPU control goes as far as a plan may
+
+
+MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sequences, packs and sweeps stop at 1M tokens (the engine takes 2^24)
+
+
+@lru_cache(maxsize=8)
+def load_sample(name: str) -> LengthHistogram:
+    from advisor.data.ingest import load_lengths
+
+    return load_lengths(SAMPLE_DIR / SAMPLES[name][0])
+
+
+def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
+    s = SAMPLES[sample][1]
+    vlm = s.get("task") == "vlm-sft"
+    return plan_from_dict({
+        "model": "qwen2.5-vl-7b" if vlm else "llama3.1-8b",
+        "parallel": {"gpus": s["gpus"], "tp": 2, "cp": s.get("cp", 1), "sp": True},
+        "training": {"task": s.get("task", "llm-sft"), "seq_length": s["seq_length"],
+                     "micro_batch_size": 4 if vlm else 1, "global_batch_size": 128},
+        "packing": {"mode": "auto", "pack_size": None if vlm else s["seq_length"]},
+        "data": {"lengths": f"sample_data/{SAMPLES[sample][0]}"},
+        "hardware": {"gpu": "H100-80GB"}}, "default plan")
+
+
+def within_budget(plan: Plan, source: str = "plan") -> Plan:
+    """The dashboard's limits on what a visitor's plan may ask the server to compute (the engine's are wider)."""
+    problems = [f"training.seq_length {plan.training.seq_length:,} is over the dashboard's {MAX_DASHBOARD_PACK:,} "
+                "tokens (use the command line for longer)"] if plan.training.seq_length > MAX_DASHBOARD_PACK else []
+    if plan.pack_size > MAX_DASHBOARD_PACK:
+        problems.append(f"packing.pack_size {plan.pack_size:,} is over the dashboard's {MAX_DASHBOARD_PACK:,} tokens")
+    if problems:
+        raise PlanError(source, problems)
+    return plan
+

@@ -1,0 +1,171 @@
+"""What the pages show, built from engine results: summary tables, the pack-size sweep, candidate tables, exports
+and the worked examples of the explanations. Plain data in, plain data out (no Streamlit).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
+from advisor.data.lengths import LengthHistogram, summarize
+from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
+from advisor.packing.cache import HistogramCache, packing_for
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import PackingResult, pack, runtime_lengths
+from advisor.plan import Plan
+from advisor.ui.samples import MAX_DASHBOARD_PACK
+
+
+# ------------------------------------------------------------------------------------------------ the data
+def summary_table(hist: LengthHistogram) -> pd.DataFrame:
+    s = summarize(hist)
+    rows = [("samples", f"{s.num_samples:,}"), ("tokens", f"{s.total_tokens:,}"), ("mean", f"{s.mean:,.1f}"),
+            ("p50", f"{s.p50:,}"), ("p90", f"{s.p90:,}"), ("p99", f"{s.p99:,}"), ("max", f"{s.max:,}")]
+    rows += [(f"share > {k:,}", f"{v:.2%}") for k, v in s.share_above.items()]
+    rows.append(("rows left out", f"{s.excluded:,}"))
+    return pd.DataFrame(rows, columns=["statistic", "value"])
+
+
+def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
+    """The few figures shown large above the summary table."""
+    s = summarize(hist)
+    return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
+
+
+_SWEEPS = HistogramCache(16)
+
+
+SWEEP_SAMPLES = 250_000  # past this the sweep runs on a scale model of the data (bench/bench_dashboard.py measures
+
+
+def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list[str], micro_batch_size: int = 4,
+                  seed: int = 1234, pad_seq_to_mult: int = 1, progress=None) -> pd.DataFrame:
+    """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines; computed once
+    per (data, settings) and kept. On more than ``SWEEP_SAMPLES`` samples the curves come from a scale model of the
+    data (same shape, fewer samples): the packs themselves are not shown, and the page's own packing stays exact."""
+    setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult)
+    return _SWEEPS.get(hist, setting, lambda: _sweep(hist.scale_model(SWEEP_SAMPLES), pack_sizes, algorithms,
+                                                     micro_batch_size, seed, pad_seq_to_mult, progress))
+
+
+def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress=None) -> pd.DataFrame:
+    rows = []
+    steps = len(pack_sizes) * (len(algorithms) + 1)
+    for i, size in enumerate(pack_sizes):
+        for j, algorithm in enumerate(algorithms):
+            if progress is not None:
+                progress(f"sweep {i * (len(algorithms) + 1) + j + 1} of {steps}: {algorithm} at pack size {size:,}",
+                         (i * (len(algorithms) + 1) + j) / steps)
+            # not through the packing cache: the sweep is kept whole in _SWEEPS, its packs are not needed again
+            res = pack(hist, PackingConfig(pack_size=size, algorithm=algorithm, seed=seed,
+                                           pad_seq_to_mult=pad_seq_to_mult))
+            rows.append({"pack_size": size, "algorithm": algorithm,
+                         "packing_efficiency": res.metrics.packing_efficiency,
+                         "padding_fraction": res.metrics.padding_fraction,
+                         "packing_factor": res.metrics.num_sequences / res.num_packs,
+                         "straggler_ratio": res.metrics.straggler_ratio})
+        counts = runtime_lengths(hist, PackingConfig(pack_size=size)).counts
+        for b in (pad_to_sequence_length(counts, size), pad_to_longest_in_batch(counts, size, micro_batch_size, seed)):
+            rows.append({"pack_size": size, "algorithm": f"no packing: {b.name}", "packing_efficiency": b.efficiency,
+                         "padding_fraction": b.padding_fraction, "packing_factor": 1.0, "straggler_ratio": None})
+    if progress is not None:
+        progress("sweep done", 1.0)
+    frame = pd.DataFrame(rows)
+    frame.attrs["samples"] = hist.num_samples
+    frame.attrs["scale_model"] = "scale model" in hist.source
+    return frame
+
+
+def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1) -> PackingResult:
+    """One packing of the data (cached in the engine on the histogram and settings)."""
+    return packing_for(hist, PackingConfig(pack_size=pack_size, algorithm=algorithm,
+                                           pad_seq_to_mult=pad_seq_to_mult))
+
+
+def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
+    """Powers of two from the 10th-percentile length up to the first one that holds the longest sample: fixed per
+    data set, so the sweep is computed once and a changed control does not pack it all again.
+
+    >>> sweep_sizes(LengthHistogram.from_samples([100, 300, 5000]))
+    [256, 512, 1024, 2048, 4096, 8192]
+    """
+    top = min(MAX_DASHBOARD_PACK, 1 << max(4, int(hist.max_length - 1).bit_length()))
+    low = min(top, 1 << max(4, int(hist.percentile(10)).bit_length()))
+    sizes = []
+    size = top
+    while size >= low and len(sizes) < most:
+        sizes.append(size)
+        size //= 2
+    return sorted(sizes)
+
+
+def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
+    return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits"])
+
+
+def candidates_table(analysis: Analysis) -> pd.DataFrame:
+    result = analysis.search
+    rows = [{"plan": "yours", **result.baseline.summary()}]
+    rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
+    frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
+                                "global_batch_packs", "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    frame = frame.rename(columns={"global_batch_size": "samples/step", "global_batch_packs": "packs/step (MB GBS)"})
+    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
+
+
+def search_note(analysis: Analysis) -> str | None:
+    """Said under the candidates when they were estimated on a scale model of the data."""
+    from advisor.analysis import SCALE_MODEL_SAMPLES
+
+    n = analysis.hist.num_samples
+    if n <= SCALE_MODEL_SAMPLES:
+        return None
+    return (f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} samples, the "
+            "same length distribution); your plan's own figures on the other pages use all of it.")
+
+
+def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
+    """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
+    return analysis.export(fmt, version, recommended=recommended), EXPORT_FILE_NAMES[fmt]
+
+
+def code_language(fmt: str) -> str:
+    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
+            "slurm": "bash"}.get(fmt, "text")
+
+
+# ------------------------------------------------------------------------------------------------ worked examples
+def attention_example_text(lengths: tuple[int, ...] = (100, 200, 300)) -> str:
+    """Three samples' attention work three ways, in one sentence (computed by advisor.ui.explain)."""
+    from advisor.ui.explain import attention_example
+
+    e = attention_example(list(lengths))
+    squares = " + ".join(f"{s}²" for s in lengths)
+    return (f"Worked example: samples of {', '.join(map(str, lengths))} tokens in one packed row. THD computes "
+            f"{squares} = {e['thd']:,}; one block mask over the row computes ({sum(lengths)})² = "
+            f"{e['block_mask']:,} ({e['block_mask'] / e['thd']:.1f}x); padding each to {max(lengths)} computes "
+            f"{len(lengths)} x {max(lengths)}² = {e['padded']:,}.")
+
+
+def global_batch_example_text(plan: Plan, packing_factor: float) -> str:
+    """The plan's samples per step before and after dividing by n."""
+    from advisor.ui.explain import global_batch_example
+
+    e = global_batch_example(plan.training.global_batch_size, packing_factor, plan.dp)
+    return (f"Worked example: your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → "
+            f"Megatron-Bridge global_batch_size {e['packs']} packs (a multiple of DP {e['dp']}), about "
+            f"{e['samples_trained']} samples per step.")
+
+
+def cp_example_text(plan: Plan, length: int = 1001) -> str:
+    """A sequence padded to the plan's CP/SP multiple."""
+    from advisor.ui.explain import cp_padding_example
+
+    p = plan.parallel
+    e = cp_padding_example(length, p.cp, p.tp, p.sp)
+    if e["multiple"] == 1:
+        return "Worked example: with CP 1 and no sequence parallelism a sequence needs no padding to a multiple."
+    return (f"Worked example: with CP {p.cp}, TP {p.tp}{' and SP' if p.sp else ''} a {length}-token sequence is "
+            f"padded to {e['padded']} (a multiple of {e['multiple']}) and cut into {e['chunks']} chunks of "
+            f"{e['chunk_tokens']}.")
+
