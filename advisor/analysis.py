@@ -28,7 +28,7 @@ from advisor.advice.search import SearchResult, search
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import DEFAULT_MFU, Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
-from advisor.packing.cache import HistogramCache
+from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, packing_arrays
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError, dump_plan
 from advisor.trial.launch import LAUNCH_FORMATS, trial_slurm, trial_torchrun
@@ -135,7 +135,8 @@ class Analysis:
                 "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor)}
 
 
-_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE)
+_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES,
+                           lambda a: packing_arrays(a.__dict__.get("packing")))  # analyses keep packings alive too
 
 
 def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,

@@ -36,10 +36,11 @@ bar = st.progress(0.0, text=f"packing {hist.num_samples:,} samples")
 result = ui.plan_packing(st.session_state, progress=lambda what, done: bar.progress(done, text=what))
 bar.empty()
 m = result.metrics
-k1, k2, k3, k4 = st.columns(4)
+k1, k2, k3, k5, k4 = st.columns(5)
 k1.metric("packs", f"{m.num_packs:,}", help=H("packs"))
 k2.metric("packing factor n", result.metadata["packing_factor"], help=H("packing_factor"))
 k3.metric("efficiency", f"{result.metadata['packing_efficiency']} %", help=H("efficiency"))
+k5.metric("data share", f"{100 * (1 - m.padding_fraction):.2f} %", help=H("data_share"))
 k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}", help=H("straggler_ratio"))
 st.caption(views.global_batch_example_text(st.session_state["plan"], m.num_sequences / m.num_packs) + " " +
            views.cp_example_text(st.session_state["plan"]))

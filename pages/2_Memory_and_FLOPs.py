@@ -39,7 +39,10 @@ if not ui.set_plan(st.session_state, ui.only_changes(plan, {"model": model, "har
     st.stop()
 with st.spinner("estimating"):
     analysis = ui.analysis_of(st.session_state)
-    est = analysis.estimate
+    est, problem = ui.estimate_of(analysis)
+if problem:
+    st.error(ui.plain(problem))
+    st.stop()
 k = st.columns(4)
 k[0].metric("memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
             f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB", help=H("memory"))

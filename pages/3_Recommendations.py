@@ -37,6 +37,9 @@ v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", ["0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1"], help=H("mb_version"))
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
-text, filename = views.export_text(analysis, fmt, version, recommended)
+try:
+    text, filename = views.export_text(analysis, fmt, version, recommended)
+except ValueError as e:  # the data cannot be estimated under this plan (say, fewer samples than a micro batch)
+    text, filename = f"# cannot export: {e}\n", "error.txt"
 st.code(text, language=views.code_language(fmt))
 st.download_button(f"Download {filename}", text, file_name=filename)

@@ -160,3 +160,19 @@ def test_uploads_over_the_memory_budget_are_refused_before_parsing(monkeypatch):
     monkeypatch.setattr(ui, "_parse_upload", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
     assert not ui.use_upload(state, b"length\n" + b"100\n" * 300_000, "big.csv")
     assert "over the dashboard's 1 MB limit" in state["upload_error"] and state["hist"] is before
+
+
+def test_pages_survive_data_that_cannot_be_estimated():
+    """Found by review: an in-batch (VLM) plan on fewer samples than one micro batch crashed the Memory page."""
+    from advisor.ui import state as ui
+    from advisor.ui.samples import default_plan
+
+    for page in ("pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/1_Packing.py"):
+        state: dict = {}
+        ui.init_state(state)
+        state["plan"] = default_plan("VLM-like (100k)")
+        assert ui.use_upload(state, b"length\n100\n200\n", "two.csv")
+        at = run(page, {"hist": state["hist"], "plan": state["plan"], "data_name": "two.csv"})
+        assert not at.exception, (page, [e.value for e in at.exception])
+    at = run("pages/2_Memory_and_FLOPs.py", {"hist": state["hist"], "plan": state["plan"], "data_name": "two.csv"})
+    assert "fewer samples" in shown(at.error[0])

@@ -148,3 +148,43 @@ def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
     assert "--num-layers 16" in text and "--group-query-attention" in text
     snippet = advisor("export", plan, "--format", "python", "--lengths", SQUAD, "--quiet").stdout
     assert "cfg.model.num_layers = 16" in snippet
+
+
+def test_second_review_findings_stay_fixed(tmp_path):
+    """Each line was a finding of the second independent review."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from advisor.analysis import analyze
+    from advisor.data.lengths import LengthHistogram
+    from advisor.plan import PlanError, plan_from_dict
+
+    with pytest.raises(PlanError, match="pad_seq_to_mult 65536 is larger than the longest sequence"):
+        plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 384}, "packing": {"pad_seq_to_mult": 65536}})
+    ones = LengthHistogram.from_samples([1] * 50)  # runtime length 0 everywhere
+    est = analyze(plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 384}}), ones).estimate
+    assert est.flops.attention_ratio == 1.0
+    ones_file = tmp_path / "ones.csv"
+    ones_file.write_text("length\n" + "1\n" * 50)
+    proc = advisor("estimate", SAMPLE / "plans" / "llama8b_squad.yaml", "--lengths", ones_file, "--quiet")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(1, 5000), min_size=1, max_size=300), st.lists(st.integers(1, 10**6), min_size=1,
+                                                                            max_size=300), st.integers(50, 5000))
+    def quantiles_kept(lengths, counts, target):
+        n = min(len(lengths), len(counts))
+        hist = LengthHistogram.from_pairs(lengths[:n], counts[:n])
+        model = hist.scale_model(target)
+        if model is hist:
+            return
+        ratio = target / hist.num_samples
+        full = np.cumsum(hist.counts) * ratio
+        cdf = dict(zip(model.lengths.tolist(), np.cumsum(model.counts).tolist(), strict=True))
+        for length, want in zip(hist.lengths.tolist(), full.tolist(), strict=True):
+            got = max((v for k, v in cdf.items() if k <= length), default=0)
+            assert abs(got - want) <= 1.5, (length, got, want)  # every quantile within a sample (+ the kept max)
+        assert model.max_length == hist.max_length
+
+    quantiles_kept()

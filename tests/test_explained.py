@@ -60,12 +60,17 @@ def test_worked_examples_are_the_engines_numbers(squad):
     text = views.global_batch_example_text(plan, n)
     assert f"global_batch_size {analysis.global_batch_packs} packs" in text
     with_cp = plan.changed({"parallel": {"cp": 2}})
-    assert f"(a multiple of {with_cp.pad_seq_to_mult})" in views.cp_example_text(with_cp)
+    assert f"pad_seq_to_mult {with_cp.pad_seq_to_mult} " in views.cp_example_text(with_cp)
     e = explain.attention_example([100, 200, 300])
     assert e["thd"] < e["padded"] < e["block_mask"]
-    cp = explain.cp_padding_example(1001, cp=2, tp=4, sp=True)
-    assert cp["padded"] % cp["multiple"] == 0 and cp["multiple"] == plan.changed(
-        {"parallel": {"cp": 2, "tp": 4, "gpus": 8}}).collate_padding_multiple
+    cp_plan = plan.changed({"parallel": {"cp": 2, "tp": 4, "gpus": 8}})
+    cp = explain.cp_padding_example(1001, cp_plan.pad_seq_to_mult, cp_plan.parallel.cp)
+    assert cp == {"length": 1001, "multiple": 8, "padded": 1008, "chunks": 4, "chunk_tokens": 252}
+    assert "chunks" not in views.cp_example_text(plan)  # CP 1: nothing is cut
+    from advisor.ui.samples import default_plan
+
+    vlm = default_plan("VLM-like (100k)")
+    assert "no division by n" in views.global_batch_example_text(vlm, 2.0)
 
 
 def test_every_tour_step_computes_its_figures_and_links_a_page():

@@ -105,6 +105,10 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
              "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
              t.global_batch_size}
     dataset: dict = {"seq_length": t.seq_length}
+    if mode == "offline":
+        # the packing shuffle's seed, GPTSFTDatasetConfig.seed (the dataclass default is 1234, recipes set 5678), so
+        # the packs Megatron-Bridge writes are the ones the advisor simulated (only the SFT config has the field)
+        dataset["seed"] = k.seed
     specs = None
     if mode == "offline":
         specs = {"packed_sequence_size": plan.pack_size, "pad_seq_to_mult": plan.pad_seq_to_mult}

@@ -135,9 +135,12 @@ def _why(c: Candidate, base: Candidate) -> str:
                         ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size)):
         if x != y:
             parts.append(f"{label} {y}->{x}")
-    gain = c.tokens_per_second_per_gpu / max(base.tokens_per_second_per_gpu, 1e-9) - 1
+    if base.tokens_per_second_per_gpu <= 0:  # no estimate, or no real tokens at all: no ratio to show
+        gain_text = "tokens/s not comparable (0 for your plan)"
+    else:
+        gain_text = f"{c.tokens_per_second_per_gpu / base.tokens_per_second_per_gpu - 1:+.0%} tokens/s/GPU"
     ce, be = c.estimate, base.estimate
-    detail = [f"{gain:+.0%} tokens/s/GPU"]
+    detail = [gain_text]
     if be is not None:
         detail.append(f"memory {be.memory.total / 2**30:.0f}->{ce.memory.total / 2**30:.0f} GiB")
         detail.append(f"straggler x{be.time.straggler_factor:.2f}->x{ce.time.straggler_factor:.2f}")

@@ -265,6 +265,8 @@ def _chunk_to_numpy(chunk) -> np.ndarray:
         return _chunk_to_numpy(pc.cast(chunk.fill_null(False), pa.uint8())).astype(bool)
     if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return chunk.to_numpy(zero_copy_only=False)
+    if len(chunk) == 0:
+        return np.zeros(0, np.float64)
     if chunk.null_count:  # unsafe: integers past 2**53 round, as numpy would; the range checks come after
         chunk = pc.cast(chunk, pa.float64(), safe=False).fill_null(float("nan"))
         t = chunk.type

@@ -7,7 +7,9 @@ order matters (random micro batches) it is drawn from a seed.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -116,17 +118,36 @@ class LengthHistogram:
         return sum(e.count for e in self.excluded)
 
     def scale_model(self, samples: int) -> LengthHistogram:
-        """The same shape with about ``samples`` samples (each count scaled and rounded, none dropped to zero), for
-        overviews such as a pack-size sweep where the shape decides the figures and the total only the time.
+        """The same length distribution with ``samples`` samples, for overviews (a pack-size sweep, the layout
+        search) where the shape decides the figures and the total only the time.
+
+        Counts are rounded on the cumulative distribution, so every quantile stays within one sample of the data's:
+        rounding each length's count up to at least 1 instead gave a long tail of rare lengths 1/ratio times its
+        weight (a 4M-sample lognormal's share of tokens over 16k went from 21 % to 49 %). Only the longest length is
+        kept at 1 even if rare, because it sets truncation.
 
         >>> LengthHistogram.from_pairs([10, 20, 30], [1000, 3000, 1]).scale_model(400).counts.tolist()
         [100, 300, 1]
         """
         if self.num_samples <= samples:
             return self
-        scaled = np.maximum(1, np.round(self.counts * (samples / self.num_samples))).astype(np.int64)
-        return LengthHistogram(lengths=self.lengths.copy(), counts=scaled,
+        ratio = samples / self.num_samples
+        cumulative = np.round(np.cumsum(self.counts.astype(np.float64)) * ratio).astype(np.int64)
+        scaled = np.diff(cumulative, prepend=0)
+        scaled[-1] = max(1, int(scaled[-1]))
+        keep = scaled > 0
+        return LengthHistogram(lengths=self.lengths[keep].copy(), counts=scaled[keep],
                                source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)")
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of the source and the (length, count) pairs: what caches key on (a histogram of a million
+        distinct lengths is 16 MB of bytes; its digest is 32 characters, computed once)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for part in (self.source.encode(), self.lengths.tobytes(), self.counts.tobytes()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+        return digest.hexdigest()
 
     def samples(self) -> np.ndarray:
         """Every sample's length, in ascending order (memory: 8 bytes a sample)."""

@@ -50,7 +50,7 @@ class FlopsEstimate:
 
     @property
     def padding_waste(self) -> float:
-        return 1 - self.model_per_step / self.computed_per_step
+        return 1 - _ratio(self.model_per_step, self.computed_per_step)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +104,11 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b, 1 when both are 0 (every sample one token long: its runtime length, stored - 1, is 0)."""
+    return a / b if b else 1.0
+
+
 def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
              overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Estimate:
     """Memory per GPU, FLOPs and time for a plan on its data. The caller reads the data (the CLI from the plan's
@@ -129,7 +134,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
                  "block_mask": rows * coef.core * mean(mb.attention_block)}
     flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
                           computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
-                          attention=attention, attention_ratio=mean(mb.attention_thd) / mean(mb.attention_block))
+                          attention=attention, attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)))
     time = estimate_time(mb, coef, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
                          seed=plan.packing.seed)
     notes = []

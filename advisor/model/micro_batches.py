@@ -52,8 +52,9 @@ def _offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBa
     size = result.config.pack_size
     real_share = result.runtime.real_tokens / max(1, int(fill.sum()))  # pad_seq_to_mult padding is not data
     computed = np.full(fill.size, size, np.int64) if fixed_length else np.minimum(size, _ceil_to(fill, 16))
+    thd = work.astype(np.float64)  # one array for both: packed attention computes exactly the THD work
     return MicroBatches(mode="offline", real_tokens=fill * real_share, computed_tokens=computed,
-                        attention_thd=work.astype(np.float64), attention_computed=work.astype(np.float64),
+                        attention_thd=thd, attention_computed=thd,
                         attention_block=(fill.astype(np.float64)) ** 2, samples=nseq, total_micro_batches=fill.size)
 
 

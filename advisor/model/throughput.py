@@ -54,6 +54,7 @@ def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, global_batch: in
     step = ideal * factor
     steps = mb.total_micro_batches / global_batch
     real_per_step = global_batch * float(mb.real_tokens.mean())
-    return TimeEstimate(step_seconds=step, tokens_per_second_per_gpu=real_per_step / step / gpus,
+    rate = real_per_step / step / gpus if step > 0 else 0.0  # no work at all (every runtime length 0): no rate
+    return TimeEstimate(step_seconds=step, tokens_per_second_per_gpu=rate,
                         steps_per_epoch=steps, epoch_seconds=steps * step, straggler_factor=factor, mfu=mfu,
                         ideal_step_seconds=ideal)

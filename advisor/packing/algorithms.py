@@ -220,12 +220,15 @@ def permutation(n: int, seed: int | None) -> np.ndarray:
     """The positions ``np.random.RandomState(seed).shuffle`` moves n items to (``permutation(n)`` makes the same
     swaps on ``arange(n)``). The swaps depend only on n and the seed, not on the values, so a new pack size (which
     changes the runtime lengths, not their count) reuses them: drawing 16M swaps takes 0.7 s."""
+    if seed is None:  # numpy seeds itself from the OS: a fresh draw each time, nothing to reuse
+        return np.random.RandomState(None).permutation(n)
     key = (n, seed)
     with _PERMUTATIONS_LOCK:  # dashboard sessions pack in threads of one process
         perm = _PERMUTATIONS.get(key)
     if perm is None:
         perm = np.random.RandomState(seed).permutation(n)
         perm = perm.astype(np.int32) if n < 2**31 else perm
+        perm.setflags(write=False)  # shared by every caller: nobody may shuffle it in place
         with _PERMUTATIONS_LOCK:
             while len(_PERMUTATIONS) >= 4:
                 _PERMUTATIONS.pop(next(iter(_PERMUTATIONS)))

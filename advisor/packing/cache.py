@@ -22,19 +22,21 @@ PACKING_CACHE_SIZE = 32  # a page's whole sweep (6 sizes x 3 algorithms) plus th
 class HistogramCache:
     """Results keyed on a histogram's contents and a hashable setting, the ``size`` most recent kept.
 
-    The key holds the histogram's bytes (a few kB even for 16M samples), not the object, so nothing outlives its
-    entry, and an equal histogram read again hits the same entry. Dashboard sessions share it: a lock keeps two
-    reruns from corrupting the order (a value may be computed twice, never half-stored).
+    The key is the histogram's content fingerprint (a digest, computed once per histogram), not the object, so
+    nothing outlives its entry, and an equal histogram read again hits the same entry. Dashboard sessions share it:
+    a lock keeps two reruns from corrupting the order (a value may be computed twice, never half-stored).
     """
 
-    def __init__(self, size: int, max_bytes: int | None = None, sizeof=None):
-        self.size, self.max_bytes, self.sizeof = size, max_bytes, sizeof
+    def __init__(self, size: int, max_bytes: int | None = None, arrays=None):
+        # arrays(value) -> the numpy arrays a value holds; the budget counts each array once over all entries, since
+        # entries share them (every analysis of one data set holds the same packing)
+        self.size, self.max_bytes, self.arrays = size, max_bytes, arrays
         self.entries: OrderedDict = OrderedDict()
         self.hits = self.misses = 0
         self._lock = threading.Lock()
 
     def get(self, hist: LengthHistogram, setting, compute):
-        key = (hist.source, hist.lengths.tobytes(), hist.counts.tobytes(), setting)
+        key = (hist.fingerprint, setting)
         with self._lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
@@ -49,19 +51,26 @@ class HistogramCache:
         return value
 
     def _over_budget(self) -> bool:
-        if self.max_bytes is None or self.sizeof is None:
+        if self.max_bytes is None or self.arrays is None:
             return False
-        return sum(self.sizeof(v) for v in self.entries.values()) > self.max_bytes
+        held = {id(a): a.nbytes for v in self.entries.values() for a in self.arrays(v)}
+        return sum(held.values()) > self.max_bytes
 
 
-PACKING_CACHE_BYTES = 2 << 30  # a 16M-sample packing holds ~130 MB of arrays: about 15 of them, then the oldest goes
+PACKING_CACHE_BYTES = 2 << 30  # a 16M-sample packing holds ~700 MB once estimated: about three, then the oldest goes
 
 
-def _packing_bytes(result: PackingResult) -> int:
-    return int(result.offsets.nbytes + result.items.nbytes)
+def packing_arrays(result: PackingResult | None) -> list:
+    """The arrays a packing holds, those computed later on it included (per-pack sums, micro batches)."""
+    if result is None:
+        return []
+    arrays = [result.offsets, result.items, *result.__dict__.get("per_pack", ())]
+    for mb in result.__dict__.get("_micro_batches", {}).values():
+        arrays += [mb.real_tokens, mb.computed_tokens, mb.attention_thd, mb.attention_block, mb.samples]
+    return arrays
 
 
-PACKINGS = HistogramCache(PACKING_CACHE_SIZE, PACKING_CACHE_BYTES, _packing_bytes)
+PACKINGS = HistogramCache(PACKING_CACHE_SIZE, PACKING_CACHE_BYTES, packing_arrays)
 
 
 def packing_for(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:

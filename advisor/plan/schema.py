@@ -340,6 +340,10 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append("parallel.ep > 1 needs a MoE model (model.num_moe_experts)")
     if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
         offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
+        longest = min(t.seq_length, k.pack_size or t.seq_length)
+        if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
+            out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
+                       f"holds ({longest}): every sample would be cut to nothing")
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
             out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
                        f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")

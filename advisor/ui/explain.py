@@ -66,15 +66,21 @@ HELP: dict[str, Explanation] = {
     "pack_size": _e("packed_sequence_size: the tokens in one packed row. Longer packs waste less at the end of each "
                     "pack but need more activation memory per micro batch.", MB_PACKING),
     "pad_seq_to_mult": _e("Every sample is padded up to a multiple of this before packing. Context parallelism "
-                          "needs lcm(2*CP, CP*TP with sequence parallelism): each sequence is cut into 2*CP chunks.",
-                          MB_CONFIG),
+                          "cuts each sequence into 2*CP chunks, so it needs a multiple of 2*CP (and of CP*TP with "
+                          "sequence parallelism): the advisor uses lcm(2*CP, CP*TP with SP), the rule Megatron-Bridge "
+                          "0.6 enforces for in-batch packing; for offline packing you set it (the Llama recipes use "
+                          "2*CP when CP > 1).", MB_CONFIG + "; Megatron-Bridge recipes/llama/llama3.py"),
     "packs": _e("How many packed rows the data set becomes: one optimizer micro batch each with offline packing.",
                 MB_PACKING),
     "packing_factor": _e("n = samples / packs: how many samples an average pack holds. Megatron-Bridge's "
                          "global_batch_size counts packs, so divide your samples per step by n to keep the same "
                          "learning-rate schedule.", MB_DOCS),
-    "efficiency": _e("Real tokens / pack slots, in %: the share of computed tokens that are data, not padding. "
-                     "100 % minus this is compute spent on padding.", MB_PACKING + " (packing_efficiency)"),
+    "efficiency": _e("Megatron-Bridge's packing_efficiency: filled slots / pack slots, in %, where a sample's "
+                     "pad_seq_to_mult padding counts as filled. With pad_seq_to_mult 1 it is the share of the row "
+                     "that is data; with a larger multiple see 'data share'.", MB_PACKING + " (packing_efficiency)"),
+    "data_share": _e("Real tokens / pack slots, in %: the share of the computed tokens that are data. 100 % minus "
+                     "this is compute spent on padding, pad_seq_to_mult padding included.",
+                     "advisor/packing/metrics.py (padding_fraction)"),
     "straggler_ratio": _e("The heaviest pack's attention work over the mean. Each step waits for the slowest "
                           "data-parallel rank, and attention grows with the square of each sample's length, so one "
                           "pack holding a single long sample can slow every step.",
@@ -159,26 +165,28 @@ def attention_example(lengths: list[int]) -> dict:
             "padded": len(lengths) * longest * longest}
 
 
-def global_batch_example(samples_per_step: int, packing_factor: float, dp: int) -> dict:
-    """Megatron-Bridge's global batch in packs for the plan's samples per step (Plan.global_batch_packs's rule).
+def global_batch_example(plan, packing_factor: float) -> dict:
+    """Megatron-Bridge's global batch in packs for the plan's samples per step (``Plan.global_batch_packs``).
 
-    >>> global_batch_example(128, 2.1, 8)
+    >>> from advisor.plan import plan_from_dict
+    >>> global_batch_example(plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 128}}), 2.1)
     {'samples': 128, 'n': 2.1, 'dp': 8, 'packs': 64, 'samples_trained': 134}
     """
-    packs = max(dp, round(samples_per_step / packing_factor / dp) * dp)
+    samples_per_step, dp = plan.training.global_batch_size, plan.dp
+    packs = plan.global_batch_packs(packing_factor)
     return {"samples": samples_per_step, "n": packing_factor, "dp": dp, "packs": packs,
             "samples_trained": round(packs * packing_factor)}
 
 
-def cp_padding_example(length: int, cp: int, tp: int, sp: bool) -> dict:
-    """A sequence padded to the CP/SP multiple lcm(2 CP, CP TP with SP) (Megatron-Bridge 0.6's rule).
+def cp_padding_example(length: int, multiple: int, cp: int) -> dict:
+    """A sequence padded to the plan's multiple (``Plan.pad_seq_to_mult``) and, with CP > 1, cut into 2 CP chunks.
 
-    >>> cp_padding_example(1001, cp=2, tp=4, sp=True)
+    >>> cp_padding_example(1001, multiple=8, cp=2)
     {'length': 1001, 'multiple': 8, 'padded': 1008, 'chunks': 4, 'chunk_tokens': 252}
+    >>> cp_padding_example(1001, multiple=2, cp=1)["chunks"]
+    1
     """
-    import math
-
-    multiple = math.lcm(2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1)
     padded = -(-length // multiple) * multiple
-    return {"length": length, "multiple": multiple, "padded": padded, "chunks": 2 * cp,
-            "chunk_tokens": padded // (2 * cp)}
+    chunks = 2 * cp if cp > 1 else 1
+    return {"length": length, "multiple": multiple, "padded": padded, "chunks": chunks,
+            "chunk_tokens": padded // chunks}

@@ -174,6 +174,15 @@ def plain(text: str, most: int = 2000) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ analyses
+def estimate_of(analysis: Analysis):
+    """The estimate, or None and the one-line reason the data cannot be estimated under this plan (fewer samples than
+    one micro batch, say): a page shows the reason instead of failing."""
+    try:
+        return analysis.estimate, None
+    except ValueError as e:
+        return None, str(e)
+
+
 def analysis_of(state) -> Analysis:
     """The session's plan on its data (cached in the engine: a rerun with the same inputs computes nothing)."""
     return analyze(state["plan"], state["hist"])

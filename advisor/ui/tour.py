@@ -40,8 +40,8 @@ STEPS: tuple[Step, ...] = (
          sample=SQUAD, page="pages/0_Data_and_plan.py", page_title="Data and plan"),
     Step(title="Packing puts several samples in one row",
          text="Offline packing (Megatron-Bridge) fills rows of pack_size tokens with whole samples before training. "
-              "n, the packing factor, is how many samples a row holds on average; efficiency is the share of the "
-              "row that is data.",
+              "n, the packing factor, is how many samples a row holds on average; the data share is the part of "
+              "the row that is data rather than padding.",
          sample=SQUAD, page="pages/1_Packing.py", page_title="Packing"),
     Step(title="The global batch counts packs",
          text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs. To train on the "
@@ -98,8 +98,10 @@ def step_figures(index: int) -> list[str]:
                 f"are data; {100 - padded.efficiency:.1f} % is padding."]
     if index == 1:
         m = a.packing.metadata
+        data = 100 * (1 - a.packing.metrics.padding_fraction)
         return [f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
-                f"efficiency {m['packing_efficiency']} %."]
+                f"{data:.2f} % of the row is data (Megatron-Bridge's packing_efficiency, which counts the "
+                f"pad_seq_to_mult padding as filled: {m['packing_efficiency']} %)."]
     if index == 2:
         return [views.global_batch_example_text(plan, a.packing_factor)]
     if index == 3:
@@ -128,5 +130,4 @@ def apply_step(state, index: int) -> None:
     step = STEPS[index]
     ui.use_sample(state, step.sample)
     state["sample_choice"] = step.sample
-    if step.changes:
-        ui.set_plan(state, step.changes)
+    state["plan"] = step_plan(step)  # exactly the plan the step's figures were computed on

@@ -151,7 +151,10 @@ def global_batch_example_text(plan: Plan, packing_factor: float) -> str:
     """The plan's samples per step before and after dividing by n."""
     from advisor.ui.explain import global_batch_example
 
-    e = global_batch_example(plan.training.global_batch_size, packing_factor, plan.dp)
+    if plan.packing_mode != "offline":
+        return (f"Your plan packs {plan.packing_mode}: Megatron's global_batch_size counts samples "
+                f"({plan.training.global_batch_size} per step), no division by n.")
+    e = global_batch_example(plan, packing_factor)
     return (f"Worked example: your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → "
             f"Megatron-Bridge global_batch_size {e['packs']} packs (a multiple of DP {e['dp']}), about "
             f"{e['samples_trained']} samples per step.")
@@ -162,10 +165,10 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
     from advisor.ui.explain import cp_padding_example
 
     p = plan.parallel
-    e = cp_padding_example(length, p.cp, p.tp, p.sp)
+    e = cp_padding_example(length, plan.pad_seq_to_mult, p.cp)
     if e["multiple"] == 1:
-        return "Worked example: with CP 1 and no sequence parallelism a sequence needs no padding to a multiple."
-    return (f"Worked example: with CP {p.cp}, TP {p.tp}{' and SP' if p.sp else ''} a {length}-token sequence is "
-            f"padded to {e['padded']} (a multiple of {e['multiple']}) and cut into {e['chunks']} chunks of "
-            f"{e['chunk_tokens']}.")
+        return "Worked example: with pad_seq_to_mult 1 a sequence is packed as it is."
+    cut = f" and cut into {e['chunks']} chunks of {e['chunk_tokens']}, two per CP rank" if p.cp > 1 else ""
+    return (f"Worked example: with pad_seq_to_mult {e['multiple']} (CP {p.cp}, TP {p.tp}{', SP' if p.sp else ''}) "
+            f"a {length}-token sequence is padded to {e['padded']}{cut}.")
 
