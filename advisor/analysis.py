@@ -167,7 +167,10 @@ def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: li
             except PlanError:
                 continue
             same = cell == p  # the plan's own cell: its exact analysis is already there
-            est = (analysis if same else analyze(cell, model, mfu=analysis.mfu,
-                                                 overhead_gib=analysis.overhead_gib)).estimate
-            rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits})
+            cell_analysis = analysis if same else analyze(cell, model, mfu=analysis.mfu,
+                                                          overhead_gib=analysis.overhead_gib)
+            est = cell_analysis.estimate
+            breaks = sorted({f.id for f in cell_analysis.findings if f.severity == "error"})
+            rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits,
+                         "breaks": ", ".join(breaks)})
     return rows

@@ -59,3 +59,13 @@ def test_marks_on_log_axes_sit_at_the_value(squad):
     log = charts.length_histogram(squad, 384, log_x=True).layout
     assert log.shapes[0].x0 == 384 and log.annotations[0].x == math.log10(384)
     assert charts.length_histogram(squad, 384).layout.annotations[0].x == 384
+
+
+def test_memory_grid_marks_cells_that_break_a_rule(squad):
+    """A CP cell whose sequence length is not divisible by 2*CP fits in memory but Megatron refuses it."""
+    plan = dashboard.default_plan().changed({"training": {"seq_length": 1001}, "packing": {"pack_size": 1001}})
+    rows = memory_grid(analyze(plan, squad), [1001], [1, 2])
+    by_cp = {r["cp"]: r for r in rows}
+    assert by_cp[1]["breaks"] == "" and "cp.seq_length" in by_cp[2]["breaks"]
+    heat = charts.memory_heatmap(pd.DataFrame(rows))
+    assert any(" !" in cell for row in heat.data[0].text for cell in row)

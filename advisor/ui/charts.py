@@ -148,16 +148,21 @@ def attention_flops_bars(est: Estimate) -> go.Figure:
 
 
 def memory_heatmap(grid: pd.DataFrame) -> go.Figure:
-    """Memory per GPU (GiB) over pack size and CP; cells that do not fit are marked."""
+    """Memory per GPU (GiB) over pack size and CP; cells that do not fit (✗) or that break a rule Megatron enforces
+    (!, the rule named on hover) are marked."""
+    if "breaks" not in grid:
+        grid = grid.assign(breaks="")
     table = grid.pivot(index="cp", columns="pack_size", values="memory_gib")
     fits = grid.pivot(index="cp", columns="pack_size", values="fits")
-    text = [[f"{v:.0f}{'' if ok else ' ✗'}" for v, ok in zip(row, frow, strict=True)]
-            for row, frow in zip(table.values, fits.values, strict=True)]
+    breaks = grid.pivot(index="cp", columns="pack_size", values="breaks").fillna("")
+    text = [[f"{v:.0f}{'' if ok else ' ✗'}{' !' if why else ''}" for v, ok, why in zip(row, frow, brow, strict=True)]
+            for row, frow, brow in zip(table.values, fits.values, breaks.values, strict=True)]
     fig = go.Figure(go.Heatmap(z=table.values, x=[str(c) for c in table.columns], y=[str(r) for r in table.index],
-                               text=text, texttemplate="%{text}", colorscale="Viridis",
+                               text=text, texttemplate="%{text}", colorscale="Viridis", customdata=breaks.values,
+                               hovertemplate="CP %{y}, pack %{x}: %{z:.1f} GiB %{customdata}<extra></extra>",
                                colorbar=dict(title="GiB")))
-    fig.update_layout(title="Memory per GPU by pack size and CP (✗: does not fit)", xaxis_title="pack size",
-                      yaxis_title="CP", margin=dict(t=50, b=40))
+    fig.update_layout(title="Memory per GPU by pack size and CP (✗: does not fit; !: breaks a rule)",
+                      xaxis_title="pack size", yaxis_title="CP", margin=dict(t=50, b=40))
     fig.update_xaxes(type="category")  # numbers as labels: one cell per value, not a continuous axis
     fig.update_yaxes(type="category")
     return fig

@@ -100,7 +100,7 @@ def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
 
 
 def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
-    return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits"])
+    return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits", "breaks"])
 
 
 def candidates_table(analysis: Analysis) -> pd.DataFrame:
