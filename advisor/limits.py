@@ -1,4 +1,5 @@
-"""The sizes the advisor accepts, in one place below every layer (no imports: the command line reads them while it
+"""The sizes the advisor accepts, in one place below every layer, and the JSON depth scan that enforces one of them
+for data files and plans alike (numpy is imported only inside the scan: the command line reads the limits while it
 builds its parser, before anything heavy is loaded).
 
 >>> MAX_PACK < MAX_TOKENS
@@ -8,3 +9,53 @@ True
 MAX_TOKENS = 1 << 24  # 16M tokens: longer than any context Megatron trains today, small enough to never overflow
 MAX_PACK = 1 << 22  # offline packing keeps arrays of pack-size length: 4M-token packs stay well inside 2 GiB
 MAX_GPUS = 1 << 17
+MAX_JSON_DEPTH = 64  # a lengths file needs 3; Python's json module recurses once a level
+_SCAN_CHUNK = 1 << 20
+
+
+def json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    r"""True when ``[`` and ``{`` outside strings nest deeper than ``limit``, found without recursion, so the
+    check itself cannot be what overflows: numpy passes over 1 MiB chunks, tracking string state (quotes not
+    escaped by an odd run of backslashes) and depth across chunk edges. A few MiB of temporaries whatever the
+    file's size.
+
+    >>> json_too_deep(b'[{"a": "[[[[ \\\\"}, [1]]', 2), json_too_deep(b"[" * 100 + b"]" * 100)
+    (False, True)
+    >>> json_too_deep(b'["\\"[[[[[", 1]', 1)
+    False
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False  # not even that many openers: no scan needed (the common case, and a cheap one)
+    import numpy as np  # only when there are that many brackets: the command line starts without it
+
+    escapes = b"\\" in data
+    depth, in_string, run = 0, False, 0  # carried across chunks: depth, inside a string, trailing backslashes
+    for start in range(0, len(data), _SCAN_CHUNK):
+        a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
+        quote = a == 34
+        if escapes:
+            escaped, run = _escaped(a == 92, run)
+            quote &= ~escaped
+        flips = np.cumsum(quote, dtype=np.int64)
+        inside = ((flips - quote + in_string) & 1).astype(bool)  # string state just before each byte
+        at = np.flatnonzero(((a == 91) | (a == 123) | (a == 93) | (a == 125)) & ~inside)
+        if at.size:
+            running = depth + np.cumsum(np.where((a[at] == 91) | (a[at] == 123), 1, -1), dtype=np.int64)
+            if running.max() > limit:
+                return True
+            depth = int(running[-1])
+        in_string = bool((int(flips[-1]) + in_string) & 1)
+    return False
+
+
+def _escaped(backslash, carried: int):
+    """Which bytes follow an odd run of backslashes (so a quote there is text), and the run at the chunk's end."""
+    import numpy as np
+
+    idx = np.arange(backslash.size)
+    last_other = np.maximum.accumulate(np.where(backslash, -1, idx))
+    run = idx - last_other + np.where(last_other < 0, carried, 0)  # backslashes ending at each byte
+    escaped = np.empty(backslash.size, bool)
+    escaped[0] = carried % 2 == 1
+    escaped[1:] = run[:-1] % 2 == 1
+    return escaped, int(run[-1])

@@ -27,52 +27,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from advisor.data.parquet_footer import FooterError, column_chunks
-from advisor.errors import InputError
+from advisor.errors import EXCERPT, InputError, excerpt  # noqa: F401 - readers import excerpt from here
+from advisor.limits import MAX_JSON_DEPTH, json_too_deep
 
 MAX_LENGTH = 2**24  # tokens in one sample: 16M, far above any context length trained today
 MAX_COUNT = 2**40  # samples on one histogram row
 MAX_TOKENS = 2**63  # sum of length x count must stay below: then every int64 sum downstream is exact
-MAX_DEPTH = 64  # JSON nesting: a lengths file needs 3 ([{"input_ids": [...]}])
+MAX_DEPTH = MAX_JSON_DEPTH  # JSON nesting: a lengths file needs 3 ([{"input_ids": [...]}])
 MAX_COLUMNS = 10_000  # fields on a CSV's first line: pyarrow builds a column per field
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a 100M-row CSV of lengths; larger inputs should be histograms
 DECODED_PER_BYTE = 4  # Parquet may take this many bytes in memory per byte of file before it is refused
 MAX_FOOTER = 8 << 20  # a Parquet footer (its metadata) of a lengths file is a few kB
-EXCERPT = 40  # characters of a user's value quoted in a message
 SYSTEM_DIRS = ("/proc", "/sys")  # pseudo files: sizes lie (0 bytes), reads leak process state or block
 _CHUNK = 1 << 22
 
 
 # ---------------------------------------------------------------------------------------------- messages
-def excerpt(value, limit: int = EXCERPT) -> str:
-    """A short, escaped rendering of a user's value for a message (``repr`` of at most ``limit`` characters).
-
-    >>> excerpt("abc"), excerpt("x" * 100)[:8], excerpt(True), excerpt(2.5)
-    ("'abc'", "'xxxxxxx", 'True', '2.5')
-    >>> excerpt(10**3999), excerpt(10**5000)
-    ('10000000000000000000…(4,000 digits)', '(an integer of about 5,000 digits)')
-    """
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return _long_int(value)
-    if isinstance(value, (list, tuple, dict)) and len(value) > 8:
-        return f"a {type(value).__name__} of {len(value):,} items"
-    if isinstance(value, (str, bytes)) and len(value) > limit:
-        return repr(value[:limit]) + "…"
-    text = repr(value)
-    return text if len(text) <= limit + 2 else text[:limit] + "…"
-
-
-def _long_int(value: int) -> str:
-    """Leading digits and a digit count; str() of an int past 4300 digits raises ValueError, so only estimate."""
-    try:
-        text = str(value)
-    except ValueError:
-        digits = math.floor((value.bit_length() - 1) * math.log10(2)) + 1
-        return f"(an integer of about {digits:,} digits)"
-    return f"{text[:20]}…({len(text.lstrip('-')):,} digits)"
-
-
 def display_name(name) -> str:
     """A file name fit for a message: as given when short and printable, else an escaped excerpt.
 
@@ -376,51 +346,6 @@ def nth_nonempty_line(data: bytes, n: int) -> int | None:
 
 # ---------------------------------------------------------------------------------------------- JSON
 _LONG_INT = re.compile(rb"\d{4000,}")
-_SCAN_CHUNK = 1 << 20
-
-
-def json_too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
-    r"""True when ``[`` and ``{`` outside strings nest deeper than ``limit``, found without recursion, so the
-    check itself cannot be what overflows: numpy passes over 1 MiB chunks, tracking string state (quotes not
-    escaped by an odd run of backslashes) and depth across chunk edges. A few MiB of temporaries whatever the
-    file's size.
-
-    >>> json_too_deep(b'[{"a": "[[[[ \\\\"}, [1]]', 2), json_too_deep(b"[" * 100 + b"]" * 100)
-    (False, True)
-    >>> json_too_deep(b'["\\"[[[[[", 1]', 1)
-    False
-    """
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False  # not even that many openers: no scan needed (the common case, and a cheap one)
-    escapes = b"\\" in data
-    depth, in_string, run = 0, False, 0  # carried across chunks: depth, inside a string, trailing backslashes
-    for start in range(0, len(data), _SCAN_CHUNK):
-        a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
-        quote = a == 34
-        if escapes:
-            escaped, run = _escaped(a == 92, run)
-            quote &= ~escaped
-        flips = np.cumsum(quote, dtype=np.int64)
-        inside = ((flips - quote + in_string) & 1).astype(bool)  # string state just before each byte
-        at = np.flatnonzero(((a == 91) | (a == 123) | (a == 93) | (a == 125)) & ~inside)
-        if at.size:
-            running = depth + np.cumsum(np.where((a[at] == 91) | (a[at] == 123), 1, -1), dtype=np.int64)
-            if running.max() > limit:
-                return True
-            depth = int(running[-1])
-        in_string = bool((int(flips[-1]) + in_string) & 1)
-    return False
-
-
-def _escaped(backslash: np.ndarray, carried: int) -> tuple[np.ndarray, int]:
-    """Which bytes follow an odd run of backslashes (so a quote there is text), and the run at the chunk's end."""
-    idx = np.arange(backslash.size)
-    last_other = np.maximum.accumulate(np.where(backslash, -1, idx))
-    run = idx - last_other + np.where(last_other < 0, carried, 0)  # backslashes ending at each byte
-    escaped = np.empty(backslash.size, bool)
-    escaped[0] = carried % 2 == 1
-    escaped[1:] = run[:-1] % 2 == 1
-    return escaped, int(run[-1])
 
 
 def loads_json(data: bytes, source, where: str | None = None, *, max_depth: int = MAX_DEPTH):

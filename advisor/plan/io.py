@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from advisor.limits import json_too_deep
 from advisor.plan.schema import Plan, PlanError, plan_from_dict
 
 MAX_PLAN_BYTES = 256 * 1024
@@ -52,22 +53,6 @@ def _expanded_size(node: yaml.Node, limit: int) -> int:
     return size(node, 0)
 
 
-def _json_depth_ok(text: str) -> bool:
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest <= MAX_PLAN_DEPTH
-
-
 def parse_plan_text(text: str, name: str) -> object:
     """The raw mapping of a plan file's text (JSON if the name ends .json, else YAML), within the limits."""
     kind = "JSON" if name.lower().endswith(".json") else "YAML"
@@ -75,7 +60,7 @@ def parse_plan_text(text: str, name: str) -> object:
         raise PlanError(name, [f"is {len(text):,} characters; a plan is at most {MAX_PLAN_BYTES:,}"])
     try:
         if kind == "JSON":
-            if not _json_depth_ok(text):
+            if json_too_deep(text.encode("utf-8", "surrogatepass"), MAX_PLAN_DEPTH):  # the data files' scan
                 raise ValueError(f"is nested deeper than {MAX_PLAN_DEPTH} levels")
             return json.loads(text, parse_constant=_no_constant)
         loader = yaml.SafeLoader(text)

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from advisor.errors import PlanError
+from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 
@@ -353,15 +353,10 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
     return out
 
 
-def _excerpt(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _name(part) -> str:
     """A field name as a message shows it: a hostile key is cut to 40 characters and escaped."""
     text = str(part)
-    return text if len(text) <= 40 and text.isprintable() else _excerpt(text)
+    return text if len(text) <= 40 and text.isprintable() else excerpt(text)
 
 
 def _problem(err: dict, section: str = "") -> str:
@@ -371,7 +366,7 @@ def _problem(err: dict, section: str = "") -> str:
         return f"{path}: unknown field"
     if err["type"] in ("value_error", "assertion_error") or not path:
         return "\n".join(f"{path}: {m}" if path else m for m in msg.split("; "))
-    return f"{path}: {msg} (got {_excerpt(err.get('input'))})"
+    return f"{path}: {msg} (got {excerpt(err.get('input'))})"
 
 
 def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
