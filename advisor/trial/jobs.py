@@ -74,13 +74,12 @@ def check_request(steps: int, pack_size: int, scale: str, plan: Plan | None = No
 
 
 def trial_parameters(plan: Plan, scale: str) -> int:
-    """Parameters of the trial's model for this plan (embeddings, attention, MLP), computed without building it."""
-    from advisor.trial.run import model_config  # torch is imported only when a trial is checked
+    """Parameters of the trial's model for this plan, counted by the estimator's own ``count_parameters`` on the
+    trial's model (``trial_plan``), without building it."""
+    from advisor.model.parameters import count_parameters
+    from advisor.trial.run import model_config, trial_plan  # torch is imported only when a trial is checked
 
-    c = model_config(plan, scale)
-    attention = c.hidden_size * c.head_dim * (c.num_heads + 2 * c.num_kv_heads) + c.num_heads * c.head_dim * \
-        c.hidden_size
-    return int(2 * c.vocab_size * c.hidden_size + c.num_layers * (attention + 3 * c.hidden_size * c.ffn_hidden_size))
+    return int(count_parameters(trial_plan(plan, model_config(plan, scale)).model).total)
 
 
 def start_trial(plan: Plan, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,

@@ -9,9 +9,9 @@ import pandas as pd
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
 from advisor.data.lengths import LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
-from advisor.packing.cache import HistogramCache, packing_for
+from advisor.packing.cache import HistogramCache
 from advisor.packing.config import PackingConfig
-from advisor.packing.offline import PackingResult, pack, runtime_lengths
+from advisor.packing.offline import pack, runtime_lengths
 from advisor.plan import Plan
 from advisor.ui.samples import MAX_DASHBOARD_PACK
 
@@ -74,12 +74,6 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
     frame.attrs["samples"] = hist.num_samples
     frame.attrs["scale_model"] = "scale model" in hist.source
     return frame
-
-
-def packing_at(hist: LengthHistogram, pack_size: int, algorithm: str, pad_seq_to_mult: int = 1) -> PackingResult:
-    """One packing of the data (cached in the engine on the histogram and settings)."""
-    return packing_for(hist, PackingConfig(pack_size=pack_size, algorithm=algorithm,
-                                           pad_seq_to_mult=pad_seq_to_mult))
 
 
 def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
