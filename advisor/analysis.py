@@ -26,7 +26,7 @@ from advisor.advice.findings import Finding
 from advisor.advice.rules import check
 from advisor.advice.search import SearchResult, search
 from advisor.data.lengths import LengthHistogram
-from advisor.model.estimate import DEFAULT_MFU, Estimate, estimate, packing_of
+from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, packing_arrays
 from advisor.packing.offline import PackingResult
@@ -44,10 +44,12 @@ ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the ed
 SCALE_MODEL_SAMPLES = 500_000
 
 
-def check_mfu(mfu: float) -> float:
-    """The model FLOPs utilisation the time estimate divides by: a finite number in [0.01, 1]."""
+def check_mfu(mfu: float | None) -> float | None:
+    """An explicit model FLOPs utilisation replacing the performance model: None, or a finite number in [0.01, 1]."""
+    if mfu is None:
+        return None
     if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not math.isfinite(mfu) or not 0.01 <= mfu <= 1:
-        raise ValueError(f"mfu {mfu!r} must be a number from 0.01 to 1 (0.40 is typical for bf16 fine-tuning)")
+        raise ValueError(f"mfu {mfu!r} must be a number from 0.01 to 1 (leave it out to use the performance model)")
     return float(mfu)
 
 
@@ -64,7 +66,7 @@ class Analysis:
 
     plan: Plan
     hist: LengthHistogram
-    mfu: float = DEFAULT_MFU
+    mfu: float | None = None  # None: the performance model; a number fixes the utilisation
     overhead_gib: float = DEFAULT_OVERHEAD_GIB
 
     @cached_property
@@ -139,7 +141,7 @@ _ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES,
                            lambda a: packing_arrays(a.__dict__.get("packing")))  # analyses keep packings alive too
 
 
-def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
+def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
             overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Analysis:
     """The analysis of a plan on its data, cached on their content (an equal plan and equal lengths hit)."""
     if not isinstance(plan, Plan):

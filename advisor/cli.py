@@ -214,21 +214,22 @@ def cmd_estimate(args) -> dict:
     a = f.attention
     print(f"  attention core per step: THD {a['thd']:.3e}, padded {a['padded']:.3e}, block-masked "
           f"{a['block_mask']:.3e}; sum(s^2)/(sum s)^2 = {f.attention_ratio:.3f}")
-    print(f"  step {t.step_seconds:.3f} s (MFU {t.mfu:.0%}, straggler x{t.straggler_factor:.3f}), "
+    print(f"  step {t.step_seconds:.3f} s ({t.model}; MFU {t.mfu:.0%}, straggler x{t.straggler_factor:.3f}), "
           f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
           f"({t.steps_per_epoch:,.0f} steps)")
+    shown = [(k, v) for k, v in t.breakdown.items() if v > 0.0005 * t.step_seconds]
+    print("    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown))
     for note in est.notes:
         print(f"  note: {note}")
     return {}
 
 
 def _cost_settings(args) -> dict:
-    from advisor.model.estimate import DEFAULT_MFU
     from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 
     mfu = getattr(args, "mfu", None)
     overhead = getattr(args, "overhead_gib", None)
-    return {"mfu": DEFAULT_MFU if mfu is None else mfu,
+    return {"mfu": mfu,
             "overhead_gib": DEFAULT_OVERHEAD_GIB if overhead is None else overhead}
 
 
@@ -486,7 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("estimate", help="memory per GPU, FLOPs and step time for a plan file")
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--mfu", type=_mfu, help="model FLOPs utilisation for step time, in (0, 1] (default 0.40)")
+    p.add_argument("--mfu", type=_mfu, help="fix the model FLOPs utilisation, in [0.01, 1], instead of the "
+                                            "performance model's step time")
     p.add_argument("--overhead-gib", type=_overhead, help="fixed memory overhead per GPU, 0 to 1024 (default 3 GiB)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -57,6 +57,7 @@ with b:
     explained(charts.attention_flops_bars(est), "attention_flops")
     example = views.attention_example_text()
     st.caption(example)
+explained(charts.step_breakdown(est), "step_breakdown")
 with st.expander("Why the advisor and Megatron-Bridge differ"):
     st.markdown("\n".join(f"- {d}" for d in est.memory.differences))
 with st.spinner("memory over pack size and CP"):

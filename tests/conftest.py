@@ -63,6 +63,11 @@ def squad() -> LengthHistogram:
 
 
 @pytest.fixture(scope="session")
+def chat() -> LengthHistogram:
+    return read_hist("chat_like_hist.csv")
+
+
+@pytest.fixture(scope="session")
 def wikipedia() -> LengthHistogram:
     return read_hist("wikipedia_bert_len512_hist.csv")
 

@@ -34,6 +34,11 @@ PLANS = {
     "offline-overrides": {"model": {"preset": "qwen3-30b-a3b", "num_layers": 24, "moe_router_topk": 4,
                                     "share_embeddings_and_output_weights": True},
                           "parallel": {"gpus": 8, "tp": 2, "cp": 2, "ep": 2}, "training": {"global_batch_size": 64}},
+    "offline-405b-split": {"model": "llama3.1-405b",
+                           "parallel": {"gpus": 128, "tp": 8, "pp": 8, "vpp": 8, "sp": True, "tp_comm_overlap": True,
+                                        "account_for_embedding_in_pipeline_split": True,
+                                        "account_for_loss_in_pipeline_split": True},
+                           "training": {"global_batch_size": 64, "grad_reduce_in_fp32": False}},
     "offline-custom": {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "num_query_groups": 2,
                                  "ffn_hidden_size": 4096, "vocab_size": 32000, "normalization": "LayerNorm"},
                        "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_size": 64}},
@@ -75,6 +80,9 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
     if name == "offline-overrides":  # the preset's overrides reach the recipe, and nothing else of the model
         assert {"cfg.model.num_layers", "cfg.model.moe_router_topk", "cfg.model.share_embeddings_and_output_weights"} \
             <= set(out["set"]) and "cfg.model.hidden_size" not in out["set"]
+    if name == "offline-405b-split":  # Megatron-Core TransformerConfig / ModelParallelConfig fields
+        assert {"cfg.model.account_for_embedding_in_pipeline_split", "cfg.model.account_for_loss_in_pipeline_split",
+                "cfg.model.tp_comm_overlap", "cfg.model.virtual_pipeline_model_parallel_size"} <= set(out["set"])
     if name == "offline-custom":
         assert {"cfg.model.hidden_size", "cfg.model.num_query_groups", "cfg.model.normalization"} <= set(out["set"])
 
@@ -95,6 +103,14 @@ def test_api_generations_differ_where_they_should():
         python_snippet(plan, "0.6.2")
     assert f"cfg.train.global_batch_size = {plan.global_batch_packs(N)}" in new
     assert plan.global_batch_packs(N) == 26  # 64 samples / 2.5 per pack = 25.6 packs, to the nearest multiple of DP 2
+
+
+def test_megatron_lm_args_count_the_embedding_and_loss_as_layers():
+    args = megatron_lm_args(plan_from_dict(PLANS["offline-405b-split"]))
+    # arguments.py: (126 + 1 + 1) layers / PP 8 = 16 per rank, / 2 per virtual stage = VPP 8
+    for flag in ("--num-layers-per-virtual-pipeline-stage 2", "--account-for-embedding-in-pipeline-split",
+                 "--account-for-loss-in-pipeline-split", "--tp-comm-overlap", "--grad-reduce-in-bf16"):
+        assert flag in args
 
 
 def test_megatron_lm_args_and_mock_lengths_round_trip(tmp_path, squad):

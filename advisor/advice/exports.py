@@ -87,6 +87,11 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
              "expert_tensor_parallel_size": p.etp, "sequence_parallel": p.sp, "seq_length": t.seq_length}
     if p.vpp is not None:
         model["virtual_pipeline_model_parallel_size"] = p.vpp
+    for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if getattr(p, flag):
+            model[flag] = True
+    if p.tp_comm_overlap:
+        model["tp_comm_overlap"] = True
     if p.cp > 1:
         model["cp_comm_type"] = p.cp_comm_type
         if p.cp_comm_type == "a2a+p2p":
@@ -151,6 +156,10 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
         args = ", ".join(f"{k}={_py(v)}" for k, v in s.specs.items())
         target = "offline_packing_specs" if new else "packed_sequence_specs"
         lines.append(f"cfg.dataset.{target} = PackedSequenceSpecs({args})")
+    if not plan.training.grad_reduce_in_fp32:
+        # MixedPrecisionConfig.setup copies its grad_reduce_in_fp32 onto cfg.ddp, so cfg.ddp alone would be undone
+        lines += ["# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
+                  "# 'bf16_mixed' first through get_mixed_precision_config) set grad_reduce_in_fp32 = False"]
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +226,14 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
         if m.moe_ffn_hidden_size:
             args.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
     if p.vpp:
-        args.append(f"--num-layers-per-virtual-pipeline-stage {plan.model.num_layers // (p.pp * p.vpp)}")
+        args.append(f"--num-layers-per-virtual-pipeline-stage "
+                    f"{(plan.model.num_layers + p.pipeline_slots) // (p.pp * p.vpp)}")
+    if p.account_for_embedding_in_pipeline_split:
+        args.append("--account-for-embedding-in-pipeline-split")
+    if p.account_for_loss_in_pipeline_split:
+        args.append("--account-for-loss-in-pipeline-split")
+    if p.tp_comm_overlap:
+        args.append("--tp-comm-overlap")
     if p.sp:
         args.append("--sequence-parallel")
     if p.cp > 1:
@@ -233,6 +249,8 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if t.distributed_optimizer:
         args.append("--use-distributed-optimizer")
+    if not t.grad_reduce_in_fp32:
+        args.append("--grad-reduce-in-bf16")
     if t.task != "pretrain":
         mock = json.dumps({"mode": "file", "path": lengths_csv})
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]

@@ -26,8 +26,6 @@ from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, runtime_lengths
 from advisor.plan import Plan
 
-DEFAULT_MFU = 0.40
-
 
 def packing_config(plan: Plan) -> PackingConfig:
     """Megatron-Bridge's offline packing settings for this plan (the dataset cuts at min(seq_length, pack))."""
@@ -109,9 +107,10 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else 1.0
 
 
-def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
+def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
              overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Estimate:
-    """Memory per GPU, FLOPs and time for a plan on its data. The caller reads the data (the CLI from the plan's
+    """Memory per GPU, FLOPs and time for a plan on its data (time from the performance model unless ``mfu``
+    fixes the utilisation). The caller reads the data (the CLI from the plan's
     ``data.lengths``; the dashboard from its session): the model layer never opens a file a plan names."""
     t, p = plan.training, plan.parallel
     mode = plan.packing_mode
@@ -135,7 +134,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float = DEFAULT_MFU,
     flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
                           computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
                           attention=attention, attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)))
-    time = estimate_time(mb, coef, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
+    time = estimate_time(mb, coef, plan=plan, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
                          seed=plan.packing.seed)
     notes = []
     if p.cp > 1:

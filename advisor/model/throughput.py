@@ -1,5 +1,8 @@
 """Step time, tokens per second per GPU and time per epoch, with the data-parallel straggler effect simulated.
 
+The step time comes from the performance model (``advisor.model.perf``: kernels, communication, pipeline, data
+parallel, fitted on published runs); an explicit MFU replaces it with FLOPs / (GPUs x peak x MFU), the old model.
+
 Each step, every data-parallel rank runs its share of the global batch's micro batches; the step ends when the
 slowest rank does. Packs whose attention work sum(s^2) is far above the mean make ranks wait: the straggler
 factor is (sum over steps of the slowest rank) / (sum over steps of the mean rank), simulated on the real
@@ -8,13 +11,16 @@ micro batches in a seeded random order (Megatron's samplers shuffle them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from advisor.model.flops import FlopsCoefficients
 from advisor.model.micro_batches import MicroBatches
+from advisor.model.perf.calibration import EFFICIENCY
+from advisor.model.perf.step import StepWork, step_time
 from advisor.packing.algorithms import permutation
+from advisor.plan import Plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,8 +30,10 @@ class TimeEstimate:
     steps_per_epoch: float
     epoch_seconds: float
     straggler_factor: float
-    mfu: float
-    ideal_step_seconds: float
+    mfu: float  # Megatron-LM's model FLOPs (real tokens) / (step x GPUs x peak): an output unless given
+    ideal_step_seconds: float  # without the straggler wait
+    breakdown: dict = field(default_factory=dict)  # seconds per step by what they model; sums to step_seconds
+    model: str = "performance model"
 
 
 def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 0, max_steps: int = 2000) -> float:
@@ -45,16 +53,28 @@ def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 
     return float(shaped.max(axis=1).sum() / shaped.mean(axis=1).sum())
 
 
-def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, global_batch: int, dp: int, gpus: int,
-                  peak_flops: float, mfu: float, seed: int = 0) -> TimeEstimate:
-    """Seconds per step = computed FLOPs of the mean step / (GPUs x peak x MFU) x straggler factor."""
+def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, global_batch: int, dp: int, gpus: int,
+                  peak_flops: float, mfu: float | None = None, seed: int = 0) -> TimeEstimate:
+    """Seconds per step for ``global_batch`` micro batches (rows) over ``dp`` ranks, from the performance model
+    or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor."""
     costs = coef.linear * mb.computed_tokens + coef.core * mb.attention_computed
     factor = straggler_factor(costs, global_batch, dp, seed)
-    ideal = global_batch * float(costs.mean()) / (gpus * peak_flops * mfu)
-    step = ideal * factor
+    model_flops = global_batch * coef(float(mb.real_tokens.mean()), float(mb.attention_thd.mean()))
+    if mfu is not None:
+        ideal = global_batch * float(costs.mean()) / (gpus * peak_flops * mfu)
+        step = ideal * factor
+        breakdown = {"compute": ideal, "straggler": step - ideal}
+        label, mfu_out = f"fixed MFU {mfu:g}", mfu
+    else:
+        work = StepWork(tokens=float(mb.computed_tokens.mean()), seqlen_squared_sum=float(mb.attention_computed.mean()),
+                        micro_batches=global_batch / dp, straggler=factor)
+        timed = step_time(plan, work, EFFICIENCY)
+        step, breakdown, label = timed.step_seconds, timed.breakdown, "performance model"
+        ideal = step - breakdown["straggler"]
+        mfu_out = model_flops / (step * gpus * peak_flops) if step > 0 else 0.0
     steps = mb.total_micro_batches / global_batch
     real_per_step = global_batch * float(mb.real_tokens.mean())
     rate = real_per_step / step / gpus if step > 0 else 0.0  # no work at all (every runtime length 0): no rate
     return TimeEstimate(step_seconds=step, tokens_per_second_per_gpu=rate,
-                        steps_per_epoch=steps, epoch_seconds=steps * step, straggler_factor=factor, mfu=mfu,
-                        ideal_step_seconds=ideal)
+                        steps_per_epoch=steps, epoch_seconds=steps * step, straggler_factor=factor, mfu=mfu_out,
+                        ideal_step_seconds=ideal, breakdown=breakdown, model=label)

@@ -28,9 +28,15 @@ MODEL_PRESETS: dict[str, dict] = {
     "mixtral-8x7b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
                          ffn_hidden_size=14336, vocab_size=32000, kv_channels=128, num_moe_experts=8,
                          moe_router_topk=2, moe_ffn_hidden_size=14336),
+    "nemotron4-15b": dict(hidden_size=6144, num_layers=32, num_attention_heads=48, num_query_groups=8,
+                          ffn_hidden_size=24576, vocab_size=256000, kv_channels=128, gated_linear_unit=False,
+                          normalization="LayerNorm"),
     "nemotron4-340b": dict(hidden_size=18432, num_layers=96, num_attention_heads=96, num_query_groups=8,
                            ffn_hidden_size=73728, vocab_size=256000, kv_channels=192, gated_linear_unit=False,
                            normalization="LayerNorm"),
+    "grok1-314b": dict(hidden_size=6144, num_layers=64, num_attention_heads=48, num_query_groups=8,
+                       ffn_hidden_size=32768, vocab_size=131072, kv_channels=128, num_moe_experts=8, moe_router_topk=2,
+                       moe_ffn_hidden_size=32768),
     "deepseek-v3": dict(hidden_size=7168, num_layers=61, num_attention_heads=128, num_query_groups=128,
                         ffn_hidden_size=18432, vocab_size=129280, kv_channels=192, num_moe_experts=256,
                         moe_router_topk=8, moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048,
@@ -42,11 +48,21 @@ MODEL_PRESETS: dict[str, dict] = {
                                       spatial_merge_size=2)),
 }
 
-# memory as nvidia-smi reports it (GiB), dense bf16 tensor-core peak (TFLOP/s, no sparsity)
+# Memory as nvidia-smi reports it (GiB); dense tensor-core peaks (TFLOP/s, no sparsity); HBM bandwidth (TB/s);
+# NVLink bandwidth per GPU and direction (GB/s, half the bidirectional figure NVIDIA quotes); scale-out network per
+# GPU (GB/s: one NIC per GPU in DGX systems); streaming multiprocessors (GEMM wave quantization).
+# Sources: NVIDIA A100 (2021), H100 (2023), H200 (2024) and DGX B200 (2025) datasheets; DGX A100 (8 x 200 Gb/s HDR),
+# DGX H100/H200 and DGX B200 (8 x 400 Gb/s ConnectX-7) user guides. A100 has no FP8 tensor cores.
 GPU_PRESETS: dict[str, dict] = {
-    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0),
-    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0),
-    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0),
-    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0),
-    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0),
+    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tbps=1.555, nvlink_gbps=300.0,
+                      network_gbps=25.0, sms=108),
+    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tbps=2.039, nvlink_gbps=300.0,
+                      network_gbps=25.0, sms=108),
+    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tbps=3.35, nvlink_gbps=450.0,
+                      network_gbps=50.0, sms=132),
+    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tbps=4.8, nvlink_gbps=450.0,
+                       network_gbps=50.0, sms=132),
+    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_tbps=8.0, nvlink_gbps=900.0,
+                 network_gbps=50.0, sms=148),
 }
+GPUS_PER_NODE = 8  # HGX/DGX boards: the NVLink domain of the TP, CP and (small) DP groups

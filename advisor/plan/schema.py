@@ -145,11 +145,23 @@ class ParallelSpec(_Section):
         "p2p", description="how CP ranks exchange K/V (Transformer Engine)")
     hierarchical_cp_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
         None, max_length=4, description="for a2a+p2p: [a2a size, p2p size], multiplying to cp")
+    account_for_embedding_in_pipeline_split: bool = Field(
+        False, description="the input embedding takes a layer's place on the first pipeline stage (Megatron)")
+    account_for_loss_in_pipeline_split: bool = Field(
+        False, description="the output layer and loss take a layer's place on the last pipeline stage (Megatron)")
+    tp_comm_overlap: bool = Field(False, description="overlap TP communication with GEMMs (Transformer Engine "
+                                                     "userbuffers; needs sp; Megatron-Bridge's default is off)")
 
     @property
     def dp(self) -> int:
         """Data-parallel size: GPUs / (TP x PP x CP)."""
         return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def pipeline_slots(self) -> int:
+        """What pp x vpp must divide: the layers, plus one for the embedding and one for the loss where they are
+        accounted for (megatron/training/arguments.py)."""
+        return int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
 
 class TrainingSpec(_Section):
     task: Literal["llm-sft", "vlm-sft", "pretrain"] = Field("llm-sft", description="what is trained")
@@ -159,6 +171,8 @@ class TrainingSpec(_Section):
                                               "with offline packing the export converts it to packs", 128)
     recompute: Literal["none", "selective", "full"] = Field("selective", description="activation recompute")
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
+    grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
+                                                        "default; performance recipes turn it off: half the bytes)")
     precision: Literal["bf16"] = Field("bf16", description="training precision")
     peft: Literal["none", "lora"] = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank", 16)
@@ -197,6 +211,13 @@ class HardwareSpec(_Section):
     @property
     def peak_tflops(self) -> float:
         return self.bf16_tflops or GPU_PRESETS[self.gpu]["bf16_tflops"]
+
+    @property
+    def table(self) -> dict:
+        """The GPU's row of the hardware table; a GPU not in it gets H100's bandwidths and SM count."""
+        row = dict(GPU_PRESETS.get(self.gpu, GPU_PRESETS["H100-80GB"]))
+        row.update(memory_gib=self.capacity_gib, bf16_tflops=self.peak_tflops)
+        return row
 
 
 class Plan(_Section):
@@ -317,6 +338,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append(f"parallel.gpus {p.gpus} is not divisible by tp*pp*cp = {mp}")
         if p.vpp is not None and p.pp == 1:
             out.append("parallel.vpp needs pp > 1")
+        if p.tp_comm_overlap and not (p.sp and p.tp > 1):  # Megatron-Bridge CommOverlapConfig turns it off
+            out.append("parallel.tp_comm_overlap needs tp > 1 and sp (sequence parallelism)")
         if p.cp_comm_type == "a2a+p2p" and (not p.hierarchical_cp_sizes or math.prod(p.hierarchical_cp_sizes) != p.cp):
             out.append(f"parallel.cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {p.cp}")
     if hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
@@ -329,8 +352,11 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if m.query_groups % p.tp:
             out.append(f"model.num_query_groups {m.query_groups} is not divisible by parallel.tp {p.tp}")
         stages = p.pp * (p.vpp or 1)
-        if m.num_layers % stages:
-            out.append(f"model.num_layers {m.num_layers} is not divisible by pp*vpp = {stages}")
+        if (m.num_layers + p.pipeline_slots) % stages:
+            extra = f" + {p.pipeline_slots} (embedding/loss)" if p.pipeline_slots else ""
+            out.append(f"model.num_layers {m.num_layers}{extra} is not divisible by pp*vpp = {stages} (Megatron "
+                       "can count the embedding and the loss as layers: parallel.account_for_embedding_in_pipeline"
+                       "_split, account_for_loss_in_pipeline_split)")
         if m.num_moe_experts:
             if m.num_moe_experts % p.ep:
                 out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")

@@ -24,6 +24,8 @@ import torch
 from advisor.data.lengths import LengthHistogram
 from advisor.model.flops import flops_coefficients
 from advisor.model.memory import activation_bytes_per_token_per_layer
+from advisor.model.perf.calibration import EFFICIENCY
+from advisor.model.perf.step import StepWork, step_time
 from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
 from advisor.plan import Plan, plan_from_dict
@@ -108,6 +110,35 @@ def trial_plan(plan: Plan, cfg: TrialModelConfig) -> Plan:
                                      "kv_channels": cfg.head_dim, "ffn_hidden_size": cfg.ffn_hidden_size,
                                      "vocab_size": cfg.vocab_size},
                            "parallel": {"gpus": 1}, "training": {"global_batch_size": 1}}, "trial")
+
+
+def gpu_preset(device_name: str) -> str | None:
+    """The hardware-table row of a CUDA device name ("NVIDIA H100 80GB HBM3" -> H100-80GB), None if unknown.
+
+    >>> gpu_preset("NVIDIA H100 80GB HBM3"), gpu_preset("NVIDIA A100-SXM4-40GB"), gpu_preset("Tesla T4")
+    ('H100-80GB', 'A100-40GB', None)
+    """
+    name = device_name.upper()
+    for key, preset in (("H200", "H200-141GB"), ("H100", "H100-80GB"), ("B200", "B200"),
+                        ("A100-SXM4-40GB", "A100-40GB"), ("A100-PCIE-40GB", "A100-40GB"), ("A100", "A100-80GB")):
+        if key in name:
+            return preset
+    return None
+
+
+def predicted_step(plan: Plan, cfg: TrialModelConfig, steps: list[list[list[int]]], world: int, gpu: str) -> dict:
+    """The performance model's step time for the trial's own model and packs, to set beside the measured one.
+
+    ``steps``: per measured step, its packs on this rank, each a list of sample lengths; one pack per micro batch,
+    ``world`` data-parallel GPUs of the hardware table's ``gpu``.
+    """
+    small = trial_plan(plan, cfg).changed({"parallel": {"gpus": world}, "hardware": {"gpu": gpu}})
+    packs = [p for step in steps for p in step]
+    work = StepWork(tokens=float(np.mean([sum(p) for p in packs])),
+                    seqlen_squared_sum=float(np.mean([sum(n * n for n in p) for p in packs])),
+                    micro_batches=len(packs) / len(steps))
+    t = step_time(small, work, EFFICIENCY)
+    return {"step_seconds": t.step_seconds, "gpu": gpu, "breakdown": t.breakdown}
 
 
 def sample_lengths(hist: LengthHistogram, plan_pack_size: int, pack_size: int, n: int,
@@ -326,6 +357,20 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = TrialConfig(
                               "real_tokens": tokens}
         computed[mode] = flops / tokens
     result.modes["predicted_speedup"] = computed["padded"] / computed["packed"]
+    # the performance model on the same small model, packs and GPU count: only meaningful for a GPU in BF16
+    preset = gpu_preset(torch.cuda.get_device_name()) if device.type == "cuda" else None
+    if preset is not None:
+        lengths_of = [[[len(data[i]) for i in p] for p in st] for st in steps[1:]]
+        pred = predicted_step(plan, mcfg, lengths_of, world, preset)
+        measured = result.modes["packed"]["step_seconds"]
+        result.modes["packed"]["predicted_step_seconds"] = pred["step_seconds"]
+        result.modes["packed"]["prediction_error"] = pred["step_seconds"] / measured - 1
+        result.modes["packed"]["prediction_gpu"] = preset
+    else:
+        where = torch.cuda.get_device_name() if device.type == "cuda" else device.type
+        result.modes["packed"]["predicted_step_seconds"] = None
+        result.modes["packed"]["prediction_note"] = f"the step-time model describes H100, H200, B200 and A100 " \
+                                                    f"GPUs in BF16, not {where}"
     result.modes["packed"]["predicted_flops_per_real_token"] = computed["packed"]
     result.modes["padded"]["predicted_flops_per_real_token"] = computed["padded"]
 

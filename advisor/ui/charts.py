@@ -147,6 +147,45 @@ def attention_flops_bars(est: Estimate) -> go.Figure:
     return fig
 
 
+# what each step-time term models, in the order a step runs them (advisor/model/perf/step.py)
+STEP_TERMS = {"gemm": "GEMMs", "attention": "attention", "memory_bound": "norms, activations, loss",
+              "recompute": "recompute", "tp_comm": "TP comm (exposed)", "cp_comm": "CP comm (exposed)",
+              "moe_all_to_all": "MoE all-to-all", "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline sends",
+              "dp_comm": "DP sync (exposed)", "optimizer": "optimizer", "straggler": "straggler wait",
+              "compute": "compute (fixed MFU)"}
+
+
+def step_breakdown(est: Estimate) -> go.Figure:
+    """Where a step's seconds go, one stacked horizontal bar: compute, each exposed communication, the bubble, the
+    optimizer and the straggler wait. Terms under 0.1 % of the step are left out of the bar and named in the title.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> from advisor.data.lengths import LengthHistogram
+    >>> import numpy as np
+    >>> from advisor.model.estimate import estimate
+    >>> est = estimate(plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 2048}}),
+    ...                LengthHistogram(lengths=np.array([300, 900]), counts=np.array([500, 500]), source="x"))
+    >>> [t.name for t in step_breakdown(est).data][:2]
+    ['GEMMs', 'attention']
+    """
+    t = est.time
+    fig = go.Figure()
+    small = []
+    for key, seconds in t.breakdown.items():
+        if seconds <= 0.001 * t.step_seconds:
+            if seconds > 0:
+                small.append(STEP_TERMS.get(key, key))
+            continue
+        name = STEP_TERMS.get(key, key)
+        fig.add_trace(go.Bar(y=["step"], x=[seconds], name=name, orientation="h",
+                             hovertemplate=f"{name}: %{{x:.3f}} s ({seconds / t.step_seconds:.1%})<extra></extra>"))
+    tail = f"; under 0.1 %: {', '.join(small)}" if small else ""
+    fig.update_layout(barmode="stack", height=260, xaxis_title="seconds per step", margin=dict(t=60, b=40),
+                      title=f"Step {t.step_seconds:.3f} s, MFU {t.mfu:.0%} ({t.model}){tail}",
+                      legend=dict(orientation="h", y=-0.45, traceorder="normal"))
+    return fig
+
+
 def memory_heatmap(grid: pd.DataFrame) -> go.Figure:
     """Memory per GPU (GiB) over pack size and CP; cells that do not fit (✗) or that break a rule Megatron enforces
     (!, the rule named on hover) are marked."""

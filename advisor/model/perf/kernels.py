@@ -1,0 +1,86 @@
+"""Seconds of one kernel on one GPU: a GEMM by its shape, causal flash attention by its work, streaming work by bytes.
+
+Alternatives: one MFU for everything (the advisor's old model: blind to shapes, kernels and LoRA) or a measured
+kernel database (needs the GPU). Here: rooflines with the two efficiencies of ``calibration`` and the shape
+effects that need no fitting: GEMM wave quantization and the causal diagonal tiles of flash attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+from advisor.model.perf.hardware import Gpu
+
+# Hopper/Blackwell BF16 GEMMs run 128 x 256 output tiles, one per SM at a time: a GEMM of 133 tiles on 132 SMs
+# takes two waves, the second almost empty (why small or TP-split GEMMs run below the big ones' efficiency). For
+# small GEMMs cuBLAS picks smaller tiles, which fill the SMs better but reuse each operand less: their rate is
+# taken in proportion to the tile's arithmetic intensity m n / (m + n) (128 x 256: 85, 128 x 128: 64, 64 x 128: 43).
+TILES = ((128, 256), (128, 128), (64, 128))
+TILE_M, TILE_N = TILES[0]
+# flash attention computes the causal mask in 128 x 128 blocks: the blocks on the diagonal are computed whole, so
+# a sequence of s tokens costs s^2/2 + 64 s, not s^2/2 (why short packed sequences run at lower efficiency)
+ATTENTION_BLOCK = 128
+# no kernel finishes faster than its launch and tail: what a tiny model (the trial's) is made of
+KERNEL_FLOOR_SECONDS = 5e-6
+# FlashAttention-2/3 backward runs five block matmuls (S and dP recomputed, dV, dK, dQ) where forward runs two
+ATTENTION_BACKWARD_RATIO = 2.5
+
+
+def tile_efficiency(m: float, n: float, sms: int) -> float:
+    """The best of the tile shapes: wave fill times the tile's operand reuse relative to the largest tile.
+
+    >>> round(tile_efficiency(8192, 4096, 132), 3), round(tile_efficiency(183, 3072, 132), 3)
+    (0.97, 0.273)
+    """
+    best = TILES[0][0] * TILES[0][1] / sum(TILES[0])
+    return max(_waves(m, n, sms, tm, tn) * (tm * tn / (tm + tn)) / best for tm, tn in TILES)
+
+
+def _waves(m: float, n: float, sms: int, tm: int, tn: int) -> float:
+    tiles = math.ceil(m / tm) * math.ceil(n / tn)
+    return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float) -> float:
+    """[m, k] x [k, n] in BF16: compute at ``efficiency`` of peak (times the tiles' efficiency) or moving its
+    operands, whichever is slower.
+
+    >>> from advisor.model.perf.hardware import gpu_of
+    >>> from advisor.plan import plan_from_dict
+    >>> g = gpu_of(plan_from_dict({"model": "llama3.1-8b"}))
+    >>> round(gemm_seconds(8192, 4096, 4096, g, 0.7) * 1e3, 3)   # 275 GFLOP at 0.7 x 0.97 x 989 TFLOP/s
+    0.409
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    compute = 2.0 * m * n * k / (gpu.peak * efficiency * tile_efficiency(m, n, gpu.sms))
+    memory = 2.0 * (m * k + k * n + m * n) / gpu.hbm
+    return max(compute, memory, KERNEL_FLOOR_SECONDS)
+
+
+def attention_seconds(q_width: float, seqlen_squared_sum: float, tokens: float, gpu: Gpu, efficiency: float,
+                      chunks: int = 1) -> tuple[float, float]:
+    """Forward and backward seconds of causal variable-length attention (THD) over sum(s_i^2) on one GPU.
+
+    ``q_width``: query heads x head dim on this GPU; ``chunks``: pieces each sequence is cut into across CP ranks
+    (each kernel call sees s / chunks tokens). Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it
+    under the causal mask.
+
+    >>> from advisor.model.perf.hardware import gpu_of
+    >>> from advisor.plan import plan_from_dict
+    >>> g = gpu_of(plan_from_dict({"model": "llama3.1-8b"}))
+    >>> f, b = attention_seconds(4096, 8192.0 ** 2, 8192, g, 0.6)
+    >>> round(f * 1e3, 3), round(b / f, 1)
+    (0.941, 2.5)
+    """
+    if seqlen_squared_sum <= 0 or tokens <= 0:
+        return 0.0, 0.0
+    mean_length = seqlen_squared_sum / tokens / chunks  # work-weighted: long sequences carry the s^2 work
+    block = mean_length / (mean_length + ATTENTION_BLOCK)  # (s^2/2) / (s^2/2 + 64 s)
+    forward = max(KERNEL_FLOOR_SECONDS, 2.0 * q_width * seqlen_squared_sum / (gpu.peak * efficiency * block))
+    return forward, ATTENTION_BACKWARD_RATIO * forward
+
+
+def stream_seconds(num_bytes: float, gpu: Gpu) -> float:
+    """Memory-bound work: norms, residual adds, activations, rotary, the loss; bytes over achievable HBM bandwidth."""
+    return num_bytes / gpu.hbm

@@ -1,0 +1,171 @@
+"""The step-time model: LoRA's saved GEMMs, the calibration it ships with, and rules that hold for every layout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.model.estimate import estimate
+from advisor.model.parameters import padded_vocab_size
+from advisor.model.perf.calibration import EFFICIENCY, fit, load_measurements, residuals
+from advisor.model.perf.step import StepWork, step_time
+from advisor.plan import plan_from_dict
+from advisor.plan.io import dump_plan
+from advisor.trial.model import TrialModelConfig
+from advisor.trial.run import predicted_step
+from tests.conftest import ROOT, SAMPLE
+
+
+def _sft(**over):
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8},
+           "training": {"seq_length": 4096, "global_batch_size": 256, "recompute": "none"},
+           "packing": {"pack_size": 4096}, "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")}}
+    for section, fields in over.items():
+        raw[section] = {**raw.get(section, {}), **fields}
+    return plan_from_dict(raw)
+
+
+def _estimate_json(plan, tmp_path, name):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_plan(plan))
+    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["time"]
+
+
+def _gemm_flops_ratio(plan) -> float:
+    """LoRA over full fine-tuning GEMM FLOPs per token, counted by hand: every base GEMM runs forward and dgrad
+    (2 passes) under LoRA instead of forward, dgrad and wgrad (3); the adapters (rank r on QKV, proj, fc1, fc2) run
+    all three; the output layer is frozen too."""
+    m, r = plan.model, plan.training.lora_rank
+    h, q, kv, f = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups, m.ffn_hidden_size
+    layer = 2 * (h * (q + 2 * kv) + q * h + h * 2 * f + f * h)
+    adapters = 2 * r * ((h + q + 2 * kv) + (q + h) + (h + 2 * f) + (f + h))
+    head = 2 * h * padded_vocab_size(m.vocab_size, plan.parallel.tp)
+    full = 3 * (m.num_layers * layer + head)
+    lora = 2 * (m.num_layers * layer + head) + 3 * m.num_layers * adapters
+    return lora / full
+
+
+def test_lora_twin_is_faster_by_the_weight_gradients_it_skips(tmp_path):
+    full_plan = _sft()
+    lora_plan = full_plan.changed({"training": {"peft": "lora"}})
+    full = _estimate_json(full_plan, tmp_path, "full")
+    lora = _estimate_json(lora_plan, tmp_path, "lora")
+    expected = _gemm_flops_ratio(full_plan)
+    assert expected == pytest.approx(0.672, abs=0.002)  # a third of the GEMMs gone, 0.8 % back for the adapters
+    # the GEMM time follows the FLOPs plus the adapters' memory traffic: a rank-16 adapter does 0.4 % of its layer's
+    # FLOPs but reads its input and writes a full-width output (fc1's B writes tokens x 2 x ffn), three passes each
+    gemm_ratio = lora["breakdown"]["gemm"] / full["breakdown"]["gemm"]
+    assert expected < gemm_ratio < expected + 0.08
+    # attention runs its full backward under LoRA too, and the gradient sync and optimizer shrink to the adapters'
+    ratio = lora["step_seconds"] / full["step_seconds"]
+    assert expected - 0.03 < ratio < 0.8
+    assert lora["breakdown"]["dp_comm"] <= full["breakdown"]["dp_comm"]
+    assert lora["breakdown"]["optimizer"] < 0.01 * full["breakdown"]["optimizer"]
+    # MFU is Megatron's: the full model's FLOPs over the step, so LoRA's apparent MFU is higher by the work it skips
+    assert 0 < full["mfu"] < lora["mfu"] < 1
+    assert lora["mfu"] / full["mfu"] == pytest.approx(1 / ratio, rel=1e-6)
+
+
+def test_shipped_constants_are_the_fit_and_its_error_is_what_the_readme_says():
+    rows = load_measurements()
+    assert len(rows) == 12
+    refit = fit(rows)
+    assert refit.gemm == pytest.approx(EFFICIENCY.gemm, abs=0.005)
+    assert refit.tp_overlap == pytest.approx(EFFICIENCY.tp_overlap, abs=0.02)
+    err = np.abs(np.expm1(residuals(rows, EFFICIENCY)))
+    assert np.median(err) <= 0.05 and err.max() <= 0.12  # README: median 4.0 %, max 10.7 %
+
+
+def test_breakdown_adds_up_and_mfu_is_an_output(chat):
+    est = estimate(_sft(), chat)
+    t = est.time
+    assert sum(t.breakdown.values()) == pytest.approx(t.step_seconds)
+    gpus, peak = est.plan.parallel.gpus, est.plan.hardware.peak_tflops * 1e12
+    assert t.mfu == pytest.approx(est.flops.model_per_step / (t.step_seconds * gpus * peak), rel=1e-6)
+    assert 0.3 < t.mfu < 0.7
+
+
+def test_an_explicit_mfu_keeps_the_fixed_utilisation_formula(chat):
+    est = estimate(_sft(), chat, mfu=0.5)
+    t = est.time
+    peak = est.plan.hardware.peak_tflops * 1e12
+    assert t.model == "fixed MFU 0.5"
+    assert t.step_seconds == pytest.approx(est.flops.computed_per_step / (8 * peak * 0.5) * t.straggler_factor)
+
+
+def test_small_steps_across_nodes_cannot_hide_the_gradient_sync(chat):
+    one_node = estimate(_sft(training={"global_batch_size": 64}), chat).time.breakdown
+    two_nodes = estimate(_sft(parallel={"gpus": 16}, training={"global_batch_size": 64}), chat).time.breakdown
+    assert one_node["dp_comm"] < 0.05 * sum(one_node.values())  # NVLink, behind the last backward
+    assert two_nodes["dp_comm"] > 0.2 * sum(two_nodes.values())  # 8B gradients in FP32 over 50 GB/s NICs
+
+
+def test_the_bubble_is_pp_minus_one_over_vpp_micro_batches():
+    plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 32, "tp": 4, "pp": 4, "sp": True},
+                           "training": {"global_batch_size": 64, "seq_length": 4096}})
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    plain = step_time(plan, work, EFFICIENCY)
+    inter = step_time(plan.changed({"parallel": {"vpp": 5}}), work, EFFICIENCY)
+    assert inter.breakdown["pp_bubble"] == pytest.approx(plain.breakdown["pp_bubble"] / 5, rel=1e-9)
+    # the bubble is (pp - 1) micro batches of the mean stage: within the output layer's share of the slowest stage
+    assert plain.breakdown["pp_bubble"] == pytest.approx(3 * plain.stage_seconds, rel=0.1)
+
+
+_LAYOUTS = st.fixed_dictionaries({
+    "model": st.sampled_from(["llama3.1-8b", "llama3.1-70b", "qwen3-8b"]),
+    "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4]), "cp": st.sampled_from([1, 2]),
+    "dp": st.sampled_from([1, 2, 4]), "sp": st.booleans(), "seq": st.sampled_from([2048, 4096, 16384]),
+    "m": st.integers(1, 32), "fill": st.floats(0.2, 1.0)})
+
+
+def _layout(d):
+    sp = d["sp"] and d["tp"] > 1
+    plan = plan_from_dict({"model": d["model"],
+                           "parallel": {"gpus": d["tp"] * d["pp"] * d["cp"] * d["dp"], "tp": d["tp"], "pp": d["pp"],
+                                        "cp": d["cp"], "sp": sp},
+                           "training": {"seq_length": d["seq"], "recompute": "none"}})
+    # a pack of sequences a quarter of the pack long, filled to `fill`
+    tokens = d["seq"] * d["fill"]
+    work = StepWork(tokens=tokens, seqlen_squared_sum=tokens * d["seq"] / 4, micro_batches=d["m"])
+    return plan, work
+
+
+@settings(max_examples=60, deadline=None)
+@given(_LAYOUTS)
+def test_rules_every_layout_keeps(d):
+    plan, work = _layout(d)
+    base = step_time(plan, work, EFFICIENCY).step_seconds
+    assert base > 0
+    assert sum(step_time(plan, work, EFFICIENCY).breakdown.values()) == pytest.approx(base)
+    changed = lambda section, **f: step_time(plan.changed({section: f}), work, EFFICIENCY).step_seconds  # noqa: E731
+    if work.tokens / plan.parallel.cp / plan.parallel.tp >= 512:
+        # frozen weights: no weight gradients, no gradient sync; below that a micro batch's GEMMs are so small that
+        # LoRA's 16 extra adapter kernels a layer cost more than the weight gradients it skips
+        assert changed("training", peft="lora") < base
+    assert changed("training", recompute="full") > changed("training", recompute="selective") >= base
+    assert changed("hardware", gpu="B200") < base  # more FLOP/s, more bandwidth everywhere
+    assert changed("hardware", gpu="A100-80GB") > base
+    if plan.parallel.sp:
+        assert changed("parallel", tp_comm_overlap=True) <= base
+    twice = step_time(plan, StepWork(tokens=work.tokens, seqlen_squared_sum=work.seqlen_squared_sum,
+                                     micro_batches=2 * work.micro_batches), EFFICIENCY).step_seconds
+    assert base < twice <= 2 * base  # the bubble, the sync and the optimizer are paid once per step
+
+
+def test_the_trial_prediction_uses_the_trial_model_on_its_gpu():
+    plan = _sft()
+    cfg = TrialModelConfig(num_layers=2, num_heads=4, num_kv_heads=1, head_dim=64, ffn_hidden_size=704)
+    steps = [[[300, 200, 500], [1000]], [[700, 300], [900, 100]]]
+    h100 = predicted_step(plan, cfg, steps, world=1, gpu="H100-80GB")
+    a100 = predicted_step(plan, cfg, steps, world=1, gpu="A100-80GB")
+    assert 0 < h100["step_seconds"] < a100["step_seconds"]
+    assert h100["step_seconds"] == pytest.approx(sum(h100["breakdown"].values()))
