@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 
 from advisor.errors import InputError, PlanError
-from advisor.limits import MAX_PACK
+from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 
 # Each command imports what it uses when it runs: `advisor pack` of a small file must not wait for pydantic, torch or
 # pandas. These names are what the parser needs (kept equal to the engine's by tests/test_cli.py).
@@ -288,7 +288,7 @@ def cmd_export(args) -> dict:
         progress("searching layouts")
     text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended)
     if args.lengths_csv:
-        _write_text(args.lengths_csv, mock_lengths_csv(hist))
+        _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing.seed))
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
     sys.stdout.write(text)
     return {}
@@ -300,6 +300,83 @@ def _write_text(path: str, text: str) -> None:
             fh.write(text)
     except OSError as e:
         raise ValueError(f"{path}: cannot be written ({e.strerror})") from None
+
+
+def _ordered_lengths(args, progress):
+    """The samples in data-set order: a mock config as Megatron-LM draws it, a per-sample file in its own order,
+    a length,count histogram shuffled with --seed (it has no order; the export writes the same shuffle)."""
+    import json as _json
+
+    from advisor.data.guard import read_file, text_bytes
+    from advisor.packing.online import mock_config_lengths
+    from advisor.packing.online.from_plan import dataset_order
+
+    text = args.lengths
+    config = None
+    if text.lstrip().startswith("{"):
+        config, source, base = text, "inline JSON", None
+    elif text.lower().endswith(".json"):
+        source, base = os.path.basename(text), os.path.dirname(os.path.abspath(text))
+        config = text_bytes(read_file(text, source, int(args.max_file_mb * 2**20)), source).decode("utf-8")
+    if config is not None:
+        try:
+            parsed = _json.loads(config)
+        except ValueError as e:
+            raise InputError(source, None, f"is not JSON: {e}") from None
+        if isinstance(parsed, dict) and "mode" in parsed:
+            progress("drawing the mock SFT lengths as Megatron-LM does")
+            from pathlib import Path
+
+            return mock_config_lengths(parsed, source, base_dir=Path(base) if base else None,
+                                       size=args.mock_samples), source, "mock config (Megatron-LM's draw order)"
+    hist = _load(args, progress)
+    how = "file order" if hist.order is not None else f"histogram shuffled with seed {args.seed}"
+    return dataset_order(hist, args.seed), hist.source, how
+
+
+def cmd_schedule(args) -> dict:
+    from advisor.packing.online import OnlineConfig, schedule
+
+    progress = _Progress(args.quiet)
+    lengths, source, how = _ordered_lengths(args, progress)
+    vpp = 2 if args.vpp_group else None  # VPP on; the scheduler reads only the group size
+    cfg = OnlineConfig(commit=args.megatron_lm, scheduler=args.scheduler,
+                       dataset=args.dataset or ("mock_sft" if args.megatron_lm == "dev" else "custom"),
+                       seq_length=args.seq_length, global_batch_size=args.global_batch_size,
+                       micro_batch_size=args.micro_batch_size, dp=args.dp, cp=args.cp, tp=args.tp,
+                       sequence_parallel=args.sp, pp=max(1, args.vpp_group or 1), vpp=vpp,
+                       microbatch_group_size_per_vp_stage=args.vpp_group,
+                       max_seqlen_per_dp_cp_rank=args.max_seqlen_per_dp_cp_rank)
+    progress(f"scheduling {lengths.size:,} samples ({how})")
+    run = schedule(lengths, cfg, steps=args.steps, source=source)
+    s = run.summary
+    if args.json:
+        steps = []
+        refused = {r.step: r.reason for r in run.refusals}
+        for k in range(run.seqlens.shape[0]):
+            st = run.step(k)
+            steps.append({"step": k, "num_micro_batches": st.num_micro_batches, "seqlen_sum": st.seqlen_sum,
+                          "seqlen_squared_sum": st.seqlen_squared_sum,
+                          "groups": [[list(rank) for rank in mb] for mb in st.samples],
+                          "local_cp_size": [list(mb) for mb in st.local_cp_size] if cfg.dynamic_cp else None,
+                          "straggler": st.straggler, "refused": refused.get(k)})
+        return {"source": source, "order": how, "config": cfg.__dict__,
+                "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank, "capacity": run.capacity,
+                "padding_divisor": run.padding_divisor, "summary": s.__dict__,
+                "issues": [i.__dict__ for i in run.issues], "global_batches": steps}
+    print(f"{source}: {lengths.size:,} samples ({how}); Megatron-LM {cfg.commit} {cfg.scheduler}, DP {cfg.dp} x "
+          f"CP {cfg.cp}, global batch {cfg.global_batch_size} samples, micro batch {cfg.micro_batch_size}")
+    print(f"  buffer: max_seqlen_per_dp_cp_rank {run.max_seqlen_per_dp_cp_rank:,} (a pack holds {run.capacity:,} "
+          f"tokens); sequences padded to a multiple of {run.padding_divisor}")
+    print(f"  {s.steps:,} steps: micro batches per step min {s.micro_batches_min}, mean {s.micro_batches_mean:.2f}, "
+          f"max {s.micro_batches_max}; straggler x{s.straggler_factor:.3f} (worst step x{s.straggler_worst:.2f})")
+    print(f"  padding {s.padding_fraction:.2%} of {s.padded_tokens:,} tokens; {s.truncated_samples:,} samples "
+          f"truncated ({s.truncated_tokens:,} tokens); {s.unused_samples:,} samples left after the last full batch")
+    if run.refusals:
+        print(f"  REFUSED: {len(run.refusals):,} steps, first step {run.refusals[0].step}: {run.refusals[0].reason}")
+    for i in run.issues:
+        print(f"  {i.severity}: {i.message} ({i.source})")
+    return {}
 
 
 def cmd_warmup(args) -> dict:
@@ -530,6 +607,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_trial)
+    p = sub.add_parser("schedule", help="Megatron-LM's online THD packing of a data set, global batch by global "
+                       "batch (--sequence-packing-scheduler)")
+    _add_input_args(p)
+    p.add_argument("--megatron-lm", choices=("main", "dev"), default="dev", help="which commit's scheduler")
+    p.add_argument("--scheduler", choices=("dp_balanced", "default_dynamic_cp"), default="dp_balanced")
+    p.add_argument("--dataset", choices=("mock_sft", "sft", "custom"),
+                   help="the data set's padding (default: dev's mock SFT, main: lengths as given)")
+    p.add_argument("--seq-length", type=_positive_int(MAX_TOKENS), required=True)
+    p.add_argument("--max-seqlen-per-dp-cp-rank", type=_positive_int(MAX_TOKENS),
+                   help="tokens per DP x CP rank (default: Megatron-LM's, seq_length / CP)")
+    p.add_argument("--dp", type=_positive_int(MAX_GPUS), required=True)
+    p.add_argument("--cp", type=_positive_int(MAX_GPUS), required=True)
+    p.add_argument("--tp", type=_positive_int(1024), default=1)
+    p.add_argument("--sp", action="store_true", help="sequence parallelism (pads to a multiple of TP as well)")
+    p.add_argument("--global-batch-size", type=_positive_int(1 << 24), required=True, help="samples per step")
+    p.add_argument("--micro-batch-size", type=_positive_int(4096), default=1)
+    p.add_argument("--vpp-group", type=_positive_int(1024),
+                   help="microbatch_group_size_per_vp_stage under VPP (packs rounded to DP x this)")
+    p.add_argument("--steps", type=_positive_int(1 << 24), help="steps to schedule (default: one epoch)")
+    p.add_argument("--seed", type=_checked(_seed), default=MB_DEFAULT_SEED,
+                   help="shuffle of a length,count histogram (it has no order; default 1234, the export's)")
+    p.set_defaults(func=cmd_schedule)
     p = sub.add_parser("schema", help="print the plan file's JSON Schema (for editors and validation)")
     p.set_defaults(func=cmd_schema, json=False)
     p = sub.add_parser("warmup", help="compile the packing kernels once (the set-up command runs it)")

@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass
 
 from advisor.data.lengths import LengthHistogram
+from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
 
 DEFAULT_MB_VERSION = "0.6.2"
@@ -78,6 +79,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     p, t, k = plan.parallel, plan.training, plan.packing
     mode = plan.packing_mode
     _version(version)
+    if mode == "online":
+        raise ValueError("online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
+                         "has no such option: export --format megatron-lm")
     if mode == "offline" and not packing_factor:
         raise ValueError("offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
                          "packing factor; give the lengths (--lengths or the plan's data.lengths)")
@@ -193,14 +197,24 @@ def _dotlist(value) -> str:
     return str(value)
 
 
-def mock_lengths_csv(hist: LengthHistogram) -> str:
-    """The lengths one per line, under a header line that Megatron-LM's pandas reader drops (``mode: file``)."""
-    return "length\n" + "\n".join(str(v) for v in hist.samples().tolist()) + "\n"
+def mock_lengths_csv(hist: LengthHistogram, seed: int = 1234) -> str:
+    """The lengths one per line, under a header line that Megatron-LM's pandas reader drops (``mode: file``), in
+    the data set's order: a per-sample file's own, a histogram's shuffled with ``seed`` (the packing seed). The
+    online scheduler packs in this order, which is what the advisor simulates (a sorted file would put every short
+    sample in the first steps)."""
+    return "length\n" + "\n".join(str(v) for v in dataset_order(hist, seed).tolist()) + "\n"
 
 
 def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
-    """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution."""
-    p, t, m = plan.parallel, plan.training, plan.model
+    """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution.
+
+    Online packing: dev's ``--sequence-packing-scheduler`` (model_parallel_config.py) with its buffer; main has the
+    scheduler but no option to turn it on, so an online plan on main is refused here.
+    """
+    p, t, m, k = plan.parallel, plan.training, plan.model, plan.packing
+    if plan.packing_mode == "online" and k.megatron_lm == "main":
+        raise ValueError("Megatron-LM main d98e8a64 has no --sequence-packing-scheduler (its training loop never "
+                         "calls the scheduler): set packing.megatron_lm to dev")
     mbs = 1 if plan.packing_mode == "offline" else t.micro_batch_size
     # Megatron-LM's global batch counts samples (its online packing too) and must divide by micro batch x DP
     # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
@@ -251,6 +265,14 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
         args.append("--use-distributed-optimizer")
     if not t.grad_reduce_in_fp32:
         args.append("--grad-reduce-in-bf16")
+    if plan.packing_mode == "online":
+        args.append(f"--sequence-packing-scheduler {k.scheduler}")
+        if k.scheduler == "default_dynamic_cp":
+            args.append("--dynamic-context-parallel")
+        if k.max_seqlen_per_dp_cp_rank is not None:
+            args.append(f"--max-seqlen-per-dp-cp-rank {k.max_seqlen_per_dp_cp_rank}")
+        if "--calculate-per-token-loss" not in args:
+            args.append("--calculate-per-token-loss")  # dynamic CP asserts it; packed THD loss is per token
     if t.task != "pretrain":
         mock = json.dumps({"mode": "file", "path": lengths_csv})
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]

@@ -15,6 +15,8 @@ import math
 
 from advisor.advice.findings import SEVERITIES, Finding
 from advisor.packing.offline import PackingResult
+from advisor.packing.online.from_plan import online_config
+from advisor.packing.online.validation import check as check_online
 from advisor.plan import Plan
 from advisor.plan.schema import MAX_PACK, MAX_TOKENS
 
@@ -33,7 +35,7 @@ def _batch(plan: Plan, micro_batch_size: int) -> dict:
 def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     t, mode = plan.training, plan.packing_mode
     out = []
-    if t.task == "llm-sft" and mode != "offline":
+    if t.task == "llm-sft" and mode not in ("offline", "online"):
         out.append(Finding(
             id="packing.mode", severity="warning", message=f"LLM SFT with packing '{mode}': use offline packing",
             reason="Offline packing packs the tokenized data set once before training and keeps micro batch size 1 "
@@ -267,8 +269,30 @@ def rule_performance(plan: Plan, packing: PackingResult | None) -> list[Finding]
     return out
 
 
+SEVERITY_OF_ISSUE = {"error": "error", "warning": "warning", "note": "info"}
+
+
+def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    """Megatron-LM's own defaults and checks of the online scheduler's options (advisor/packing/online/validation.py
+    follows arguments.py, model_parallel_config.py and transformer_config.py), and what main cannot do."""
+    if plan.packing_mode != "online":
+        return []
+    out = [Finding(id=f"online.{i.id}", severity=SEVERITY_OF_ISSUE.get(i.severity, "info"), message=i.message,
+                   reason=i.reason, source=i.source) for i in check_online(online_config(plan)).issues]
+    if plan.packing.megatron_lm == "main":
+        out.append(Finding(
+            id="online.main_not_wired", severity="warning",
+            message="Megatron-LM main has the scheduler but its training loop never calls it",
+            reason="main d98e8a64 defines DpBalancedScheduler and wrap_data_iterator but has no "
+                   "--sequence-packing-scheduler option and train_step does not wrap the data iterator: a run on main "
+                   "trains unpacked. The simulation shows what the scheduler would do; run it on dev.",
+            source="megatron/training/training.py, arguments.py (main d98e8a64 against dev d48bd6be)",
+            fix={"packing": {"megatron_lm": "dev"}}))
+    return out
+
+
 RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
-         rule_compatibility, rule_performance)
+         rule_compatibility, rule_performance, rule_online)
 
 
 def check(plan: Plan, packing: PackingResult | None = None) -> list[Finding]:

@@ -102,7 +102,8 @@ def _variants(plan: Plan):
     mode = plan.packing_mode
     sizes = sorted({plan.pack_size // 2, plan.pack_size, plan.pack_size * 2} - {0}) if mode == "offline" else [None]
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
-    mbss = [1] if mode == "offline" else sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
+    mbss = [1] if mode == "offline" else [t.micro_batch_size] if mode == "online" else \
+        sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
     for size in sizes:
         for tp in tps:
             for cp in _divisors(p.gpus // (tp * p.pp)):
@@ -117,6 +118,8 @@ def _variants(plan: Plan):
                                            "cp_comm_type": "p2p"},
                               "training": {"micro_batch_size": mbs, "global_batch_size": gbs},
                               "packing": {"pad_seq_to_mult": None}}
+                    if mode == "online":  # the buffer follows CP: Megatron-LM's default for each layout
+                        change["packing"]["max_seqlen_per_dp_cp_rank"] = None
                     if size is not None:
                         change["training"]["seq_length"] = size
                         change["packing"]["pack_size"] = size

@@ -179,7 +179,8 @@ class _Ctx:
     notes: list[str] = field(default_factory=list)
 
     def result(self, lengths, counts=None, **kw) -> LengthHistogram:
-        if counts is None:
+        if counts is None:  # one length per sample: keep the file's order too (int32: lengths are below 2**24)
+            kw.setdefault("order", np.asarray(lengths, dtype=np.int64).astype(np.int32))
             lengths, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
         if np.asarray(lengths).size == 0 or not np.any(np.asarray(counts) > 0):
             raise InputError(self.name, None, "has no usable lengths" + (

@@ -61,6 +61,9 @@ class LengthHistogram:
     excluded: tuple[Exclusion, ...] = ()
     notes: tuple[str, ...] = ()
     packs: object | None = field(default=None, compare=False)  # a PackedDatasetAudit when read from packs
+    # per-sample lengths in file order, where the file lists samples (not for a length,count table): Megatron-LM's
+    # online packing schedules samples in data-set order, and a histogram has none
+    order: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         lengths = np.asarray(self.lengths, dtype=np.int64)
@@ -148,6 +151,11 @@ class LengthHistogram:
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return digest.hexdigest()
+
+    @cached_property
+    def order_digest(self) -> str:
+        """A digest of the file order (empty without one): the online schedule's cache key beside ``fingerprint``."""
+        return "" if self.order is None else hashlib.blake2b(self.order.tobytes(), digest_size=16).hexdigest()
 
     def samples(self) -> np.ndarray:
         """Every sample's length, in ascending order (memory: 8 bytes a sample)."""

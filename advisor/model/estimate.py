@@ -17,13 +17,16 @@ from advisor.model.micro_batches import (
     MicroBatches,
     in_batch_micro_batches,
     offline_micro_batches,
+    online_micro_batches,
     padded_micro_batches,
     pretrain_micro_batches,
 )
-from advisor.model.throughput import TimeEstimate, estimate_time
+from advisor.model.throughput import TimeEstimate, estimate_time, rank_straggler
 from advisor.packing.cache import packing_for
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, runtime_lengths
+from advisor.packing.online.from_plan import schedule_of
+from advisor.packing.online.results import RunSchedule
 from advisor.plan import Plan
 
 
@@ -62,6 +65,7 @@ class Estimate:
     flops: FlopsEstimate
     time: TimeEstimate
     notes: tuple[str, ...] = field(default=())
+    online: RunSchedule | None = None  # Megatron-LM's online schedule of the data, in online mode
 
     def to_dict(self) -> dict:
         m = self.memory
@@ -82,6 +86,7 @@ class Estimate:
                       "attention_ratio_thd_over_block": self.flops.attention_ratio},
             "time": self.time.__dict__,
             "packing": None if self.packing is None else self.packing.metadata,
+            "online": None if self.online is None else online_summary(self.online),
             "notes": list(self.notes),
         }
 
@@ -102,6 +107,13 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
 
 
+def online_summary(run: RunSchedule) -> dict:
+    """The schedule at a glance, as JSON: the summary, the buffer, and what the real scheduler refuses."""
+    return {**run.summary.__dict__, "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
+            "capacity": run.capacity, "padding_divisor": run.padding_divisor,
+            "refused": [{"step": r.step, "reason": r.reason, "source": r.source} for r in run.refusals[:20]]}
+
+
 def _ratio(a: float, b: float) -> float:
     """a / b, 1 when both are 0 (every sample one token long: its runtime length, stored - 1, is 0)."""
     return a / b if b else 1.0
@@ -114,17 +126,21 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
     ``data.lengths``; the dashboard from its session): the model layer never opens a file a plan names."""
     t, p = plan.training, plan.parallel
     mode = plan.packing_mode
-    mb, result = _micro_batches(plan, hist, mode)
+    run = schedule_of(plan, hist) if mode == "online" else None
+    mb, result = (online_micro_batches(run), None) if run is not None else _micro_batches(plan, hist, mode)
     capacity = plan.hardware.capacity_gib * GIB
     peak = plan.hardware.peak_tflops * 1e12
     n = result.metrics.num_sequences / result.num_packs if result is not None else None
-    num_microbatches = plan.micro_batches_per_step(n)
+    num_microbatches = plan.micro_batches_per_step(n) if run is None else \
+        max(1, round(run.summary.micro_batches_mean))
     memory = estimate_memory(plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB,
                              capacity_bytes=capacity)
     coef = flops_coefficients(plan.model, p.tp)
     # rows of the step: packs with offline packing (samples / n, as Megatron-Bridge's global batch), else micro
     # batches of micro_batch_size samples
     rows = plan.global_batch_packs(n) if n else t.global_batch_size // t.micro_batch_size
+    if run is not None:  # online: the scheduler's packs per step (micro batches x DP), a mean over the epoch
+        rows = max(run.summary.micro_batches_mean, 1.0) * p.dp
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
     samples_per_step = rows * mean(mb.samples)
     attention = {"thd": rows * coef.core * mean(mb.attention_thd),
@@ -134,12 +150,30 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
     flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
                           computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
                           attention=attention, attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)))
+    mlm_flops = None
+    if run is not None:  # Megatron-LM counts FLOPs with the scheduler's sums (training.py), over the steps that run
+        ran = run.num_micro_batches > 0
+        mlm_flops = float(np.mean([coef(a, b) for a, b in zip(run.seqlen_sum[ran], run.seqlen_squared_sum[ran],
+                                                                strict=True)])) if ran.any() else 0.0
+        flops = FlopsEstimate(model_per_step=mlm_flops, computed_per_step=flops.computed_per_step,
+                              attention=flops.attention, attention_ratio=flops.attention_ratio)
     time = estimate_time(mb, coef, plan=plan, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
-                         seed=plan.packing.seed)
+                         seed=plan.packing.seed,
+                         straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
+                         model_flops=mlm_flops)
     notes = []
     if p.cp > 1:
         notes.append(f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "
                      f"{2 * p.cp - 1}-r, so causal attention work is balanced across CP ranks; the cost is padding "
-                     f"every sequence to a multiple of {plan.pad_seq_to_mult}.")
+                     f"every sequence to a multiple of {run.padding_divisor if run else plan.pad_seq_to_mult}.")
+    if run is not None:
+        notes.append(f"online packing ({plan.packing.scheduler}, Megatron-LM {plan.packing.megatron_lm}): "
+                     f"{run.summary.micro_batches_mean:.2f} micro batches per step on average "
+                     f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}); the straggler factor "
+                     f"{time.straggler_factor:.3f} comes from the scheduler's own dealing of packs to ranks "
+                     f"(attention work alone: {run.summary.straggler_factor:.3f})")
+        if run.refusals:
+            notes.append(f"{len(run.refusals)} of {run.summary.steps} steps are refused by the real scheduler: "
+                         f"{run.refusals[0].reason}")
     return Estimate(plan=plan, mode=mode, pad_seq_to_mult=plan.pad_seq_to_mult, packing=result, micro_batches=mb,
-                    memory=memory, flops=flops, time=time, notes=tuple(notes))
+                    memory=memory, flops=flops, time=time, notes=tuple(notes), online=run)

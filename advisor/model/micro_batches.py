@@ -1,5 +1,8 @@
 """What each micro batch holds under a packing mode: real tokens, computed tokens and attention work.
 
+Online packing (Megatron-LM's scheduler): a micro batch is one pack per DP rank, split over its CP group; the
+entries are per DP x CP rank, scaled to a whole micro batch (x CP), so means are per micro batch as elsewhere.
+
 Offline packing (LLM SFT): a micro batch is one pack (micro batch size 1). In-batch packing (VLM SFT): a micro
 batch of b samples concatenated into one THD row, each sample padded to the CP/SP multiple
 (Megatron-Bridge data/packing/in_batch.py). No packing: b samples padded to the longest, rounded up to 16
@@ -15,6 +18,7 @@ import numpy as np
 
 from advisor.data.lengths import check_expandable
 from advisor.packing.offline import PackingResult
+from advisor.packing.online.results import RunSchedule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,3 +105,25 @@ def pretrain_micro_batches(total_tokens: int, micro_batch_size: int, seq_length:
     return MicroBatches(mode="none", real_tokens=tokens.astype(np.float64), computed_tokens=tokens,
                         attention_thd=square, attention_computed=square, attention_block=square,
                         samples=np.full(rows, micro_batch_size), total_micro_batches=rows)
+
+
+def online_micro_batches(run: RunSchedule) -> MicroBatches:
+    """One entry per rank of each scheduled CP group, holding that rank's share x CP (a micro batch's worth).
+
+    Under dynamic CP a group's CP size varies: its ranks each hold tokens / its CP, which x the plan's CP is what a
+    static-CP micro batch of the same per-GPU load would hold.
+    """
+    g, cp = run.groups, run.config.cp
+    count = g.rank_count
+    scale = cp / g.cp
+    tokens = np.repeat(run.group_tokens * scale, count)
+    work = np.repeat(run.group_work * scale, count)
+    items = np.diff(g.item_offsets).astype(np.float64)
+    s = run.summary
+    real_share = s.real_tokens / s.padded_tokens if s.padded_tokens else 1.0
+    return MicroBatches(mode="online", real_tokens=tokens * real_share,
+                        computed_tokens=np.rint(tokens).astype(np.int64),
+                        attention_thd=work, attention_computed=work,
+                        attention_block=np.repeat(run.group_tokens.astype(np.float64) ** 2 * scale, count),
+                        samples=np.repeat(items * cp / count, count),
+                        total_micro_batches=max(1, int(round(tokens.size / cp))))

@@ -53,13 +53,32 @@ def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 
     return float(shaped.max(axis=1).sum() / shaped.mean(axis=1).sum())
 
 
+def rank_straggler(rank_tokens: np.ndarray, rank_work: np.ndarray, coef: FlopsCoefficients) -> float:
+    """Slowest over mean rank, summed over steps, from each rank's tokens and attention work per step (online
+    packing's schedule): the same FLOPs cost as for offline packs, so linear work counts as well as sum(s^2).
+
+    >>> from advisor.model.flops import FlopsCoefficients
+    >>> rank_straggler(np.array([[2.0, 2.0]]), np.array([[4.0, 0.0]]), FlopsCoefficients(linear=1.0, core=1.0))
+    1.5
+    """
+    cost = coef.linear * rank_tokens + coef.core * rank_work
+    busy = cost.sum(axis=1) > 0
+    if not busy.any():
+        return 1.0
+    return float(cost[busy].max(axis=1).sum() / cost[busy].mean(axis=1).sum())
+
+
 def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, global_batch: int, dp: int, gpus: int,
-                  peak_flops: float, mfu: float | None = None, seed: int = 0) -> TimeEstimate:
+                  peak_flops: float, mfu: float | None = None, seed: int = 0, straggler: float | None = None,
+                  model_flops: float | None = None) -> TimeEstimate:
     """Seconds per step for ``global_batch`` micro batches (rows) over ``dp`` ranks, from the performance model
-    or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor."""
+    or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor (simulated
+    from the micro batches dealt in random order, unless the schedule gives it: ``straggler``). ``global_batch``
+    may be a mean (online packing's micro batches per step vary)."""
     costs = coef.linear * mb.computed_tokens + coef.core * mb.attention_computed
-    factor = straggler_factor(costs, global_batch, dp, seed)
-    model_flops = global_batch * coef(float(mb.real_tokens.mean()), float(mb.attention_thd.mean()))
+    factor = straggler if straggler is not None else straggler_factor(costs, int(global_batch), dp, seed)
+    if model_flops is None:
+        model_flops = global_batch * coef(float(mb.real_tokens.mean()), float(mb.attention_thd.mean()))
     if mfu is not None:
         ideal = global_batch * float(costs.mean()) / (gpus * peak_flops * mfu)
         step = ideal * factor

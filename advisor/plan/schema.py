@@ -31,7 +31,7 @@ from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 __all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from_dict"]
 
 TASKS = ("llm-sft", "vlm-sft", "pretrain")
-PACKING_MODES = ("offline", "in-batch", "none", "auto")
+PACKING_MODES = ("offline", "in-batch", "online", "none", "auto")
 RECOMPUTE = ("none", "selective", "full")
 PEFT = ("none", "lora")
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine spells all_gather with an underscore
@@ -180,8 +180,9 @@ class TrainingSpec(_Section):
 
 
 class PackingSpec(_Section):
-    mode: Literal["offline", "in-batch", "none", "auto"] = Field(
-        "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training")
+    mode: Literal["offline", "in-batch", "online", "none", "auto"] = Field(
+        "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training; online: "
+                            "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler)")
     pack_size: int | None = Field(None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; "
                                                                           "null = seq_length")
     algorithm: Algorithm = Field("first_fit_shuffle", description="packing algorithm (the first two are "
@@ -189,6 +190,13 @@ class PackingSpec(_Section):
     seed: int = _int(0, 2**32 - 1, "packing shuffle seed", 1234)
     pad_seq_to_mult: int | None = Field(None, ge=1, le=65536, description="pad each sequence to a multiple of "
                                                                           "this; null = the CP/SP rule")
+    # online mode (Megatron-LM): which commit's scheduler, which scheduler, and the per-rank buffer
+    megatron_lm: Literal["main", "dev"] = Field("dev", description="online: Megatron-LM branch whose scheduler "
+                                                                   "runs (main d98e8a64 has it but does not call it)")
+    scheduler: Literal["dp_balanced", "default_dynamic_cp"] = Field(
+        "dp_balanced", description="online: --sequence-packing-scheduler (default_dynamic_cp: dev only)")
+    max_seqlen_per_dp_cp_rank: int | None = Field(None, ge=1, le=MAX_TOKENS, description="online: tokens a "
+                                                  "DP x CP rank holds per micro batch; null = Megatron-LM's default")
 
 
 class DataSpec(_Section):
@@ -366,6 +374,18 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append("parallel.ep > 1 needs a MoE model (model.num_moe_experts)")
     if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
         offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
+        if k.mode == "online":
+            if t.task != "llm-sft":
+                out.append(f"packing.mode online is Megatron-LM's SFT packing: training.task must be llm-sft, "
+                           f"not {t.task}")
+            if k.scheduler == "default_dynamic_cp" and k.megatron_lm != "dev":
+                out.append("packing.scheduler default_dynamic_cp exists on Megatron-LM dev only "
+                           "(packing.megatron_lm: dev)")
+            buffer = (p.cp if k.scheduler == "dp_balanced" else p.cp * p.dp) * (k.max_seqlen_per_dp_cp_rank or 0)
+            if k.max_seqlen_per_dp_cp_rank is not None and buffer < t.seq_length:  # dev arguments.py asserts it
+                out.append(f"packing.max_seqlen_per_dp_cp_rank {k.max_seqlen_per_dp_cp_rank} x "
+                           f"{'CP' if k.scheduler == 'dp_balanced' else 'DP x CP'} = {buffer} is below "
+                           f"training.seq_length {t.seq_length}: Megatron-LM refuses a buffer smaller than a sequence")
         longest = min(t.seq_length, k.pack_size or t.seq_length)
         if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
             out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "

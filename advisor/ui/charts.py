@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from advisor.advice.compare import PackingComparison
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import Estimate
 from advisor.packing.offline import PackingResult
+from advisor.packing.online.results import RunSchedule, StepSchedule
 
 COLORS = {"weights": "#4c78a8", "gradients": "#72b7b2", "optimizer": "#54a24b", "activations": "#f58518",
           "logits_and_loss": "#e45756", "overhead": "#bab0ac"}
@@ -204,4 +206,80 @@ def memory_heatmap(grid: pd.DataFrame) -> go.Figure:
                       xaxis_title="pack size", yaxis_title="CP", margin=dict(t=50, b=40))
     fig.update_xaxes(type="category")  # numbers as labels: one cell per value, not a continuous axis
     fig.update_yaxes(type="category")
+    return fig
+
+
+MAX_STEP_POINTS = 1000  # an epoch of 1M samples is ~4,000 steps: binned to this many points, the band keeps min/max
+
+
+def online_steps(run: RunSchedule) -> go.Figure:
+    """Micro batches per step over the epoch (left axis) and each step's straggler wait (right axis); past 1,000
+    steps each point is a bin of steps: its mean, with the min-max band.
+
+    >>> import numpy as np
+    >>> from advisor.packing.online import OnlineConfig, schedule
+    >>> run = schedule(np.full(64, 100), OnlineConfig(commit="dev", dataset="mock_sft", seq_length=512,
+    ...                                               global_batch_size=8, dp=2))
+    >>> [t.name for t in online_steps(run).data]
+    ['micro batches per step', 'straggler (slowest rank / mean)']
+    """
+    nmb = run.num_micro_batches.astype(np.float64)
+    strag = run.step_straggler
+    steps = nmb.size
+    bins = max(1, math.ceil(steps / MAX_STEP_POINTS))
+    usable = steps // bins * bins
+    x = np.arange(0, usable, bins) + (bins - 1) / 2
+    fig = go.Figure()
+    if bins > 1:
+        shaped = nmb[:usable].reshape(-1, bins)
+        fig.add_trace(go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[shaped.max(axis=1), shaped.min(axis=1)[::-1]],
+                                 fill="toself", fillcolor="rgba(76,120,168,0.2)", line=dict(width=0),
+                                 hoverinfo="skip", showlegend=False))
+        nmb_y, strag_y = shaped.mean(axis=1), strag[:usable].reshape(-1, bins).mean(axis=1)
+    else:
+        nmb_y, strag_y = nmb, strag
+    fig.add_trace(go.Scatter(x=x, y=nmb_y, mode="lines", name="micro batches per step", line=dict(color="#4c78a8"),
+                             hovertemplate="step %{x:.0f}: %{y:.2f} micro batches<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=strag_y, mode="lines", name="straggler (slowest rank / mean)", yaxis="y2",
+                             line=dict(color="#e45756", width=1),
+                             hovertemplate="step %{x:.0f}: x%{y:.2f}<extra></extra>"))
+    s = run.summary
+    per = f" (each point a mean of {bins} steps, band min-max)" if bins > 1 else ""
+    fig.update_layout(title=f"{s.steps:,} steps: {s.micro_batches_mean:.2f} micro batches per step "
+                      f"({s.micro_batches_min}-{s.micro_batches_max}){per}", xaxis_title="step",
+                      yaxis=dict(title="micro batches per DP rank", rangemode="tozero"),
+                      yaxis2=dict(title="straggler", overlaying="y", side="right", rangemode="tozero"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=40))
+    return fig
+
+
+def online_rank_work(step: StepSchedule, cp: int) -> go.Figure:
+    """One step's attention work (sum of s^2 over the sequences, split over the CP group) per micro batch and
+    DP x CP rank: the step waits for the rank whose column sums highest."""
+    work = np.asarray(step.work, dtype=np.float64)
+    tokens = np.asarray(step.tokens, dtype=np.float64)
+    ranks = work.shape[1] if work.ndim == 2 else 0
+    labels = [f"DP {r // cp} CP {r % cp}" for r in range(ranks)]
+    fig = go.Figure(go.Heatmap(z=work, x=labels, y=[f"micro batch {m}" for m in range(work.shape[0])],
+                               customdata=tokens, colorscale="Viridis", colorbar=dict(title="sum s^2"),
+                               hovertemplate="%{y}, %{x}: work %{z:.3g}, %{customdata:,.0f} tokens<extra></extra>"))
+    state = f"REFUSED by the real scheduler: {step.refused[:90]}" if step.refused else \
+        f"straggler x{step.straggler:.2f}"
+    fig.update_layout(title=f"Step {step.step}: {step.num_micro_batches} micro batches, {state}",
+                      xaxis_title="DP x CP rank", margin=dict(t=50, b=40), height=max(260, 60 + 40 * work.shape[0]))
+    return fig
+
+
+def packing_comparison(comparison: PackingComparison) -> go.Figure:
+    """Real tokens per second per GPU of each way of packing, labelled with step time, straggler and padding."""
+    rows = comparison.rows()
+    colors = ["#54a24b" if r["way"] == comparison.recommended else "#9ecae9" for r in rows]
+    text = [f"{r['step_seconds']:.2f} s/step, x{r['straggler']:.2f}, pad {r['padding']:.1%}"
+            + ("" if r["fits"] else ", DOES NOT FIT")
+            + (f", {r['refused_steps']} refused" if r["refused_steps"] else "") for r in rows]
+    fig = go.Figure(go.Bar(x=[r["way"] for r in rows], y=[r["tokens_per_second_per_gpu"] for r in rows],
+                           marker_color=colors, text=text, textposition="outside",
+                           hovertemplate="%{x}: %{y:,.0f} tokens/s/GPU<extra></extra>"))
+    fig.update_layout(title=f"Offline against online packing: {comparison.recommended} trains fastest",
+                      yaxis_title="real tokens/s/GPU", margin=dict(t=50, b=40))
     return fig

@@ -133,6 +133,33 @@ HELP: dict[str, Explanation] = {
     "attention_flops": _e("Attention core FLOPs per step three ways: THD variable-length (sum of s_i^2), one "
                           "block-diagonal mask over the packed row ((sum s_i)^2), and every sample padded to the "
                           "sequence length (b x s^2).", MLM_FLOPS),
+    "online_megatron_lm": _e("Which Megatron-LM branch's scheduler to simulate. dev wires it into training "
+                             "(--sequence-packing-scheduler); main has the scheduler code but never calls it, and "
+                             "refuses global batches that fit in fewer packs than DP ranks (it never splits pack 0).",
+                             "megatron/core/datasets/data_schedule.py (main d98e8a64, dev d48bd6be)"),
+    "online_max_seqlen": _e("--max-seqlen-per-dp-cp-rank: tokens one DP x CP rank holds per micro batch; a pack holds "
+                            "this x CP. 0 means Megatron-LM's default, seq_length / CP. Smaller packs give more micro "
+                            "batches per step and less memory.", "megatron/training/arguments.py (dev)"),
+    "online_shown": _e("Which online scheduler the step charts show: dp_balanced (next fit to the buffer, pack count "
+                       "raised to a multiple of DP) or dev's dynamic CP (each sequence gets its own CP size).",
+                       "megatron/core/datasets/data_schedule.py"),
+    "online_step": _e("The global batch (optimizer step) shown in the heat map.", "advisor/packing/online/results.py"),
+    "online_steps": _e("How many micro batches each DP rank runs per step over the epoch (online packing changes it "
+                       "step by step: each global batch is packed on its own), and the straggler wait of each step: "
+                       "the slowest rank's attention work over the mean rank's. dp_balanced deals packs in order, so "
+                       "it balances pack counts, not work.", "advisor/packing/online/schedule.py"),
+    "online_rank_work": _e("One step's attention work (sum of s^2 of the sequences, split over their CP group) per "
+                           "micro batch and rank. A column that sums far above the others is the rank every other "
+                           "rank waits for at the gradient sync.", "advisor/packing/online/loads.py"),
+    "packing_comparison": _e("The same data, model and layout packed offline by Megatron-Bridge (packs built once, "
+                             "before training) and online by Megatron-LM's scheduler (each global batch packed as it "
+                             "arrives), with the step-time model on each: micro batches per step, padding, straggler, "
+                             "step time, tokens/s/GPU and Megatron-LM's FLOPs per step (its formula with the "
+                             "scheduler's sums). Offline's global batch counts packs, online's samples, so compare "
+                             "tokens/s/GPU and epoch hours, not step times.", "advisor/advice/compare.py"),
+    "online_use": _e("Make online packing (with the branch and buffer chosen here) the plan's packing mode: the "
+                     "Memory & FLOPs page, the recommendations and the Megatron-LM export then use it.",
+                     "advisor/plan/schema.py (packing.mode online)"),
     "memory_heatmap": _e("Memory per GPU for other pack sizes and CP sizes; cells marked with a cross do not fit.",
                          "advisor/analysis.py (memory_grid)"),
     # ----------------------------------------------------------------------------------------- recommendations

@@ -183,6 +183,15 @@ def estimate_of(analysis: Analysis):
         return None, str(e)
 
 
+def guarded(compute):
+    """``compute()``, or None and the one-line reason it cannot run on this data and plan (an InputError or a
+    ValueError from the engine): a page shows the reason and keeps its state."""
+    try:
+        return compute(), None
+    except (InputError, PlanError, ValueError) as e:
+        return None, str(e)
+
+
 def analysis_of(state) -> Analysis:
     """The session's plan on its data (cached in the engine: a rerun with the same inputs computes nothing)."""
     return analyze(state["plan"], state["hist"])

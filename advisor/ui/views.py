@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
 from advisor.data.lengths import LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
@@ -166,3 +167,37 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
     return (f"Worked example: with pad_seq_to_mult {e['multiple']} (CP {p.cp}, TP {p.tp}{', SP' if p.sp else ''}) "
             f"a {length}-token sequence is padded to {e['padded']}{cut}.")
 
+
+
+# ------------------------------------------------------------------------------------------ online packing
+_COMPARISONS: dict = {}
+
+
+def packing_comparison(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
+                       max_seqlen_per_dp_cp_rank: int | None = None) -> PackingComparison:
+    """Offline against online packing of the session's data and plan (kept for the last few settings: a page
+    rerun with the same ones reuses it)."""
+    key = (plan.model_dump_json(), hist.fingerprint, hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank)
+    if key not in _COMPARISONS:
+        if len(_COMPARISONS) >= 8:
+            _COMPARISONS.pop(next(iter(_COMPARISONS)))
+        _COMPARISONS[key] = compare_packing(plan, hist, megatron_lm=megatron_lm,
+                                            max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank)
+    return _COMPARISONS[key]
+
+
+def comparison_table(comparison: PackingComparison) -> pd.DataFrame:
+    """One row per way of packing, the columns a reader compares."""
+    rows = comparison.rows()
+    return pd.DataFrame({
+        "way": [r["way"] for r in rows],
+        "micro batches / step": [f"{r['micro_batches_mean']:.2f} ({r['micro_batches_min']}-{r['micro_batches_max']})"
+                                 for r in rows],
+        "padding": [f"{r['padding']:.2%}" for r in rows],
+        "straggler": [f"x{r['straggler']:.3f}" for r in rows],
+        "step s": [f"{r['step_seconds']:.3f}" for r in rows],
+        "tokens/s/GPU": [f"{r['tokens_per_second_per_gpu']:,.0f}" for r in rows],
+        "FLOPs / step": [f"{r['flops_per_step']:.3e}" for r in rows],
+        "epoch h": [f"{r['epoch_hours']:.2f}" for r in rows],
+        "memory GiB": [f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
+        "refused steps": [r["refused_steps"] for r in rows]})

@@ -1,0 +1,65 @@
+"""A plan's online packing: its scheduler settings, its samples in data-set order, and the schedule (cached).
+
+The alternative, asking for every scheduler option on the command line, is what ``advisor schedule`` does; here
+the plan's layout and batch settings are the run's, so the estimator and the exports see one configuration.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from advisor.data.lengths import LengthHistogram
+from advisor.packing.online.config import OnlineConfig
+from advisor.packing.online.inputs import expand_histogram
+from advisor.packing.online.results import RunSchedule
+from advisor.packing.online.schedule import schedule
+from advisor.plan import Plan
+
+SCHEDULE_CACHE_SIZE = 8  # the plan, its search candidates' few layouts, and a comparison
+
+
+def online_config(plan: Plan) -> OnlineConfig:
+    """The scheduler's view of the plan: dev reads the mock SFT data set the exports write (the lengths file, in
+    order); main has no mock SFT data set, so its samples are taken as given (``custom``).
+
+    >>> from advisor.plan import plan_from_dict
+    >>> c = online_config(plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
+    ...                                   "training": {"seq_length": 16384, "global_batch_size": 64},
+    ...                                   "packing": {"mode": "online"}}))
+    >>> c.commit, c.dataset, c.dp, c.cp, c.num_microbatches
+    ('dev', 'mock_sft', 4, 2, 16)
+    """
+    p, t, k = plan.parallel, plan.training, plan.packing
+    return OnlineConfig(
+        commit=k.megatron_lm, scheduler=k.scheduler, dataset="mock_sft" if k.megatron_lm == "dev" else "custom",
+        seq_length=t.seq_length, global_batch_size=t.global_batch_size, micro_batch_size=t.micro_batch_size,
+        dp=p.dp, cp=p.cp, tp=p.tp, sequence_parallel=p.sp and p.tp > 1, pp=p.pp, vpp=p.vpp,
+        max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank, num_moe_experts=plan.model.num_moe_experts,
+        calculate_per_token_loss=True)
+
+
+def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
+    """The samples in the order the data set holds them: a per-sample file's own order, or a histogram shuffled
+    with the plan's seed (the order the exported lengths file gets, so Megatron-LM reads what was simulated)."""
+    if hist.order is not None:
+        return hist.order.astype(np.int64)
+    return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
+
+
+_CACHE: OrderedDict = OrderedDict()
+
+
+def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
+    """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings)."""
+    cfg = online_config(plan)
+    key = (hist.fingerprint, hist.order_digest, cfg, plan.packing.seed)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    run = schedule(dataset_order(hist, plan.packing.seed), cfg, source=hist.source)
+    _CACHE[key] = run
+    while len(_CACHE) > SCHEDULE_CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return run

@@ -1,0 +1,77 @@
+"""Each sample's length as the scheduler sees it (``padded_seq_len``): the SFT dataset's padding and truncation.
+
+Followed: megatron/training/datasets/sft_dataset.py (``SFTDataset.__getitem__`` at both commits,
+``_calculate_padding_divisor`` and ``MockSFTDataset.__getitem__`` on dev); the alternative, a custom dataset that
+returns per-sample dicts with its own ``padded_seq_len``, is ``dataset="custom"``: lengths pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def padding_divisor(*, commit: str, dataset: str, cp: int, tp: int = 1, sequence_parallel: bool = False,
+                    dp: int = 1, dynamic_cp: bool = False) -> int:
+    """The multiple every sequence is padded to.
+
+    main (``SFTDataset.__getitem__``): 2·CP when CP > 1, else 1. dev (``_calculate_padding_divisor``): 2·CP when
+    CP > 1 (2·DP·CP under dynamic CP, even at CP 1), times ``sequence_parallel_size`` when it is above 0, which
+    pretrain_gpt.py sets to TP x sequence_parallel. A custom dataset: 1.
+
+    >>> padding_divisor(commit="main", dataset="sft", cp=4, tp=8, sequence_parallel=True)
+    8
+    >>> padding_divisor(commit="dev", dataset="mock_sft", cp=4, tp=8, sequence_parallel=True)
+    64
+    >>> padding_divisor(commit="dev", dataset="mock_sft", cp=1, dp=4, dynamic_cp=True)
+    8
+    """
+    if dataset == "custom":
+        return 1
+    if commit == "main":
+        return 2 * cp if cp > 1 else 1  # main d98e8a64 SFTDataset.__getitem__: pad_granularity
+    cp_pad = dp * cp * 2 if dynamic_cp else (2 * cp if cp > 1 else 1)  # dev _calculate_padding_divisor
+    sp_size = tp * int(sequence_parallel)  # pretrain_gpt.py: sequence_parallel_size
+    return cp_pad * (sp_size if sp_size > 0 else 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PaddedLengths:
+    """Per dataset sample: the length the scheduler packs (``padded``) and the tokens of data in it (``real``)."""
+
+    padded: np.ndarray
+    real: np.ndarray
+    divisor: int
+    truncated_samples: int
+    truncated_tokens: int
+
+
+def padded_lengths(lengths: np.ndarray, *, seq_length: int, divisor: int, dataset: str) -> PaddedLengths:
+    """Apply a dataset's truncation and padding to sample lengths (kept in their order).
+
+    ``mock_sft`` (dev ``MockSFTDataset``): a sample of length L is L-1 tokens plus EOD, cut to ``seq_length``
+    (at least the EOD survives), then padded up to the divisor; the result may exceed ``seq_length`` when
+    ``seq_length`` is not a multiple of the divisor. ``sft`` (``SFTDataset``, one conversation a line): the
+    conversation is padded to the divisor, cut to ``seq_length``, and the line's last sequence is then padded up
+    to ``seq_length`` (cu_seqlens[-1] = pack_length), so every sample reaches the scheduler at ``seq_length``.
+
+    >>> p = padded_lengths(np.array([5, 9, 0]), seq_length=8, divisor=4, dataset="mock_sft")
+    >>> p.padded.tolist(), p.real.tolist(), p.truncated_tokens
+    ([8, 8, 4], [5, 8, 1], 1)
+    >>> padded_lengths(np.array([5, 9]), seq_length=8, divisor=4, dataset="sft").padded.tolist()
+    [8, 8]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if dataset == "custom":
+        return PaddedLengths(padded=lengths, real=lengths, divisor=divisor, truncated_samples=0, truncated_tokens=0)
+    if dataset == "mock_sft":
+        real = np.clip(lengths, 1, seq_length)  # arange(1, L) + [eod], cut to pack_length
+        padded = real if divisor == 1 else (real + (divisor - 1)) // divisor * divisor
+    else:  # sft: the tail padding fills the line to pack_length
+        real = np.minimum(lengths, seq_length)
+        padded = np.full(lengths.shape, seq_length, dtype=np.int64)
+    long = lengths > seq_length
+    count = int(np.count_nonzero(long))
+    cut = int(lengths[long].sum()) - count * seq_length if count else 0
+    return PaddedLengths(padded=padded, real=real, divisor=divisor, truncated_samples=count, truncated_tokens=cut)

@@ -1,0 +1,170 @@
+"""A training run's global batches under ``--sequence-packing-scheduler``, step by step, for main or dev.
+
+Followed: megatron/core/datasets/data_schedule.py ``wrap_data_iterator`` and the schedulers' ``run`` (sampler,
+padding, scheduling, the FLOPs sums); the alternative, the real code, needs torch.distributed and one process a
+rank, and runs a 1M-sample epoch orders of magnitude slower (bench/bench_schedule.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from advisor.data.lengths import check_expandable
+from advisor.errors import InputError, excerpt
+from advisor.packing.online.config import COMMITS, OnlineConfig
+from advisor.packing.online.dp_balanced import dp_balanced
+from advisor.packing.online.dynamic_cp import dynamic_cp
+from advisor.packing.online.loads import loads, straggler
+from advisor.packing.online.padding import PaddedLengths, padded_lengths, padding_divisor
+from advisor.packing.online.results import Refusal, RunSchedule, RunSummary
+from advisor.packing.online.sampler import sample_indices, steps_in_epoch
+from advisor.packing.online.validation import Issue, check
+
+DP_SOURCE = "megatron/core/datasets/data_schedule.py DpBalancedScheduler.get_groups_and_subsamples"
+DCP_SOURCE = "megatron/core/datasets/data_schedule_utils.py DefaultDynamicCPScheduler helpers"
+
+
+def _lengths(lengths, source: str) -> np.ndarray:
+    """A 1-D array of whole, non-negative sample lengths, kept in order."""
+    a = np.asarray(lengths)
+    if a.ndim != 1 or a.size == 0:
+        raise InputError(source, None, f"needs a flat, non-empty list of sample lengths (got shape {a.shape})")
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.floor(a)):
+            bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.floor(a)))[0])
+            raise InputError(source, f"sample {bad}", f"{excerpt(a[bad])} is not a whole number of tokens")
+    elif a.dtype.kind not in "iu":
+        raise InputError(source, None, f"lengths must be numbers, not {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= 1 << 31):
+        bad = int(np.flatnonzero((a < 0) | (a >= 1 << 31))[0])
+        raise InputError(source, f"sample {bad}", f"{excerpt(a[bad])} is not a sample length")
+    return a.astype(np.int64)
+
+
+def _squared_sums(seqlens: np.ndarray) -> np.ndarray:
+    """Σ s² per step as ``float(sum(s**2))`` gives it (exact integers, rounded once)."""
+    top = int(seqlens.max()) if seqlens.size else 0
+    if top * top * seqlens.shape[1] < 1 << 63:
+        return (seqlens * seqlens).sum(axis=1).astype(np.float64)
+    return np.array([float(sum(int(s) ** 2 for s in row)) for row in seqlens])
+
+
+def _consumed_totals(lengths: np.ndarray, padded: PaddedLengths, consumed: int) -> tuple[int, int, int]:
+    """(real tokens, truncated samples, tokens cut) over the first ``consumed`` samples the steps read, the data
+    wrapping around: whole passes plus a prefix, the prefix counted as all but its tail when that is shorter."""
+    n = lengths.size
+    passes, rest = divmod(consumed, n)
+
+    def part(lo: int, hi: int) -> np.ndarray:
+        cut = lengths[lo:hi] - padded.real[lo:hi]
+        return np.array([int(padded.real[lo:hi].sum()), int(np.count_nonzero(cut > 0)), int(cut[cut > 0].sum())])
+
+    whole = np.array([int(padded.real.sum()), padded.truncated_samples, padded.truncated_tokens])
+    prefix = part(0, rest) if rest <= n - rest else whole - part(rest, n)
+    out = passes * whole + prefix
+    return int(out[0]), int(out[1]), int(out[2])
+
+
+def _refusal_reason(cfg: OnlineConfig, need: int, spare: int, multiple: int) -> str:
+    if cfg.commit == "main":
+        return (f"DpBalancedScheduler asserts i > 0 ('Not enough samples to move'): the packs need {need} more to "
+                f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave packs 1.. (main never "
+                "splits pack 0)")
+    return (f"DpBalancedScheduler asserts i >= 0 ('Not enough samples to move'): the packs need {need} more to "
+            f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave a pack")
+
+
+def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: str = "lengths") -> RunSchedule:
+    """Simulate ``steps`` global batches (default: one epoch) of ``lengths`` (per sample, in dataset order).
+
+    >>> cfg = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=8, global_batch_size=4, dp=2, cp=1)
+    >>> run = schedule([3, 5, 2, 8, 1, 1, 1, 1], cfg)
+    >>> run.num_micro_batches.tolist(), run.seqlen_sum.tolist(), run.step(0).samples
+    ([2, 1], [18.0, 4.0], (((0,), (1,)), ((3,), (2,))))
+    """
+    lengths = _lengths(lengths, source)
+    if cfg.dataset == "custom" and lengths.min() == 0:  # no dataset pads it; dcp_gpus_needed fails on log2(0)
+        raise InputError(source, f"sample {int(np.argmin(lengths))}", "a sequence of 0 tokens: a custom data set "
+                         "hands the scheduler lengths of at least 1")
+    checked = check(cfg)
+    max_seqlen = checked.max_seqlen_per_dp_cp_rank
+    divisor = padding_divisor(commit=cfg.commit, dataset=cfg.dataset, cp=cfg.cp, tp=cfg.tp,
+                              sequence_parallel=cfg.sequence_parallel, dp=cfg.dp, dynamic_cp=cfg.dynamic_cp)
+    padded = padded_lengths(lengths, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
+    n = int(lengths.size)
+    if steps is None:
+        steps = steps_in_epoch(n, cfg.global_batch_size)
+        if steps == 0:
+            raise InputError(source, None, f"{n:,} samples are fewer than one global batch of "
+                             f"{cfg.global_batch_size:,}: give steps to cycle through them")
+    elif isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError(source, "steps", f"{excerpt(steps)} is not a positive whole number of steps")
+    check_expandable(steps * cfg.global_batch_size, source, "schedule")
+    index = sample_indices(n, steps=steps, global_batch_size=cfg.global_batch_size,
+                           micro_batch_size=cfg.micro_batch_size, dp=cfg.dp)
+    seqlens = padded.padded[index]
+    groups, capacity, refusals, defects, found = _scheduled(cfg, seqlens, max_seqlen)
+    tokens, work, rank_tokens, rank_work = loads(groups, seqlens)
+    nmb = np.diff(groups.mb_offsets)
+    step_sums = seqlens.sum(axis=1)
+    summary = _summary(cfg, lengths, padded, steps, nmb, rank_work, int(step_sums.sum()), len(refusals), len(defects))
+    return RunSchedule(
+        config=cfg, max_seqlen_per_dp_cp_rank=max_seqlen, capacity=capacity, padding_divisor=divisor,
+        issues=checked.issues + found, sample_index=index, seqlens=seqlens, groups=groups, group_tokens=tokens,
+        group_work=work, num_micro_batches=nmb, seqlen_sum=step_sums.astype(np.float64),
+        seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
+        step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary)
+
+
+def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
+    """(groups, pack capacity, refusals, defects, data-dependent issues) of the configured scheduler."""
+    at = f" ({cfg.commit} {COMMITS[cfg.commit]})"
+    if cfg.dynamic_cp:
+        got = dynamic_cp(seqlens, dp=cfg.dp, cp=cfg.cp, max_seqlen_per_dp_cp_rank=max_seqlen,
+                         min_cp=cfg.min_dynamic_cp, vpp_multiple=cfg.vpp_multiple)
+        refusals = tuple(Refusal(step=k, reason=r, source=DCP_SOURCE + at) for k, r in enumerate(got.reasons) if r)
+        defects = tuple(Refusal(step=k, reason=r, source=DCP_SOURCE + at) for k, r in enumerate(got.defects) if r)
+        return got.groups, max_seqlen, refusals, defects, ()
+    capacity = max_seqlen * cfg.cp
+    got = dp_balanced(seqlens, cap=capacity, dp=cfg.dp, cp=cfg.cp, vpp_multiple=cfg.vpp_multiple, commit=cfg.commit,
+                      max_num_seqs=cfg.max_num_seqs)
+    multiple = cfg.dp * (cfg.vpp_multiple or 1)
+    refusals = tuple(Refusal(step=int(k), reason=_refusal_reason(cfg, int(got.need[k]), int(got.spare[k]), multiple),
+                             source=DP_SOURCE + at) for k in np.flatnonzero(got.refused))
+    return got.groups, capacity, refusals, (), _overlong(seqlens, capacity, cfg)
+
+
+def _summary(cfg: OnlineConfig, lengths: np.ndarray, padded: PaddedLengths, steps: int, nmb: np.ndarray,
+             rank_work: np.ndarray, total: int, refused: int, defects: int) -> RunSummary:
+    """The run at a glance; micro-batch counts and stragglers over the steps that run (none: zeros and 1.0)."""
+    consumed = steps * cfg.global_batch_size
+    real, cut, cut_tokens = _consumed_totals(lengths, padded, consumed)
+    ran = nmb > 0
+    busy = rank_work[ran]
+    return RunSummary(
+        steps=steps, refused_steps=refused, defect_steps=defects,
+        micro_batches_min=int(nmb[ran].min()) if ran.any() else 0,
+        micro_batches_mean=float(nmb[ran].mean()) if ran.any() else 0.0, micro_batches_max=int(nmb.max()),
+        straggler_factor=float(busy.max(axis=1).sum() / busy.mean(axis=1).sum()) if ran.any() else 1.0,
+        straggler_worst=float(straggler(busy).max()) if ran.any() else 1.0,
+        padding_fraction=(total - real) / total if total else 0.0, padded_tokens=total, real_tokens=real,
+        truncated_samples=cut, truncated_tokens=cut_tokens, samples=consumed,
+        unused_samples=max(0, lengths.size - consumed))
+
+
+def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Issue, ...]:
+    """Sequences longer than a pack: next fit gives each a pack of its own, past the buffer (and leaves pack 0
+    empty when one opens a global batch)."""
+    over = seqlens > capacity
+    if not over.any():
+        return ()
+    opening = int(np.count_nonzero(over[:, 0]))
+    return (Issue(
+        severity="warning", id="packing.overlong",
+        message=f"{int(over.sum()):,} sequence(s) of up to {int(seqlens.max()):,} padded tokens exceed the pack "
+                f"capacity {capacity:,}" + (f"; {opening} open a global batch, leaving an empty pack 0" if opening
+                                           else ""),
+        reason="DpBalancedScheduler closes the current pack (even an empty one) when a sequence does not fit, so "
+               "an overlong sequence runs alone and over the per-rank buffer; padding to the divisor can push "
+               "seq_length past max_seqlen_per_dp_cp_rank x CP",
+        source=DP_SOURCE + f" ({cfg.commit} {COMMITS[cfg.commit]})"),)

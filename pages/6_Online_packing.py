@@ -1,0 +1,44 @@
+"""Online packing: Megatron-LM's THD scheduler on this data and layout, beside Megatron-Bridge's offline packing."""
+
+import streamlit as st
+
+from advisor.ui import charts, views
+from advisor.ui import state as ui
+from advisor.ui.explain import help_text as H
+
+st.set_page_config(page_title="Online packing", layout="wide")
+
+
+def explained(fig, key: str) -> None:
+    """A chart and, under it, what it shows (advisor/ui/explain.py)."""
+    st.plotly_chart(fig, width="stretch")
+    with st.expander("What am I looking at?"):
+        st.markdown(ui.plain(H(key)))
+
+
+ui.init_state(st.session_state)
+plan, hist = st.session_state["plan"], st.session_state["hist"]
+st.title("Online packing (Megatron-LM)")
+c = st.columns(3)
+branch = c[0].selectbox("Megatron-LM", ["dev", "main"], help=H("online_megatron_lm"))
+buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 << 24, 0, help=H("online_max_seqlen")))
+with st.spinner("scheduling every global batch"):
+    comparison, problem = ui.guarded(lambda: views.packing_comparison(plan, hist, branch, buffer or None))
+if problem:
+    st.error(ui.plain(problem))
+    st.stop()
+explained(charts.packing_comparison(comparison), "packing_comparison")
+st.dataframe(views.comparison_table(comparison), hide_index=True)
+st.info(ui.plain(f"Recommended: {comparison.recommended}. {comparison.why}"))
+online = [r for r in comparison.runs if r.estimate.online is not None]
+shown = c[2].selectbox("Schedule shown", [r.label for r in online], help=H("online_shown"))
+run = next(r for r in online if r.label == shown).estimate.online
+explained(charts.online_steps(run), "online_steps")
+step = int(st.slider("Step", 0, max(0, run.seqlens.shape[0] - 1), 0, help=H("online_step")))
+explained(charts.online_rank_work(run.step(step), run.config.cp), "online_rank_work")
+if st.button("Use online packing in the plan", help=H("online_use")):
+    if ui.set_plan(st.session_state, {"packing": {"mode": "online", "megatron_lm": branch,
+                                                  "max_seqlen_per_dp_cp_rank": buffer or None},
+                                      "training": {"micro_batch_size": 1}}):
+        st.rerun()
+    st.error(ui.plain(st.session_state["plan_error"]))
