@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 
-PAGES = ["app.py", "pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py",
+PAGES = ["app.py", "pages/1_Packing.py", "pages/6_Online_packing.py", "pages/2_Memory_and_FLOPs.py",
+         "pages/3_Recommendations.py",
          "pages/4_Trial.py"]
 
 
@@ -167,7 +168,8 @@ def test_pages_survive_data_that_cannot_be_estimated():
     from advisor.ui import state as ui
     from advisor.ui.samples import default_plan
 
-    for page in ("pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/1_Packing.py"):
+    for page in ("pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/1_Packing.py",
+                 "pages/6_Online_packing.py"):
         state: dict = {}
         ui.init_state(state)
         state["plan"] = default_plan("VLM-like (100k)")

@@ -106,12 +106,19 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         assert page.get_by_role("heading", name="lengths.csv").count() == 1  # the previous data stays
         page.screenshot(path=str(SHOTS / "2b_refused_mock.png"), full_page=True)
 
-        page.get_by_role("link", name="Packing").click()
+        page.get_by_role("link", name="Packing", exact=True).click()
         page.get_by_role("heading", name="Packing", exact=True).wait_for(timeout=120_000)  # the new page
         page.wait_for_selector(READY, timeout=120_000)
         page.wait_for_selector(".js-plotly-plot", timeout=60_000)
         page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=120_000)
         page.screenshot(path=str(SHOTS / "3_packing.png"), full_page=True)
+
+        page.get_by_role("link", name="Online packing").click()
+        page.get_by_role("heading", name="Online packing (Megatron-LM)", exact=True).wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.get_by_text("trains fastest").first.wait_for(timeout=120_000)  # the comparison chart's title
+        assert page.locator(".js-plotly-plot").count() == 3  # comparison, steps over the epoch, one step's ranks
+        page.screenshot(path=str(SHOTS / "3b_online.png"), full_page=True)
 
         page.get_by_role("link", name="Memory and FLOPs").click()
         page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)  # the new page
@@ -157,7 +164,7 @@ def test_wikipedia_sample_in_chromium(app_url):
         page.locator("[data-testid='stSelectbox']").first.click()
         page.get_by_role("option", name="Wikipedia BERT (real, 16.3M)").click()
         page.get_by_text("16,279,552", exact=True).first.wait_for(timeout=120_000)
-        page.get_by_role("link", name="Packing").click()
+        page.get_by_role("link", name="Packing", exact=True).click()
         page.get_by_role("heading", name="Packing", exact=True).wait_for(timeout=120_000)
         page.wait_for_selector(READY, timeout=180_000)
         page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=120_000)

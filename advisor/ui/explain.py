@@ -116,7 +116,7 @@ HELP: dict[str, Explanation] = {
     "step_time": _e("Seconds per optimizer step from the performance model: every layer's GEMMs by shape, attention "
                     "by kernel, the communication Megatron does not hide (TP, CP, pipeline, data parallel, MoE), the "
                     "pipeline bubble and the optimizer, times the straggler factor simulated from the real packs. "
-                    "Two efficiency constants are fitted on 12 published H100 runs (median error 4 %, max 11 %).",
+                    "Two efficiency constants are fitted on 12 published H100 runs (median error 3 %, max 12 %).",
                     "advisor/model/perf/step.py; sample_data/published_step_times.csv"),
     "step_breakdown": _e("Where one step's seconds go. Compute (GEMMs, attention, memory-bound work, recompute) is "
                          "what the GPU must do; the communication terms are only the part left exposed (TP overlap, "

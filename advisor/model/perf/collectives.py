@@ -39,3 +39,25 @@ def all_to_all(bytes_per_rank: float, ranks: int, link: Link) -> float:
 def send(num_bytes: float, link: Link) -> float:
     """Point to point (pipeline stages, the CP ring)."""
     return num_bytes / link.bandwidth + link.latency if num_bytes > 0 else 0.0
+
+
+def all_to_all_spread(bytes_per_rank: float, ranks: int, stride: int, gpu) -> float:
+    """All-to-all over ``ranks`` ranks ``stride`` GPUs apart (EP over expert TP): the bytes for peers in the same
+    node move over NVLink while those for other nodes leave through the NICs, at the same time.
+
+    >>> from advisor.model.perf.hardware import gpu_of
+    >>> from advisor.plan import plan_from_dict
+    >>> g = gpu_of(plan_from_dict({"model": "llama3.1-8b"}))
+    >>> inside = all_to_all_spread(1e9, 8, 1, g); across = all_to_all_spread(1e9, 8, 2, g)
+    >>> across > inside, round(across / all_to_all(1e9, 8, g.network), 2)   # half the peers share the node
+    (True, 0.57)
+    """
+    if ranks <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    per_node = max(1, min(ranks, gpu.per_node // max(1, stride)))
+    peers = ranks - 1
+    near = (per_node - 1) / peers
+    on = bytes_per_rank * (per_node - 1) / ranks
+    off = bytes_per_rank * (ranks - per_node) / ranks
+    latency = gpu.network.latency if near < 1 else gpu.nvlink.latency
+    return max(on / gpu.nvlink.bandwidth, off / gpu.network.bandwidth) + latency

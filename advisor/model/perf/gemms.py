@@ -54,10 +54,12 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
     if moe:
         f = m.moe_ffn_hidden_size or m.ffn_hidden_size
         local = m.num_moe_experts / p.ep
-        # every token visits top-k experts; balanced routing gives each local expert tokens x topk x EP / experts
-        # (the EP ranks' tokens meet on the experts' owner), each expert's width split by ETP
-        per_expert = tokens * m.moe_router_topk * p.ep / m.num_moe_experts
-        out += [Gemm(name="router", m=tokens, n=m.num_moe_experts, k=h, trains=base),
+        # megatron/core/transformer/moe/token_dispatcher.py (alltoall): a rank routes its sequence-parallel share
+        # (tokens / TP), all-to-alls it over EP, then all-gathers over expert TP: balanced routing gives each local
+        # expert tokens / TP x topk x EP x ETP / experts rows, each expert's width split by ETP
+        shard = tokens / tp
+        per_expert = shard * m.moe_router_topk * p.ep * p.etp / m.num_moe_experts
+        out += [Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base),
                 Gemm(name="expert_fc1", m=per_expert, n=up * f / p.etp, k=h, trains=base, count=local),
                 Gemm(name="expert_fc2", m=per_expert, n=h, k=f / p.etp, trains=base, count=local)]
         if m.moe_shared_expert_intermediate_size:
@@ -77,14 +79,22 @@ LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "expert
                 "shared_fc2")
 
 
+COLUMN_PARALLEL = ("linear_qkv", "linear_fc1", "expert_fc1", "shared_fc1")
+
+
 def lora_gemms(base: list[Gemm], rank: int, tp: int) -> list[Gemm]:
-    """Adapters A (k -> r) and B (r -> n) beside each targeted linear; they train. Megatron-Bridge splits A of a
-    row-parallel linear and B of a column-parallel one by TP, like the layer they sit beside."""
+    """Adapters A (in -> r) and B (r -> out) beside each targeted linear; they train. Megatron-Bridge shards both
+    (peft/lora.py, LoRAMerge): beside a column-parallel linear A is [r/TP, in] and B [out/TP, r]; beside a
+    row-parallel one A is [r, in/TP] and B [out/TP, r]."""
     out = []
     for g in base:
-        if g.name in LORA_TARGETS:
-            out += [Gemm(name=f"{g.name}_lora_a", m=g.m, n=rank, k=g.k, trains=True, count=g.count),
-                    Gemm(name=f"{g.name}_lora_b", m=g.m, n=g.n, k=rank, trains=True, count=g.count)]
+        if g.name not in LORA_TARGETS:
+            continue
+        column = g.name in COLUMN_PARALLEL
+        out += [Gemm(name=f"{g.name}_lora_a", m=g.m, n=rank / tp if column else rank, k=g.k, trains=True,
+                     count=g.count),
+                Gemm(name=f"{g.name}_lora_b", m=g.m, n=g.n if column else g.n / tp, k=rank, trains=True,
+                     count=g.count)]
     return out
 
 

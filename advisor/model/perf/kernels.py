@@ -26,24 +26,26 @@ KERNEL_FLOOR_SECONDS = 5e-6
 ATTENTION_BACKWARD_RATIO = 2.5
 
 
-def tile_efficiency(m: float, n: float, sms: int) -> float:
-    """The best of the tile shapes: wave fill times the tile's operand reuse relative to the largest tile.
+def tile_efficiency(m: float, n: float, sms: int, count: float = 1.0) -> float:
+    """The best of the tile shapes: wave fill times the tile's operand reuse relative to the largest tile. A grouped
+    GEMM (``count`` experts in one kernel) fills the waves with all its groups' tiles.
 
     >>> round(tile_efficiency(8192, 4096, 132), 3), round(tile_efficiency(183, 3072, 132), 3)
     (0.97, 0.273)
     """
     best = TILES[0][0] * TILES[0][1] / sum(TILES[0])
-    return max(_waves(m, n, sms, tm, tn) * (tm * tn / (tm + tn)) / best for tm, tn in TILES)
+    return max(_waves(m, n, sms, tm, tn, count) * (tm * tn / (tm + tn)) / best for tm, tn in TILES)
 
 
-def _waves(m: float, n: float, sms: int, tm: int, tn: int) -> float:
-    tiles = math.ceil(m / tm) * math.ceil(n / tn)
+def _waves(m: float, n: float, sms: int, tm: int, tn: int, count: float = 1.0) -> float:
+    tiles = math.ceil(count) * math.ceil(m / tm) * math.ceil(n / tn)
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float) -> float:
-    """[m, k] x [k, n] in BF16: compute at ``efficiency`` of peak (times the tiles' efficiency) or moving its
-    operands, whichever is slower.
+def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, count: float = 1.0) -> float:
+    """[m, k] x [k, n] in BF16, ``count`` of them in one grouped kernel (Megatron's grouped GEMM runs a rank's
+    local experts together): compute at ``efficiency`` of peak (times the tiles' efficiency) or moving the
+    operands, whichever is slower, and never under one kernel launch.
 
     >>> from advisor.model.perf.hardware import gpu_of
     >>> from advisor.plan import plan_from_dict
@@ -51,10 +53,10 @@ def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float) -> f
     >>> round(gemm_seconds(8192, 4096, 4096, g, 0.7) * 1e3, 3)   # 275 GFLOP at 0.7 x 0.97 x 989 TFLOP/s
     0.409
     """
-    if m <= 0 or n <= 0 or k <= 0:
+    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
-    compute = 2.0 * m * n * k / (gpu.peak * efficiency * tile_efficiency(m, n, gpu.sms))
-    memory = 2.0 * (m * k + k * n + m * n) / gpu.hbm
+    compute = count * 2.0 * m * n * k / (gpu.peak * efficiency * tile_efficiency(m, n, gpu.sms, count))
+    memory = count * 2.0 * (m * k + k * n + m * n) / gpu.hbm
     return max(compute, memory, KERNEL_FLOOR_SECONDS)
 
 
@@ -62,9 +64,9 @@ def attention_seconds(q_width: float, seqlen_squared_sum: float, tokens: float, 
                       chunks: int = 1) -> tuple[float, float]:
     """Forward and backward seconds of causal variable-length attention (THD) over sum(s_i^2) on one GPU.
 
-    ``q_width``: query heads x head dim on this GPU; ``chunks``: pieces each sequence is cut into across CP ranks
-    (each kernel call sees s / chunks tokens). Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it
-    under the causal mask.
+    ``q_width``: query heads x head dim on this GPU. Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it
+    under the causal mask. The diagonal blocks belong to each whole sequence, also under CP: the ring's other
+    steps are unmasked rectangles, and a2a rebuilds whole sequences (so ``chunks`` stays 1 for Megatron's CP).
 
     >>> from advisor.model.perf.hardware import gpu_of
     >>> from advisor.plan import plan_from_dict

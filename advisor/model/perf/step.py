@@ -1,6 +1,6 @@
 """One training step on the busiest GPU: micro batches through the pipeline, then the data-parallel sync.
 
-Alternatives: FLOPs / (GPUs x peak x MFU) (one efficiency for every layout: off by 77 % on packed fine-tuning) or
+Alternatives: FLOPs / (GPUs x peak x MFU) (one efficiency for every layout, blind to communication, bubbles and LoRA) or
 a discrete-event simulation of every kernel and message (more exact, far slower than a planner can afford).
 Here: per-layer forward and backward phases (``kernels``, ``collectives``), exposed communication where Megatron
 does not hide it, the pipeline's fill and drain, the gradient sync beyond the backward it overlaps, the optimizer.
@@ -127,31 +127,44 @@ def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: flo
     return t + fwd, t + bwd
 
 
+def _tp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, tokens: float, moe: bool) -> tuple[float, float]:
+    """Exposed TP seconds of one layer, forward and backward. Per TP region (attention; a dense MLP) forward runs an
+    all-gather before the column-parallel GEMM and a reduce-scatter after the row-parallel one (TP without SP: two
+    all-reduces, the same bytes); backward mirrors them and all-gathers the input again for the weight gradient
+    (Transformer Engine keeps the sequence-parallel shard), so 1.5x, unless the weights are frozen. A MoE layer's
+    MLP is outside TP: its experts all-gather their routed tokens over expert TP only (token_dispatcher.py)."""
+    m, p, t = plan.model, plan.parallel, plan.training
+    act = tokens * m.hidden_size * BF16
+    bwd_share = 1.5 if t.peft != "lora" else 1.0
+    fwd = 0.0
+    if p.tp > 1:
+        link = gpu.link(p.tp)
+        regions = 1 if moe else 2
+        fwd += regions * (cc.all_gather(act, p.tp, link) + cc.reduce_scatter(act, p.tp, link))
+    if moe and p.etp > 1:
+        routed = act / p.tp * m.moe_router_topk * p.etp
+        fwd += cc.all_gather(routed, p.etp, gpu.link(p.etp)) + cc.reduce_scatter(routed, p.etp, gpu.link(p.etp))
+    hidden = eff.tp_overlap if p.tp_comm_overlap else 0.0
+    return fwd * (1 - hidden), fwd * bwd_share * (1 - hidden)
+
+
 def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: bool) -> tuple[Phase, Phase]:
     """Forward and backward (recompute included) of one layer for the mean micro batch, on one GPU."""
     m, p, t = plan.model, plan.parallel, plan.training
     tokens = work.tokens / p.cp
     gemms = layer_gemms(plan, tokens, moe)
-    fwd_gemm = sum(g.count * gemm_seconds(g.m, g.n, g.k, gpu, eff.gemm) for g in gemms)
-    bwd_gemm = sum(g.count * (gemm_seconds(g.m, g.k, g.n, gpu, eff.gemm)
-                              + (gemm_seconds(g.k, g.n, g.m, gpu, eff.gemm) if g.trains else 0.0)) for g in gemms)
+    fwd_gemm = sum(gemm_seconds(g.m, g.n, g.k, gpu, eff.gemm, g.count) for g in gemms)
+    bwd_gemm = sum(gemm_seconds(g.m, g.k, g.n, gpu, eff.gemm, g.count)
+                   + (gemm_seconds(g.k, g.n, g.m, gpu, eff.gemm, g.count) if g.trains else 0.0) for g in gemms)
     q_width = m.head_dim * m.num_attention_heads / p.tp
-    attn_f, attn_b = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, eff.attention,
-                                       chunks=2 * p.cp if p.cp > 1 else 1)
+    attn_f, attn_b = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, eff.attention)
     mem = stream_seconds(_elementwise_bytes(plan, moe) * tokens, gpu)
-    tp_f = tp_b = 0.0
-    if p.tp > 1:
-        act = tokens * m.hidden_size * BF16
-        link = gpu.link(p.tp)
-        # per layer and pass: SP's two all-gathers and two reduce-scatters, or TP's two all-reduces (same bytes)
-        one = 2 * (cc.all_gather(act, p.tp, link) + cc.reduce_scatter(act, p.tp, link))
-        hidden = eff.tp_overlap if p.tp_comm_overlap else 0.0
-        tp_f = tp_b = one * (1 - hidden)
+    tp_f, tp_b = _tp_comm(plan, gpu, eff, tokens, moe)
     cp_f, cp_b = _cp_comm(plan, gpu, tokens, attn_f, attn_b)
     a2a = 0.0
     if moe and p.ep > 1:
-        routed = tokens / (p.tp if p.sp else 1) * m.moe_router_topk * m.hidden_size * BF16
-        a2a = 2 * cc.all_to_all(routed, p.ep, gpu.link(p.ep * p.etp))  # dispatch and combine
+        routed = tokens / p.tp * m.moe_router_topk * m.hidden_size * BF16
+        a2a = 2 * cc.all_to_all_spread(routed, p.ep, p.etp, gpu)  # dispatch and combine
     fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, tp_comm=tp_f, cp_comm=cp_f, moe_all_to_all=a2a)
     if t.recompute == "full":
         recompute = fwd.total  # the layer's forward runs again before its backward
@@ -187,7 +200,9 @@ def _trainable_per_gpu(plan: Plan) -> tuple[float, float]:
     if t.peft == "lora":
         return lora_parameters(plan) / (p.pp * p.tp), 0.0
     c = count_parameters(m, p.tp)
-    dense = sum(c.dense_by_layer) / p.pp / p.tp + c.embedding / p.tp
+    # the last stage holds the output layer; with one stage it holds the input embedding too (unless tied)
+    tables = 2 if p.pp == 1 and not c.tied else 1
+    dense = sum(c.dense_by_layer) / p.pp / p.tp + tables * c.embedding / p.tp
     return dense, c.routed / p.pp / (p.ep * p.etp)
 
 
@@ -212,7 +227,8 @@ def _dp_sync(plan: Plan, gpu: Gpu, fwd_window: float, bwd_window: float) -> tupl
         grads = cc.all_reduce(dense * grad_bytes, ranks, link) + cc.all_reduce(routed * grad_bytes, expert_ranks, link)
         params, local = 0.0, dense + routed
         tail = cc.all_reduce(min(dense, max(BUCKET_PARAMETERS, 1e6 * ranks)) * grad_bytes, ranks, link)
-    exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window) + (tail if ranks > 1 else 0.0)
+    # the last bucket starts only when the backward ends: exposed at least by its own transfer
+    exposed = max(tail if ranks > 1 else 0.0, grads - bwd_window) + max(0.0, params - fwd_window)
     return exposed, stream_seconds(local * OPTIMIZER_BYTES, gpu)
 
 
@@ -241,7 +257,9 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     last_layers = slots - (1 if p.account_for_loss_in_pipeline_split else 0)
     mean_layers = m.num_layers / p.pp
     last_f, last_b = layer_f * last_layers + head_f, layer_b * last_layers + head_b
-    first = (layer_f + layer_b) * (slots - (1 if p.account_for_embedding_in_pipeline_split else 0))
+    first_layers = slots - (1 if p.account_for_embedding_in_pipeline_split else 0)
+    first_f, first_b = layer_f * first_layers, layer_b * first_layers
+    first = first_f + first_b
     last = last_f + last_b
     slowest = last if last.total >= first.total else first
     mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b).total / p.pp
@@ -250,11 +268,16 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     p2p = 0.0
     if p.pp > 1:
         act = work.tokens / p.cp / (p.tp if p.sp else 1) * m.hidden_size * BF16
-        link = gpu.link(p.tp * p.cp * p.dp * p.pp)
-        # fill and drain cross every stage boundary once each way; in steady state the interleaved schedule
-        # overlaps its sends (overlap_p2p_comm), the plain 1F1B schedule waits for a send and a receive per micro batch
-        p2p = 2 * (p.pp - 1) * cc.send(act, link) + (0.0 if p.vpp else 2 * mb * cc.send(act, link))
-    dp, optimizer = _dp_sync(plan, gpu, fwd_window=last_f.total, bwd_window=last_b.total)
+        link = gpu.link(2 * p.tp * p.cp * p.dp)  # neighbouring stages are TP x CP x DP ranks apart
+        # fill and drain cross every stage boundary once each way. In steady state each micro batch waits for a
+        # send and a receive per virtual stage, unless overlapped: Megatron-Core's overlap_p2p_comm is off by
+        # default; Megatron-Bridge's comm-overlap config (here: tp_comm_overlap) turns it on with VPP
+        overlapped = bool(p.vpp) and p.tp_comm_overlap
+        p2p = 2 * (p.pp - 1) * cc.send(act, link) + (0.0 if overlapped else 2 * mb * (p.vpp or 1) * cc.send(act, link))
+    # Megatron-Core reduces gradients in buckets only where it is on the critical path: the first stage, after its
+    # last backward (distributed_data_parallel.py turns bucketing off on later stages)
+    windows = (first_f.total, first_b.total) if p.pp > 1 else (last_f.total, last_b.total)
+    dp, optimizer = _dp_sync(plan, gpu, fwd_window=windows[0], bwd_window=windows[1])
     steady = slowest * mb
     breakdown = {f.name: getattr(steady, f.name) for f in fields(Phase)}
     breakdown.update(pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer,

@@ -1,0 +1,179 @@
+"""Online packing as a user meets it: the schedule command, plans in online mode, their exports, the comparison
+with offline packing and the dashboard page. The scheduler itself is checked against Megatron-LM's own code in
+tests/test_online_schedule.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from streamlit.testing.v1 import AppTest
+
+from advisor.advice.compare import compare_packing
+from advisor.model.estimate import estimate
+from advisor.model.flops import flops_coefficients
+from advisor.packing.online.from_plan import dataset_order, online_config, schedule_of
+from advisor.plan import plan_from_dict
+from tests.conftest import ROOT, SAMPLE
+
+CHAT = SAMPLE / "chat_like_hist.csv"
+
+
+def advisor(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def _plan(**over):
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
+           "training": {"seq_length": 16384, "global_batch_size": 64}, "packing": {"mode": "online"}}
+    for section, fields in over.items():
+        raw[section] = {**raw.get(section, {}), **fields}
+    return plan_from_dict(raw)
+
+
+def test_schedule_json_lists_every_global_batch(tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    rng = np.random.default_rng(0)
+    values = rng.integers(50, 3000, 400)
+    lengths.write_text("length\n" + "\n".join(map(str, values)) + "\n")
+    proc = advisor("schedule", lengths, "--seq-length", 4096, "--dp", 4, "--cp", 2, "--global-batch-size", 32,
+                   "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["order"] == "file order" and len(out["global_batches"]) == 400 // 32
+    for k, step in enumerate(out["global_batches"]):
+        assert step["refused"] is None
+        assert len(step["groups"]) == step["num_micro_batches"]
+        # every sample of the step runs once: on the CP ranks of one DP rank's pack in one micro batch
+        firsts = [i for mb in step["groups"] for dp in range(4) for i in mb[2 * dp]]
+        assert sorted(firsts) == list(range(32 * k, 32 * (k + 1)))
+        assert all(mb[2 * d] == mb[2 * d + 1] for mb in step["groups"] for d in range(4))  # a CP pair shares a pack
+        # the FLOPs sums are over the padded lengths (multiples of 2 x CP) the scheduler packs
+        padded = -(-values[32 * k:32 * (k + 1)] // 4) * 4
+        assert step["seqlen_sum"] == padded.sum() and step["seqlen_squared_sum"] == (padded ** 2).sum()
+    s = out["summary"]
+    assert s["micro_batches_min"] <= s["micro_batches_mean"] <= s["micro_batches_max"] and s["straggler_factor"] >= 1
+
+
+def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
+    lengths = tmp_path / "short.csv"  # 8 short samples a step: they fit one pack, fewer than DP 4 packs
+    lengths.write_text("length\n" + "\n".join(["100"] * 64) + "\n")
+    runs = {}
+    for branch in ("main", "dev"):
+        proc = advisor("schedule", lengths, "--megatron-lm", branch, "--seq-length", 4096, "--dp", 4, "--cp", 1,
+                       "--global-batch-size", 8, "--json", "--quiet", "--dataset", "custom")
+        assert proc.returncode == 0, proc.stderr
+        runs[branch] = json.loads(proc.stdout)
+    assert all(step["refused"] and "i > 0" in step["refused"] for step in runs["main"]["global_batches"])
+    assert runs["main"]["summary"]["refused_steps"] == 8
+    assert all(step["refused"] is None and step["num_micro_batches"] == 1 for step in runs["dev"]["global_batches"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--megatron-lm", "main", "--scheduler", "default_dynamic_cp"], "is not a scheduler of Megatron-LM main"),
+    (["--global-batch-size", "30"], "is not a multiple of micro_batch_size x dp"),
+    (["--dp", "0"], "must be from 1"),
+])
+def test_bad_schedule_options_exit_2_with_one_message(args, message):
+    base = {"--seq-length": "4096", "--dp": "4", "--cp": "2", "--global-batch-size": "32"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    flat = [x for kv in base.items() for x in kv if kv[0] not in args[::2]] + args
+    proc = advisor("schedule", CHAT, *flat, "--quiet")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_lengths_file_keeps_its_order_and_a_histogram_gets_the_exports_shuffle(tmp_path, chat):
+    listed = tmp_path / "listed.csv"
+    listed.write_text("length\n" + "\n".join(["4000"] * 16 + ["100"] * 16) + "\n")
+    proc = advisor("schedule", listed, "--seq-length", 4096, "--dp", 2, "--cp", 1, "--global-batch-size", 16,
+                   "--json", "--quiet")
+    steps = json.loads(proc.stdout)["global_batches"]
+    assert steps[0]["seqlen_sum"] == 16 * 4000 and steps[1]["seqlen_sum"] == 16 * 100  # file order, not shuffled
+    plan = _plan()
+    order = dataset_order(chat, plan.packing.seed)
+    assert sorted(order.tolist()) == chat.samples().tolist()
+    exported = tmp_path / "mock.csv"
+    from advisor.advice.exports import mock_lengths_csv
+
+    exported.write_text(mock_lengths_csv(chat, plan.packing.seed))
+    proc = advisor("schedule", exported, "--seq-length", 16384, "--dp", 4, "--cp", 2, "--global-batch-size", 64,
+                   "--json", "--quiet")
+    from_file = json.loads(proc.stdout)["summary"]
+    simulated = schedule_of(plan, chat).summary  # what the plan's estimate used: the file Megatron-LM will read
+    assert from_file["micro_batches_mean"] == simulated.micro_batches_mean
+    assert from_file["straggler_factor"] == pytest.approx(simulated.straggler_factor)
+
+
+def test_online_plan_estimate_uses_the_schedule_and_megatron_lm_flops(chat):
+    plan = _plan()
+    est = estimate(plan, chat)
+    run = est.online
+    assert run is not None and run.config == online_config(plan)
+    coef = flops_coefficients(plan.model, plan.parallel.tp)
+    mlm = np.mean([coef(a, b) for a, b in zip(run.seqlen_sum, run.seqlen_squared_sum, strict=True)])
+    assert est.flops.model_per_step == pytest.approx(mlm)  # training.py's formula with the scheduler's sums
+    assert est.time.straggler_factor > 1.05  # dp_balanced deals packs in order: it balances counts, not work
+    assert est.time.steps_per_epoch == pytest.approx(run.summary.steps)
+    assert est.to_dict()["online"]["micro_batches_mean"] == run.summary.micro_batches_mean
+
+
+def test_online_exports(tmp_path, chat):
+    plan = _plan(packing={"max_seqlen_per_dp_cp_rank": 12000})
+    path = tmp_path / "online.yaml"
+    data = plan.to_dict()
+    data["data"] = {"lengths": str(CHAT)}
+    path.write_text(yaml.safe_dump(data))
+    args = advisor("export", path, "--format", "megatron-lm", "--quiet")
+    assert args.returncode == 0, args.stderr
+    for flag in ("--sequence-packing-scheduler dp_balanced", "--max-seqlen-per-dp-cp-rank 12000",
+                 "--calculate-per-token-loss", "--sft", "--mock-data", "--global-batch-size 64"):
+        assert flag in args.stdout
+    python = advisor("export", path, "--format", "python", "--quiet")
+    assert python.returncode == 2 and "export --format megatron-lm" in python.stderr
+    data["packing"]["megatron_lm"] = "main"
+    path.write_text(yaml.safe_dump(data))
+    main = advisor("export", path, "--format", "megatron-lm", "--quiet")
+    assert main.returncode == 2 and "has no --sequence-packing-scheduler" in main.stderr
+    findings = json.loads(advisor("recommend", path, "--json", "--quiet").stdout)["findings"]
+    assert any(f["id"] == "online.main_not_wired" and f["fix"] == {"packing": {"megatron_lm": "dev"}}
+               for f in findings)
+
+
+def test_online_plans_are_checked_as_megatron_lm_checks_them():
+    with pytest.raises(Exception, match="default_dynamic_cp exists on Megatron-LM dev only"):
+        _plan(packing={"megatron_lm": "main", "scheduler": "default_dynamic_cp"})
+    with pytest.raises(Exception, match="below training.seq_length 16384"):
+        _plan(packing={"max_seqlen_per_dp_cp_rank": 4096})  # x CP 2 = 8192 < 16384
+    with pytest.raises(Exception, match="training.task must be llm-sft"):
+        _plan(training={"task": "vlm-sft", "micro_batch_size": 2})
+
+
+def test_the_comparison_names_a_winner_and_why(chat):
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
+                           "training": {"seq_length": 16384, "global_batch_size": 128, "peft": "lora"}})
+    c = compare_packing(plan, chat)
+    ways = [r["way"] for r in c.rows()]
+    assert ways == ["offline (Megatron-Bridge)", "online dp_balanced (Megatron-LM dev)",
+                    "online dynamic CP (Megatron-LM dev)"]
+    best = max((r for r in c.rows() if r["fits"] and not r["refused_steps"]),
+               key=lambda r: r["tokens_per_second_per_gpu"])
+    assert c.recommended == best["way"] and "tokens/s/GPU over" in c.why
+    offline, online = c.rows()[:2]
+    assert online["straggler"] > offline["straggler"]  # packs dealt in arrival order against shuffled packs
+
+
+def test_the_online_page_draws_and_sets_the_plan():
+    at = AppTest.from_file(str(ROOT / "pages/6_Online_packing.py"), default_timeout=300).run()
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == 3
+    at.button[0].click().run()
+    assert at.session_state["plan"].packing.mode == "online"
+    at.selectbox[0].set_value("main").run()  # main refuses nothing on the sample, but the simulation still runs
+    assert not at.exception
+
