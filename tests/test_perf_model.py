@@ -150,7 +150,12 @@ def test_rules_every_layout_keeps(d):
         # frozen weights: no weight gradients, no gradient sync; below that a micro batch's GEMMs are so small that
         # LoRA's 16 extra adapter kernels a layer cost more than the weight gradients it skips
         assert changed("training", peft="lora") < base
-    assert changed("training", recompute="full") > changed("training", recompute="selective") >= base
+    # recompute adds work; where a step waits for the gradient sync, the longer backward hides as much of it as it
+    # adds, so the step may stay the same (never shrink)
+    assert changed("training", recompute="full") >= changed("training", recompute="selective") >= base
+    redo = {r: step_time(plan.changed({"training": {"recompute": r}}), work, EFFICIENCY).breakdown["recompute"]
+            for r in ("full", "selective")}
+    assert redo["full"] > redo["selective"] > 0
     assert changed("hardware", gpu="B200") < base  # more FLOP/s, more bandwidth everywhere
     assert changed("hardware", gpu="A100-80GB") > base
     if plan.parallel.sp:
