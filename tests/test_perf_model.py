@@ -152,14 +152,15 @@ def test_rules_every_layout_keeps(d):
         assert changed("training", peft="lora") < base
     # recompute adds work; where a step waits for the gradient sync, the longer backward hides as much of it as it
     # adds, so the step may stay the same (never shrink)
-    assert changed("training", recompute="full") >= changed("training", recompute="selective") >= base
+    full, selective = changed("training", recompute="full"), changed("training", recompute="selective")
+    assert full >= selective * (1 - 1e-12) and selective >= base * (1 - 1e-12)  # equal up to rounding at most
     redo = {r: step_time(plan.changed({"training": {"recompute": r}}), work, EFFICIENCY).breakdown["recompute"]
             for r in ("full", "selective")}
     assert redo["full"] > redo["selective"] > 0
     assert changed("hardware", gpu="B200") < base  # more FLOP/s, more bandwidth everywhere
     assert changed("hardware", gpu="A100-80GB") > base
     if plan.parallel.sp:
-        assert changed("parallel", tp_comm_overlap=True) <= base
+        assert changed("parallel", tp_comm_overlap=True) <= base * (1 + 1e-12)
     twice = step_time(plan, StepWork(tokens=work.tokens, seqlen_squared_sum=work.seqlen_squared_sum,
                                      micro_batches=2 * work.micro_batches), EFFICIENCY).step_seconds
     assert base < twice <= 2 * base  # the bubble, the sync and the optimizer are paid once per step
