@@ -379,6 +379,75 @@ def cmd_schedule(args) -> dict:
     return {}
 
 
+def _tokenize_job(args):
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.engine import TokenizeJob
+    from advisor.data.tokenize.sft import SftSettings
+
+    if args.format == "chat":
+        fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
+        settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
+    else:
+        fields = {"prompt_template": args.prompt_template, "label_key": args.label_key,
+                  "truncation_field": args.truncation_field, "add_bos": args.add_bos, "add_eos": args.add_eos,
+                  "add_sep": args.add_sep, "max_seq_length": args.max_seq_length,
+                  "truncation_method": args.truncation_method}
+        settings = SftSettings(**{k: v for k, v in fields.items() if v is not None})
+    return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt=args.format, settings=settings,
+                       on_bad=args.on_bad)
+
+
+def cmd_tokenize(args) -> dict:
+    from advisor.data.tokenize.engine import lengths_csv, tokenize
+
+    progress = _Progress(args.quiet)
+    job = _tokenize_job(args)
+    result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
+                      address=args.ray_address, progress=lambda text, done: progress(text))
+    if args.output:
+        _write_text(args.output, lengths_csv(result, histogram=args.histogram_output))
+        progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
+    rate = result.lengths.size / max(result.seconds, 1e-9)
+    out = {"source": result.source, "records": result.total_records, "tokenized": int(result.lengths.size),
+           "engine": result.engine, "workers": result.workers, "seconds": result.seconds,
+           "records_per_second": rate, "records_per_second_per_worker": rate / result.workers,
+           "excluded": [e.__dict__ for e in result.excluded], "notes": list(result.notes),
+           "settings": {k: v for k, v in job.settings.__dict__.items() if not k.startswith("_")}}
+    hist = result.histogram()
+    from advisor.data.lengths import summarize
+
+    out["lengths"] = summarize(hist).as_dict()
+    estimate = None
+    if args.sample is not None:
+        from advisor.packing.config import PackingConfig
+        from advisor.packing.sampling import sample_estimate
+
+        pack_size = args.pack_size or getattr(job.settings, "max_seq_length", None) or int(hist.lengths.max())
+        progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({args.bootstraps} "
+                 "replicates)")
+        estimate = sample_estimate(result.lengths, result.total_records, PackingConfig(pack_size=pack_size),
+                                   bootstraps=args.bootstraps, seed=args.seed)
+        out["sample_estimate"] = estimate.as_dict()
+    if args.json:
+        return out
+    print(f"{result.source}: {result.total_records:,} records, {result.lengths.size:,} tokenized "
+          f"({'a uniform random sample' if result.sampled else 'all'}) in {result.seconds:.1f} s on {result.engine} "
+          f"with {result.workers} worker(s): {rate:,.0f} records/s, {rate / result.workers:,.0f} per worker")
+    s = out["lengths"]
+    print(f"  tokens per sample: mean {s['mean']:.1f}  p50 {s['p50']}  p90 {s['p90']}  p99 {s['p99']}  max {s['max']}")
+    for e in result.excluded:
+        print(f"  left out: {e.count:,} {e.reason} (first at {e.first_at})")
+    for note in result.notes:
+        print(f"  note: {note}")
+    if estimate is not None:
+        lvl = f"{estimate.level:.0%}"
+        for label, iv, fmt in (("packs", estimate.packs, ",.0f"), ("packing factor n", estimate.packing_factor, ".3f"),
+                               ("efficiency %", estimate.efficiency, ".3f")):
+            print(f"  whole data set at pack size {estimate.pack_size}: {label} {iv.estimate:{fmt}} "
+                  f"({lvl} interval {iv.low:{fmt}} to {iv.high:{fmt}})")
+    return {}
+
+
 def cmd_warmup(args) -> dict:
     from advisor.packing.warmup import warm_up
 
@@ -629,6 +698,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_checked(_seed), default=MB_DEFAULT_SEED,
                    help="shuffle of a length,count histogram (it has no order; default 1234, the export's)")
     p.set_defaults(func=cmd_schedule)
+    p = sub.add_parser("tokenize", help="token lengths of a raw SFT or chat data set, exactly as Megatron-Bridge "
+                       "0.6.2 tokenizes it (on this machine or a Ray cluster)")
+    p.add_argument("data", help="JSONL (plain, .gz, .zst), Parquet, a folder or glob of shards, or a "
+                   "datasets.save_to_disk folder")
+    p.add_argument("--tokenizer", required=True, help="a local Hugging Face tokenizer folder or a SentencePiece "
+                   ".model (nothing is downloaded)")
+    p.add_argument("--format", choices=("sft", "chat"), default="sft",
+                   help="sft: GPTSFTDataset (prompt template); chat: GPTSFTChatDataset with the tokenizer's template")
+    p.add_argument("--prompt-template", help="sft: the template, label last (default '{input} {output}')")
+    p.add_argument("--label-key", help="sft: the field the model learns to write (default output)")
+    p.add_argument("--truncation-field", help="sft: the field(s) cut when a sample is too long (default input)")
+    for flag in ("bos", "eos", "sep"):
+        p.add_argument(f"--add-{flag}", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"sft: add the {flag.upper()} token (Megatron-Bridge's default)")
+    p.add_argument("--max-seq-length", type=_positive_int(MAX_TOKENS), help="sft: GPTSFTDataset's max_seq_length "
+                   "(default 1024, as Megatron-Bridge's builder)")
+    p.add_argument("--truncation-method", choices=("left", "right"), help="sft: which end is cut (default right)")
+    p.add_argument("--loss-mode", choices=("assistant", "last_turn", "full"), help="chat: the loss mask's mode")
+    p.add_argument("--tool-schemas", help="chat: the data set's tools as JSON (records' own tools win)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local")
+    p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001 or auto); default a local Ray")
+    p.add_argument("--workers", type=_positive_int(4096), help="processes (local) or tasks (ray); default every core")
+    p.add_argument("--sample", type=_positive_int(1 << 40), help="tokenize a uniform random sample of this many "
+                   "records and estimate the whole data set's packing with bootstrap intervals")
+    p.add_argument("--seed", type=_checked(_seed), default=0, help="the sample's and the bootstrap's seed")
+    p.add_argument("--pack-size", type=_positive_int(MAX_PACK_TOKENS), help="--sample: the pack size to estimate "
+                   "(default max_seq_length)")
+    p.add_argument("--bootstraps", type=_positive_int(10_000), default=200, help="--sample: bootstrap replicates")
+    p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order)")
+    p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
+    p.add_argument("--on-bad", choices=("error", "skip"), default="error",
+                   help="stop at the first bad record (default) or leave bad records out and count them")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_tokenize)
     p = sub.add_parser("schema", help="print the plan file's JSON Schema (for editors and validation)")
     p.set_defaults(func=cmd_schema, json=False)
     p = sub.add_parser("warmup", help="compile the packing kernels once (the set-up command runs it)")

@@ -1,0 +1,378 @@
+"""Token lengths of a whole data set: shards tokenized in parallel, on this machine or on a Ray cluster.
+
+Alternatives: Megatron-Bridge's own dataset classes (exact, one Python loop over samples, minutes per 100k chats)
+or a hand-written cluster runner. Here: the same exact length rules (``sft``, ``chat``) on shards (``records``),
+run by a process pool (``local``) or as a Ray Data pipeline (``ray``): read a shard, tokenize it with the Rust
+tokenizer's batch encoding, aggregate a length histogram. Both engines run ``tokenize_shard``, so their lengths are
+identical, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+import numpy as np
+
+from advisor.data.lengths import Exclusion, LengthHistogram
+from advisor.data.tokenize.records import Shard, data_files, iter_records, plan_shards
+from advisor.errors import InputError
+
+ENGINES = ("local", "ray")
+FORMATS = ("sft", "chat")
+MAX_EXAMPLES = 3  # locations kept per kind of problem: the first is shown, the count is exact
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeJob:
+    """What to tokenize and how: the data, a local tokenizer, the format and its settings (``SftSettings`` or
+    ``ChatSettings``), and whether a bad record stops the run (``error``) or is left out and counted (``skip``)."""
+
+    data: str
+    tokenizer: str
+    fmt: str = "sft"
+    settings: object = None
+    on_bad: str = "error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One kind of bad record in a shard: how many, and where the first ones are."""
+
+    kind: str
+    count: int
+    first: tuple[str, ...]
+    reason: str
+    fatal: bool  # unreadable (not JSON, not UTF-8): stops an ``error`` run at once
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardResult:
+    index: int
+    lengths: np.ndarray  # int32, one per record of the shard (or per selected row), -1 where left out
+    records: int  # records the shard holds
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeResult:
+    """Per-sample token lengths in data-set order (``sample_index`` are 0-based record numbers)."""
+
+    source: str
+    sample_index: np.ndarray
+    lengths: np.ndarray
+    total_records: int
+    excluded: tuple[Exclusion, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+    engine: str = "local"
+    workers: int = 1
+    sampled: bool = False
+
+    def histogram(self) -> LengthHistogram:
+        """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
+        if self.lengths.size == 0:
+            raise InputError(self.source, None, "no record could be tokenized" + _excluded_text(self.excluded))
+        values, counts = np.unique(self.lengths, return_counts=True)
+        return LengthHistogram(lengths=values, counts=counts, source=self.source, excluded=self.excluded,
+                               notes=self.notes, order=self.lengths.astype(np.int32))
+
+
+def _excluded_text(excluded) -> str:
+    return "" if not excluded else " (" + "; ".join(f"{e.count:,} {e.reason}, first at {e.first_at}"
+                                                    for e in excluded) + ")"
+
+
+# ------------------------------------------------------------------------------------------- one shard
+_TOKENIZERS: dict = {}
+
+
+def _tokenizer(path: str):
+    if path not in _TOKENIZERS:
+        from advisor.data.tokenize.tokenizer import load_tokenizer
+
+        _TOKENIZERS[path] = load_tokenizer(path)
+    return _TOKENIZERS[path]
+
+
+def _lengths_of(records: list[dict], job: TokenizeJob):
+    tok = _tokenizer(job.tokenizer)
+    if job.fmt == "chat":
+        from advisor.data.tokenize.chat import chat_lengths
+
+        return chat_lengths(records, tok, job.settings)
+    from advisor.data.tokenize.sft import sft_lengths
+
+    return sft_lengths(records, tok, job.settings)
+
+
+def _kind(reason: str) -> str:
+    return reason.split(":")[0].split(" (")[0]
+
+
+def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarray | None = None) -> ShardResult:
+    """The lengths of one shard's records (or of its rows ``select``, 0-based), -1 for each one left out."""
+    out: list[np.ndarray] = []
+    problems: dict[str, list] = {}
+    row = 0
+    wanted = None if select is None else set(int(x) for x in select)
+
+    def note(where: str, reason: str, fatal: bool) -> None:
+        p = problems.setdefault(_kind(reason), [0, [], reason, fatal])
+        p[0] += 1
+        if len(p[1]) < MAX_EXAMPLES:
+            p[1].append(where)
+
+    for records, wheres, bad in iter_records(shard):
+        bad_at = {b.where: b for b in bad}
+        keep = [k for k in range(len(records)) if wanted is None or (row + k) in wanted]
+        lengths = np.full(len(keep), -1, np.int32)
+        good = [(j, k) for j, k in enumerate(keep) if records[k] is not None]
+        for k in keep:
+            if records[k] is None:
+                note(wheres[k], bad_at[wheres[k]].reason, True)
+        if good:
+            got, record_problems = _lengths_of([records[k] for _, k in good], job)
+            got = np.asarray(got)
+            for (j, _), n in zip(good, got, strict=True):
+                lengths[j] = n
+            for p in record_problems:
+                note(wheres[good[p.index][1]], p.reason, False)
+        out.append(lengths)
+        row += len(records)
+    lengths = np.concatenate(out) if out else np.zeros(0, np.int32)
+    return ShardResult(index=index, lengths=lengths, records=row,
+                       problems=tuple(Problem(kind=k, count=v[0], first=tuple(v[1]), reason=v[2], fatal=v[3])
+                                      for k, v in problems.items()))
+
+
+# -------------------------------------------------------------------------------------------- engines
+def _quiet_worker() -> None:
+    # one process per core, each encoding on one thread: the Rust tokenizer's own thread pool on top would
+    # oversubscribe the cores (and it warns when a process forks after using it)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, progress: Callable,
+              check: Callable[[ShardResult], None]) -> list[ShardResult]:
+    """A process pool over the shards; ``check`` sees each result as it lands (an ``error`` run stops there)."""
+    total = len(shards)
+    if workers <= 1 or total == 1:
+        results = []
+        for i, sh in enumerate(shards):
+            results.append(tokenize_shard(i, sh, job, selects[i]))
+            check(results[-1])
+            progress(i + 1, total, results)
+        return results
+    results = []
+    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=get_context("fork"),
+                             initializer=_quiet_worker) as pool:
+        pending = {pool.submit(tokenize_shard, i, sh, job, selects[i]) for i, sh in enumerate(shards)}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    results.append(fut.result())
+                    check(results[-1])
+                progress(len(results), total, results)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+    return results
+
+
+class _RayTokenize:
+    """A Ray Data map_batches worker: loads the tokenizer once, tokenizes the shards it is handed."""
+
+    def __init__(self, job: TokenizeJob, shards: list[Shard], selects: list):
+        _quiet_worker()
+        self.job, self.shards, self.selects = job, shards, selects
+
+    def __call__(self, batch: dict) -> dict:
+        import pickle
+
+        results = [tokenize_shard(int(i), self.shards[int(i)], self.job, self.selects[int(i)])
+                   for i in batch["index"]]
+        return {"index": np.array([r.index for r in results]),
+                "result": np.array([pickle.dumps(r) for r in results], dtype=object)}
+
+
+def _length_rows(batch: dict) -> dict:
+    import pickle
+
+    lengths = np.concatenate([pickle.loads(b).lengths for b in batch["result"]] or [np.zeros(0, np.int32)])
+    return {"length": lengths[lengths >= 0].astype(np.int64)}
+
+
+def run_ray(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, progress: Callable,
+            check: Callable[[ShardResult], None], address: str | None = None) -> tuple[list[ShardResult], dict]:
+    """The same shards as a Ray Data pipeline: from_items(shards) -> map_batches(tokenize) -> groupby(length).
+
+    ``address``: an existing cluster (``ray://host:10001`` or ``auto``); without it a local Ray is started on this
+    machine's cores. Returns the shard results and Ray's histogram (length -> count) to check against them.
+    """
+
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+    try:
+        return _ray_pipeline(job, shards, workers, selects, progress, check)
+    finally:
+        if started:
+            ray.shutdown()  # the run started Ray, so it stops it: no raylets left behind
+
+
+def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[ShardResult], dict]:
+    import pickle
+
+    import ray
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.execution_options.preserve_order = True
+    ds = ray.data.from_items([{"index": i} for i in range(len(shards))], override_num_blocks=max(1, len(shards)))
+    tokenized = ds.map_batches(_RayTokenize, fn_constructor_kwargs={"job": job, "shards": shards, "selects": selects},
+                               batch_size=1, concurrency=max(1, min(workers, len(shards))),
+                               batch_format="numpy").materialize()
+    results = []
+    for batch in tokenized.iter_batches(batch_size=None, batch_format="numpy"):
+        for blob in batch["result"]:
+            results.append(pickle.loads(blob))
+            check(results[-1])
+        progress(len(results), len(shards), results)
+    hist = tokenized.map_batches(_length_rows, batch_format="numpy").groupby("length").count().to_pandas()
+    counts = dict(zip(hist["length"].astype(int).tolist(), hist["count()"].astype(int).tolist(), strict=True))
+    return results, counts
+
+
+# ------------------------------------------------------------------------------------------- the run
+def count_records(shards: list[Shard]) -> list[Shard]:
+    """Shards with their record counts (compressed JSONL and Arrow files are read once to count them)."""
+    out = []
+    for sh in shards:
+        if sh.records is None:
+            n = sum(len(recs) for recs, _, _ in iter_records(sh))
+            sh = Shard(path=sh.path, kind=sh.kind, start=sh.start, stop=sh.stop, first_line=sh.first_line, records=n)
+        out.append(sh)
+    return out
+
+
+def _selection(shards: list[Shard], sample: int, seed: int) -> tuple[list, int]:
+    """``sample`` records drawn uniformly without replacement (seeded), as row lists per shard."""
+    sizes = np.array([sh.records for sh in shards], np.int64)
+    total = int(sizes.sum())
+    if sample >= total:
+        return [None] * len(shards), total
+    chosen = np.sort(np.random.default_rng(seed).choice(total, size=sample, replace=False))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    shard_of = np.searchsorted(starts, chosen, side="right") - 1
+    return [chosen[shard_of == i] - starts[i] for i in range(len(shards))], total
+
+
+def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = None, sample: int | None = None,
+             seed: int = 0, address: str | None = None, progress: Callable[[str, float], None] | None = None,
+             ) -> TokenizeResult:
+    """Tokenize ``job.data`` (or a uniform random ``sample`` of its records) and return per-sample lengths."""
+    if engine not in ENGINES:
+        raise InputError("tokenize", "engine", f"{engine!r} is not one of {', '.join(ENGINES)}")
+    if job.fmt not in FORMATS:
+        raise InputError("tokenize", "format", f"{job.fmt!r} is not one of {', '.join(FORMATS)}")
+    _tokenizer(job.tokenizer)  # a bad tokenizer is one message before any work starts
+    started = time.perf_counter()
+    say = progress or (lambda text, done: None)
+    workers = max(1, workers or os.cpu_count() or 1)
+    shards = plan_shards(data_files(job.data))
+    total = sum(sh.records or 0 for sh in shards)
+    selects: list = [None] * len(shards)
+    if sample is not None:
+        shards = count_records(shards)
+        selects, total = _selection(shards, sample, seed)
+    name = os.path.basename(job.data.rstrip(os.sep)) or job.data
+
+    def report(done: int, of: int, results: list[ShardResult]) -> None:
+        n = sum(r.lengths.size for r in results)
+        rate = n / max(1e-9, time.perf_counter() - started)
+        left = "" if not total or n >= total else f", about {(total - n) / max(rate, 1e-9):,.0f} s left"
+        say(f"tokenized {n:,}{f' of {total:,}' if total else ''} records ({done}/{of} shards, {rate:,.0f} "
+            f"records/s{left})", done / max(1, of))
+
+    def check(result: ShardResult) -> None:
+        if job.on_bad == "error":
+            fatal = [p for p in result.problems if p.fatal]
+            if fatal:
+                raise InputError(name, fatal[0].first[0], fatal[0].reason + " (--on-bad skip leaves such records "
+                                 "out and counts them)")
+
+    if engine == "ray":
+        results, ray_counts = run_ray(job, shards, workers, selects, report, check, address)
+    else:
+        results, ray_counts = run_local(job, shards, workers, selects, report, check), None
+    results.sort(key=lambda r: r.index)
+    return _assemble(job, name, shards, selects, results, ray_counts, total, sample is not None, engine, workers,
+                     time.perf_counter() - started)
+
+
+def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, engine, workers, seconds):
+    merged: dict[str, list] = {}
+    for r in results:
+        for p in r.problems:
+            m = merged.setdefault(p.kind, [0, [], p.reason])
+            m[0] += p.count
+            m[1] += list(p.first)
+    excluded = tuple(Exclusion(reason=f"records left out: {v[2]}", count=v[0], first_at=v[1][0])
+                     for v in merged.values())
+    if job.on_bad == "error" and excluded:
+        e = excluded[0]
+        raise InputError(name, e.first_at, f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
+                         "(--on-bad skip leaves them out and counts them)")
+    base = np.cumsum([0] + [r.records for r in results])[:-1]
+    index_parts, length_parts = [], []
+    for r, b, sel in zip(results, base, selects, strict=True):
+        rows = np.arange(r.lengths.size) if sel is None else np.asarray(sel)
+        keep = r.lengths >= 0
+        index_parts.append(b + rows[keep])
+        length_parts.append(r.lengths[keep].astype(np.int64))
+    index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
+    lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
+    records = int(sum(r.records for r in results))
+    if records == 0:
+        raise InputError(name, None, "holds no records (every file is empty)")
+    if lengths.size == 0:
+        raise InputError(name, None, "no record could be tokenized" + _excluded_text(excluded))
+    notes = []
+    if ray_counts is not None:
+        values, counts = np.unique(lengths, return_counts=True)
+        if dict(zip(values.tolist(), counts.tolist(), strict=True)) != ray_counts:
+            raise RuntimeError("Ray's histogram differs from the shards' lengths")  # a bug, not bad input
+        notes.append("Ray's groupby(length) histogram equals the per-sample lengths")
+    return TokenizeResult(source=name, sample_index=index.astype(np.int64), lengths=lengths, total_records=records,
+                          excluded=excluded, notes=tuple(notes), seconds=seconds, engine=engine, workers=workers,
+                          sampled=sampled)
+
+
+def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:
+    """The lengths file every other command reads: ``sample_index,length`` per sample in data-set order, or a
+    ``length,count`` histogram.
+
+    >>> r = TokenizeResult(source="d", sample_index=np.array([0, 2]), lengths=np.array([5, 3]), total_records=3)
+    >>> lengths_csv(r)
+    'sample_index,length\\n0,5\\n2,3\\n'
+    >>> lengths_csv(r, histogram=True)
+    'length,count\\n3,1\\n5,1\\n'
+    """
+    if histogram:
+        values, counts = np.unique(result.lengths, return_counts=True)
+        rows = zip(values.tolist(), counts.tolist(), strict=True)
+        return "length,count\n" + "".join(f"{v},{c}\n" for v, c in rows)
+    rows = zip(result.sample_index.tolist(), result.lengths.tolist(), strict=True)
+    return "sample_index,length\n" + "".join(f"{i},{n}\n" for i, n in rows)

@@ -1,0 +1,372 @@
+"""Token lengths of prompt/answer SFT records, exactly as Megatron-Bridge 0.6.2's ``GPTSFTDataset`` builds them.
+
+Alternatives: a prompt template (``prompt_template``, Bridge's default for local JSONL) or prompt-completion
+preprocessing (``prompt_completion=PromptCompletion(...)``); chat records are counted in ``tokenize.chat``.
+
+Each length is ``len(input_ids)`` of the example ``GPTSFTDataset._process_example`` returns, after its own
+truncation to ``max_seq_length`` (megatron/bridge/data/datasets/gpt_sft.py). Offline packing then counts
+``len(input_ids) - 1`` tokens per sample (``create_hist`` in megatron/bridge/data/packing/algorithms.py: input and
+label are each one shorter) and skips or cuts samples longer than the pack; those steps are not done here.
+
+    >>> from advisor.data.tokenize.tokenizer import _example_folder, load_tokenizer
+    >>> tok = load_tokenizer(_example_folder())  # its post-processor puts <s> before every encoded text
+    >>> lengths, problems = sft_lengths([{"input": "Hello", "output": "world"}, {"input": "x"}], tok)
+    >>> lengths.tolist()  # <s> Hello | <s> world | eos
+    [5, -1]
+    >>> problems
+    [RecordProblem(index=1, reason="no 'output' field (the prompt template needs input, output)")]
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from advisor.data.tokenize.tokenizer import Tokenizer
+from advisor.errors import InputError, excerpt
+
+SETTINGS = "SftSettings"
+CONVERSATION_KEYS = ("messages", "conversation", "conversations")  # sft_processing._CONVERSATION_KEYS
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """A record Megatron-Bridge cannot process (its length is -1), and why, naming the key(s) at fault."""
+
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptCompletion:
+    """Megatron-Bridge 0.6.2's ``PromptCompletionSFTPreprocessingConfig`` (megatron/bridge/data/sft_processing.py),
+    the fields that change the length; its defaults. ``prompt_template`` may hold only ``{prompt}``.
+
+        >>> PromptCompletion(prompt_column="question", completion_column="answer", separator=" ").prompt_template
+        '{prompt}'
+    """
+
+    prompt_column: str = "prompt"
+    completion_column: str = "completion"
+    prompt_template: str = "{prompt}"
+    separator: str = ""
+    strip_whitespace: bool = True
+    add_bos: bool = False
+    add_sep: bool = False
+    add_eos: bool = True
+    truncation_method: Literal["left", "right"] = "right"
+
+    def __post_init__(self):
+        # PromptCompletionSFTPreprocessingConfig.validate
+        where = "prompt_completion"
+        for name in ("prompt_column", "completion_column"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(SETTINGS, f"{where}.{name}", f"must be a non-empty string, not {excerpt(value)}")
+        if self.prompt_column == self.completion_column:
+            raise InputError(SETTINGS, where, "prompt_column and completion_column must be different")
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(self.prompt_template) if f is not None]
+            self.prompt_template.format(prompt="")
+        except (AttributeError, IndexError, KeyError, ValueError):
+            fields = None
+        if not fields or any(f != "prompt" for f in fields):
+            raise InputError(SETTINGS, f"{where}.prompt_template",
+                             f"must contain {{prompt}} and no other placeholder: {excerpt(self.prompt_template)}")
+        if not isinstance(self.separator, str):
+            raise InputError(SETTINGS, f"{where}.separator", f"must be a string, not {excerpt(self.separator)}")
+        if self.truncation_method not in ("left", "right"):
+            raise InputError(SETTINGS, f"{where}.truncation_method",
+                             f"must be 'left' or 'right', not {excerpt(self.truncation_method)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SftSettings:
+    """The ``GPTSFTDataset`` options that change a sample's length, with Megatron-Bridge 0.6.2's defaults.
+
+    The prompt-template defaults are those ``build_gpt_sft_split`` (megatron/bridge/data/builders/gpt_sft.py)
+    passes for local JSONL data: ``"{input} {output}"``, label ``output``, truncation of ``input``, EOS only
+    (``GPTSFTDataset``'s own signature has no usable template: ``None``, ``"answer"``, ``"text"``).
+    ``max_seq_length`` is ``GPTSFTDataset``'s 1024; the builder passes ``seq_length``, or the pack size when it
+    builds the samples to pack (plus one when it pads to a multiple, ``pad_seq_to_mult > 1``).
+    ``truncation_field`` may name several fields, comma-separated. ``is_test`` (offline packing sets it) lets a
+    record lack its label. ``prompt_completion`` switches to the prompt-completion path: then only it,
+    ``max_seq_length``, ``virtual_tokens``, ``tokens_to_generate`` and ``is_test`` count.
+
+        >>> SftSettings(prompt_template="Q: {question} A: {answer}", label_key="answer")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        advisor.errors.InputError: SftSettings, truncation_field: 'input' is not a field of the prompt template ...
+        >>> SftSettings(prompt_template="{output} {input}")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        advisor.errors.InputError: SftSettings, prompt_template: '{output}' (the label_key) must come last, ...
+    """
+
+    prompt_template: str = "{input} {output}"
+    label_key: str = "output"
+    truncation_field: str | None = "input"
+    add_bos: bool = False
+    add_eos: bool = True
+    add_sep: bool = False
+    max_seq_length: int = 1024
+    truncation_method: Literal["left", "right"] = "right"
+    virtual_tokens: int = 0
+    tokens_to_generate: int = 0
+    is_test: bool = False
+    prompt_completion: PromptCompletion | None = None
+
+    def __post_init__(self):
+        for name in ("max_seq_length", "virtual_tokens", "tokens_to_generate"):
+            value = getattr(self, name)
+            low = 1 if name == "max_seq_length" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InputError(SETTINGS, name, f"must be a whole number of at least {low}, not {excerpt(value)}")
+        if self.truncation_method not in ("left", "right"):
+            raise InputError(SETTINGS, "truncation_method",
+                             f"must be 'left' or 'right', not {excerpt(self.truncation_method)}")
+        if self.prompt_completion is None:
+            _Template.of(self)  # the checks GPTSFTDataset makes when it is built
+        elif self.virtual_tokens + self.prompt_completion.add_bos + self.prompt_completion.add_sep \
+                + self.prompt_completion.add_eos > self.max_seq_length:
+            raise InputError(SETTINGS, "max_seq_length", "too short for the requested special tokens")
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A prompt template as ``GPTSFTDataset._maybe_validate_prompt_template`` prepares it."""
+
+    text: str
+    keys: tuple[str, ...]
+    truncation_fields: tuple[str, ...]
+
+    @classmethod
+    def of(cls, s: SftSettings) -> _Template:
+        if not isinstance(s.prompt_template, str) or not s.prompt_template:
+            raise InputError(SETTINGS, "prompt_template",
+                             f"must be a non-empty string, not {excerpt(s.prompt_template)}")
+        try:  # "When providing things like newlines in the prompt template via the CLI, they are escaped."
+            text = s.prompt_template.encode("utf-8").decode("unicode_escape")
+        except UnicodeDecodeError as e:
+            raise InputError(SETTINGS, "prompt_template", f"Megatron-Bridge cannot unescape it ({e.reason}): "
+                             f"{excerpt(s.prompt_template)}") from e
+        keys = re.findall(r"{(.*?)}", text)
+        label = f"{{{s.label_key}}}"
+        if text[-len(label):] != label:
+            raise InputError(SETTINGS, "prompt_template", f"{label!r} (the label_key) must come last, as "
+                             f"Megatron-Bridge requires: {excerpt(s.prompt_template)}")
+        fields = s.truncation_field.split(",") if s.truncation_field is not None else []
+        if fields and keys[0] == "input" and fields[0] == "context":  # "Legacy checkpoints": context means input
+            fields[0] = "input"
+        unknown = sorted(set(fields) - set(keys))
+        if unknown:
+            verb = "is not a field" if len(unknown) == 1 else "are not fields"
+            raise InputError(SETTINGS, "truncation_field", f"{', '.join(map(repr, unknown))} {verb} of the prompt "
+                             f"template ({', '.join(dict.fromkeys(keys))})")
+        return cls(text, tuple(keys), tuple(fields))
+
+    def parts(self, space_sensitive: bool) -> list[tuple[str, str | None, str]]:
+        """``GPTSFTDataset._separate_template``, values left out: (leading spaces, field or None, literal text)."""
+        split = [p for p in re.split("( *?{.+?})", self.text) if len(p) > 0]
+        if not space_sensitive:  # a tokenizer that is not space-sensitive drops one leading space
+            split = [p[1:] if p[0] == " " else p for p in split]
+        placeholders = {f"{{{k}}}": k for k in self.keys}
+        out = []
+        for p in split:
+            bare = p.lstrip(" ")
+            key = placeholders.get(bare)
+            out.append((" " * (len(p) - len(bare)), key, p if key is None else ""))
+        return out
+
+
+def sft_lengths(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
+                ) -> tuple[np.ndarray, list[RecordProblem]]:
+    """One ``len(input_ids)`` per record as Megatron-Bridge 0.6.2 computes it, -1 where it cannot process one.
+
+    All the pieces of all records are encoded together (``Tokenizer.mb_lengths``); truncation needs only counts.
+
+        >>> from advisor.data.tokenize.tokenizer import _example_folder, load_tokenizer
+        >>> tok = load_tokenizer(_example_folder())
+        >>> sft_lengths([{"input": "x y x y x", "output": "Hello"}], tok, SftSettings(max_seq_length=4))[0].tolist()
+        [4]
+    """
+    s = settings if settings is not None else SftSettings()
+    if s.prompt_completion is not None:
+        return _prompt_completion_lengths(records, tok, s)
+    return _template_lengths(records, tok, s)
+
+
+def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
+                      ) -> tuple[np.ndarray, list[RecordProblem]]:
+    template = _Template.of(s)
+    parts = template.parts(tok.space_sensitive)
+    literals = sorted({lit for _, key, lit in parts if key is None})
+    literal_len = dict(zip(literals, tok.mb_lengths(literals).tolist(), strict=True))
+    needed = list(dict.fromkeys(template.keys))
+    lengths = np.full(len(records), -1, dtype=np.int64)
+    problems: list[RecordProblem] = []
+    pieces: list[str] = []
+    good: list[int] = []
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            problems.append(RecordProblem(i, f"not a JSON object but {type(rec).__name__}"))
+            continue
+        # GPTSFTDataset._process_example: example[c].strip(" ") for every template key (KeyError when missing,
+        # except the label with is_test, which counts as empty)
+        missing = [k for k in needed if k not in rec and not (s.is_test and k == s.label_key)]
+        if missing:
+            noun = "field" if len(missing) == 1 else "fields"
+            problems.append(RecordProblem(i, f"no {', '.join(map(repr, missing))} {noun} "
+                                             f"(the prompt template needs {', '.join(needed)})"))
+            continue
+        wrong = [k for k in needed if k in rec and not isinstance(rec[k], str)]
+        if wrong:
+            problems.append(RecordProblem(i, "; ".join(f"{k!r} is {_kind(rec[k])}, not text" for k in wrong)))
+            continue
+        values = {k: rec[k].strip(" ") if k in rec else "" for k in needed}
+        pieces.extend(left + values[key] for left, key, _ in parts if key is not None)
+        good.append(i)
+    counts = iter(tok.mb_lengths(pieces).tolist())
+    keys = [key if key is not None else "<template>" for _, key, _ in parts]
+    for i in good:
+        lens = [next(counts) if key is not None else literal_len[lit] for _, key, lit in parts]
+        try:
+            lengths[i] = _truncated_total(lens, keys, template.truncation_fields, s)
+        except IndexError:
+            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
+                                             "truncation field appears more than once in the prompt template"))
+    problems.sort(key=lambda p: p.index)
+    return lengths, problems
+
+
+def _truncated_total(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettings) -> int:
+    """``GPTSFTDataset._multiple_truncation`` then ``_process_example``'s additions, on token counts.
+
+    The label is the last piece. Over ``max_seq_length``, the excess is shared out between the truncation
+    fields (any remainder to the first ones); whatever they cannot give is then cut from the pieces in order,
+    first to last for "left", last (the label) to first for "right", which also reserves
+    ``min(label, tokens_to_generate)``. Then BOS, virtual tokens and SEP go before the answer, EOS after.
+
+        >>> _truncated_total([10, 3, 5], ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12))
+        12
+    """
+    label0 = lens[-1]
+    total = (s.virtual_tokens + sum(lens[:-1]) + max(label0, s.tokens_to_generate)
+             + s.add_bos + s.add_sep + s.add_eos)
+    if total > s.max_seq_length:
+        excess = total - s.max_seq_length
+        n = len(fields)
+        if n > 0:
+            shares = [excess // n + (1 if j < excess % n else 0) for j in range(n)[::-1]]
+            for j, key in enumerate(keys):
+                if key in fields:
+                    cut = min(shares.pop(), lens[j])  # IndexError when a field repeats, as in Megatron-Bridge
+                    excess -= cut
+                    lens[j] -= cut
+        if excess > 0:
+            if s.truncation_method == "left":
+                order = range(len(lens))
+            else:
+                order = range(len(lens) - 1, -1, -1)
+                excess += min(label0, s.tokens_to_generate)
+            for j in order:
+                if lens[j] >= excess:
+                    lens[j] -= excess
+                    break
+                excess -= lens[j]
+                lens[j] = 0
+    return s.virtual_tokens + s.add_bos + sum(lens[:-1]) + s.add_sep + lens[-1] + s.add_eos
+
+
+def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
+                               ) -> tuple[np.ndarray, list[RecordProblem]]:
+    """``tokenize_prompt_completion_example`` (megatron/bridge/data/sft_processing.py), on token counts: prompt
+    and completion encoded without special tokens, BOS + virtual tokens + prompt + SEP, then completion + EOS."""
+    pc = s.prompt_completion
+    if tok.kind != "huggingface":
+        raise InputError(str(tok.path), None, "Megatron-Bridge 0.6.2's prompt-completion preprocessing cannot "
+                         "encode with a SentencePiece model (it calls encode(text, add_special_tokens=False))")
+    for flag, present, token in ((pc.add_bos, tok.has_bos, "BOS"), (pc.add_sep, tok.has_sep, "SEP"),
+                                 (pc.add_eos, tok.has_eos, "EOS")):
+        if flag and not present:
+            raise InputError(str(tok.path), None, f"prompt-completion preprocessing requested {token}, but the "
+                             f"tokenizer has no {token} token")
+    separator = pc.separator
+    if separator.startswith(" ") and not tok.space_sensitive:
+        separator = separator[1:]  # the split-template rule: a space-insensitive tokenizer drops one space
+    lengths = np.full(len(records), -1, dtype=np.int64)
+    problems: list[RecordProblem] = []
+    texts: list[str] = []
+    good: list[int] = []
+    for i, rec in enumerate(records):
+        pair = _prompt_completion_pair(rec, pc, s.is_test)
+        if isinstance(pair, str):
+            problems.append(RecordProblem(i, pair))
+            continue
+        prompt, completion = pair
+        if pc.strip_whitespace:
+            prompt, completion = prompt.strip(" "), completion.strip(" ")
+        texts += [pc.prompt_template.format(prompt=prompt), separator + completion]
+        good.append(i)
+    counts = tok.lengths(texts, special=False).tolist()
+    special = s.virtual_tokens + pc.add_bos + pc.add_sep + pc.add_eos
+    budget = s.max_seq_length - special
+    for n, i in enumerate(good):
+        p, c = counts[2 * n], counts[2 * n + 1]
+        overflow = p + max(c, s.tokens_to_generate) - budget
+        if overflow > 0:
+            cut = min(p, overflow)
+            p -= cut
+            overflow -= cut
+        if overflow > 0:
+            if pc.truncation_method == "right":
+                overflow += min(c, s.tokens_to_generate)  # the generation reserve, as GPTSFTDataset keeps it
+            c = max(0, c - overflow)
+        total = special + p + c
+        if total < 2:
+            problems.append(RecordProblem(i, f"only {total} token(s): Megatron-Bridge needs at least two for "
+                                             "next-token loss"))
+        else:
+            lengths[i] = total
+    problems.sort(key=lambda q: q.index)
+    return lengths, problems
+
+
+def _prompt_completion_pair(rec, pc: PromptCompletion, is_test: bool) -> tuple[str, str] | str:
+    """``normalize_sft_example`` for prompt-completion rows: the two texts, or why there are none."""
+    if not isinstance(rec, dict):
+        return f"not a JSON object but {type(rec).__name__}"
+    row = dict(rec)
+    if is_test and pc.prompt_column in row and pc.completion_column not in row:
+        row[pc.completion_column] = ""  # allow_missing_completion
+    canonical = None
+    if "prompt" in row and "completion" in row:
+        canonical = row["prompt"], row["completion"]
+        if not all(isinstance(v, str) for v in canonical):
+            return "'prompt' and 'completion' must both be text (Megatron-Bridge reads them whenever both exist)"
+    if any(row.get(k) is not None for k in CONVERSATION_KEYS):
+        return (f"a conversation ({', '.join(repr(k) for k in CONVERSATION_KEYS if row.get(k) is not None)}): "
+                "prompt-completion preprocessing needs paired text columns")
+    if pc.prompt_column in row and pc.completion_column in row:
+        pair = row[pc.prompt_column], row[pc.completion_column]
+    elif canonical is not None:
+        pair = canonical
+    else:
+        missing = [k for k in (pc.prompt_column, pc.completion_column) if k not in row]
+        noun = "field" if len(missing) == 1 else "fields"
+        return (f"no {', '.join(map(repr, missing))} {noun} (prompt-completion preprocessing needs "
+                f"{pc.prompt_column}, {pc.completion_column})")
+    wrong = [k for k, v in zip((pc.prompt_column, pc.completion_column), pair, strict=True) if not isinstance(v, str)]
+    if wrong:
+        return "; ".join(f"{k!r} is {_kind(row[k] if k in row else None)}, not text" for k in wrong)
+    return pair
+
+
+def _kind(value) -> str:
+    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
