@@ -3,7 +3,7 @@
 import streamlit as st
 
 from advisor.plan import dump_plan
-from advisor.ui import charts, links, views
+from advisor.ui import charts, links, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 
@@ -41,6 +41,17 @@ with left:
         hi = st.number_input("max_seq_len", 2, 1_000_000, 8192, help=H("lognormal"))
         if st.button("Draw"):
             ui.use_lognormal(st.session_state, mean, sigma, int(lo), int(hi))
+    with st.expander("Or from raw data: JSONL or Parquet and a tokenizer"):
+        raw = st.file_uploader("SFT or chat records", type=["jsonl", "parquet"], key="raw_upload", help=H("raw_upload"))
+        tokenizer = st.selectbox("Tokenizer (installed on the server)", list(raw_data.tokenizer_choices()),
+                                 help=H("raw_tokenizer"))
+        fmt = st.radio("Format", ["sft", "chat"], horizontal=True, help=H("raw_format"))
+        max_len = int(st.number_input("max_seq_length (sft)", 16, 1 << 20, 4096, help=H("raw_max_seq_length")))
+        if st.button("Tokenize", disabled=raw is None, help=H("raw_tokenize")):
+            bar = st.progress(0.0, text="tokenizing")
+            raw_data.use_raw_upload(st.session_state, raw.getvalue(), raw.name, tokenizer, fmt, max_len,
+                                    progress=lambda text, done: bar.progress(min(1.0, done), text=text))
+            bar.empty()
     if "upload_error" in st.session_state:
         st.error(ui.plain(st.session_state["upload_error"]))
     st.subheader("Plan")

@@ -209,3 +209,29 @@ def test_the_tour_in_chromium(app_url):
         page.get_by_role("button", name=f"Open {STEPS[-1].page_title} with these settings").click()
         page.get_by_role("heading", name="Trial", exact=True).wait_for(timeout=120_000)
         browser.close()
+
+
+@pytest.mark.slow
+def test_raw_data_tokenized_in_chromium(app_url):
+    """Home page, "from raw data": a chat JSONL and the bundled tokenizer become the data set."""
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(exist_ok=True)
+    raw = ROOT / "sample_data" / "raw" / "chat_sample.jsonl"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1400})
+        page.goto(app_url)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_text("Or from raw data: JSONL or Parquet and a tokenizer").click()
+        page.locator("[data-testid='stFileUploader']").filter(has_text="SFT or chat records").locator(
+            "input[type='file']").set_input_files(str(raw))
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_text("chat", exact=True).click()
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_role("button", name="Tokenize", exact=True).click()
+        page.get_by_role("heading", name="chat_sample.jsonl (tiny-bpe, chat)").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_text("300", exact=True).first.wait_for(timeout=60_000)  # the summary counts its samples
+        page.screenshot(path=str(SHOTS / "1b_raw_data.png"), full_page=True)
+        browser.close()

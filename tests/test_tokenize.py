@@ -73,6 +73,7 @@ def test_local_engine_gives_the_exact_lengths_in_order_across_shards_and_workers
     records = _sft_records(1500)
     data = _jsonl(tmp_path / "sft.jsonl", records)
     monkeypatch.setattr("advisor.data.tokenize.records.SHARD_BYTES", 20_000)  # many shards from one file
+    monkeypatch.setattr("advisor.data.tokenize.records.MIN_SHARD_BYTES", 10_000)
     assert len(plan_shards([str(data)])) > 10
     settings = SftSettings(max_seq_length=300)
     expected, problems = sft_lengths(records, load_tokenizer(tok), settings)
@@ -117,6 +118,7 @@ def test_ray_engine_equals_the_local_one_byte_for_byte(tok, tmp_path, monkeypatc
     records[17] = {"input": "no label here"}  # one record the template cannot fill, left out by both
     data = _jsonl(tmp_path / "sft.jsonl", records)
     monkeypatch.setattr("advisor.data.tokenize.records.SHARD_BYTES", 30_000)
+    monkeypatch.setattr("advisor.data.tokenize.records.MIN_SHARD_BYTES", 10_000)
     job = TokenizeJob(data=str(data), tokenizer=tok, settings=SftSettings(), on_bad="skip")
     local = tokenize(job, workers=2)
     remote = tokenize(job, engine="ray", workers=2)

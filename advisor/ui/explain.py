@@ -40,6 +40,20 @@ HELP: dict[str, Explanation] = {
     "upload": _e("Your data set's token counts per sample (len(input_ids) after tokenization), one per row, or a "
                  "length,count histogram. Only the lengths matter to packing, never the text.",
                  "advisor/data/ingest.py"),
+    "raw_upload": _e("A raw data set (Megatron-Bridge SFT JSONL with input/output fields, or chat JSONL with "
+                     "messages; or Parquet) to tokenize on the server, up to 64 MB and 200,000 records. Larger data "
+                     "sets: python -m advisor tokenize, with --sample for 100M records.", "advisor/ui/raw_data.py"),
+    "raw_tokenizer": _e("The tokenizers the server's operator installed (ADVISOR_TOKENIZER_DIRS) and the bundled tiny "
+                        "sample tokenizer. Lengths depend on the tokenizer: use your model's.",
+                        "advisor/data/tokenize/tokenizer.py"),
+    "raw_format": _e("sft: GPTSFTDataset's prompt template '{input} {output}' with EOS, the input cut to "
+                     "max_seq_length; chat: GPTSFTChatDataset with the tokenizer's own chat template (no cut).",
+                     "Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py"),
+    "raw_max_seq_length": _e("GPTSFTDataset cuts the input field so a sample fits this many tokens (sft only).",
+                             "Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py (_multiple_truncation)"),
+    "raw_tokenize": _e("Tokenize every record exactly as Megatron-Bridge 0.6.2 would and use the lengths as the "
+                       "data set (records that cannot be tokenized are left out and counted).",
+                       "advisor/data/tokenize/engine.py"),
     "lognormal": _e("Megatron-LM's mock SFT data: lengths drawn from a lognormal with this mean and sigma, clipped "
                     "to [min, max], seed 0 - what --sft-mock-dataset-config-json distribution mode trains on.",
                     "Megatron-LM megatron/training/datasets/sft_dataset.py (mock SFT dataset)"),

@@ -19,7 +19,7 @@ from multiprocessing import get_context
 import numpy as np
 
 from advisor.data.lengths import Exclusion, LengthHistogram
-from advisor.data.tokenize.records import Shard, data_files, iter_records, plan_shards
+from advisor.data.tokenize.records import Shard, data_files, iter_records, plan_shards, shard_size
 from advisor.errors import InputError
 
 ENGINES = ("local", "ray")
@@ -217,8 +217,11 @@ def run_ray(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, 
     machine's cores. Returns the shard results and Ray's histogram (length -> count) to check against them.
     """
 
+    import logging
+
     import ray
 
+    logging.getLogger("ray").setLevel(logging.WARNING)  # the driver's own progress line is enough
     started = not ray.is_initialized()
     if started:
         if address:
@@ -250,7 +253,9 @@ def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[
             results.append(pickle.loads(blob))
             check(results[-1])
         progress(len(results), len(shards), results)
-    hist = tokenized.map_batches(_length_rows, batch_format="numpy").groupby("length").count().to_pandas()
+    parts = max(1, min(workers, len(shards)))  # Ray's default of 200 shuffle partitions costs seconds on one machine
+    hist = tokenized.map_batches(_length_rows, batch_format="numpy").groupby("length", num_partitions=parts) \
+        .count().to_pandas()
     counts = dict(zip(hist["length"].astype(int).tolist(), hist["count()"].astype(int).tolist(), strict=True))
     return results, counts
 
@@ -291,7 +296,10 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     started = time.perf_counter()
     say = progress or (lambda text, done: None)
     workers = max(1, workers or os.cpu_count() or 1)
-    shards = plan_shards(data_files(job.data))
+    files = data_files(job.data)
+    # enough shards to keep every worker busy to the end (about four each), none under 256 KiB or over 8 MiB
+    size = sum(os.path.getsize(f) for f in files)
+    shards = plan_shards(files, shard_size(size, workers))
     total = sum(sh.records or 0 for sh in shards)
     selects: list = [None] * len(shards)
     if sample is not None:

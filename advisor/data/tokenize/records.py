@@ -23,6 +23,16 @@ from advisor.errors import InputError
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 SUFFIXES = JSONL_SUFFIXES + (".parquet", ".arrow")
 SHARD_BYTES = 8 << 20  # plain JSONL is cut every 8 MiB at a line boundary: progress and parallelism on one file
+MIN_SHARD_BYTES = 256 << 10  # ... or smaller, down to this, so every worker gets about four shards
+
+
+def shard_size(total_bytes: int, workers: int) -> int:
+    """Bytes per plain-JSONL shard: about four shards a worker, within [MIN_SHARD_BYTES, SHARD_BYTES].
+
+    >>> shard_size(9 << 20, 2) >> 10, shard_size(10 << 30, 64) >> 20
+    (1152, 8)
+    """
+    return int(min(SHARD_BYTES, max(MIN_SHARD_BYTES, total_bytes // (4 * max(1, workers)))))
 NO_LIMIT = 1 << 62
 
 

@@ -1,0 +1,101 @@
+"""The home page's "from raw data": an uploaded JSONL or Parquet file tokenized on the server with a tokenizer the
+operator installed, then used like any lengths upload.
+
+Alternatives: a tokenizer path typed in the browser (a visitor could make the server read any folder) or no raw
+data in the dashboard (the command line only). Here: the browser picks a tokenizer by name among the folders the
+operator listed in ``ADVISOR_TOKENIZER_DIRS`` (and the bundled sample tokenizer); uploads are written to a fresh
+temporary folder under a fixed name, checked before any parser sees them, and tokenized within a budget.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from advisor.data.guard import open_parquet
+from advisor.data.lengths import check_expandable
+from advisor.errors import InputError, PlanError
+
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "tokenizers"
+ENV = "ADVISOR_TOKENIZER_DIRS"  # os.pathsep-separated folders: tokenizer folders, or folders of them
+RAW_UPLOAD_LIMIT_MB = 64
+MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
+RAW_SUFFIXES = (".jsonl", ".parquet")
+
+
+def tokenizer_choices(env: str | None = None) -> dict[str, str]:
+    """Tokenizer name -> server folder: the bundled sample tokenizer and the operator's (``ADVISOR_TOKENIZER_DIRS``).
+    Only names reach the browser.
+
+    >>> "tiny-bpe" in tokenizer_choices("")
+    True
+    """
+    roots = [BUNDLED] + [Path(p) for p in (os.environ.get(ENV, "") if env is None else env).split(os.pathsep) if p]
+    out: dict[str, str] = {}
+    for root in roots:
+        candidates = [root] if (root / "tokenizer.json").is_file() else \
+            sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        for folder in candidates:
+            if (folder / "tokenizer.json").is_file():
+                out.setdefault(folder.name, str(folder))
+    return out
+
+
+def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
+                    progress: Callable[[str, float], None] | None = None, env: str | None = None):
+    """The lengths (a ``LengthHistogram`` keeping the file's order) of an uploaded raw data set; ``InputError`` for
+    anything wrong with the file, the tokenizer's name or the budget."""
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.engine import TokenizeJob, tokenize
+    from advisor.data.tokenize.records import plan_shards
+    from advisor.data.tokenize.sft import SftSettings
+
+    shown = name[:80]
+    if not name.lower().endswith(RAW_SUFFIXES):
+        raise InputError(shown, None, f"raw data must be {' or '.join(RAW_SUFFIXES)} here (the command line also "
+                         "reads .gz/.zst, folders of shards and datasets folders)")
+    if len(data) > RAW_UPLOAD_LIMIT_MB * 2**20:
+        raise InputError(shown, None, f"is {len(data) / 2**20:,.0f} MB, over the dashboard's {RAW_UPLOAD_LIMIT_MB} MB "
+                         "for raw data: use python -m advisor tokenize (or --sample) and upload its lengths file")
+    choices = tokenizer_choices(env)
+    if tokenizer not in choices:
+        raise InputError("tokenizer", None, f"{tokenizer[:60]!r} is not one of the server's tokenizers "
+                         f"({', '.join(choices)})")
+    suffix = ".parquet" if name.lower().endswith(".parquet") else ".jsonl"
+    if suffix == ".parquet":
+        open_parquet(data, shown)  # the footer is checked in Python before pyarrow reads the file
+    with tempfile.TemporaryDirectory(prefix="advisor-raw-") as folder:
+        path = Path(folder) / f"upload{suffix}"  # a fixed name: nothing of the visitor's reaches a path
+        path.write_bytes(data)
+        records = sum(s.records or 0 for s in plan_shards([str(path)]))
+        if records > MAX_RAW_RECORDS:
+            raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
+                             "python -m advisor tokenize --sample N")
+        settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
+        job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip")
+        result = tokenize(job, workers=os.cpu_count() or 1, progress=progress)
+    hist = result.histogram()
+    check_expandable(hist.num_samples, shown, "pack")
+    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})")
+
+
+def _renamed(hist, source: str):
+    import dataclasses
+
+    return dataclasses.replace(hist, source=source)
+
+
+def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
+                   progress=None, env: str | None = None) -> bool:
+    """Tokenize an upload into the session's data; on any problem keep the data in use and store one message."""
+    try:
+        hist = tokenize_upload(data, name, tokenizer, fmt, max_seq_length, progress, env)
+    except (InputError, PlanError, ValueError) as e:
+        state["upload_error"] = str(e)
+        return False
+    state["hist"], state["data_name"] = hist, hist.source
+    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None}})
+    state.pop("upload_error", None)
+    return True

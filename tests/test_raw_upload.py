@@ -1,0 +1,65 @@
+"""The dashboard's raw-data path: an upload tokenized with a server-side tokenizer chosen by name, within budget."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from advisor.data.tokenize.chat import ChatSettings, chat_lengths
+from advisor.data.tokenize.tokenizer import load_tokenizer
+from advisor.ui import raw_data
+from advisor.ui import state as ui
+from tests.conftest import SAMPLE
+
+CHAT = SAMPLE / "raw" / "chat_sample.jsonl"
+
+
+def _state():
+    state: dict = {}
+    ui.init_state(state)
+    return state
+
+
+def test_a_chat_upload_becomes_the_data_in_file_order():
+    state = _state()
+    assert raw_data.use_raw_upload(state, CHAT.read_bytes(), "chat_sample.jsonl", "tiny-bpe", "chat", 4096, env="")
+    records = [json.loads(line) for line in CHAT.read_text().splitlines()]
+    expected, _ = chat_lengths(records, load_tokenizer(raw_data.tokenizer_choices("")["tiny-bpe"]), ChatSettings())
+    hist = state["hist"]
+    assert hist.order.tolist() == expected.tolist() and hist.num_samples == 300
+    assert state["data_name"] == "chat_sample.jsonl (tiny-bpe, chat)"
+
+
+def test_parquet_uploads_and_operator_folders(tmp_path):
+    records = [json.loads(line) for line in (SAMPLE / "raw" / "sft_sample.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "sft.parquet")
+    operator = tmp_path / "tokenizers"
+    operator.mkdir()
+    (operator / "ours").symlink_to(raw_data.BUNDLED / "tiny-bpe")
+    assert set(raw_data.tokenizer_choices(str(operator))) == {"tiny-bpe", "ours"}
+    state = _state()
+    assert raw_data.use_raw_upload(state, (tmp_path / "sft.parquet").read_bytes(), "sft.parquet", "ours", "sft",
+                                   512, env=str(operator))
+    assert state["hist"].num_samples == 300 and state["hist"].lengths.max() <= 512
+
+
+def test_hostile_uploads_keep_the_data_and_say_why(tmp_path):
+    state = _state()
+    before = state["hist"]
+    cases = [
+        (b"{}", "notes.txt", "tiny-bpe", "must be .jsonl or .parquet"),
+        (CHAT.read_bytes(), "x.jsonl", "/etc", "is not one of the server's tokenizers"),
+        (CHAT.read_bytes(), "x.jsonl", "../../tiny-bpe", "is not one of the server's tokenizers"),
+        (b"PAR1" + b"\x00" * 40 + b"PAR1", "bad.parquet", "tiny-bpe", "is not a readable Parquet file"),
+        (b"\n\n", "empty.jsonl", "tiny-bpe", "holds no records"),
+        (b'{"messages": 3}\n' * 5, "odd.jsonl", "tiny-bpe", "no record could be tokenized"),
+    ]
+    for data, name, tok, message in cases:
+        assert not raw_data.use_raw_upload(state, data, name, tok, "chat", 4096, env="")
+        assert message in state["upload_error"], (name, state["upload_error"])
+        assert state["hist"] is before
+    big = b'{"input": "a", "output": "b"}\n' * (raw_data.MAX_RAW_RECORDS + 1)
+    assert not raw_data.use_raw_upload(state, big, "big.jsonl", "tiny-bpe", "sft", 4096, env="")
+    assert "over the dashboard's 200,000" in state["upload_error"]
