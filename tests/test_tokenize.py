@@ -233,3 +233,15 @@ def test_bad_settings_are_refused_before_any_work(tok, tmp_path):
     assert proc.returncode == 2 and "must come last" in proc.stderr
     with pytest.raises(InputError, match="engine"):
         tokenize(TokenizeJob(data=str(data), tokenizer=tok, settings=SftSettings()), engine="spark")
+
+
+def test_model_specific_tokenizer_classes_load_through_transformers(tmp_path):
+    """transformers 5 rebuilds e.g. Qwen2Tokenizer's pipeline from its vocabulary, as Megatron-Bridge's AutoTokenizer
+    sees it: the engine then encodes with transformers' own encoder (tests/test_tokenize_exact.py compares that
+    encoder with Megatron-Bridge)."""
+    folder = str(build_tokenizer(tmp_path / "qwen", config_extra={"tokenizer_class": "Qwen2Tokenizer"}))
+    records = _sft_records(60, seed=11)
+    data = _jsonl(tmp_path / "d.jsonl", records)
+    exact, _ = sft_lengths(records, load_tokenizer(folder, use_transformers=True), SftSettings())
+    got = tokenize(TokenizeJob(data=str(data), tokenizer=folder, settings=SftSettings()), workers=1)
+    assert got.lengths.tolist() == exact.tolist()

@@ -89,13 +89,19 @@ def _excluded_text(excluded) -> str:
 
 # ------------------------------------------------------------------------------------------- one shard
 _TOKENIZERS: dict = {}
+# tokenizer classes whose transformers loading keeps tokenizer.json as written; any other (Qwen2Tokenizer,
+# GemmaTokenizer, ...) is rebuilt by transformers 5 from its vocabulary, as Megatron-Bridge's AutoTokenizer sees it
+GENERIC_CLASSES = (None, "", "PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def _tokenizer(path: str):
     if path not in _TOKENIZERS:
         from advisor.data.tokenize.tokenizer import load_tokenizer
 
-        _TOKENIZERS[path] = load_tokenizer(path)
+        tok = load_tokenizer(path)
+        if tok.kind == "huggingface" and tok.tokenizer_class not in GENERIC_CLASSES:
+            tok = load_tokenizer(path, use_transformers=True)  # exact for model-specific classes (seconds to load)
+        _TOKENIZERS[path] = tok
     return _TOKENIZERS[path]
 
 
