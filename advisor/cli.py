@@ -422,11 +422,17 @@ def cmd_tokenize(args) -> dict:
         from advisor.packing.config import PackingConfig
         from advisor.packing.sampling import sample_estimate
 
-        pack_size = args.pack_size or getattr(job.settings, "max_seq_length", None) or int(hist.lengths.max())
+        pack_size = args.pack_size or getattr(job.settings, "max_seq_length", None)
+        if pack_size is None:
+            raise InputError("tokenize", "--pack-size", "chat samples have no max_seq_length: give the pack size "
+                             "to estimate (--pack-size)")
+        # records left out of the sample are left out of the data set in the same share
+        usable = round(result.total_records * result.lengths.size / max(1, result.selected))
         progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({args.bootstraps} "
                  "replicates)")
-        estimate = sample_estimate(result.lengths, result.total_records, PackingConfig(pack_size=pack_size),
-                                   bootstraps=args.bootstraps, seed=args.seed)
+        # GPTSFTChatDataset does not cut: offline packing skips a chat sample longer than the pack
+        cfg = PackingConfig(pack_size=pack_size, overlong="skip" if args.format == "chat" else "truncate")
+        estimate = sample_estimate(result.lengths, usable, cfg, bootstraps=args.bootstraps, seed=args.seed)
         out["sample_estimate"] = estimate.as_dict()
     if args.json:
         return out
@@ -528,6 +534,16 @@ def _number(text: str) -> float:
 
 
 MAX_PACK_TOKENS = MAX_PACK  # the simulator keeps arrays of pack-size length: 4M tokens stays well inside 2 GiB
+
+
+def _bootstraps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a whole number") from None
+    if not 2 <= value <= 10_000:
+        raise ValueError(f"{value} bootstrap replicates: give 2 to 10,000 (an interval needs a spread)")
+    return value
 
 
 def _seed(text: str) -> int:
@@ -725,11 +741,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_checked(_seed), default=0, help="the sample's and the bootstrap's seed")
     p.add_argument("--pack-size", type=_positive_int(MAX_PACK_TOKENS), help="--sample: the pack size to estimate "
                    "(default max_seq_length)")
-    p.add_argument("--bootstraps", type=_positive_int(10_000), default=200, help="--sample: bootstrap replicates")
+    p.add_argument("--bootstraps", type=_checked(_bootstraps), default=200, help="--sample: bootstrap replicates "
+                   "(2 to 10,000)")
     p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order)")
     p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
     p.add_argument("--on-bad", choices=("error", "skip"), default="error",
-                   help="stop at the first bad record (default) or leave bad records out and count them")
+                   help="error (default): stop at an unreadable record, or after the run name the records the "
+                   "template cannot fill; skip: leave such records out and count them")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_tokenize)

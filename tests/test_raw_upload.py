@@ -32,6 +32,14 @@ def test_a_chat_upload_becomes_the_data_in_file_order():
     assert state["data_name"] == "chat_sample.jsonl (tiny-bpe, chat)"
 
 
+def test_left_out_records_are_named_by_the_upload_not_the_server_file():
+    state = _state()
+    data = CHAT.read_bytes() + b'{"messages": [{"role": "narrator", "content": "once"}]}\n'
+    assert raw_data.use_raw_upload(state, data, "mine.jsonl", "tiny-bpe", "chat", 4096, env="")
+    (e,) = state["hist"].excluded
+    assert e.count == 1 and e.first_at == "mine.jsonl, line 301"
+
+
 def test_parquet_uploads_and_operator_folders(tmp_path):
     records = [json.loads(line) for line in (SAMPLE / "raw" / "sft_sample.jsonl").read_text().splitlines()]
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "sft.parquet")
@@ -60,6 +68,16 @@ def test_hostile_uploads_keep_the_data_and_say_why(tmp_path):
         assert not raw_data.use_raw_upload(state, data, name, tok, "chat", 4096, env="")
         assert message in state["upload_error"], (name, state["upload_error"])
         assert state["hist"] is before
+    bomb = pa.table({"input": pa.array(["x" * 200_000] * 5_000).dictionary_encode(), "output": ["y"] * 5_000})
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(bomb, path)  # ~1 GB of text in a file of a few kB
+    assert path.stat().st_size < 300_000
+    assert not raw_data.use_raw_upload(state, path.read_bytes(), "bomb.parquet", "tiny-bpe", "sft", 4096, env="")
+    assert "decodes to over 256 MB of values" in state["upload_error"] and state["hist"] is before
+    long_line = json.dumps({"input": "x " * 3_000_000, "output": "y"}).encode() + b"\n"
+    assert not raw_data.use_raw_upload(state, long_line * 2, "long.jsonl", "tiny-bpe", "sft", 4096, env="")
+    assert "over the 4 MB a record may have here" in state["upload_error"]
+    assert "advisor-raw-" not in state["upload_error"] and "/tmp" not in state["upload_error"]
     big = b'{"input": "a", "output": "b"}\n' * (raw_data.MAX_RAW_RECORDS + 1)
     assert not raw_data.use_raw_upload(state, big, "big.jsonl", "tiny-bpe", "sft", 4096, env="")
     assert "over the dashboard's 200,000" in state["upload_error"]

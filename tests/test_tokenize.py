@@ -127,6 +127,10 @@ def test_ray_engine_equals_the_local_one_byte_for_byte(tok, tmp_path, monkeypatc
     assert "Ray's groupby(length) histogram equals the per-sample lengths" in remote.notes
     assert remote.excluded == local.excluded and local.excluded[0].count == 1
     assert 17 not in local.sample_index.tolist() and local.sample_index.size == 799
+    hopeless = _jsonl(tmp_path / "none.jsonl", [{"input": "no label"}] * 5)
+    with pytest.raises(InputError, match="no record could be tokenized"):  # not Ray's empty groupby
+        tokenize(TokenizeJob(data=str(hopeless), tokenizer=tok, settings=SftSettings(), on_bad="skip"),
+                 engine="ray", workers=1)
 
 
 def test_the_command_writes_a_lengths_file_every_other_command_reads(tok, tmp_path):
@@ -204,10 +208,15 @@ def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     assert a.lengths.tolist() == full.lengths[a.sample_index].tolist()  # the same lengths as the full run
     proc = advisor("tokenize", data, "--tokenizer", tok, "--max-seq-length", 512, "--sample", 1000,
                    "--bootstraps", 30, "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
     est = json.loads(proc.stdout)["sample_estimate"]
     assert est["sample_size"] == 1000 and est["total"] == 3000
-    for key in ("packs", "packing_factor", "efficiency"):
-        assert est[key]["low"] <= est[key]["estimate"] <= est[key]["high"]
+    assert est["packs"]["low"] < est["packs"]["high"] and est["efficiency"]["high"] - est["efficiency"]["low"] > 0
+    whole = sample_estimate(full.lengths, full.lengths.size, PackingConfig(pack_size=512))
+    assert whole.efficiency.low == whole.efficiency.estimate == whole.efficiency.high  # the whole set: exact
+    # uniform: the draws spread over the file (each tenth of it holds about a tenth of them)
+    deciles = np.bincount(a.sample_index * 10 // 3000, minlength=10)
+    assert deciles.min() > 25 and deciles.max() < 75
 
 
 @pytest.mark.slow
@@ -225,6 +234,39 @@ def test_sample_intervals_cover_the_true_efficiency_in_95_percent_of_200_trials(
                               seed=trial)
         covered += est.efficiency.covers(truth)
     assert covered >= 190, covered
+
+
+def test_damaged_compressed_and_columnar_files_keep_what_can_be_read(tok, tmp_path):
+    import zstandard
+
+    records = _sft_records(400, seed=13)
+    text = "".join(json.dumps(r) + "\n" for r in records).encode()
+    whole = zstandard.ZstdCompressor().compress(text)
+    (tmp_path / "cut.jsonl.zst").write_bytes(whole[: len(whole) // 2])  # truncated mid-frame
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(text)[:-300])
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "ok.parquet", row_group_size=100, compression="snappy")
+    raw = bytearray((tmp_path / "ok.parquet").read_bytes())
+    raw[200:260] = b"\xff" * 60  # a data page of the first row group destroyed
+    (tmp_path / "bad.parquet").write_bytes(bytes(raw))
+    for name in ("cut.jsonl.zst", "cut.jsonl.gz", "bad.parquet"):
+        proc = advisor("tokenize", tmp_path / name, "--tokenizer", tok, "--on-bad", "skip", "--json", "--quiet")
+        assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, (name, proc.stderr)
+        if proc.returncode == 0:
+            out = json.loads(proc.stdout)
+            assert any("from here on" in e["reason"] for e in out["excluded"]), (name, out["excluded"])
+            assert out["tokenized"] < 400
+        else:
+            assert "from here on" in proc.stderr or "no record could be tokenized" in proc.stderr
+
+
+def test_a_datasets_folder_ignores_its_metadata(tok, tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    _jsonl(folder / "train.jsonl", _sft_records(10))
+    (folder / "dataset_info.json").write_text(json.dumps({"features": {"input": "string"}}))
+    (folder / "sub").mkdir()
+    got = tokenize(TokenizeJob(data=str(folder), tokenizer=tok, settings=SftSettings()), workers=1)
+    assert got.total_records == 10 and any("sub-folder(s) not read (sub)" in n for n in got.notes)
 
 
 def test_bad_settings_are_refused_before_any_work(tok, tmp_path):

@@ -23,6 +23,9 @@ ENV = "ADVISOR_TOKENIZER_DIRS"  # os.pathsep-separated folders: tokenizer folder
 RAW_UPLOAD_LIMIT_MB = 64
 MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
 RAW_SUFFIXES = (".jsonl", ".parquet")
+MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
+MAX_BATCH_MB = 64  # 1,024 Parquet rows decoded (a 1 kB file can hold gigabytes of dictionary-encoded text)
+MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
 
 
 def tokenizer_choices(env: str | None = None) -> dict[str, str]:
@@ -49,7 +52,7 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
     anything wrong with the file, the tokenizer's name or the budget."""
     from advisor.data.tokenize.chat import ChatSettings
     from advisor.data.tokenize.engine import TokenizeJob, tokenize
-    from advisor.data.tokenize.records import plan_shards
+    from advisor.data.tokenize.records import Limits, plan_shards
     from advisor.data.tokenize.sft import SftSettings
 
     shown = name[:80]
@@ -66,6 +69,11 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
     suffix = ".parquet" if name.lower().endswith(".parquet") else ".jsonl"
     if suffix == ".parquet":
         open_parquet(data, shown)  # the footer is checked in Python before pyarrow reads the file
+        decoded = parquet_decoded_bytes(data, MAX_DECODED_MB << 20)
+        if decoded > MAX_DECODED_MB << 20:
+            raise InputError(shown, None, f"decodes to over {MAX_DECODED_MB} MB of values (the file is "
+                             f"{len(data) / 2**20:,.1f} MB: dictionary-encoded or highly compressed): too much to "
+                             "tokenize here; use python -m advisor tokenize --sample N")
     with tempfile.TemporaryDirectory(prefix="advisor-raw-") as folder:
         path = Path(folder) / f"upload{suffix}"  # a fixed name: nothing of the visitor's reaches a path
         path.write_bytes(data)
@@ -74,17 +82,49 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
             raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
-        job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip")
-        result = tokenize(job, workers=os.cpu_count() or 1, progress=progress)
-    hist = result.histogram()
+        job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip",
+                          limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20))
+        # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile
+        result = tokenize(job, workers=1, progress=progress)
+        hist = result.histogram()
     check_expandable(hist.num_samples, shown, "pack")
-    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})")
+    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", path.name, shown)
 
 
-def _renamed(hist, source: str):
+def parquet_decoded_bytes(data: bytes, budget: int) -> int:
+    """Bytes of every value of a Parquet file once decoded, counted batch by batch with string columns kept as
+    dictionaries (so counting does not build the text), stopping as soon as ``budget`` is passed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from advisor.data.tokenize.records import decoded_bytes
+
+    schema = pq.ParquetFile(pa.BufferReader(data)).schema_arrow
+    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+               or pa.types.is_binary(f.type)]
+    pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
+    total = 0
+    for rb in pf.iter_batches(batch_size=64):
+        total += decoded_bytes(rb)
+        if total > budget:
+            break
+    return total
+
+
+def _renamed(hist, source: str, temp_name: str, shown: str):
+    """The histogram under the upload's name, its exclusions too (the temporary file's name is the server's)."""
     import dataclasses
 
-    return dataclasses.replace(hist, source=source)
+    excluded = tuple(dataclasses.replace(e, first_at=e.first_at.replace(temp_name, shown)) for e in hist.excluded)
+    return dataclasses.replace(hist, source=source, excluded=excluded)
+
+
+def _without_server_names(message: str, shown: str) -> str:
+    """A message with the temporary file's name (and folder) replaced by the upload's name."""
+    import re
+
+    message = re.sub(r"/\S*advisor-raw-[^/\s]*/", "", message)
+    return message.replace("upload.jsonl", shown).replace("upload.parquet", shown)
 
 
 def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
@@ -93,7 +133,10 @@ def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_
     try:
         hist = tokenize_upload(data, name, tokenizer, fmt, max_seq_length, progress, env)
     except (InputError, PlanError, ValueError) as e:
-        state["upload_error"] = str(e)
+        state["upload_error"] = _without_server_names(str(e), name[:80])
+        return False
+    except Exception as e:  # noqa: BLE001 - a visitor's file must never reach Streamlit's traceback (server paths)
+        state["upload_error"] = f"{name[:80]}: could not be tokenized ({type(e).__name__})"
         return False
     state["hist"], state["data_name"] = hist, hist.source
     state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None}})

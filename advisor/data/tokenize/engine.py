@@ -10,16 +10,18 @@ identical, byte for byte.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 import numpy as np
 
 from advisor.data.lengths import Exclusion, LengthHistogram
-from advisor.data.tokenize.records import Shard, data_files, iter_records, plan_shards, shard_size
+from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
 from advisor.errors import InputError
 
 ENGINES = ("local", "ray")
@@ -37,6 +39,7 @@ class TokenizeJob:
     fmt: str = "sft"
     settings: object = None
     on_bad: str = "error"
+    limits: Limits = Limits()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,7 @@ class TokenizeResult:
     engine: str = "local"
     workers: int = 1
     sampled: bool = False
+    selected: int = 0  # records read for the lengths: all of them, or the sample (bad ones included)
 
     def histogram(self) -> LengthHistogram:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
@@ -117,7 +121,12 @@ def _lengths_of(records: list[dict], job: TokenizeJob):
 
 
 def _kind(reason: str) -> str:
-    return reason.split(":")[0].split(" (")[0]
+    """What a problem is, without the record's own details (positions, excerpts), so like problems count together.
+
+    >>> _kind("messages[3] has neither 'content' nor tool calls"), _kind("must be a list of messages, not 'x 7'")
+    ("messages[N] has neither 'content' nor tool calls", 'must be a list of messages')
+    """
+    return re.sub(r"\d+", "N", reason.split(", not ")[0].split(": ")[0].split(" (")[0])[:100]
 
 
 def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarray | None = None) -> ShardResult:
@@ -133,7 +142,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         if len(p[1]) < MAX_EXAMPLES:
             p[1].append(where)
 
-    for records, wheres, bad in iter_records(shard):
+    for records, wheres, bad in iter_records(shard, limits=job.limits):
         bad_at = {b.where: b for b in bad}
         keep = [k for k in range(len(records)) if wanted is None or (row + k) in wanted]
         lengths = np.full(len(keep), -1, np.int32)
@@ -177,16 +186,17 @@ def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list
     results = []
     with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=get_context("fork"),
                              initializer=_quiet_worker) as pool:
-        pending = {pool.submit(tokenize_shard, i, sh, job, selects[i]) for i, sh in enumerate(shards)}
+        futures = [pool.submit(tokenize_shard, i, sh, job, selects[i]) for i, sh in enumerate(shards)]
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    results.append(fut.result())
-                    check(results[-1])
+            for fut in as_completed(futures):
+                results.append(fut.result())
+                check(results[-1])
                 progress(len(results), total, results)
+        except BrokenProcessPool:
+            raise InputError("tokenize", None, "a worker process died (out of memory?): try fewer --workers") \
+                from None
         except BaseException:
-            for fut in pending:
+            for fut in futures:
                 fut.cancel()
             raise
     return results
@@ -259,6 +269,8 @@ def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[
             results.append(pickle.loads(blob))
             check(results[-1])
         progress(len(results), len(shards), results)
+    if not any((r.lengths >= 0).any() for r in results):
+        return results, {}  # nothing to aggregate (an empty dataset has no length column to group)
     parts = max(1, min(workers, len(shards)))  # Ray's default of 200 shuffle partitions costs seconds on one machine
     hist = tokenized.map_batches(_length_rows, batch_format="numpy").groupby("length", num_partitions=parts) \
         .count().to_pandas()
@@ -302,22 +314,32 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     started = time.perf_counter()
     say = progress or (lambda text, done: None)
     workers = max(1, workers or os.cpu_count() or 1)
-    files = data_files(job.data)
+    files, scan_notes = data_files_and_notes(job.data)
     # enough shards to keep every worker busy to the end (about four each), none under 256 KiB or over 8 MiB
     size = sum(os.path.getsize(f) for f in files)
     shards = plan_shards(files, shard_size(size, workers))
+    known = all(sh.records is not None for sh in shards)
     total = sum(sh.records or 0 for sh in shards)
     selects: list = [None] * len(shards)
+    selected = None
     if sample is not None:
         shards = count_records(shards)
         selects, total = _selection(shards, sample, seed)
+        known = True
+        selected = min(sample, total)
     name = os.path.basename(job.data.rstrip(os.sep)) or job.data
 
+    goal = selected if selected is not None else (total if known else None)
+    seen = {"records": 0, "results": 0}  # a running count: results arrive one shard at a time
+
     def report(done: int, of: int, results: list[ShardResult]) -> None:
-        n = sum(r.lengths.size for r in results)
+        for r in results[seen["results"]:]:
+            seen["records"] += r.lengths.size
+        seen["results"] = len(results)
+        n = seen["records"]
         rate = n / max(1e-9, time.perf_counter() - started)
-        left = "" if not total or n >= total else f", about {(total - n) / max(rate, 1e-9):,.0f} s left"
-        say(f"tokenized {n:,}{f' of {total:,}' if total else ''} records ({done}/{of} shards, {rate:,.0f} "
+        left = "" if not goal or n >= goal else f", about {(goal - n) / max(rate, 1e-9):,.0f} s left"
+        say(f"tokenized {n:,}{f' of {goal:,}' if goal else ''} records ({done}/{of} shards, {rate:,.0f} "
             f"records/s{left})", done / max(1, of))
 
     def check(result: ShardResult) -> None:
@@ -332,8 +354,10 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     else:
         results, ray_counts = run_local(job, shards, workers, selects, report, check), None
     results.sort(key=lambda r: r.index)
-    return _assemble(job, name, shards, selects, results, ray_counts, total, sample is not None, engine, workers,
-                     time.perf_counter() - started)
+    out = _assemble(job, name, shards, selects, results, ray_counts, total, selected is not None and
+                    selected < total, engine, workers, time.perf_counter() - started)
+    return replace(out, notes=out.notes + tuple(scan_notes),
+                   selected=selected if selected is not None else out.total_records)
 
 
 def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, engine, workers, seconds):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import io
 import json
 import os
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ from advisor.errors import InputError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 SUFFIXES = JSONL_SUFFIXES + (".parquet", ".arrow")
+# metadata a Hugging Face datasets folder keeps beside its data: never records
+METADATA_NAMES = ("dataset_info.json", "state.json", "dataset_dict.json")
 SHARD_BYTES = 8 << 20  # plain JSONL is cut every 8 MiB at a line boundary: progress and parallelism on one file
 MIN_SHARD_BYTES = 256 << 10  # ... or smaller, down to this, so every worker gets about four shards
 
@@ -54,7 +55,8 @@ class Shard:
 
     @property
     def name(self) -> str:
-        return display_name(self.path)
+        """The file's own name: messages name the shard, never the server's folders."""
+        return display_name(os.path.basename(self.path))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +81,10 @@ def _kind(path: str) -> str:
 
 
 def data_files(data: str) -> list[str]:
+    return data_files_and_notes(data)[0]
+
+
+def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
     """The files a DATA argument names: a file, a folder of shards (or a ``datasets.save_to_disk`` folder), or a
     glob. Stray entries of a folder (sub-folders, FIFOs, broken links) are skipped; none found is an error.
 
@@ -89,22 +95,29 @@ def data_files(data: str) -> list[str]:
     """
     if any(ch in data for ch in "*?["):
         found = sorted(p for p in glob.glob(data, recursive=True) if os.path.isfile(p) and not is_system_path(p)
-                       and p.lower().endswith(SUFFIXES))
+                       and p.lower().endswith(SUFFIXES) and os.path.basename(p) not in METADATA_NAMES)
         if not found:
             raise InputError(display_name(data), None, f"matches no data files ({', '.join(SUFFIXES)})")
-        return found
+        return found, []
     st = stat_path(data, display_name(data))
     if os.path.isdir(data):
         if is_system_path(data):
             raise InputError(display_name(data), None, "is a system folder (under /proc or /sys)")
         arrow_dataset = (Path(data) / "state.json").is_file()
         scan = scan_folder(Path(data), (".arrow",) if arrow_dataset else SUFFIXES)
-        if not scan.files:
-            raise InputError(display_name(data), None, f"holds no data files ({', '.join(SUFFIXES)})")
-        return [str(p) for p in scan.files]
+        files = [str(p) for p in scan.files if p.name not in METADATA_NAMES]
+        if not files:
+            raise InputError(display_name(data), None, f"holds no data files ({', '.join(SUFFIXES)}); a "
+                             "datasets.DatasetDict folder holds one folder per split: name the split's folder")
+        notes = [f"{os.path.basename(data.rstrip(os.sep))}: {scan.note()}"] if scan.note() else []
+        subs = [e.name for e in os.scandir(data) if e.is_dir()]
+        if subs:
+            notes.append(f"{len(subs)} sub-folder(s) not read ({', '.join(sorted(subs)[:4])}): a DatasetDict keeps "
+                         "one folder per split; name a split's folder to read it")
+        return files, notes
     del st
     check_file(data, display_name(data), NO_LIMIT)
-    return [data]
+    return [data], []
 
 
 def plan_shards(files: list[str], shard_bytes: int | None = None) -> list[Shard]:
@@ -162,7 +175,18 @@ def _parquet_shards(path: str) -> list[Shard]:
             for g in range(meta.num_row_groups)] or [Shard(path=path, kind="parquet", records=0)]
 
 
-def iter_records(shard: Shard, batch: int = 1024) -> Iterator[tuple[list[dict | None], list[str], list[BadRow]]]:
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one record or batch may cost once decoded; None: no limit (the command line). The dashboard sets
+    both: a 1 kB Parquet file can decode to gigabytes (dictionary-encoded strings), a 64 MB JSON line to 1.4 GB of
+    Python objects."""
+
+    max_record_bytes: int | None = None
+    max_batch_bytes: int | None = None
+
+
+def iter_records(shard: Shard, batch: int = 1024, limits: Limits = Limits(),
+                 ) -> Iterator[tuple[list[dict | None], list[str], list[BadRow]]]:
     """Batches of (records, where each came from, bad rows). A bad row keeps its place as None, so record k of a
     shard is row k of its output whatever was wrong with the ones before."""
     reader = {"jsonl": _jsonl_lines, "jsonl.gz": _jsonl_lines, "jsonl.zst": _jsonl_lines,
@@ -170,7 +194,7 @@ def iter_records(shard: Shard, batch: int = 1024) -> Iterator[tuple[list[dict | 
     records: list[dict | None] = []
     wheres: list[str] = []
     bad: list[BadRow] = []
-    for record, where, problem in reader(shard):
+    for record, where, problem in reader(shard, limits):
         records.append(record)
         wheres.append(where)
         if problem is not None:
@@ -182,80 +206,177 @@ def iter_records(shard: Shard, batch: int = 1024) -> Iterator[tuple[list[dict | 
         yield records, wheres, bad
 
 
-def _open_text(shard: Shard):
-    if shard.kind == "jsonl.gz":
-        return gzip.open(shard.path, "rb")
+def _zst_lines(path: str):
+    """Lines of a zstd file, frame after frame. Why not ``stream_reader``: it ends quietly at a truncated frame,
+    so the records after the cut would vanish; here a stream that stops inside a frame raises ``EOFError``."""
+    import zstandard
+
+    buf = b""
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    in_frame = False
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            while chunk:
+                buf += dobj.decompress(chunk)
+                in_frame = True
+                chunk = b""
+                if dobj.eof:  # a frame ended: the next one (if any) starts in its unused data
+                    chunk, in_frame = dobj.unused_data, False
+                    dobj = zstandard.ZstdDecompressor().decompressobj()
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+    if buf:
+        yield buf
+    if in_frame:
+        raise EOFError("the zstd stream ends inside a frame (the file is truncated)")
+
+
+def _raw_lines(shard: Shard):
+    """The shard's lines as bytes (plain JSONL from ``start`` for ``stop - start`` bytes)."""
     if shard.kind == "jsonl.zst":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(open(shard.path, "rb"), closefd=True)
-    f = open(shard.path, "rb")
-    f.seek(shard.start)
-    return f
-
-
-def _jsonl_lines(shard: Shard):
-    name = shard.name
-    remaining = shard.stop - shard.start
-    line_no = shard.first_line - 1
-    with _open_text(shard) as raw:
-        stream = io.BufferedReader(raw) if shard.kind != "jsonl" else raw
+        yield from _zst_lines(shard.path)
+        return
+    if shard.kind == "jsonl.gz":
+        with gzip.open(shard.path, "rb") as f:
+            yield from f
+        return
+    with open(shard.path, "rb") as f:
+        f.seek(shard.start)
+        remaining = shard.stop - shard.start
         while remaining > 0:
-            try:
-                line = stream.readline()
-            except (OSError, EOFError, ValueError) as e:  # a truncated or corrupt gzip/zstd stream
-                yield None, f"{name}, line {line_no + 1}", f"cannot be decompressed: {str(e)[:120]}"
-                return
+            line = f.readline()
             if not line:
                 return
             remaining -= len(line)
-            line_no += 1
-            if not line.strip():
-                continue
-            where = f"{name}, line {line_no}"
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield None, where, f"is not UTF-8 text (byte {e.start} of the line)"
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as e:
-                yield None, where, f"is not valid JSON: {e.msg} (column {e.colno})"
-                continue
-            except (RecursionError, ValueError):
-                yield None, where, "is nested too deeply or holds an integer too long to read"
-                continue
-            if not isinstance(record, dict):
-                yield None, where, f"is a JSON {type(record).__name__}, not an object with fields"
-                continue
-            yield record, where, None
+            yield line
 
 
-def _parquet_rows(shard: Shard):
+def _decompress_errors() -> tuple:
+    try:
+        import zstandard
+
+        return (OSError, EOFError, ValueError, zstandard.ZstdError)
+    except ImportError:  # pragma: no cover - zstandard is pinned
+        return (OSError, EOFError, ValueError)
+
+
+def _jsonl_lines(shard: Shard, limits: Limits):
+    name = shard.name
+    line_no = shard.first_line - 1
+    lines = _raw_lines(shard)
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except _decompress_errors() as e:  # a truncated or corrupt gzip/zstd stream: the rest cannot be read
+            yield None, f"{name}, line {line_no + 1}", f"cannot be decompressed from here on: {str(e)[:120]}"
+            return
+        line_no += 1
+        if line_no == 1:
+            line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not part of the first record
+        if not line.strip():
+            continue
+        where = f"{name}, line {line_no}"
+        if limits.max_record_bytes is not None and len(line) > limits.max_record_bytes:
+            yield None, where, f"is {len(line) / 2**20:,.1f} MB, over the {limits.max_record_bytes / 2**20:,.0f} MB " \
+                               "a record may have here"
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield None, where, f"is not UTF-8 text (byte {e.start} of the line)"
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as e:
+            yield None, where, f"is not valid JSON: {e.msg} (column {e.colno})"
+            continue
+        except (RecursionError, ValueError):
+            yield None, where, "is nested too deeply or holds an integer too long to read"
+            continue
+        if not isinstance(record, dict):
+            yield None, where, f"is a JSON {type(record).__name__}, not an object with fields"
+            continue
+        yield record, where, None
+
+
+def _parquet_rows(shard: Shard, limits: Limits):
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(shard.path)
-    row = sum(pf.metadata.row_group(g).num_rows for g in range(shard.start))
-    for rb in pf.iter_batches(row_groups=list(range(shard.start, min(shard.stop, pf.num_row_groups))),
-                              batch_size=1024):
-        for rec in rb.to_pylist():
-            row += 1
-            yield rec, f"{shard.name}, row {row}", None
+    row = 0
+    try:
+        pf = pq.ParquetFile(shard.path)
+        row = sum(pf.metadata.row_group(g).num_rows for g in range(shard.start))
+        for rb in pf.iter_batches(row_groups=list(range(shard.start, min(shard.stop, pf.num_row_groups))),
+                                  batch_size=BATCH_ROWS):
+            check_batch_bytes(rb, shard.name, row, limits.max_batch_bytes)
+            for rec in rb.to_pylist():
+                row += 1
+                yield rec, f"{shard.name}, row {row}", None
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt page: pyarrow raises OSError, ArrowInvalid, ...
+        yield None, f"{shard.name}, row {row + 1}", f"cannot be read from here on: {str(e).splitlines()[0][:120]}"
 
 
-def _arrow_rows(shard: Shard):
+def _arrow_rows(shard: Shard, limits: Limits):
     import pyarrow as pa
 
     try:
         reader = pa.ipc.open_stream(pa.memory_map(shard.path))
-    except pa.ArrowInvalid:
+    except (pa.ArrowInvalid, OSError):
         reader = pa.ipc.open_file(pa.memory_map(shard.path))  # the file format, as some tools write it
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
     else:
         batches = iter(reader)
     row = 0
-    for rb in batches:
-        for rec in rb.to_pylist():
-            row += 1
-            yield rec, f"{shard.name}, row {row}", None
+    try:
+        for rb in batches:
+            check_batch_bytes(rb, shard.name, row, limits.max_batch_bytes)
+            for rec in rb.to_pylist():
+                row += 1
+                yield rec, f"{shard.name}, row {row}", None
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt batch
+        yield None, f"{shard.name}, row {row + 1}", f"cannot be read from here on: {str(e).splitlines()[0][:120]}"
+
+
+BATCH_ROWS = 1024
+
+
+def check_batch_bytes(rb, name: str, row: int, limit: int | None) -> None:
+    """Refuse a record batch whose values, decoded, are over ``limit`` bytes (before ``to_pylist`` builds them):
+    the decoded size, not the file's, since dictionary-encoded strings make a 1 kB file hold gigabytes of text."""
+    if limit is None:
+        return
+    decoded = decoded_bytes(rb)
+    if decoded > limit:
+        raise InputError(name, f"rows {row + 1}-{row + rb.num_rows}", f"decode to {decoded / 2**20:,.0f} MB, over "
+                         f"the {limit / 2**20:,.0f} MB allowed per {BATCH_ROWS} rows here")
+
+
+def decoded_bytes(rb) -> int:
+    """Bytes of every string and binary value in the batch once decoded (dictionaries expanded, lists and structs
+    walked): what ``to_pylist`` would build."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def size(arr) -> int:
+        t = arr.type
+        if pa.types.is_dictionary(t):  # each index stands for its value's size, counted without building it
+            if pa.types.is_string(t.value_type) or pa.types.is_binary(t.value_type):
+                return int(pc.sum(pc.take(pc.binary_length(arr.dictionary), arr.indices)).as_py() or 0)
+            return size(arr.dictionary.take(arr.indices))
+        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or \
+                pa.types.is_large_binary(t):
+            return int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return size(arr.flatten()) + 8 * len(arr)
+        if pa.types.is_struct(t):
+            return sum(size(arr.field(i)) for i in range(t.num_fields))
+        return arr.nbytes
+
+    return sum(size(col) for col in rb.columns)
