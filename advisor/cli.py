@@ -487,6 +487,8 @@ def cmd_trial(args) -> dict:
     except ParityError as e:
         print(f"error: trial failed the packing parity check: {e}", file=sys.stderr)
         raise SystemExit(3) from None
+    finally:
+        _leave_process_group()
     out = result.to_dict()
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return {}
@@ -510,6 +512,18 @@ def cmd_trial(args) -> dict:
               f"all-reduce wait {d['per_rank_allreduce_wait_seconds']} s; work straggler measured "
               f"x{d['measured_work_straggler']:.2f}, estimator x{d['predicted_straggler_factor']:.2f}")
     return {}
+
+
+def _leave_process_group() -> None:
+    """Under torchrun: wait for every rank, then tear the group down. Why: a rank that exits with gloo's threads
+    still running aborts ("terminate called without an active exception") and torchrun reports the run failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def _trial_progress(message: str) -> None:
