@@ -305,34 +305,34 @@ def _jsonl_lines(shard: Shard, limits: Limits):
 def _parquet_rows(shard: Shard, limits: Limits):
     import pyarrow.parquet as pq
 
-    row = 0
-    try:
+    def batches():
         pf = pq.ParquetFile(shard.path)
-        row = sum(pf.metadata.row_group(g).num_rows for g in range(shard.start))
-        for rb in pf.iter_batches(row_groups=list(range(shard.start, min(shard.stop, pf.num_row_groups))),
-                                  batch_size=BATCH_ROWS):
-            check_batch_bytes(rb, shard.name, row, limits.max_batch_bytes)
-            for rec in rb.to_pylist():
-                row += 1
-                yield rec, f"{shard.name}, row {row}", None
-    except InputError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a corrupt page: pyarrow raises OSError, ArrowInvalid, ...
-        yield None, f"{shard.name}, row {row + 1}", f"cannot be read from here on: {str(e).splitlines()[0][:120]}"
+        groups = list(range(shard.start, min(shard.stop, pf.num_row_groups)))
+        return sum(pf.metadata.row_group(g).num_rows for g in range(shard.start)), \
+            pf.iter_batches(row_groups=groups, batch_size=BATCH_ROWS)
+
+    yield from _columnar_rows(shard, limits, batches)
 
 
 def _arrow_rows(shard: Shard, limits: Limits):
     import pyarrow as pa
 
-    try:
-        reader = pa.ipc.open_stream(pa.memory_map(shard.path))
-    except (pa.ArrowInvalid, OSError):
-        reader = pa.ipc.open_file(pa.memory_map(shard.path))  # the file format, as some tools write it
-        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-    else:
-        batches = iter(reader)
+    def batches():
+        try:
+            return 0, iter(pa.ipc.open_stream(pa.memory_map(shard.path)))
+        except (pa.ArrowInvalid, OSError):
+            reader = pa.ipc.open_file(pa.memory_map(shard.path))  # the file format, as some tools write it
+            return 0, (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+    yield from _columnar_rows(shard, limits, batches)
+
+
+def _columnar_rows(shard: Shard, limits: Limits, open_batches):
+    """Rows of Arrow record batches as records. A damaged page or batch ends the shard with one bad row saying
+    where reading stopped (pyarrow raises OSError, ArrowInvalid, ... for them), not a traceback."""
     row = 0
     try:
+        row, batches = open_batches()
         for rb in batches:
             check_batch_bytes(rb, shard.name, row, limits.max_batch_bytes)
             for rec in rb.to_pylist():
@@ -340,7 +340,7 @@ def _arrow_rows(shard: Shard, limits: Limits):
                 yield rec, f"{shard.name}, row {row}", None
     except InputError:
         raise
-    except Exception as e:  # noqa: BLE001 - a corrupt batch
+    except Exception as e:  # noqa: BLE001 - whatever pyarrow raises for a damaged file
         yield None, f"{shard.name}, row {row + 1}", f"cannot be read from here on: {str(e).splitlines()[0][:120]}"
 
 
