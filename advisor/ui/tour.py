@@ -71,6 +71,19 @@ STEPS: tuple[Step, ...] = (
               "loss settings that survive a rank with no labels, and full recompute is slower than more CP. The "
               "rules say which apply to your plan, why, and how to fix it.",
          sample=LONG, page="pages/3_Recommendations.py", page_title="Recommendations"),
+    Step(title="Where a step's time goes",
+         text="A step is GEMMs, attention and memory-bound work on each GPU, plus the communication Megatron cannot "
+              "hide (TP, CP, pipeline sends, the gradient sync), the pipeline bubble, the optimizer and the wait for "
+              "the slowest rank. The step-time model prices each, fitted on NVIDIA's published runs; MFU is what "
+              "results.",
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py",
+         page_title="Memory and FLOPs"),
+    Step(title="Online packing: Megatron-LM packs each global batch",
+         text="Megatron-LM can pack online instead: each global batch's samples are grouped into packs as they "
+              "arrive (--sequence-packing-scheduler), so the micro batches per step change from step to step and "
+              "the packs are dealt to ranks in order, balancing their number, not their work.",
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/6_Online_packing.py",
+         page_title="Online packing"),
     Step(title="Export it, then check it",
          text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
               "trains a small model packed, padded and block-masked on your length distribution and checks the "
@@ -121,6 +134,19 @@ def step_figures(index: int) -> list[str]:
                 f"({'fits' if m.fits else 'does not fit'})."]
     if index == 7:
         return [f"{f.id}: {f.message}" for f in a.findings if f.id.startswith(("long_context", "cp."))][:4]
+    if index == 8:
+        t = a.estimate.time
+        top = sorted(t.breakdown.items(), key=lambda kv: -kv[1])[:4]
+        return [f"Step {t.step_seconds:.2f} s, MFU {t.mfu:.0%}: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} s"
+                                                                          for k, v in top) + "."]
+    if index == 9:
+        c = views.packing_comparison(plan, hist)
+        rows = {r["way"]: r for r in c.rows()}
+        online = next(r for w, r in rows.items() if w.startswith("online dp_balanced"))
+        return [f"Online dp_balanced: {online['micro_batches_mean']:.2f} micro batches per step "
+                f"({online['micro_batches_min']}-{online['micro_batches_max']}), ranks wait "
+                f"x{online['straggler']:.2f}.",
+                f"Recommended here: {c.recommended}."]
     lines = [line for line in a.export("python").splitlines() if "global_batch_size" in line or "Specs(" in line]
     return [f"The Megatron-Bridge export of this plan sets, among others: {line}" for line in lines]
 
