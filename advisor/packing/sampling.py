@@ -62,9 +62,8 @@ class SampleEstimate:
 def _figures(lengths: np.ndarray, cfg: PackingConfig) -> tuple[float, float, float]:
     """(packs, packing factor, efficiency %) of packing these lengths."""
     result = pack(LengthHistogram.from_samples(lengths, source="sample"), cfg)
-    fill = float(result.per_pack[0].sum())  # unrounded (the metadata rounds to 0.01 %, the width of an interval)
-    return float(result.num_packs), float(result.metrics.num_sequences / result.num_packs), \
-        100 * fill / result.num_packs / cfg.pack_size
+    m = result.metrics  # its efficiency is unrounded (the metadata rounds to 0.01 %, the width of an interval)
+    return float(result.num_packs), float(m.num_sequences / result.num_packs), float(m.packing_efficiency)
 
 
 def _student_t(p: float, dof: int) -> float:

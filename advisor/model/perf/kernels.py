@@ -16,7 +16,6 @@ from advisor.model.perf.hardware import Gpu
 # small GEMMs cuBLAS picks smaller tiles, which fill the SMs better but reuse each operand less: their rate is
 # taken in proportion to the tile's arithmetic intensity m n / (m + n) (128 x 256: 85, 128 x 128: 64, 64 x 128: 43).
 TILES = ((128, 256), (128, 128), (64, 128))
-TILE_M, TILE_N = TILES[0]
 # flash attention computes the causal mask in 128 x 128 blocks: the blocks on the diagonal are computed whole, so
 # a sequence of s tokens costs s^2/2 + 64 s, not s^2/2 (why short packed sequences run at lower efficiency)
 ATTENTION_BLOCK = 128
