@@ -170,20 +170,16 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
 
 
 # ------------------------------------------------------------------------------------------ online packing
-_COMPARISONS: dict = {}
+_COMPARISONS = HistogramCache(8)  # the last few settings of the Online packing page
 
 
 def packing_comparison(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
                        max_seqlen_per_dp_cp_rank: int | None = None) -> PackingComparison:
     """Offline against online packing of the session's data and plan (kept for the last few settings: a page
     rerun with the same ones reuses it)."""
-    key = (plan.model_dump_json(), hist.fingerprint, hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank)
-    if key not in _COMPARISONS:
-        if len(_COMPARISONS) >= 8:
-            _COMPARISONS.pop(next(iter(_COMPARISONS)))
-        _COMPARISONS[key] = compare_packing(plan, hist, megatron_lm=megatron_lm,
-                                            max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank)
-    return _COMPARISONS[key]
+    key = (plan.model_dump_json(), hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank)
+    return _COMPARISONS.get(hist, key, lambda: compare_packing(plan, hist, megatron_lm=megatron_lm,
+                                                               max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank))
 
 
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:

@@ -6,11 +6,10 @@ the plan's layout and batch settings are the run's, so the estimator and the exp
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram
+from advisor.packing.cache import HistogramCache
 from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.inputs import expand_histogram
 from advisor.packing.online.results import RunSchedule
@@ -48,18 +47,11 @@ def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
     return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
 
 
-_CACHE: OrderedDict = OrderedDict()
+SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE)
 
 
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
     """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings)."""
     cfg = online_config(plan)
-    key = (hist.fingerprint, hist.order_digest, cfg, plan.packing.seed)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    run = schedule(dataset_order(hist, plan.packing.seed), cfg, source=hist.source)
-    _CACHE[key] = run
-    while len(_CACHE) > SCHEDULE_CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return run
+    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing.seed),
+                         lambda: schedule(dataset_order(hist, plan.packing.seed), cfg, source=hist.source))
