@@ -80,17 +80,13 @@ def _kind(path: str) -> str:
     return "jsonl"
 
 
-def data_files(data: str) -> list[str]:
-    return data_files_and_notes(data)[0]
-
-
 def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
     """The files a DATA argument names: a file, a folder of shards (or a ``datasets.save_to_disk`` folder), or a
-    glob. Stray entries of a folder (sub-folders, FIFOs, broken links) are skipped; none found is an error.
+    glob, and notes on what a folder holds but is not read (stray entries, sub-folders); none found is an error.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "b.jsonl").write_text("{}"); _ = (d / "a.jsonl").write_text("{}")
-    >>> [pathlib.Path(p).name for p in data_files(str(d))]
+    >>> [pathlib.Path(p).name for p in data_files_and_notes(str(d))[0]]
     ['a.jsonl', 'b.jsonl']
     """
     if any(ch in data for ch in "*?["):
@@ -99,7 +95,7 @@ def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
         if not found:
             raise InputError(display_name(data), None, f"matches no data files ({', '.join(SUFFIXES)})")
         return found, []
-    st = stat_path(data, display_name(data))
+    stat_path(data, display_name(data))  # missing, dangling or looping: one message
     if os.path.isdir(data):
         if is_system_path(data):
             raise InputError(display_name(data), None, "is a system folder (under /proc or /sys)")
@@ -115,7 +111,6 @@ def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
             notes.append(f"{len(subs)} sub-folder(s) not read ({', '.join(sorted(subs)[:4])}): a DatasetDict keeps "
                          "one folder per split; name a split's folder to read it")
         return files, notes
-    del st
     check_file(data, display_name(data), NO_LIMIT)
     return [data], []
 
