@@ -305,30 +305,25 @@ def _write_text(path: str, text: str) -> None:
 def _ordered_lengths(args, progress):
     """The samples in data-set order: a mock config as Megatron-LM draws it, a per-sample file in its own order,
     a length,count histogram shuffled with --seed (it has no order; the export writes the same shuffle)."""
-    import json as _json
+    from pathlib import Path
 
-    from advisor.data.guard import read_file, text_bytes
+    from advisor.data.guard import loads_json, read_file, text_bytes
     from advisor.packing.online import mock_config_lengths
     from advisor.packing.online.from_plan import dataset_order
 
     text = args.lengths
     config = None
     if text.lstrip().startswith("{"):
-        config, source, base = text, "inline JSON", None
+        config, source, base = text.encode("utf-8", "surrogateescape"), "inline JSON", None
     elif text.lower().endswith(".json"):
-        source, base = os.path.basename(text), os.path.dirname(os.path.abspath(text))
-        config = text_bytes(read_file(text, source, int(args.max_file_mb * 2**20)), source).decode("utf-8")
+        source, base = os.path.basename(text), Path(text).resolve().parent
+        config = text_bytes(read_file(text, source, int(args.max_file_mb * 2**20)), source)
     if config is not None:
-        try:
-            parsed = _json.loads(config)
-        except ValueError as e:
-            raise InputError(source, None, f"is not JSON: {e}") from None
+        parsed = loads_json(config, source)  # depth and huge integers refused as for every JSON input
         if isinstance(parsed, dict) and "mode" in parsed:
             progress("drawing the mock SFT lengths as Megatron-LM does")
-            from pathlib import Path
-
-            return mock_config_lengths(parsed, source, base_dir=Path(base) if base else None,
-                                       size=args.mock_samples), source, "mock config (Megatron-LM's draw order)"
+            return mock_config_lengths(parsed, source, base_dir=base, size=args.mock_samples), source, \
+                "mock config (Megatron-LM's draw order)"
     hist = _load(args, progress)
     how = "file order" if hist.order is not None else f"histogram shuffled with seed {args.seed}"
     return dataset_order(hist, args.seed), hist.source, how
