@@ -88,7 +88,7 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
         result = tokenize(job, workers=1, progress=progress)
         hist = result.histogram()
     check_expandable(hist.num_samples, shown, "pack")
-    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", path.name, shown)
+    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
 
 
 def parquet_decoded_bytes(data: bytes, budget: int) -> int:
@@ -111,11 +111,11 @@ def parquet_decoded_bytes(data: bytes, budget: int) -> int:
     return total
 
 
-def _renamed(hist, source: str, temp_name: str, shown: str):
+def _renamed(hist, source: str, shown: str):
     """The histogram under the upload's name, its exclusions too (the temporary file's name is the server's)."""
     import dataclasses
 
-    excluded = tuple(dataclasses.replace(e, first_at=e.first_at.replace(temp_name, shown)) for e in hist.excluded)
+    excluded = tuple(dataclasses.replace(e, first_at=_without_server_names(e.first_at, shown)) for e in hist.excluded)
     return dataclasses.replace(hist, source=source, excluded=excluded)
 
 
