@@ -24,7 +24,7 @@ from functools import cached_property
 from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
 from advisor.advice.findings import Finding
 from advisor.advice.rules import check
-from advisor.advice.search import SearchResult, search
+from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
@@ -83,7 +83,8 @@ class Analysis:
     @cached_property
     def global_batch_packs(self) -> int | None:
         """Megatron-Bridge's global_batch_size with offline packing: the plan's samples per step over n."""
-        return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else None
+        return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else \
+            self.plan.training.global_batch_packs
 
     @cached_property
     def estimate(self) -> Estimate:
@@ -97,25 +98,33 @@ class Analysis:
     def search(self) -> SearchResult:
         return self.searched()
 
-    def searched(self, progress=None) -> SearchResult:
-        """The layout search (kept once done); ``progress(stage, fraction)`` hears of each candidate."""
-        if "search" not in self.__dict__:
+    @cached_property
+    def _searches(self) -> dict[frozenset[str], SearchResult]:
+        return {}
+
+    def searched(self, progress=None, vary=()) -> SearchResult:
+        """The layout search, kept once done per set of freedoms (``vary``: seq_length, batch; see
+        advice/search.py); ``progress(stage, fraction)`` hears of each candidate."""
+        vary = check_vary(vary)
+        if vary not in self._searches:
             # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
             model = self.hist.scale_model(SCALE_MODEL_SAMPLES)
 
             def estimator(plan: Plan) -> Estimate:
                 return analyze(plan, model, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
 
-            self.__dict__["search"] = search(self.plan, model, mfu=self.mfu, progress=progress,
-                                             estimator=estimator)
-        return self.__dict__["search"]
+            self._searches[vary] = search(self.plan, model, mfu=self.mfu, progress=progress, estimator=estimator,
+                                          vary=vary)
+        return self._searches[vary]
 
-    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False) -> str:
-        """One export as text, the same for the CLI and the dashboard (``recommended``: the search's best plan)."""
+    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False, vary=()) -> str:
+        """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
+        with these freedoms)."""
         if fmt not in ALL_FORMATS:
             raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(ALL_FORMATS)}")
-        target = analyze(self.search.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib) \
-            if recommended else self
+        result = self.searched(vary=vary) if recommended else None
+        target = analyze(result.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib) \
+            if result is not None else self
         if fmt == "torchrun":
             return trial_torchrun()
         if fmt == "slurm":
@@ -124,7 +133,7 @@ class Analysis:
             return dump_plan(target.plan)
         if fmt == "markdown":
             return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
-                          self.search if recommended else None)
+                          result)
         return export(target.plan, fmt, version, target.packing_factor)
 
     def summary(self) -> dict:
@@ -133,8 +142,10 @@ class Analysis:
         return {"packing_mode": p.packing_mode, "pad_seq_to_mult": p.pad_seq_to_mult, "dp": p.dp,
                 "pack_size": p.pack_size if p.packing_mode == "offline" else None,
                 "samples_per_step": p.training.global_batch_size, "packing_factor": self.packing_factor,
+                "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
                 "megatron_bridge_global_batch_size": self.global_batch_packs or p.training.global_batch_size,
-                "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor)}
+                "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
+                "batch": p.batch_text(self.packing_factor)}
 
 
 _ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES,

@@ -196,9 +196,10 @@ def cmd_estimate(args) -> dict:
     print(f"{args.plan}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, CP {p.cp}, "
           f"EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}")
     if analysis.packing_factor:
-        print(f"  {s['samples_per_step']} samples per step = {s['megatron_bridge_global_batch_size']} packs "
-              f"(n = {analysis.packing_factor:.2f}): Megatron-Bridge global_batch_size "
+        print(f"  batch: {s['batch']} (n = {analysis.packing_factor:.2f}): Megatron-Bridge global_batch_size "
               f"{s['megatron_bridge_global_batch_size']}, {s['micro_batches_per_step']} micro batches per DP rank")
+    else:
+        print(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
     print(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
           f"{'fits' if m.fits else 'DOES NOT FIT'}")
     for name, value in m.breakdown.items():
@@ -254,7 +255,7 @@ def cmd_recommend(args) -> dict:
     progress("searching layouts")
     analysis = analyze(plan, hist, **_cost_settings(args))
     with _bar(args.quiet, "layouts") as bar:
-        result = analysis.searched(progress=bar)
+        result = analysis.searched(progress=bar, vary=args.vary)
     findings = analysis.findings
     out = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
            "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
@@ -268,13 +269,23 @@ def cmd_recommend(args) -> dict:
         print(f"      source: {f.source}")
         if f.fix:
             print(f"      fix: {json.dumps(f.fix)}")
-    print(f"searched {result.evaluated} layouts; best candidates against your plan:")
+    kept = ", ".join(x for x in ("seq_length", "batch") if x not in args.vary)
+    print(f"searched {result.evaluated} layouts{f' keeping {kept}' if kept else ''}; best candidates against "
+          "your plan:")
+    if not result.best:
+        print("  none better that keeps what you fixed (recommend --vary seq_length,batch frees them)")
     for label, c in [("yours", result.baseline)] + [(f"#{i + 1}", c) for i, c in enumerate(result.best)]:
         s = c.summary()
         mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"
-        print(f"  {label:>5}: TP {s['tp']} CP {s['cp']} DP {s['dp']} pack {s['pack_size']} GBS "
-              f"{s['global_batch_size']}: {mem}, {s['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU ({s['why']})")
+        print(f"  {label:>5}: TP {s['tp']} CP {s['cp']} DP {s['dp']} pack {s['pack_size']} seq {s['seq_length']}, "
+              f"{c.plan.batch_text(_factor(c))}: {mem}, {s['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU "
+              f"({s['why']})")
     return {}
+
+
+def _factor(candidate) -> float | None:
+    packing = candidate.estimate.packing if candidate.estimate is not None else None
+    return packing.packing_factor if packing is not None else None
 
 
 def cmd_export(args) -> dict:
@@ -286,7 +297,7 @@ def cmd_export(args) -> dict:
     analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
-    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended)
+    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
     if args.lengths_csv:
         _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing.seed))
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
@@ -625,6 +636,17 @@ def _megabytes(text: str) -> float:
     return _checked(check)(text)
 
 
+def _vary(text: str) -> frozenset[str]:
+    """--vary seq_length,batch: what the search may change beyond the layout."""
+    from advisor.advice.search import check_vary
+
+    return _checked(lambda t: check_vary(x.strip() for x in t.split(",") if x.strip()))(text)
+
+
+_VARY_HELP = ("what the search may change besides the layout, comma-separated: seq_length (packs longer than it), "
+              "batch (the samples per step beyond ±5 %%); by default both stay as the plan has them")
+
+
 def _output_folder(text: str) -> str:
     def check(t: str) -> str:
         if os.path.exists(t) and not os.path.isdir(t):
@@ -667,6 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recommend", help="findings, with reasons and fixes, and the best layouts found")
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
+    p.add_argument("--vary", type=_vary, default=frozenset(), help=_VARY_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_recommend)
@@ -678,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--megatron-bridge-version", default="0.6.2", type=_version,
                    help="API generation of the snippet, MAJOR.MINOR.PATCH (default 0.6.2)")
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
+    p.add_argument("--vary", type=_vary, default=frozenset(), help="with --recommended: " + _VARY_HELP)
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
     p.add_argument("--lengths-csv", type=_output_file,
                    help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")

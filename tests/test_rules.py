@@ -60,7 +60,25 @@ def test_global_batch_in_packs(squad):
     n = result.metrics.num_sequences / result.num_packs
     packs = p.global_batch_packs(n)
     assert packs % p.parallel.dp == 0 and packs == max(8, round(64 / n / 8) * 8)
-    assert f"64 samples per step are {packs} packs" in f.message and not f.fix  # information, nothing to change
+    assert f"{packs} packs ≈ {packs * n:.0f} samples per step (64 samples requested)" in f.message and not f.fix
+
+
+def test_effective_batch_off_by_more_than_five_percent_is_a_warning_whose_fix_counts_packs(squad):
+    result = pack(squad, PackingConfig(pack_size=384))
+    n = result.packing_factor
+    for asked in (64, 72, 128, 200, 256):
+        p = plan(training={"seq_length": 384, "global_batch_size": asked}, packing={"pack_size": 384})
+        got = p.effective_samples_per_step(n)
+        assert got == p.global_batch_packs(n) * n and p.global_batch_packs(n) % p.dp == 0
+        found = [f for f in check(p, result) if f.id == "packing.effective_batch"]
+        assert bool(found) == (abs(got / asked - 1) > 0.05), (asked, got)
+        if found:
+            assert f"{asked:,} samples per step requested" in found[0].message and found[0].severity == "warning"
+            fixed = p.changed(found[0].fix)  # counted in packs: the same work, nothing left to warn about
+            assert fixed.training.global_batch_size is None
+            assert fixed.effective_samples_per_step(n) == got
+            assert "packing.effective_batch" not in ids(check(fixed, result))
+            assert fixed.changed(found[0].fix) == fixed
 
 
 def test_cp_divisibility_on_both_sides():

@@ -24,11 +24,20 @@ LONG_CONTEXT = 65536
 MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
 
 
-def _batch(plan: Plan, micro_batch_size: int) -> dict:
-    """A micro batch size and the nearest global batch (samples) it divides with this DP, so the fix is valid."""
+BATCH_TOLERANCE = 0.05  # the effective samples per step may differ from the requested by this share (issue 19)
+
+
+def _batch(plan: Plan, micro_batch_size: int, packing: PackingResult | None = None) -> dict:
+    """A micro batch size and the nearest global batch (samples) it divides with this DP, so the fix is valid. A
+    plan counting packs keeps the samples those packs held (packs x n), so leaving offline packing keeps the work."""
     unit = micro_batch_size * plan.dp
-    return {"micro_batch_size": micro_batch_size,
-            "global_batch_size": max(unit, round(plan.training.global_batch_size / unit) * unit)}
+    t = plan.training
+    samples = plan.effective_samples_per_step(_factor(packing)) or t.global_batch_size or t.global_batch_packs
+    return {"micro_batch_size": micro_batch_size, "global_batch_size": max(unit, round(samples / unit) * unit)}
+
+
+def _factor(packing: PackingResult | None) -> float | None:
+    return packing.packing_factor if packing is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -48,7 +57,7 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             reason="Image and video samples are not pre-tokenized to a packable file; Megatron-Bridge packs VLM "
                    "micro batches in the collate step instead (enable_in_batch_packing).",
             source="Megatron-Bridge 0.6.2 data/packing/in_batch.py",
-            fix={"packing": {"mode": "in-batch"}, "training": _batch(plan, max(2, t.micro_batch_size))}))
+            fix={"packing": {"mode": "in-batch"}, "training": _batch(plan, max(2, t.micro_batch_size), packing)}))
     if mode == "in-batch" and t.micro_batch_size < 2:
         out.append(Finding(
             id="packing.in_batch_mbs", severity="error", message="in-batch packing needs micro_batch_size >= 2",
@@ -60,7 +69,7 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             id="packing.pretrain", severity="warning", message="pre-training needs no packing",
             reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
             source="Megatron-LM megatron/core/datasets/gpt_dataset.py",
-            fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size)}))
+            fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size, packing)}))
     if mode == "offline" and t.micro_batch_size != 1:
         out.append(Finding(
             id="packing.offline_mbs", severity="error",
@@ -72,26 +81,40 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             fix={"training": {"micro_batch_size": 1}, "packing": {"pack_size": plan.pack_size * t.micro_batch_size}}
             if plan.pack_size * t.micro_batch_size <= MAX_PACK else {}))
     if mode == "offline" and packing is not None:
-        n = packing.metrics.num_sequences / packing.num_packs
-        packs = plan.global_batch_packs(n)
+        out += _global_batch(plan, packing.packing_factor)
+    return out
+
+
+def _global_batch(plan: Plan, n: float) -> list[Finding]:
+    """The batch in both units, and a warning when the packs Megatron-Bridge will run (a multiple of DP) hold more
+    than 5 % more or fewer samples than the plan asked for: the learning-rate schedule and the epoch change."""
+    t, dp = plan.training, plan.dp
+    packs = plan.global_batch_packs(n)
+    source = "Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"
+    out = [Finding(
+        id="packing.global_batch", severity="info",
+        message=f"a pack holds n = {n:.2f} samples: {plan.batch_text(n)}; the export writes Megatron-Bridge's "
+                f"global_batch_size {packs}",
+        reason="With offline packing Megatron-Bridge's global_batch_size counts packs, a multiple of DP "
+               f"({dp}). A plan may count samples (training.global_batch_size, divided by n and rounded to DP by "
+               "the export) or packs as an MB config does (training.global_batch_packs).",
+        source=source)]
+    asked = t.global_batch_size
+    if asked is None:
+        return out
+    got = packs * n
+    if abs(got / asked - 1) > BATCH_TOLERANCE:
+        near = sorted({max(dp, packs - dp), packs, packs + dp})
+        options = "; ".join(f"{k} packs ≈ {k * n:,.0f} samples ({k * n / asked - 1:+.0%})" for k in near)
         out.append(Finding(
-            id="packing.global_batch", severity="info",
-            message=f"a pack holds n = {n:.2f} samples: {t.global_batch_size} samples per step are {packs} packs "
-                    "(Megatron-Bridge's global_batch_size, written by the export)",
-            reason="With offline packing Megatron-Bridge's global_batch_size counts packs. The plan counts samples, "
-                   "so the learning-rate schedule of an unpacked run is kept; the export divides by n, keeping a "
-                   f"multiple of DP ({plan.dp}) and at least DP.",
-            source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"))
-        if packs == plan.dp and packs * n > 1.25 * t.global_batch_size:
-            out.append(Finding(
-                id="packing.global_batch_small", severity="warning",
-                message=f"{t.global_batch_size} samples per step is less than one pack per DP rank: Megatron-Bridge "
-                        f"will train on about {packs * n:,.0f} samples per step ({packs} packs)",
-                reason="The global batch in packs is at least DP, one pack per rank; with few samples per step and "
-                       "many ranks every step trains on more samples than planned, which changes the learning-rate "
-                       "schedule. Raise global_batch_size or use fewer DP ranks.",
-                source="Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)",
-                fix={"training": {"global_batch_size": math.ceil(packs * n)}}))
+            id="packing.effective_batch", severity="warning",
+            message=f"{asked:,} samples per step requested, but Megatron-Bridge's global_batch_size must be a "
+                    f"multiple of DP {dp}: {packs} packs ≈ {got:,.0f} samples ({got / asked - 1:+.0%})",
+            reason=f"The packs per step are the requested samples over n = {n:.2f}, rounded to a multiple of DP. "
+                   f"Nearest choices: {options}. A step that trains on other than the requested samples changes the "
+                   "learning-rate schedule per sample and the steps per epoch. The fix counts the batch in packs, as "
+                   "your MB config will; or change the samples per step or the DP size.",
+            source=source, fix={"training": {"global_batch_packs": packs}}))
     return out
 
 

@@ -1,21 +1,32 @@
-"""Search for a faster plan: pack size, CP, TP, micro and global batch size within the plan's GPUs.
+"""Search for a faster plan: pack size, CP, TP and micro batch within the plan's GPUs, keeping what the user fixed.
+
+Alternatives: rank every layout by tokens/s (what this replaced: its best candidate doubled the pack size and with it
+seq_length and the samples per step, +70 %, so its "gain" trained another run), or ask the user for every knob.
 
 Every candidate is the user's plan with only layout and batch settings changed (``Plan.changed``: the model, its
 preset overrides included, is the baseline's), checked by the rules (no error-level finding) and the memory estimate
-(it fits), then ranked by estimated real tokens per second per GPU. The samples per step (the plan's
-``global_batch_size``) are kept. Packing is cached per (pack size, padding multiple), so a search over 1M samples
-packs a handful of times, not once per candidate.
+(it fits), then ranked by estimated real tokens per second per GPU. What the user fixed stays fixed unless they free it
+(``vary``): ``seq_length`` (a pack may be smaller than it, never larger), the precision, and the work of a step, the
+effective samples per step (packs x n with offline packing), within ±5 % of the samples the user asked for (of what
+their packs hold when they count packs; their own plan may miss that, and a finding says so). Candidates are compared
+at equal work; the user's own layout is the baseline, never a candidate. Packing is cached per (pack size, padding
+multiple), so a search over 1M samples packs a handful of times, not once per candidate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from advisor.advice.findings import Finding
 from advisor.advice.rules import check
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.plan import Plan, PlanError
+
+Freedom = Literal["seq_length", "batch"]  # what ``recommend --vary`` may free; everything else the user set stays
+FREEDOMS: tuple[str, ...] = get_args(Freedom)
+BATCH_TOLERANCE = 0.05  # the effective samples per step a candidate may differ from the user's by
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +58,13 @@ class Candidate:
         packing = self.estimate.packing if self.estimate is not None else None
         if packing is None:
             return None
-        return self.plan.global_batch_packs(packing.metrics.num_sequences / packing.num_packs)
+        return self.plan.global_batch_packs(packing.packing_factor)
+
+    @property
+    def effective_samples_per_step(self) -> float | None:
+        """The samples a step of this candidate trains on (packs x n with offline packing)."""
+        packing = self.estimate.packing if self.estimate is not None else None
+        return self.plan.effective_samples_per_step(packing.packing_factor if packing is not None else None)
 
     def summary(self) -> dict:
         p, t = self.plan.parallel, self.plan.training
@@ -56,6 +73,7 @@ class Candidate:
                 "pack_size": self.plan.pack_size if self.plan.packing_mode == "offline" else None,
                 "micro_batch_size": t.micro_batch_size,
                 "global_batch_size": t.global_batch_size, "global_batch_packs": self.global_batch_packs,
+                "effective_samples_per_step": self.effective_samples_per_step,
                 "recompute": t.recompute,
                 "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
@@ -96,11 +114,29 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _variants(plan: Plan):
-    """Changes to try, all on the plan's GPU count: pack size ladder around the plan's, TP, CP, micro batch."""
+def check_vary(vary) -> frozenset[str]:
+    """The freedoms the user gave the search, checked (one message naming the unknown ones).
+
+    >>> sorted(check_vary(["batch"]))
+    ['batch']
+    """
+    vary = frozenset(vary or ())
+    unknown = sorted(str(v)[:40] for v in vary - set(FREEDOMS))
+    if unknown:
+        raise ValueError(f"--vary: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(FREEDOMS)}")
+    return vary
+
+
+def _variants(plan: Plan, vary: frozenset[str]):
+    """Changes to try, all on the plan's GPU count: pack sizes up to seq_length (past it only when seq_length is
+    free), TP, CP, micro batch. The batch is set afterwards, once the candidate's packing factor is known."""
     m, p, t = plan.model, plan.parallel, plan.training
     mode = plan.packing_mode
-    sizes = sorted({plan.pack_size // 2, plan.pack_size, plan.pack_size * 2} - {0}) if mode == "offline" else [None]
+    if mode == "offline":
+        sizes = {plan.pack_size // 2, plan.pack_size} | ({plan.pack_size * 2} if "seq_length" in vary else set())
+        sizes = sorted(x for x in sizes if x > 0 and ("seq_length" in vary or x <= t.seq_length))
+    else:
+        sizes = [None]
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
     mbss = [1] if mode == "offline" else [t.micro_batch_size] if mode == "online" else \
         sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
@@ -109,21 +145,58 @@ def _variants(plan: Plan):
             for cp in _divisors(p.gpus // (tp * p.pp)):
                 if cp > 32 or (p.gpus % (tp * p.pp * cp)):
                     continue
-                dp = p.gpus // (tp * p.pp * cp)
                 for mbs in mbss:
-                    unit = dp * mbs
-                    gbs = t.global_batch_size if mode == "offline" else \
-                        max(unit, round(t.global_batch_size / unit) * unit)
                     change = {"parallel": {"tp": tp, "cp": cp, "sp": tp > 1, "hierarchical_cp_sizes": None,
-                                           "cp_comm_type": "p2p"},
-                              "training": {"micro_batch_size": mbs, "global_batch_size": gbs},
+                                           "cp_comm_type": "p2p" if cp != p.cp else p.cp_comm_type},
+                              "training": {"micro_batch_size": mbs},
                               "packing": {"pad_seq_to_mult": None}}
+                    if cp == p.cp and p.cp_comm_type == "a2a+p2p":
+                        change["parallel"]["hierarchical_cp_sizes"] = p.hierarchical_cp_sizes
                     if mode == "online":  # the buffer follows CP: Megatron-LM's default for each layout
                         change["packing"]["max_seqlen_per_dp_cp_rank"] = None
                     if size is not None:
-                        change["training"]["seq_length"] = size
                         change["packing"]["pack_size"] = size
+                        if "seq_length" in vary and size > t.seq_length:
+                            change["training"]["seq_length"] = size
                     yield change
+
+
+def _target_samples(plan: Plan, base: Candidate) -> float | None:
+    """The samples per step the search keeps: those the user asked for, or, when the user counts packs, what
+    their packs hold."""
+    return float(plan.training.global_batch_size) if plan.training.global_batch_size is not None else \
+        base.effective_samples_per_step
+
+
+def _with_batch(cand_plan: Plan, hist: LengthHistogram, target: float | None, vary: frozenset[str]) -> Plan | None:
+    """The candidate with the batch that keeps the step's work: in packs (offline: the multiple of DP nearest to the
+    target over this candidate's n), else in samples (the multiple of micro batch x DP nearest to it)."""
+    t, dp = cand_plan.training, cand_plan.dp
+    if cand_plan.packing_mode == "offline":
+        packing = packing_of(cand_plan, hist)
+        if target is None or packing is None or "batch" in vary:
+            return cand_plan
+        n = packing.packing_factor
+        packs = max(dp, round(target / n / dp) * dp)
+        return cand_plan.changed({"training": {"global_batch_packs": packs}})
+    unit = dp * t.micro_batch_size
+    samples = t.global_batch_size if target is None else target
+    return cand_plan.changed({"training": {"global_batch_size": max(unit, round(samples / unit) * unit)}})
+
+
+def _keeps_the_work(c: Candidate, target: float | None, vary: frozenset[str]) -> bool:
+    """Within ±5 % of the target samples per step (the user's own plan may miss it: a finding says so)."""
+    if "batch" in vary or target is None:
+        return True
+    got = c.effective_samples_per_step
+    return got is not None and abs(got / target - 1) <= BATCH_TOLERANCE
+
+
+def _layout(plan: Plan) -> tuple:
+    """What makes two plans the same layout for the search (the batch's unit aside)."""
+    p, t = plan.parallel, plan.training
+    return (p.tp, p.pp, p.cp, p.sp, p.cp_comm_type, plan.pack_size, t.seq_length, t.micro_batch_size, t.recompute,
+            plan.pad_seq_to_mult, plan.packing.max_seqlen_per_dp_cp_rank)
 
 
 def _why(c: Candidate, base: Candidate) -> str:
@@ -133,11 +206,15 @@ def _why(c: Candidate, base: Candidate) -> str:
         return "breaks " + ", ".join(f.id for f in c.errors)
     parts = []
     a, b = c.plan, base.plan
-    for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("CP", a.parallel.cp, b.parallel.cp),
-                        ("pack size", a.pack_size, b.pack_size),
+    for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("SP", a.parallel.sp, b.parallel.sp),
+                        ("CP", a.parallel.cp, b.parallel.cp), ("pack size", a.pack_size, b.pack_size),
+                        ("seq_length", a.training.seq_length, b.training.seq_length),
                         ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size)):
         if x != y:
             parts.append(f"{label} {y}->{x}")
+    got, own = c.effective_samples_per_step, base.effective_samples_per_step
+    if got is not None and own is not None and round(got) != round(own):
+        parts.append(f"samples/step {own:,.0f}->{got:,.0f}")
     if base.tokens_per_second_per_gpu <= 0:  # no estimate, or no real tokens at all: no ratio to show
         gain_text = "tokens/s not comparable (0 for your plan)"
     else:
@@ -152,26 +229,28 @@ def _why(c: Candidate, base: Candidate) -> str:
 
 
 def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None = None,
-           progress=None, estimator=None) -> SearchResult:
-    """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline."""
+           progress=None, estimator=None, vary=()) -> SearchResult:
+    """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline; ``vary``
+    frees seq_length and/or the batch (see the module docstring)."""
+    vary = check_vary(vary)
     baseline = evaluate(plan, hist, mfu, estimator)
-    seen, viable, evaluated = set(), [], 0
-    variants = list(_variants(plan))
+    target = _target_samples(plan, baseline)
+    seen, viable, evaluated = {_layout(plan)}, [], 0
+    variants = list(_variants(plan, vary))
     for i, change in enumerate(variants):
-        key = repr(change)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            cand_plan = plan.changed(change)
-        except PlanError:
-            continue
-        cand = evaluate(cand_plan, hist, mfu, estimator)
-        evaluated += 1
         if progress is not None:
             progress(f"candidate {i + 1}/{len(variants)}", (i + 1) / len(variants))
+        try:
+            cand_plan = _with_batch(plan.changed(change), hist, target, vary)
+        except PlanError:
+            continue
+        if cand_plan is None or _layout(cand_plan) in seen:  # the user's own layout is the baseline, not a candidate
+            continue
+        seen.add(_layout(cand_plan))
+        cand = evaluate(cand_plan, hist, mfu, estimator)
+        evaluated += 1
         # a smaller pack that cuts more of the data would "win" on tokens/s by training on less of it
-        if cand.viable and _truncated(cand) <= _truncated(baseline):
+        if cand.viable and _truncated(cand) <= _truncated(baseline) and _keeps_the_work(cand, target, vary):
             viable.append(cand)
     viable.sort(key=lambda c: -c.tokens_per_second_per_gpu)
     best = tuple(replace(c, why=_why(c, baseline)) for c in viable[:top])

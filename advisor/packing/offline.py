@@ -104,6 +104,12 @@ class PackingResult:
     def num_packs(self) -> int:
         return int(self.offsets.size - 1)
 
+    @property
+    def packing_factor(self) -> float:
+        """n: samples per pack, unrounded (Megatron-Bridge's metadata rounds it to 2 places), which divides the
+        samples per step into Megatron-Bridge's global batch of packs."""
+        return self.metrics.num_sequences / max(1, self.num_packs)
+
     @cached_property
     def per_pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(fill, samples, attention work sum(s^2)) per pack, computed once (charts and estimates reuse it)."""

@@ -167,8 +167,13 @@ class TrainingSpec(_Section):
     task: Literal["llm-sft", "vlm-sft", "pretrain"] = Field("llm-sft", description="what is trained")
     seq_length: int = _int(1, MAX_TOKENS, "sequence length, tokens (samples longer are truncated)", 4096)
     micro_batch_size: int = _int(1, 4096, "rows per micro batch (1 with offline packing: a row is a pack)", 1)
-    global_batch_size: int = _int(1, 1 << 24, "SAMPLES per optimizer step, as an unpacked run counts them; "
-                                              "with offline packing the export converts it to packs", 128)
+    global_batch_size: int | None = Field(128, ge=1, le=1 << 24, description=(
+        "SAMPLES per optimizer step, as an unpacked run counts them; with offline packing the export converts it to "
+        "packs (packs x n, rounded to DP, so the effective samples differ a little: see estimate's "
+        "plan.effective_samples_per_step); null when global_batch_packs is given"))
+    global_batch_packs: int | None = Field(None, ge=1, le=1 << 24, description=(
+        "PACKS per optimizer step: Megatron-Bridge's global_batch_size with offline packing, as an MB config "
+        "writes it (a multiple of DP); exclusive with global_batch_size"))
     recompute: Literal["none", "selective", "full"] = Field("selective", description="activation recompute")
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
     grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
@@ -177,6 +182,21 @@ class TrainingSpec(_Section):
     peft: Literal["none", "lora"] = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank", 16)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_batch_unit(cls, raw: Any) -> Any:
+        """The batch in one unit: giving ``global_batch_packs`` alone leaves ``global_batch_size`` unset (its default
+        of 128 samples would otherwise contradict it); giving both is refused."""
+        if isinstance(raw, dict) and raw.get("global_batch_packs") is not None:
+            if raw.get("global_batch_size") is not None:
+                raise ValueError("give the batch in one unit: global_batch_size (samples per step) or "
+                                 "global_batch_packs (packs per step, Megatron-Bridge's global_batch_size with offline "
+                                 "packing), not both")
+            raw = {**raw, "global_batch_size": None}
+        elif isinstance(raw, dict) and raw.get("global_batch_size", 0) is None:
+            raise ValueError("global_batch_size: give the samples per step (or global_batch_packs)")
+        return raw
 
 
 class PackingSpec(_Section):
@@ -278,19 +298,61 @@ class Plan(_Section):
     def dp(self) -> int:
         return self.parallel.dp
 
-    def global_batch_packs(self, packing_factor: float) -> int:
-        """Megatron-Bridge's ``global_batch_size`` with offline packing: the samples per step divided by the
-        packing factor n, rounded to a multiple of DP and at least DP (Megatron-Bridge docs, packed sequences).
+    def global_batch_packs(self, packing_factor: float | None) -> int:
+        """Megatron-Bridge's ``global_batch_size`` with offline packing: the plan's ``global_batch_packs`` when it
+        counts packs, else the samples per step divided by the packing factor n, rounded to a multiple of DP and at
+        least DP (Megatron-Bridge docs, packed sequences).
 
         >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 64}}).global_batch_packs(2.11)
         32
+        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_packs": 8}}).global_batch_packs(2.11)
+        8
         """
+        if self.training.global_batch_packs is not None:
+            return self.training.global_batch_packs
+        if not packing_factor:
+            raise ValueError("the global batch in packs needs the data's packing factor n")
         dp = self.dp
         return max(dp, round(self.training.global_batch_size / packing_factor / dp) * dp)
 
+    def effective_samples_per_step(self, packing_factor: float | None) -> float | None:
+        """The samples an optimizer step really trains on: packs x n with offline packing (the packs are rounded to
+        DP, so this differs from the requested samples), the plan's samples otherwise; None when offline packing
+        has no packing factor yet.
+
+        >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16},
+        ...                     "training": {"global_batch_size": 128}})
+        >>> p.global_batch_packs(6.87), round(p.effective_samples_per_step(6.87), 1)
+        (16, 109.9)
+        """
+        if self.packing_mode != "offline":
+            return float(self.training.global_batch_size)
+        if not packing_factor:
+            return None
+        return self.global_batch_packs(packing_factor) * packing_factor
+
+    def batch_text(self, packing_factor: float | None) -> str:
+        """The batch in both units, as every page, CLI text and export says it.
+
+        >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16},
+        ...                     "training": {"global_batch_size": 128}})
+        >>> p.batch_text(6.87)
+        '16 packs ≈ 110 samples per step (128 samples requested)'
+        """
+        if self.packing_mode != "offline":
+            return f"{self.training.global_batch_size:,} samples per step"
+        if not packing_factor:
+            return (f"{self.training.global_batch_packs:,} packs per step" if self.training.global_batch_packs
+                    else f"{self.training.global_batch_size:,} samples per step")
+        text = (f"{self.global_batch_packs(packing_factor):,} packs ≈ "
+                f"{self.effective_samples_per_step(packing_factor):,.0f} samples per step")
+        if self.training.global_batch_size is not None:
+            text += f" ({self.training.global_batch_size:,} samples requested)"
+        return text
+
     def micro_batches_per_step(self, packing_factor: float | None = None) -> int:
         """Micro batches each DP rank runs per step (packs with offline packing, given n)."""
-        if self.packing_mode == "offline" and packing_factor:
+        if self.packing_mode == "offline" and (packing_factor or self.training.global_batch_packs):
             return self.global_batch_packs(packing_factor) // self.dp
         return max(1, self.training.global_batch_size // (self.training.micro_batch_size * self.dp))
 
@@ -312,6 +374,11 @@ class Plan(_Section):
                 else:
                     raw["model"] = {**current, **values}
             elif isinstance(values, dict) and isinstance(raw.get(section), dict):
+                if section == "training":  # the batch has one unit: setting one clears the other
+                    for unit, other in (("global_batch_size", "global_batch_packs"),
+                                        ("global_batch_packs", "global_batch_size")):
+                        if values.get(unit) is not None and other not in values:
+                            values = {**values, other: None}
                 raw[section] = {**raw[section], **values}
             else:
                 raw[section] = values
@@ -393,7 +460,13 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
             out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
                        f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")
-        if not offline and t.global_batch_size % (t.micro_batch_size * p.dp):
+        if not offline and t.global_batch_packs is not None:
+            out.append(f"training.global_batch_packs counts the packs of offline packing; packing.mode "
+                       f"{k.mode} counts samples: give training.global_batch_size")
+        elif offline and t.global_batch_packs is not None and t.global_batch_packs % p.dp:
+            out.append(f"training.global_batch_packs {t.global_batch_packs} is not a multiple of dp {p.dp} "
+                       "(Megatron-Bridge's global_batch_size must divide into micro batches of 1 on every DP rank)")
+        elif not offline and t.global_batch_size % (t.micro_batch_size * p.dp):
             out.append(f"training.global_batch_size {t.global_batch_size} is not divisible by micro_batch_size*dp "
                        f"= {t.micro_batch_size}*{p.dp}")
     return out
