@@ -1,8 +1,14 @@
-"""The dashboard: the pages in the order a newcomer visits them, the home page named for what it is."""
+"""The dashboard's frame: page config, the session (from a shared link or the default sample) and the pages in the
+order a newcomer visits them. Pages place what the engine computes and share their chrome from pages/_frame.py."""
 
 import streamlit as st
 
+from advisor.ui import state as ui
+
 st.set_page_config(page_title="Sequence packing advisor", layout="wide")
+ui.warm_up_in_background()  # the packing kernels compile once per server process (a no-op once numba's cache is full)
+ui.init_state(st.session_state, dict(st.query_params))
+ui.heartbeat(st.session_state)
 pages = [
     st.Page("pages/5_Tour.py", title="Tour: start here", icon=":material/school:"),
     st.Page("pages/0_Data_and_plan.py", title="Data and plan", icon=":material/dataset:", default=True),

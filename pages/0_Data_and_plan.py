@@ -6,18 +6,8 @@ from advisor.plan import dump_plan
 from advisor.ui import charts, links, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
+from pages._frame import errors, explained, progress
 
-st.set_page_config(page_title="Data and plan", layout="wide")
-
-
-def explained(fig, key: str) -> None:
-    """A chart and, under it, what it shows (advisor/ui/explain.py)."""
-    st.plotly_chart(fig, width="stretch")
-    with st.expander("What am I looking at?"):
-        st.markdown(ui.plain(H(key)))
-
-
-ui.init_state(st.session_state, dict(st.query_params))
 st.title("Sequence packing advisor")
 st.caption("Plan packed-sequence and long-context training on Megatron-Bridge / Megatron-LM from your data's "
            "sequence lengths. New here? Start with the Tour in the sidebar.")
@@ -48,20 +38,17 @@ with left:
         fmt = st.radio("Format", ["sft", "chat"], horizontal=True, help=H("raw_format"))
         max_len = int(st.number_input("max_seq_length (sft)", 16, 1 << 20, 4096, help=H("raw_max_seq_length")))
         if st.button("Tokenize", disabled=raw is None, help=H("raw_tokenize")):
-            bar = st.progress(0.0, text="tokenizing")
-            raw_data.use_raw_upload(st.session_state, raw.getvalue(), raw.name, tokenizer, fmt, max_len,
-                                    progress=lambda text, done: bar.progress(min(1.0, done), text=text))
-            bar.empty()
-    if "upload_error" in st.session_state:
-        st.error(ui.plain(st.session_state["upload_error"]))
+            with progress("tokenizing") as bar:
+                raw_data.use_raw_upload(st.session_state, raw.getvalue(), raw.name, tokenizer, fmt, max_len,
+                                        progress=bar)
+    errors("upload_error")
     st.subheader("Plan")
     plan_file = st.file_uploader("Load a plan file (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload",
                                  help=H("plan_file"))
     if plan_file is not None and st.session_state.get("last_plan") != (plan_file.name, plan_file.size):
         st.session_state["last_plan"] = (plan_file.name, plan_file.size)
         ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name)
-    if "plan_error" in st.session_state:
-        st.error(ui.plain(st.session_state["plan_error"]))
+    errors("plan_error")
     st.download_button("Save plan (YAML)", dump_plan(st.session_state["plan"]), file_name="plan.yaml")
     st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
     st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "

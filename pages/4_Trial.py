@@ -6,18 +6,8 @@ from advisor.trial import jobs as trial_jobs
 from advisor.ui import state as ui
 from advisor.ui import trial_view
 from advisor.ui.explain import help_text as H
+from pages._frame import explained
 
-st.set_page_config(page_title="Trial", layout="wide")
-
-
-def explained(fig, key: str) -> None:
-    """A chart and, under it, what it shows (advisor/ui/explain.py)."""
-    st.plotly_chart(fig, width="stretch")
-    with st.expander("What am I looking at?"):
-        st.markdown(ui.plain(H(key)))
-
-
-ui.init_state(st.session_state)
 st.title("Trial")
 st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
            "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "

@@ -5,8 +5,6 @@ import streamlit as st
 from advisor.ui import state as ui
 from advisor.ui import tour
 
-st.set_page_config(page_title="Tour", layout="wide")
-ui.init_state(st.session_state)
 i = min(st.session_state.get("tour_step", 0), len(tour.STEPS) - 1)
 step = tour.STEPS[i]
 st.title("Tour")

@@ -5,18 +5,8 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
+from pages._frame import explained, stop_on
 
-st.set_page_config(page_title="Online packing", layout="wide")
-
-
-def explained(fig, key: str) -> None:
-    """A chart and, under it, what it shows (advisor/ui/explain.py)."""
-    st.plotly_chart(fig, width="stretch")
-    with st.expander("What am I looking at?"):
-        st.markdown(ui.plain(H(key)))
-
-
-ui.init_state(st.session_state)
 plan, hist = st.session_state["plan"], st.session_state["hist"]
 st.title("Online packing (Megatron-LM)")
 c = st.columns(3)
@@ -24,9 +14,7 @@ branch = c[0].selectbox("Megatron-LM", ["dev", "main"], help=H("online_megatron_
 buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 << 24, 0, help=H("online_max_seqlen")))
 with st.spinner("scheduling every global batch"):
     comparison, problem = ui.guarded(lambda: views.packing_comparison(plan, hist, branch, buffer or None))
-if problem:
-    st.error(ui.plain(problem))
-    st.stop()
+stop_on(problem)
 explained(charts.packing_comparison(comparison), "packing_comparison")
 st.dataframe(views.comparison_table(comparison), hide_index=True)
 st.info(ui.plain(f"Recommended: {comparison.recommended}. {comparison.why}"))

@@ -236,3 +236,81 @@ def test_raw_data_tokenized_in_chromium(app_url):
         page.get_by_text("300", exact=True).first.wait_for(timeout=60_000)  # the summary counts its samples
         page.screenshot(path=str(SHOTS / "1b_raw_data.png"), full_page=True)
         browser.close()
+
+
+def _settle(page, text: str) -> None:
+    """Wait until the rerun an edit started has finished and shows ``text``."""
+    page.get_by_text(text).first.wait_for(timeout=120_000)
+    page.wait_for_selector(READY, timeout=120_000)
+
+
+def _edit(page, label: str, value: int) -> None:
+    box = page.get_by_role("spinbutton", name=label, exact=True)
+    box.fill(str(value))
+    box.press("Enter")
+
+
+@pytest.mark.slow
+def test_consecutive_edits_all_apply_in_chromium(app_url):
+    """Issue 19: every second edit of a plan-bound control used to snap back in a real browser (AppTest did not see
+    it). Each edit here must show in the control and in the figures computed from it, one after another."""
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(exist_ok=True)
+    log = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+        page.goto(app_url)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_role("link", name="Memory and FLOPs").click()
+        page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        gpus = page.get_by_role("spinbutton", name="GPUs", exact=True)
+        tp = page.get_by_role("spinbutton", name="TP", exact=True)
+        cp = page.get_by_role("spinbutton", name="CP", exact=True)
+        t0 = int(tp.input_value())
+        assert cp.input_value() == "1" and page.get_by_role("spinbutton", name="PP", exact=True).input_value() == "1"
+        for n in (16, 32, 64, 8, 16):  # DP = GPUs / TP, which the batch caption states
+            _edit(page, "GPUs", n)
+            _settle(page, f"a multiple of DP {n // t0})")
+            assert gpus.input_value() == str(n)
+            log.append(f"GPUs -> {n}: control {gpus.input_value()}, caption says DP {n // t0}")
+        for t in (4, 8, 1, 2):
+            _edit(page, "TP", t)
+            _settle(page, f"a multiple of DP {16 // t})")
+            assert tp.input_value() == str(t)
+            log.append(f"TP -> {t}: control {tp.input_value()}, caption says DP {16 // t}")
+        for c in (2, 4, 1):
+            _edit(page, "CP", c)
+            _settle(page, f"a multiple of DP {8 // c})")
+            assert cp.input_value() == str(c)
+            log.append(f"CP -> {c}: control {cp.input_value()}, caption says DP {8 // c}")
+        refused = 7  # 16 GPUs at TP 2: 7 is not a multiple of TP x PP x CP; refused, the control shows the plan's 16
+        _edit(page, "GPUs", refused)
+        page.get_by_text("is not divisible by tp*pp*cp").first.wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        assert gpus.input_value() == "16"
+        log.append(f"GPUs -> {refused}: refused with its message, control back to 16")
+        page.screenshot(path=str(SHOTS / "8_consecutive_edits_memory.png"), full_page=True)
+
+        page.get_by_role("link", name="Packing", exact=True).click()
+        page.get_by_role("heading", name="Packing", exact=True).wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        size = page.get_by_role("spinbutton", name="Pack size", exact=True)
+        start = int(size.input_value())
+        plus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
+            "[data-testid='stNumberInputStepUp']")
+        for k in (1, 2, 3):
+            plus.click()
+            want = start + 256 * k
+            page.wait_for_function("(want) => [...document.querySelectorAll('code')].some(c => "
+                                   "c.innerText.includes('\"pack_size\": ' + want))", arg=want, timeout=120_000)
+            page.wait_for_selector(READY, timeout=120_000)
+            assert size.input_value() == str(want)
+            log.append(f"Pack size + -> {want}: control {size.input_value()}, metadata pack_size {want}")
+        page.screenshot(path=str(SHOTS / "9_consecutive_edits_packing.png"), full_page=True)
+        browser.close()
+    (SHOTS / "consecutive_edits.log").write_text("\n".join(log) + "\n")
+    print("\n".join(log))
+    assert len(log) == 16

@@ -125,6 +125,24 @@ HELP: dict[str, Explanation] = {
              "causal attention work is balanced). Needed for long context.", "Transformer Engine context parallel"),
     "micro_batch": _e("Rows per micro batch. Offline packing needs 1 (a row is already a pack of samples).",
                       MB_CONFIG),
+    "seq_length": _e("model.seq_length and dataset.seq_length (Megatron-Bridge requires them equal): the longest row. "
+                     "With offline packing the pack size is at most this; SFT samples longer are truncated, chat "
+                     "samples longer are skipped. The search keeps it unless you free it.", MB_CONFIG),
+    "sp": _e("Sequence parallelism: with TP > 1, the activations outside the attention and MLP GEMMs are split over "
+             "the TP ranks too (less memory, a reduce-scatter/all-gather instead of an all-reduce). With CP it sets "
+             "the padding multiple lcm(2 CP, CP TP).", MB_CONFIG),
+    "recompute": _e("Activation recompute: selective recomputes core attention in backward (little time, large "
+                    "memory savings at long context); full recomputes every layer's forward (about 30 % slower; "
+                    "Megatron-Bridge's docs prefer more CP).", "Megatron-Bridge docs, performance tuning"),
+    "batch_unit": _e("How the plan counts the global batch. samples: as an unpacked run counts them; the export "
+                     "divides by the packing factor n and rounds to a multiple of DP, so the samples a step really "
+                     "trains on (packs x n) differ a little. packs: Megatron-Bridge's own global_batch_size with "
+                     "offline packing, as your MB config writes it. Switching keeps the step's work.", MB_DOCS),
+    "global_batch": _e("The global batch per optimizer step, in the unit chosen beside it. Every page says it in both "
+                       "units: N packs ≈ M samples.", MB_DOCS),
+    "vary": _e("What the search may change besides the layout. By default it keeps your seq_length and the samples "
+               "per step (within 5 %), so its gains compare runs that do the same work; free them to let it try "
+               "longer packs or another batch.", "advisor/advice/search.py"),
     "memory": _e("Memory on the most loaded GPU: weights, gradients, optimizer states, activations of one micro "
                  "batch, logits, and a fixed overhead, against the GPU's memory.", "advisor/model/memory.py"),
     "step_time": _e("Seconds per optimizer step from the performance model: every layer's GEMMs by shape, attention "

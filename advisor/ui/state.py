@@ -55,15 +55,17 @@ def warm_up_in_background() -> threading.Thread:
         return _WARM_STARTED[0]
 
 
-def init_state(state, query: dict | None = None) -> None:
-    """Fill missing session keys: from a shared link's query parameters if given, else the default sample. Every
-    page calls it first, so it is also where the session's trial job hears that its visitor is still here, and
-    where the packing kernels start compiling in the background on a fresh install."""
-    warm_up_in_background()
+def heartbeat(state) -> None:
+    """The session's trial job hears that its visitor is still here (app.py, on every page run)."""
     if "trial_job" in state:
         from advisor.trial.jobs import touch
 
         touch(state["trial_job"])
+
+
+def init_state(state, query: dict | None = None) -> None:
+    """Fill missing session keys: from a shared link's query parameters if given, else the default sample. The
+    frame (app.py) calls it once per run, before any page; it starts nothing."""
     if "hist" in state and "plan" in state:
         return
     sample, plan = DEFAULT_SAMPLE, None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from advisor.advice.compare import PackingComparison, compare_packing
+from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
 from advisor.data.lengths import LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
@@ -34,6 +35,7 @@ def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
 
 
 _SWEEPS = HistogramCache(16)
+SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
 
 SWEEP_SAMPLES = 250_000  # past this the sweep runs on a scale model of the data (bench/bench_dashboard.py measures
@@ -98,30 +100,50 @@ def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
     return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits", "breaks"])
 
 
-def candidates_table(analysis: Analysis) -> pd.DataFrame:
-    result = analysis.search
+def candidates_table(result: SearchResult) -> pd.DataFrame:
+    """Your plan and the search's candidates, the batch in both units (packs ≈ samples) on every row."""
     rows = [{"plan": "yours", **result.baseline.summary()}]
     rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
-    frame = pd.DataFrame(rows)[["plan", "tp", "cp", "dp", "pack_size", "micro_batch_size", "global_batch_size",
-                                "global_batch_packs", "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
-    frame = frame.rename(columns={"global_batch_size": "samples/step", "global_batch_packs": "packs/step (MB GBS)"})
-    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0})
+    frame = pd.DataFrame(rows)[["plan", "tp", "sp", "cp", "dp", "seq_length", "pack_size", "micro_batch_size",
+                                "global_batch_packs", "effective_samples_per_step", "global_batch_size",
+                                "memory_gib", "fits", "tokens_per_second_per_gpu", "why"]]
+    frame = frame.rename(columns={"global_batch_packs": "packs/step (MB GBS)",
+                                  "effective_samples_per_step": "≈ samples/step",
+                                  "global_batch_size": "samples asked"})
+    return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0, "≈ samples/step": 0})
 
 
-def search_note(analysis: Analysis) -> str | None:
-    """Said under the candidates when they were estimated on a scale model of the data."""
+def findings_by_severity(findings) -> dict[str, list]:
+    """Findings grouped errors, warnings, infos (every group present, so the page shows "Errors (0)")."""
+    return {severity: [f for f in findings if f.severity == severity] for severity in ("error", "warning", "info")}
+
+
+def search_note(analysis: Analysis, result: SearchResult | None = None) -> str | None:
+    """Said under the candidates: none that keeps what the user fixed, and when they come from a scale model."""
     from advisor.analysis import SCALE_MODEL_SAMPLES
 
+    notes = []
+    if result is not None and not result.best:
+        notes.append(f"No layout of {analysis.plan.parallel.gpus} GPUs beats yours while keeping seq_length and the "
+                     "samples per step (±5 %); let the search change them to see more.")
     n = analysis.hist.num_samples
-    if n <= SCALE_MODEL_SAMPLES:
-        return None
-    return (f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} samples, the "
-            "same length distribution); your plan's own figures on the other pages use all of it.")
+    if n > SCALE_MODEL_SAMPLES:
+        notes.append(f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} "
+                     "samples, the same length distribution); your plan's own figures on the other pages use all of "
+                     "it.")
+    return " ".join(notes) or None
 
 
-def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool) -> tuple[str, str]:
-    """What ``python -m advisor export`` prints for the same plan, and a file name for it."""
-    return analysis.export(fmt, version, recommended=recommended), EXPORT_FILE_NAMES[fmt]
+MB_VERSIONS = ("0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1")  # the API generations the exports are checked against
+
+
+def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, vary=()) -> tuple[str, str]:
+    """What ``python -m advisor export`` prints for the same plan, and a file name for it; a plan whose data cannot
+    be estimated (fewer samples than a micro batch, say) gets one commented line saying why."""
+    try:
+        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORT_FILE_NAMES[fmt]
+    except ValueError as e:
+        return f"# cannot export: {e}\n", "error.txt"
 
 
 def code_language(fmt: str) -> str:
@@ -142,17 +164,26 @@ def attention_example_text(lengths: tuple[int, ...] = (100, 200, 300)) -> str:
             f"{len(lengths)} x {max(lengths)}² = {e['padded']:,}.")
 
 
-def global_batch_example_text(plan: Plan, packing_factor: float) -> str:
-    """The plan's samples per step before and after dividing by n."""
+def global_batch_example_text(plan: Plan, packing_factor: float | None) -> str:
+    """The plan's batch in both units ("N packs ≈ M samples"), as every page says it."""
     from advisor.ui.explain import global_batch_example
 
-    if plan.packing_mode != "offline":
+    if plan.packing_mode != "offline" or not packing_factor:
         return (f"Your plan packs {plan.packing_mode}: Megatron's global_batch_size counts samples "
-                f"({plan.training.global_batch_size} per step), no division by n.")
+                f"({plan.batch_text(packing_factor)}), no division by n.")
     e = global_batch_example(plan, packing_factor)
-    return (f"Worked example: your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → "
-            f"Megatron-Bridge global_batch_size {e['packs']} packs (a multiple of DP {e['dp']}), about "
-            f"{e['samples_trained']} samples per step.")
+    asked = (f"your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → " if e["samples"] else
+             f"your plan counts packs (n = {packing_factor:.2f}): ")
+    return (f"Batch: {plan.batch_text(packing_factor)}. Worked example: {asked}Megatron-Bridge global_batch_size "
+            f"{e['packs']} packs (a multiple of DP {e['dp']}) ≈ {e['samples_trained']} samples per step.")
+
+
+def memory_error_text(est) -> str:
+    """The red banner of a plan that does not fit: how much, on what, and where to look."""
+    m = est.memory
+    return (f"This plan does not fit: it needs {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} GiB "
+            f"({m.stage} stage). Megatron would run out of memory; the Recommendations page lists fixes that fit "
+            "(more TP, CP or PP, recompute, a smaller pack), and the export refuses this plan.")
 
 
 def cp_example_text(plan: Plan, length: int = 1001) -> str:
