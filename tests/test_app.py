@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, open_page
 
 PAGES = ["app.py", "pages/1_Packing.py", "pages/6_Online_packing.py", "pages/2_Memory_and_FLOPs.py",
          "pages/3_Recommendations.py",
@@ -24,10 +24,7 @@ def _clear_caches():
 
 
 def run(page: str, state: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / page), default_timeout=300)
-    for k, v in (state or {}).items():
-        at.session_state[k] = v
-    return at.run()
+    return open_page(page, state)
 
 
 def shown(element) -> str:
@@ -178,3 +175,28 @@ def test_pages_survive_data_that_cannot_be_estimated():
         assert not at.exception, (page, [e.value for e in at.exception])
     at = run("pages/2_Memory_and_FLOPs.py", {"hist": state["hist"], "plan": state["plan"], "data_name": "two.csv"})
     assert "fewer samples" in shown(at.error[0])
+
+
+def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore_it():
+    """advisor/ui/controls.py in AppTest (the browser test does the same with real typing): each edit lands in the
+    plan and the control, one after another; a refused one leaves both as the plan was."""
+    from advisor.ui.controls import CONTROLS
+
+    at = run("pages/2_Memory_and_FLOPs.py")
+    for name, values in (("parallel.gpus", (16, 32, 64, 16)), ("parallel.tp", (4, 8, 1, 2)),
+                         ("parallel.cp", (2, 4, 1)), ("training.seq_length", (1024, 2048, 384)),
+                         ("training.batch", (256, 64, 128))):
+        for value in values:
+            at.number_input(key=CONTROLS[name].key).set_value(value).run()
+            assert not at.exception and not at.error, (name, value)
+            assert at.number_input(key=CONTROLS[name].key).value == value
+            assert CONTROLS[name].read(at.session_state) == value
+    at.selectbox(key=CONTROLS["training.recompute"].key).set_value("full").run()
+    assert at.session_state["plan"].training.recompute == "full"
+    at.radio(key=CONTROLS["training.batch_unit"].key).set_value("packs").run()
+    plan = at.session_state["plan"]
+    assert plan.training.global_batch_packs is not None and plan.training.global_batch_size is None
+    assert at.number_input(key=CONTROLS["training.batch"].key).value == plan.training.global_batch_packs
+    at.number_input(key=CONTROLS["parallel.gpus"].key).set_value(7).run()
+    assert at.error and at.session_state["plan"].parallel.gpus == 16
+    assert at.number_input(key=CONTROLS["parallel.gpus"].key).value == 16

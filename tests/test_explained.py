@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from advisor.ui import explain, views
 from advisor.ui import state as ui
-from tests.conftest import ROOT
+from tests.conftest import ROOT, open_page
 
 PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py",
          "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
@@ -29,9 +29,7 @@ def _help_of(element) -> str:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_metric_control_and_chart_is_explained(page):
-    at = AppTest.from_file(str(ROOT / page), default_timeout=300)
-    at.session_state["trial_result"] = TRIAL_RESULT
-    at.run()
+    at = open_page(page, {"trial_result": TRIAL_RESULT})
     assert not at.exception, [e.value for e in at.exception]
     for metric in at.metric:
         assert _help_of(metric), f"{page}: metric {metric.label!r} has no explanation"

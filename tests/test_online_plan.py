@@ -18,7 +18,7 @@ from advisor.model.estimate import estimate
 from advisor.model.flops import flops_coefficients
 from advisor.packing.online.from_plan import dataset_order, online_config, schedule_of
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import ROOT, SAMPLE, open_page
 
 CHAT = SAMPLE / "chat_like_hist.csv"
 
@@ -169,7 +169,7 @@ def test_the_comparison_names_a_winner_and_why(chat):
 
 
 def test_the_online_page_draws_and_sets_the_plan():
-    at = AppTest.from_file(str(ROOT / "pages/6_Online_packing.py"), default_timeout=300).run()
+    at = open_page("pages/6_Online_packing.py")
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) == 3
     at.button[0].click().run()

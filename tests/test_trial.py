@@ -14,7 +14,7 @@ import pytest
 from advisor.data.lengths import LengthHistogram
 from advisor.plan import plan_from_dict
 from advisor.trial.run import ParityError, TrialConfig, run_trial
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import ROOT, SAMPLE, open_page
 
 PLAN = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
                        "training": {"seq_length": 2048, "global_batch_size": 64}, "packing": {"pack_size": 2048}})
@@ -152,7 +152,7 @@ def test_a_trial_nobody_follows_stops_itself(skewed, monkeypatch):
 def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "pages" / "4_Trial.py"), default_timeout=120).run()
+    at = open_page("pages/4_Trial.py", timeout=120)
     assert not at.exception
     at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
                                                     "application/json")).run()
