@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from streamlit.testing.v1 import AppTest
 
 from advisor.advice.compare import compare_packing
 from advisor.model.estimate import estimate

@@ -150,7 +150,6 @@ def test_a_trial_nobody_follows_stops_itself(skewed, monkeypatch):
 
 
 def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
-    from streamlit.testing.v1 import AppTest
 
     at = open_page("pages/4_Trial.py", timeout=120)
     assert not at.exception
