@@ -91,7 +91,11 @@ class Analysis:
 
     @cached_property
     def findings(self) -> tuple[Finding, ...]:
-        return tuple(check(self.plan, self.packing))
+        try:
+            memory = self.estimate.memory
+        except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
+            memory = None
+        return tuple(check(self.plan, self.packing, memory))
 
     @cached_property
     def search(self) -> SearchResult:
