@@ -51,7 +51,8 @@ for note in result.notes:
 bar = st.progress(0.0, text="sweeping pack sizes")
 sweep = views.packing_sweep(hist, views.sweep_sizes(hist), ["first_fit_shuffle", "first_fit_decreasing",
                                                       "best_fit_decreasing"],
-                         progress=lambda what, done: bar.progress(done, text=what))
+                         progress=lambda what, done: bar.progress(done, text=what),
+                         overlong=result.config.overlong)  # chat data (data.format) is skipped, not cut
 bar.empty()
 metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True,
                   help=H("sweep_metric"))
