@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor.advice.findings import apply_fix
 from advisor.advice.rules import check
@@ -226,3 +228,29 @@ def test_full_recompute_is_not_undone_where_selective_overflows(long_context):
     roomy = long_context_plan(gpus=64, cp=32).changed({"training": {"recompute": "full"}})
     assert find(analyze(roomy, long_context).findings, "long_context.recompute").fix == \
         {"training": {"recompute": "selective"}}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["llama3.1-8b", "llama3.1-70b"]), seq=st.sampled_from([32768, 65536, 131072]),
+       tp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective"]), fmt=st.sampled_from(["sft", "chat"]))
+def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model, seq, tp, cp, dp, recompute, fmt):
+    """Long-context layouts on the long-context sample: whenever a plan does not fit, each fix offered makes it fit
+    (the full estimate, not the rule's bound), keeps seq_length and the samples per step, and is a fixed point."""
+    from advisor.analysis import analyze
+
+    p = plan_from_dict({"model": model, "parallel": {"gpus": tp * cp * dp, "tp": tp, "cp": cp, "sp": tp > 1},
+                        "training": {"seq_length": seq, "global_batch_size": 32, "recompute": recompute},
+                        "packing": {"mode": "offline"}, "data": {"format": fmt}})
+    a = analyze(p, long_context)
+    memory = [f for f in a.findings if f.id.startswith("memory.")]
+    assert bool(memory) == (not a.estimate.memory.fits)
+    for f in memory:
+        if not f.fix:
+            continue
+        fixed = apply_fix(p, f.fix)
+        after = analyze(fixed, long_context)
+        assert after.estimate.memory.fits, f.fix
+        assert fixed.training.seq_length == seq and fixed.training.global_batch_size == 32
+        assert apply_fix(fixed, f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}

@@ -1,5 +1,6 @@
 """Changes that make a plan fit its GPU, each checked with the memory model: recompute, then more CP, TP or PP,
-then both, then a smaller pack. The samples per step and the sequence length are never changed.
+then both, then the largest smaller pack that fits. The samples per step and the sequence length are never
+changed.
 
 A change is offered only when the changed plan's memory, computed with an upper bound on its micro batch (a whole
 pack, or micro batch x seq_length rows), fits; so once applied the plan fits and the memory finding is gone: every
@@ -94,9 +95,10 @@ def _candidates(plan: Plan):
         for change, what in layout:
             yield _merge(recompute, change), f"full recompute and {what}"
     if plan.packing_mode == "offline":
+        cut = "skipped (chat data)" if plan.data.format == "chat" else "truncated"
         size = plan.pack_size // 2
         while size >= MIN_PACK:
-            yield {"packing": {"pack_size": size}}, f"pack size {plan.pack_size}->{size}"
+            yield {"packing": {"pack_size": size}}, f"pack size {plan.pack_size}->{size} (longer samples {cut})"
             size //= 2
 
 
@@ -106,6 +108,8 @@ def fitting_fixes(plan: Plan, memory: MemoryEstimate, errors_of: Callable[[Plan]
     before = errors_of(plan)
     out: list[MemoryFix] = []
     for change, what in _candidates(plan):
+        if "pack_size" in change.get("packing", {}) and any("pack_size" in f.fix.get("packing", {}) for f in out):
+            continue  # the largest pack that fits, not every smaller one as well
         try:
             changed = plan.changed(change)
         except PlanError:  # a layout the GPUs, heads or layers do not divide
