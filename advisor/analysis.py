@@ -92,7 +92,11 @@ class Analysis:
 
     @cached_property
     def findings(self) -> tuple[Finding, ...]:
-        return tuple(check(self.plan, self.packing))
+        try:
+            memory = self.estimate.memory
+        except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
+            memory = None
+        return tuple(check(self.plan, self.packing, memory))
 
     @cached_property
     def search(self) -> SearchResult:
@@ -183,7 +187,9 @@ def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: li
             cell_analysis = analysis if same else analyze(cell, model, mfu=analysis.mfu,
                                                           overhead_gib=analysis.overhead_gib)
             est = cell_analysis.estimate
-            breaks = sorted({f.id for f in cell_analysis.findings if f.severity == "error"})
+            # rules a cell breaks; not fitting is the fits column already (memory.exceeds)
+            breaks = sorted({f.id for f in cell_analysis.findings if f.severity == "error"
+                             and not f.id.startswith("memory.")})
             rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits,
                          "breaks": ", ".join(breaks)})
     return rows

@@ -122,11 +122,15 @@ def cmd_pack(args) -> dict:
     from advisor.packing.metrics import packing_metrics, per_pack
     from advisor.packing.offline import megatron_bridge_metadata, pack, runtime_lengths
 
+    overlong = {"sft": "truncate", "chat": "skip"}.get(args.format, args.overlong or "truncate")
+    if args.overlong and args.overlong != overlong:
+        raise ValueError(f"--overlong {args.overlong} contradicts --format {args.format} ({args.format} data is "
+                         f"{'skipped' if overlong == 'skip' else 'truncated'} past the max length): give one of them")
     progress = _Progress(args.quiet)
     hist = _load(args, progress)
     cfg = PackingConfig(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
                         pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
-                        overlong=args.overlong)
+                        overlong=overlong)
     result = pack(hist, cfg, progress=progress)
     # without packing nothing is pre-padded to pad_seq_to_mult: the baselines see the lengths as truncated only
     counts = runtime_lengths(hist, replace(cfg, pad_seq_to_mult=1)).counts
@@ -137,6 +141,7 @@ def cmd_pack(args) -> dict:
     out["source"] = hist.source
     out["excluded"] = [e.__dict__ for e in hist.excluded]
     out["notes"] = list(result.notes)
+    out["format"] = "chat" if overlong == "skip" else "sft"
     out["baselines"] = [{"name": b.name, "efficiency": b.efficiency, "padding_fraction": b.padding_fraction,
                          "micro_batches": b.micro_batches, "token_slots": b.token_slots} for b in baselines]
     if hist.packs is not None:
@@ -157,8 +162,10 @@ def cmd_pack(args) -> dict:
     print(f"{hist.source}: {m.num_sequences:,} samples -> {m.num_packs:,} packs of {cfg.pack_size} "
           f"({cfg.algorithm}, seed {cfg.seed}, pad_seq_to_mult {cfg.multiple}) in {result.seconds:.2f} s")
     print(f"  packing factor n = {md['packing_factor']}  (divide the global batch size by it)")
+    rt = result.runtime
     print(f"  efficiency {md['packing_efficiency']} %  padding {m.padding_fraction:.2%}  "
-          f"truncated {result.runtime.num_truncated:,} samples ({result.runtime.tokens_truncated:,} tokens)")
+          f"truncated {rt.num_truncated:,} samples ({rt.tokens_truncated:,} tokens)  "
+          f"skipped {rt.num_skipped:,} samples ({rt.tokens_skipped:,} tokens; {out['format']} data)")
     bound = f"L1 {m.lower_bound_l1:,}  L2 {m.lower_bound_l2:,}" + (
         f"  LP {m.lower_bound_lp:,.1f}" if m.lower_bound_lp is not None else "")
     print(f"  lower bounds on packs: {bound}; {m.gap_to_bound:,} packs above the best")
@@ -198,6 +205,9 @@ def cmd_estimate(args) -> dict:
     if analysis.packing_factor:
         print(f"  batch: {s['batch']} (n = {analysis.packing_factor:.2f}): Megatron-Bridge global_batch_size "
               f"{s['megatron_bridge_global_batch_size']}, {s['micro_batches_per_step']} micro batches per DP rank")
+        r = est.packing.runtime
+        print(f"  data.format {plan.data.format}: {r.num_truncated:,} samples truncated, {r.num_skipped:,} skipped "
+              f"(longer than {est.packing.config.effective_max_seq_length:,} tokens)")
     else:
         print(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
     print(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
@@ -297,6 +307,10 @@ def cmd_export(args) -> dict:
     analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
+    exported = analyze(analysis.searched(vary=args.vary).recommended, hist) if args.recommended else analysis
+    over = [f for f in exported.findings if f.id == "memory.exceeds"]
+    if over and not args.force and args.format != "torchrun":  # the torchrun script does not depend on the plan
+        raise ValueError(f"{over[0].message} (use --force to export anyway)")
     text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
     if args.lengths_csv:
         _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing.seed))
@@ -418,7 +432,9 @@ def cmd_tokenize(args) -> dict:
            "engine": result.engine, "workers": result.workers, "seconds": result.seconds,
            "records_per_second": rate, "records_per_second_per_worker": rate / result.workers,
            "excluded": [e.__dict__ for e in result.excluded], "notes": list(result.notes),
-           "settings": {k: v for k, v in job.settings.__dict__.items() if not k.startswith("_")}}
+           "settings": {k: v for k, v in job.settings.__dict__.items() if not k.startswith("_")},
+           # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
+           "format": result.fmt, "plan_data": {"lengths": args.output, "format": result.fmt}}
     hist = result.histogram()
     from advisor.data.lengths import summarize
 
@@ -451,6 +467,7 @@ def cmd_tokenize(args) -> dict:
         print(f"  left out: {e.count:,} {e.reason} (first at {e.first_at})")
     for note in result.notes:
         print(f"  note: {note}")
+    print(f"  for the plan: data: {{lengths: {args.output or '<lengths file>'}, format: {result.fmt}}}")
     if estimate is not None:
         lvl = f"{estimate.level:.0%}"
         for label, iv, fmt in (("packs", estimate.packs, ",.0f"), ("packing factor n", estimate.packing_factor, ".3f"),
@@ -673,8 +690,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pad each sample to a multiple (CP: 2*CP)")
     p.add_argument("--max-seq-length", type=_positive_int(MAX_PACK_TOKENS),
                    help="dataset max length (default: the pack size)")
-    p.add_argument("--overlong", choices=("truncate", "skip"), default="truncate",
-                   help="truncate overlong samples (GPTSFTDataset) or skip them (GPTSFTChatDataset)")
+    p.add_argument("--format", choices=("sft", "chat"), default=None,
+                   help="what the lengths are, as a plan's data.format: sft (GPTSFTDataset truncates overlong "
+                        "samples; the default) or chat (GPTSFTChatDataset does not, create_hist skips them)")
+    p.add_argument("--overlong", choices=("truncate", "skip"), default=None,
+                   help="the same choice by its effect: truncate (as --format sft) or skip (as --format chat)")
     p.add_argument("--micro-batch-size", type=_positive_int(4096), default=4, help="for the pad-to-longest baseline")
     p.set_defaults(func=cmd_pack)
     p = sub.add_parser("estimate", help="memory per GPU, FLOPs and step time for a plan file")
@@ -702,6 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="API generation of the snippet, MAJOR.MINOR.PATCH (default 0.6.2)")
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--vary", type=_vary, default=frozenset(), help="with --recommended: " + _VARY_HELP)
+    p.add_argument("--force", action="store_true", help="export a plan that does not fit its GPU's memory (refused "
+                                                        "otherwise, exit code 2)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
     p.add_argument("--lengths-csv", type=_output_file,
                    help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")

@@ -31,7 +31,8 @@ st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     st.info(ui.plain(note))
 with progress("sweeping pack sizes") as bar:
-    sweep = views.packing_sweep(hist, views.sweep_sizes(hist), list(views.SWEEP_ALGORITHMS), progress=bar)
+    sweep = views.packing_sweep(hist, views.sweep_sizes(hist), list(views.SWEEP_ALGORITHMS), progress=bar,
+                                overlong=result.config.overlong)  # chat data (data.format) is skipped, not cut
 metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True,
                   help=H("sweep_metric"))
 explained(charts.sweep_curves(sweep, metric, plan.pack_size), "sweep")

@@ -68,6 +68,11 @@ def chat() -> LengthHistogram:
 
 
 @pytest.fixture(scope="session")
+def long_context() -> LengthHistogram:
+    return read_hist("long_context_hist.csv")
+
+
+@pytest.fixture(scope="session")
 def wikipedia() -> LengthHistogram:
     return read_hist("wikipedia_bert_len512_hist.csv")
 
@@ -81,20 +86,24 @@ class FakeTokenizer(types.SimpleNamespace):
     pass
 
 
-def fake_sft_builder(lengths: np.ndarray):
+def fake_sft_builder(lengths: np.ndarray, truncate: bool = True):
     """A dataset builder for ``prepare_gpt_sft_packed_data`` that yields samples of the given token counts.
 
     It stands in for GPTSFTDataset only where a real tokenizer and text would be needed: each sample is
     ``input_ids`` of its length (token i = i, so packs can be checked), cut at the ``seq_length`` the
-    pipeline asks for, as GPTSFTDataset truncates to its max length.
+    pipeline asks for, as GPTSFTDataset truncates to its max length. ``truncate=False`` stands in for
+    GPTSFTChatDataset, whose ``_process_example`` (``_chat_preprocess``) never cuts (Megatron-Bridge 0.6.2
+    data/datasets/gpt_sft.py).
     """
 
     def build(path, *, tokenizer, seq_length, pad_seq_to_mult=None, dataset_kwargs=None, **_):
         class Dataset(list):
             pass
 
-        ds = Dataset({"input_ids": list(range(min(int(n), seq_length))),
-                      "loss_mask": [1] * min(int(n), seq_length)} for n in lengths)
+        def kept(n) -> int:
+            return min(int(n), seq_length) if truncate else int(n)
+
+        ds = Dataset({"input_ids": list(range(kept(n))), "loss_mask": [1] * kept(n)} for n in lengths)
         ds.tokenizer = FakeTokenizer(eod=0)
         ds.pad_seq_length_to_mult = (dataset_kwargs or {}).get("pad_seq_length_to_mult", 16)
         return ds

@@ -66,3 +66,32 @@ def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
     proc = run("pack", str(two), "--pack-size", "16", "--pad-seq-to-mult", "16", "--json", "--quiet")
     out = json.loads(proc.stdout)
     assert out["baselines"][0]["efficiency"] == 12 / 32 * 100
+
+
+def _long_context_plan(tmp_path, **training):
+    """The issue's plan: Llama 3.1 8B, 16 H100s, 128k, TP 1, CP 8, on the bundled long-context sample."""
+    plan = {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
+            "training": {"seq_length": 131072, "global_batch_size": 64, **training},
+            "packing": {"mode": "offline", "pack_size": 131072},
+            "data": {"lengths": str(SAMPLE / "long_context_hist.csv")}, "hardware": {"gpu": "H100-80GB"}}
+    path = tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(plan))
+    return str(path)
+
+
+def test_export_refuses_a_plan_that_does_not_fit_unless_forced(tmp_path):
+    plan = _long_context_plan(tmp_path)
+    est = json.loads(run("estimate", plan, "--json", "--quiet").stdout)["memory"]
+    assert not est["fits"]
+    refused = run("export", plan, "--format", "overrides", "--quiet")
+    gib = f"{est['total_bytes'] / 2**30:.1f} GiB per GPU of {est['capacity_bytes'] / 2**30:.1f} GiB on H100-80GB"
+    assert refused.returncode == 2 and refused.stdout == ""
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith(f"error: plan needs {gib}") and line.endswith("(use --force to export anyway)")
+    forced = run("export", plan, "--format", "overrides", "--quiet", "--force")
+    assert forced.returncode == 0 and "context_parallel_size=8" in forced.stdout
+    fits = run("export", _long_context_plan(tmp_path, recompute="full"), "--format", "overrides", "--quiet")
+    assert fits.returncode == 0, fits.stderr  # the error's own fix, applied: exported without --force
+    recommend = json.loads(run("recommend", plan, "--json", "--quiet").stdout)
+    error = next(f for f in recommend["findings"] if f["id"] == "memory.exceeds")
+    assert error["severity"] == "error" and error["fix"] == {"training": {"recompute": "full"}}

@@ -128,16 +128,18 @@ def test_online_exports(tmp_path, chat):
     data = plan.to_dict()
     data["data"] = {"lengths": str(CHAT)}
     path.write_text(yaml.safe_dump(data))
-    args = advisor("export", path, "--format", "megatron-lm", "--quiet")
+    refused = advisor("export", path, "--format", "megatron-lm", "--quiet")  # 16k on TP 1, CP 1: over 80 GB
+    assert refused.returncode == 2 and "use --force to export anyway" in refused.stderr
+    args = advisor("export", path, "--format", "megatron-lm", "--quiet", "--force")  # the flags are what is tested
     assert args.returncode == 0, args.stderr
     for flag in ("--sequence-packing-scheduler dp_balanced", "--max-seqlen-per-dp-cp-rank 12000",
                  "--calculate-per-token-loss", "--sft", "--mock-data", "--global-batch-size 64"):
         assert flag in args.stdout
-    python = advisor("export", path, "--format", "python", "--quiet")
+    python = advisor("export", path, "--format", "python", "--quiet", "--force")
     assert python.returncode == 2 and "export --format megatron-lm" in python.stderr
     data["packing"]["megatron_lm"] = "main"
     path.write_text(yaml.safe_dump(data))
-    main = advisor("export", path, "--format", "megatron-lm", "--quiet")
+    main = advisor("export", path, "--format", "megatron-lm", "--quiet", "--force")
     assert main.returncode == 2 and "has no --sequence-packing-scheduler" in main.stderr
     findings = json.loads(advisor("recommend", path, "--json", "--quiet").stdout)["findings"]
     assert any(f["id"] == "online.main_not_wired" and f["fix"] == {"packing": {"megatron_lm": "dev"}}

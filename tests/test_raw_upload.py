@@ -30,6 +30,7 @@ def test_a_chat_upload_becomes_the_data_in_file_order():
     hist = state["hist"]
     assert hist.order.tolist() == expected.tolist() and hist.num_samples == 300
     assert state["data_name"] == "chat_sample.jsonl (tiny-bpe, chat)"
+    assert state["plan"].data.format == "chat"  # offline packing then skips, not cuts, chats longer than the pack
 
 
 def test_left_out_records_are_named_by_the_upload_not_the_server_file():
@@ -51,6 +52,7 @@ def test_parquet_uploads_and_operator_folders(tmp_path):
     assert raw_data.use_raw_upload(state, (tmp_path / "sft.parquet").read_bytes(), "sft.parquet", "ours", "sft",
                                    512, env=str(operator))
     assert state["hist"].num_samples == 300 and state["hist"].lengths.max() <= 512
+    assert state["plan"].data.format == "sft"
 
 
 def test_hostile_uploads_keep_the_data_and_say_why(tmp_path):

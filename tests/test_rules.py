@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor.advice.findings import apply_fix
 from advisor.advice.rules import check
@@ -182,3 +184,91 @@ def test_errors_come_first_and_each_has_a_source():
     severities = [f.severity for f in findings]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
     assert all(f.source and f.reason and f.message for f in findings)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def long_context_plan(**parallel):
+    """The issue's plan: Llama 3.1 8B on 16 H100s at 128k, TP 1, CP 8, on the bundled long-context sample."""
+    return plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8, **parallel},
+                           "training": {"seq_length": 131072, "global_batch_size": 64},
+                           "packing": {"mode": "offline", "pack_size": 131072}, "hardware": {"gpu": "H100-80GB"}})
+
+
+def test_a_plan_that_does_not_fit_is_an_error_whose_fixes_fit(long_context):
+    from advisor.analysis import analyze
+
+    p = long_context_plan()
+    a = analyze(p, long_context)
+    memory = a.estimate.memory
+    assert not memory.fits
+    error = find(a.findings, "memory.exceeds")
+    assert error.severity == "error" and a.findings[0].severity == "error"
+    need = f"plan needs {memory.total / 2**30:.1f} GiB per GPU of {memory.capacity / 2**30:.1f} GiB on H100-80GB"
+    assert error.message.startswith(need)
+    fixes = [f for f in a.findings if f.id.startswith("memory.")]
+    assert error.fix and len(fixes) == 3
+    for f in fixes:  # each applied: the plan fits, the memory findings are gone, seq_length and batch are kept
+        fixed = apply_fix(p, f.fix)
+        after = analyze(fixed, long_context)
+        assert after.estimate.memory.fits, f.fix
+        assert not ids(after.findings) & {"memory.exceeds", "memory.alternative"}
+        assert fixed.training.seq_length == 131072 and fixed.training.global_batch_size == 64
+        assert apply_fix(fixed, f.fix) == fixed
+
+
+def test_memory_boundary_is_the_gpus_capacity(long_context):
+    from advisor.analysis import analyze
+
+    p = long_context_plan()
+    total = analyze(p, long_context).estimate.memory.total / 2**30
+    roomy = p.changed({"hardware": {"memory_gib": total + 0.01}})
+    tight = p.changed({"hardware": {"memory_gib": total - 0.01}})
+    assert "memory.exceeds" not in ids(analyze(roomy, long_context).findings)
+    assert "memory.exceeds" in ids(analyze(tight, long_context).findings, "error")
+    assert "memory.exceeds" not in ids(check(p))  # without its memory estimate the rule is not checked
+
+
+def test_no_fitting_change_is_an_error_without_a_fix(squad):
+    from advisor.analysis import analyze
+
+    p = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 1},
+                        "training": {"seq_length": 384, "global_batch_size": 8}, "hardware": {"gpu": "A100-40GB"}})
+    (f,) = [f for f in analyze(p, squad).findings if f.id.startswith("memory.")]
+    assert f.severity == "error" and not f.fix and "no change of recompute, CP, TP, PP or pack size" in f.message
+
+
+def test_full_recompute_is_not_undone_where_selective_overflows(long_context):
+    from advisor.analysis import analyze
+
+    full = apply_fix(long_context_plan(), {"training": {"recompute": "full"}})
+    f = find(analyze(full, long_context).findings, "long_context.recompute")
+    assert not f.fix and "does not fit" in f.reason
+    roomy = long_context_plan(gpus=64, cp=32).changed({"training": {"recompute": "full"}})
+    assert find(analyze(roomy, long_context).findings, "long_context.recompute").fix == \
+        {"training": {"recompute": "selective"}}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["llama3.1-8b", "llama3.1-70b"]), seq=st.sampled_from([32768, 65536, 131072]),
+       tp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective"]), fmt=st.sampled_from(["sft", "chat"]))
+def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model, seq, tp, cp, dp, recompute, fmt):
+    """Long-context layouts on the long-context sample: whenever a plan does not fit, each fix offered makes it fit
+    (the full estimate, not the rule's bound), keeps seq_length and the samples per step, and is a fixed point."""
+    from advisor.analysis import analyze
+
+    p = plan_from_dict({"model": model, "parallel": {"gpus": tp * cp * dp, "tp": tp, "cp": cp, "sp": tp > 1},
+                        "training": {"seq_length": seq, "global_batch_size": 32, "recompute": recompute},
+                        "packing": {"mode": "offline"}, "data": {"format": fmt}})
+    a = analyze(p, long_context)
+    memory = [f for f in a.findings if f.id.startswith("memory.")]
+    assert bool(memory) == (not a.estimate.memory.fits)
+    for f in memory:
+        if not f.fix:
+            continue
+        fixed = apply_fix(p, f.fix)
+        after = analyze(fixed, long_context)
+        assert after.estimate.memory.fits, f.fix
+        assert fixed.training.seq_length == seq and fixed.training.global_batch_size == 32
+        assert apply_fix(fixed, f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}

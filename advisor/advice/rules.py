@@ -12,8 +12,11 @@ Sources are named per rule: Megatron-Bridge 0.6.2 ``training/config.py`` (``Conf
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from advisor.advice.findings import SEVERITIES, Finding
+from advisor.advice.memory_fixes import describe, fitting_fixes
+from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
 from advisor.packing.offline import PackingResult
 from advisor.packing.online.from_plan import online_config
 from advisor.packing.online.validation import check as check_online
@@ -237,6 +240,18 @@ def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
                     f"({r.tokens_truncated:,} tokens lost, {r.tokens_truncated / max(1, r.real_tokens):.2%})",
             reason="The dataset cuts samples at max_seq_length before packing; their tails are never trained on.",
             source="Megatron-Bridge 0.6.2 data/packing/offline.py (tokenize_dataset)"))
+    if packing is not None and packing.runtime.num_skipped:
+        r = packing.runtime
+        share = r.num_skipped / max(1, r.num_skipped + int(r.counts.sum()))
+        out.append(Finding(
+            id="data.skipped", severity="warning",
+            message=f"{r.num_skipped:,} chat samples longer than {packing.config.effective_max_seq_length} are "
+                    f"skipped ({share:.2%} of the samples, {r.tokens_skipped:,} tokens never trained on)",
+            reason="GPTSFTChatDataset does not truncate, so Megatron-Bridge's create_hist leaves samples longer than "
+                   "the max length out of the packs (with a warning in its log); the packing factor n, the global "
+                   "batch in packs and the epoch are those of the samples that remain. A larger pack keeps them.",
+            source="Megatron-Bridge 0.6.2 data/packing/algorithms.py (create_hist); data/datasets/gpt_sft.py "
+                   "(GPTSFTChatDataset._process_example)"))
     if packing is not None and packing.metrics.straggler_ratio > 1.5 and p.dp > 1:
         m = packing.metrics
         out.append(Finding(
@@ -314,11 +329,61 @@ def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     return out
 
 
+MEMORY_SOURCE = ("the advisor's memory model (advisor/model/memory.py: weights, gradients, optimizer, activations "
+                 "of the micro batch the plan really holds, logits, overhead); beside it Megatron-Bridge 0.6.2 "
+                 "training/utils/theoretical_memory_utils.py")
+
+
+def _unless_it_overflows(finding: Finding, plan: Plan, memory: MemoryEstimate) -> Finding:
+    """A fix that would make a fitting plan overflow is withdrawn (full recompute back to selective at a layout
+    that needs it), so the memory error's fix and this one do not undo each other."""
+    if finding.id != "long_context.recompute" or not finding.fix:
+        return finding
+    changed = plan.changed(finding.fix)
+    if estimate_memory(changed, memory.tokens_per_micro_batch, changed.parallel.pp, overhead_bytes=memory.overhead,
+                       capacity_bytes=memory.capacity).fits:
+        return finding
+    return replace(finding, fix={}, reason=finding.reason + " At this layout selective recompute does not fit the "
+                                                            "GPU: add CP first.")
+
+
+def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimate | None) -> list[Finding]:
+    """A plan that does not fit its GPU is an error; its fixes are the first changes that make it fit
+    (advisor/advice/memory_fixes.py), the first on the error and the others as alternatives."""
+    if memory is None or memory.fits:
+        return []
+
+    def errors_of(changed: Plan) -> set[str]:
+        return {f.id for rule in RULES for f in rule(changed, None) if f.severity == "error"}
+
+    fixes = fitting_fixes(plan, memory, errors_of)
+    need = describe(memory, plan)
+    reason = ("Training would stop with CUDA out of memory at the first step. The estimate counts the micro batch "
+              "the plan really holds (a pack with offline packing), split over TP and CP; recompute, more CP, TP or "
+              "PP divide activations or weights; each change offered keeps seq_length and the samples per step and "
+              "was checked to fit with the same memory model.")
+    if not fixes:
+        return [Finding(id="memory.exceeds", severity="error",
+                        message=f"{need}: no change of recompute, CP, TP, PP or pack size tried here fits (more GPUs "
+                                "or a GPU with more memory)", reason=reason, source=MEMORY_SOURCE)]
+    first, *others = fixes
+    out = [Finding(id="memory.exceeds", severity="error",
+                   message=f"{need}; {first.what} fits ({first.total_bytes / GIB:.1f} GiB)",
+                   reason=reason, source=MEMORY_SOURCE, fix=first.fix)]
+    out += [Finding(id="memory.alternative", severity="info",
+                    message=f"also fits the GPU: {f.what} ({f.total_bytes / GIB:.1f} GiB per GPU)",
+                    reason=reason, source=MEMORY_SOURCE, fix=f.fix) for f in others]
+    return out
+
+
 RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
          rule_compatibility, rule_performance, rule_online)
 
 
-def check(plan: Plan, packing: PackingResult | None = None) -> list[Finding]:
-    """Every finding for the plan, errors first."""
-    found = [f for rule in RULES for f in rule(plan, packing)]
+def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstimate | None = None) -> list[Finding]:
+    """Every finding for the plan, errors first (``memory``: the plan's memory estimate; without it the memory rule
+    is not checked)."""
+    found = [f for rule in RULES for f in rule(plan, packing)] + rule_memory(plan, packing, memory)
+    if memory is not None:
+        found = [_unless_it_overflows(f, plan, memory) for f in found]
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))

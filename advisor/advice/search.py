@@ -94,7 +94,6 @@ class SearchResult:
 
 def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None, estimator=None) -> Candidate:
     """A candidate: its findings and estimate (``estimator(plan)`` if given, so a caller can share a cache)."""
-    findings = tuple(check(plan, packing_of(plan, hist)))
     try:
         if estimator is not None:
             est = estimator(plan)
@@ -102,6 +101,7 @@ def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None, estima
             est = estimate(plan, hist) if mfu is None else estimate(plan, hist, mfu=mfu)
     except ValueError:
         est = None
+    findings = tuple(check(plan, packing_of(plan, hist), est.memory if est is not None else None))
     return Candidate(plan=plan, estimate=est, findings=findings)
 
 

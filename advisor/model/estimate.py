@@ -31,10 +31,14 @@ from advisor.plan import Plan
 
 
 def packing_config(plan: Plan) -> PackingConfig:
-    """Megatron-Bridge's offline packing settings for this plan (the dataset cuts at min(seq_length, pack))."""
+    """Megatron-Bridge's offline packing settings for this plan: the dataset's max length is min(seq_length, pack);
+    SFT data (GPTSFTDataset) is truncated to it, chat data (GPTSFTChatDataset, which does not truncate) has its
+    longer samples skipped by ``create_hist`` (Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py,
+    data/packing/algorithms.py). Every packing of a plan (CLI, pages, exports, search) is built here."""
     size = plan.pack_size
     return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing.seed,
-                         pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size))
+                         pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size),
+                         overlong="skip" if plan.data.format == "chat" else "truncate")
 
 
 def packing_of(plan: Plan, hist: LengthHistogram) -> PackingResult | None:
@@ -86,6 +90,7 @@ class Estimate:
                       "attention_ratio_thd_over_block": self.flops.attention_ratio},
             "time": self.time.__dict__,
             "packing": None if self.packing is None else self.packing.metadata,
+            "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
             "online": None if self.online is None else online_summary(self.online),
             "notes": list(self.notes),
         }
@@ -105,6 +110,14 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
         return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing.seed,
                                       t.seq_length), None
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
+
+
+def _left_out(plan: Plan, result: PackingResult) -> dict:
+    """What the plan's data format does to samples longer than the max length: truncated (sft) or skipped (chat)."""
+    r = result.runtime
+    return {"format": plan.data.format, "max_seq_length": result.config.effective_max_seq_length,
+            "num_truncated": r.num_truncated, "tokens_truncated": r.tokens_truncated,
+            "num_skipped": r.num_skipped, "tokens_skipped": r.tokens_skipped}
 
 
 def online_summary(run: RunSchedule) -> dict:

@@ -110,6 +110,16 @@ class PackingResult:
         samples per step into Megatron-Bridge's global batch of packs."""
         return self.metrics.num_sequences / max(1, self.num_packs)
 
+    @property
+    def num_skipped(self) -> int:
+        """Samples left out as longer than the max length (chat data, ``overlong="skip"``)."""
+        return self.runtime.num_skipped
+
+    @property
+    def num_truncated(self) -> int:
+        """Samples packed with their tail cut (SFT data, or any data padded to a multiple past the cap)."""
+        return self.runtime.num_truncated
+
     @cached_property
     def per_pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(fill, samples, attention work sum(s^2)) per pack, computed once (charts and estimates reuse it)."""
@@ -130,7 +140,8 @@ class PackingResult:
             num_sequences=self.metrics.num_sequences, num_packs=self.num_packs, num_truncated=r.num_truncated,
             padding_fraction=self.metrics.padding_fraction, tokens_truncated=r.tokens_truncated,
             num_skipped=r.num_skipped, tokens_skipped=r.tokens_skipped, pad_tokens_added=r.pad_tokens,
-            algorithm=self.config.algorithm, seed=self.config.seed, pad_seq_to_mult=self.config.multiple,
+            overlong=self.config.overlong, algorithm=self.config.algorithm, seed=self.config.seed,
+            pad_seq_to_mult=self.config.multiple,
             max_seq_length=self.config.effective_max_seq_length, seconds=self.seconds,
         )
         out.update({k: v for k, v in self.metrics.as_dict().items() if k not in out})
@@ -168,9 +179,13 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
     notes = list(hist.notes)
     if rt.num_truncated:
         notes.append(f"{rt.num_truncated:,} samples truncated to max_seq_length {cfg.effective_max_seq_length} "
-                     f"({rt.tokens_truncated:,} tokens lost)")
+                     f"({rt.tokens_truncated:,} tokens lost)" + (
+                         "" if cfg.overlong == "truncate" else f": padding to a multiple of {cfg.multiple} cuts "
+                         "chat samples too (offline.py _pre_pad_data_point)"))
     if rt.num_skipped:
-        notes.append(f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist")
+        notes.append(f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist "
+                     f"({rt.tokens_skipped:,} tokens; chat data is not truncated by GPTSFTChatDataset, so "
+                     "Megatron-Bridge leaves these samples out of the packs)")
     if progress:
         progress("done", 1.0)
     result = PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,

@@ -223,6 +223,10 @@ class DataSpec(_Section):
     lengths: str | None = Field(None, max_length=4096, description="lengths file; a relative path is read from "
                                                                    "the plan file's folder")
     column: str | None = Field(None, max_length=256, description="column or field holding the lengths")
+    format: Literal["sft", "chat"] = Field(
+        "sft", description="what the lengths are (python -m advisor tokenize records it): sft = GPTSFTDataset, "
+                           "which truncates to the max length; chat = GPTSFTChatDataset, which does not, so offline "
+                           "packing skips samples longer than the pack (create_hist)")
 
 
 class HardwareSpec(_Section):

@@ -139,6 +139,7 @@ def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_
         state["upload_error"] = f"{name[:80]}: could not be tokenized ({type(e).__name__})"
         return False
     state["hist"], state["data_name"] = hist, hist.source
-    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None}})
+    # the format goes into the plan: chat samples longer than the pack are skipped by offline packing, SFT ones cut
+    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None, "format": fmt}})
     state.pop("upload_error", None)
     return True

@@ -42,16 +42,18 @@ SWEEP_SAMPLES = 250_000  # past this the sweep runs on a scale model of the data
 
 
 def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list[str], micro_batch_size: int = 4,
-                  seed: int = 1234, pad_seq_to_mult: int = 1, progress=None) -> pd.DataFrame:
+                  seed: int = 1234, pad_seq_to_mult: int = 1, progress=None, overlong: str = "truncate",
+                  ) -> pd.DataFrame:
     """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines; computed once
     per (data, settings) and kept. On more than ``SWEEP_SAMPLES`` samples the curves come from a scale model of the
     data (same shape, fewer samples): the packs themselves are not shown, and the page's own packing stays exact."""
-    setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult)
+    setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult, overlong)
     return _SWEEPS.get(hist, setting, lambda: _sweep(hist.scale_model(SWEEP_SAMPLES), pack_sizes, algorithms,
-                                                     micro_batch_size, seed, pad_seq_to_mult, progress))
+                                                     micro_batch_size, seed, pad_seq_to_mult, progress, overlong))
 
 
-def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress=None) -> pd.DataFrame:
+def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress=None,
+           overlong="truncate") -> pd.DataFrame:
     rows = []
     steps = len(pack_sizes) * (len(algorithms) + 1)
     for i, size in enumerate(pack_sizes):
@@ -61,7 +63,7 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
                          (i * (len(algorithms) + 1) + j) / steps)
             # not through the packing cache: the sweep is kept whole in _SWEEPS, its packs are not needed again
             res = pack(hist, PackingConfig(pack_size=size, algorithm=algorithm, seed=seed,
-                                           pad_seq_to_mult=pad_seq_to_mult))
+                                           pad_seq_to_mult=pad_seq_to_mult, overlong=overlong))
             rows.append({"pack_size": size, "algorithm": algorithm,
                          "packing_efficiency": res.metrics.packing_efficiency,
                          "padding_fraction": res.metrics.padding_fraction,

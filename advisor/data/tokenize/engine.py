@@ -76,6 +76,7 @@ class TokenizeResult:
     workers: int = 1
     sampled: bool = False
     selected: int = 0  # records read for the lengths: all of them, or the sample (bad ones included)
+    fmt: str = "sft"  # the job's format: a plan's data.format (chat lengths are skipped, not cut, past the pack)
 
     def histogram(self) -> LengthHistogram:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
@@ -356,7 +357,7 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     results.sort(key=lambda r: r.index)
     out = _assemble(job, name, shards, selects, results, ray_counts, total, selected is not None and
                     selected < total, engine, workers, time.perf_counter() - started)
-    return replace(out, notes=out.notes + tuple(scan_notes),
+    return replace(out, notes=out.notes + tuple(scan_notes), fmt=job.fmt,
                    selected=selected if selected is not None else out.total_records)
 
 
