@@ -125,7 +125,8 @@ class Analysis:
         if fmt == "markdown":
             return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
                           self.search if recommended else None)
-        return export(target.plan, fmt, version, target.packing_factor)
+        return export(target.plan, fmt, version, target.packing_factor, num_samples=target.hist.num_samples,
+                      num_packs=target.packing.num_packs if target.packing is not None else None)
 
     def summary(self) -> dict:
         """The plan's derived settings, as the CLI's JSON and the dashboard show them."""

@@ -48,13 +48,13 @@ PLANS = {
 N = 2.5  # a packing factor: offline exports write the global batch in packs, samples / n
 
 
-def run_check(version, name, tmp_path):
-    plan = plan_from_dict(PLANS[name])
-    (tmp_path / "s.py").write_text(python_snippet(plan, version, N))
-    (tmp_path / "o.txt").write_text(overrides(plan, version, N))
+def run_check(version, name, tmp_path, recipe="specs", **size):
+    plan = name if not isinstance(name, str) else plan_from_dict(PLANS[name])
+    (tmp_path / "s.py").write_text(python_snippet(plan, version, N, **size))
+    (tmp_path / "o.txt").write_text(overrides(plan, version, N, **size))
     env = {**os.environ, "ADVISOR_MB_VERSION": version}
     proc = subprocess.run([sys.executable, "-m", "tests.snippet_check", plan.training.task, str(tmp_path / "s.py"),
-                           str(tmp_path / "o.txt")], capture_output=True, text=True, cwd=ROOT, env=env)
+                           str(tmp_path / "o.txt"), recipe], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return plan, json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -70,9 +70,18 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
         module = "megatron.bridge.data.packing.config" if version == "0.6.2" else \
             "megatron.bridge.data.datasets.packed_sequence"
         assert out["specs_is_real"] and out["specs_class"] == f"{module}.PackedSequenceSpecs"
-        assert out["specs"]["packed_sequence_size"] == plan.training.seq_length
-        assert out["specs"]["pad_cu_seqlens"] is plan.training.cuda_graphs
-        assert out["specs"]["pad_seq_to_mult"] % (2 * plan.parallel.cp) == 0
+        assert out["specs_not_fields"] == []  # no attribute the dataclass lacks was set on the recipe's object
+        for specs in (out["specs"], out["override_specs"]):
+            assert specs["packed_sequence_size"] == plan.training.seq_length
+            assert specs["pad_cu_seqlens"] is plan.training.cuda_graphs
+            assert specs["pad_seq_to_mult"] == plan.pad_seq_to_mult
+            assert specs["pad_seq_to_mult"] % (2 * plan.parallel.cp) == 0 if plan.parallel.cp > 1 else \
+                specs["pad_seq_to_mult"] == 1  # the recipes' rule: no CP, no per-sequence padding
+            for field, value in out["recipe_specs"].items():  # the recipe's other fields survive
+                if field != "packed_sequence_size":
+                    assert specs[field] == value, field
+        for dataset in (out["dataset"], out["override_dataset"]):  # the recipe's seed and kwargs stay
+            assert dataset["seed"] == 5678 and dataset["dataset_kwargs"]["num_workers"] == 2
     else:
         assert out["specs"] is None
     if plan.parallel.cp > 1:

@@ -33,7 +33,7 @@ from advisor.plan import Plan
 def packing_config(plan: Plan) -> PackingConfig:
     """Megatron-Bridge's offline packing settings for this plan (the dataset cuts at min(seq_length, pack))."""
     size = plan.pack_size
-    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing.seed,
+    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing_seed,
                          pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size))
 
 
@@ -99,12 +99,12 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     if mode == "offline":
         result = packing_for(hist, packing_config(plan))
         return offline_micro_batches(result, fixed), result
-    unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing.seed)
+    unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed)
     counts = runtime_lengths(hist, unpadded).counts
     if mode == "in-batch":
-        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing.seed,
+        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed,
                                       t.seq_length), None
-    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
+    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing_seed, fixed), None
 
 
 def online_summary(run: RunSchedule) -> dict:
@@ -158,7 +158,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
         flops = FlopsEstimate(model_per_step=mlm_flops, computed_per_step=flops.computed_per_step,
                               attention=flops.attention, attention_ratio=flops.attention_ratio)
     time = estimate_time(mb, coef, plan=plan, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
-                         seed=plan.packing.seed,
+                         seed=plan.packing_seed,
                          straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
                          model_flops=mlm_flops)
     notes = []
