@@ -241,6 +241,9 @@ def mock_lengths_csv(hist: LengthHistogram, seed: int = 1234) -> str:
     return "length\n" + "\n".join(str(v) for v in dataset_order(hist, seed).tolist()) + "\n"
 
 
+MAX_CONNECTIONS = "export CUDA_DEVICE_MAX_CONNECTIONS=1"
+
+
 def _flag(name: str, value) -> str:
     """One ``--name value`` argument; floats without a trailing ``.0`` noise (1e-05 stays exact for argparse)."""
     return f"--{name} {value!r}" if isinstance(value, float) else f"--{name} {value}"
@@ -340,6 +343,8 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     gbs = max(unit, round(t.global_batch_size / unit) * unit)
     head = [f"# global batch {t.global_batch_size} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
         if gbs != t.global_batch_size else []
+    if (p.tp > 1 or p.cp > 1) and plan.hardware.gpu != "B200":  # validate_args asserts it below Blackwell
+        head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
             f"--micro-batch-size {mbs}", f"--global-batch-size {gbs}", f"--seq-length {t.seq_length}",
