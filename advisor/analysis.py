@@ -12,7 +12,7 @@ computes nothing.
 >>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_size": 64}})
 >>> a = analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50))
 >>> a is analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50)), round(a.packing_factor, 2)
-(True, 1.92)
+(True, 1.87)
 """
 
 from __future__ import annotations

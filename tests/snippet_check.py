@@ -98,12 +98,13 @@ def _specs_of(cfg, spec_fields: set) -> dict | None:
             "not_fields": sorted(set(vars(specs)) - spec_fields)}  # a typo sets a new attribute silently
 
 
-def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> list[str]:
-    """Each ``a.b[.c]=value`` on cfg, the value read as YAML (Hydra's grammar for these scalars and lists); the
-    keys the version's dataclasses do not have are returned."""
+def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> tuple[list[str], list[str]]:
+    """Each ``a.b[.c]=value`` on cfg, the value read as YAML (Hydra's grammar for these scalars and lists); returns
+    the keys the version's dataclasses do not have, and the lines whose parent object the recipe lacks (a dotlist
+    sets fields, it cannot create the specs object)."""
     import yaml
 
-    bad = []
+    bad, unapplied = [], []
     for line in lines:
         path, _, raw = line.partition("=")
         key = path.split(".")
@@ -119,9 +120,11 @@ def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> l
             setattr(section, key[1], value)
         elif key[1] == "dataset_kwargs":
             section.dataset_kwargs[key[2]] = value
+        elif getattr(section, key[1]) is None:
+            unapplied.append(line)
         else:
-            setattr(getattr(section, key[1]), key[2], value)  # the recipe's specs object: absent, this raises
-    return bad
+            setattr(getattr(section, key[1]), key[2], value)  # on the recipe's own specs object
+    return bad, unapplied
 
 
 def main() -> None:
@@ -138,7 +141,7 @@ def main() -> None:
     specs = _specs_of(cfg, spec_fields)
     specs_obj = next((cfg.dataset._values[k] for k in SPEC_FIELDS if cfg.dataset._values.get(k) is not None), None)
     over_cfg = recipe_config(task, specs_cls, with_specs, [])
-    bad_overrides = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
+    bad_overrides, unapplied = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
     print(json.dumps({
         "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log], "unknown": unknown,
         "specs_class": specs["class"] if specs else None,
@@ -149,6 +152,7 @@ def main() -> None:
         "override_specs": (_specs_of(over_cfg, spec_fields) or {}).get("fields"),
         "override_dataset": {k: over_cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
         "override_train": over_cfg.train._values, "bad_overrides": bad_overrides,
+        "unapplied_overrides": unapplied,
     }, default=str))
 
 
