@@ -12,7 +12,7 @@ computes nothing.
 >>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_size": 64}})
 >>> a = analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50))
 >>> a is analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50)), round(a.packing_factor, 2)
-(True, 1.92)
+(True, 1.87)
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ class Analysis:
         if fmt == "markdown":
             return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
                           result)
-        return export(target.plan, fmt, version, target.packing_factor)
+        return export(target.plan, fmt, version, target.packing_factor, num_samples=target.hist.num_samples,
+                      num_packs=target.packing.num_packs if target.packing is not None else None)
 
     def summary(self) -> dict:
         """The plan's derived settings, as the CLI's JSON and the dashboard show them."""

@@ -18,6 +18,7 @@ from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 ALGORITHM_NAMES = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
                    "column_generation")
 MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED = "first_fit_shuffle", 1234
+MB_RECIPE_SEED = 5678  # advisor.plan.schema's: the recipes' packing seed, a plan's default
 DEFAULT_MAX_MB = 1024.0
 
 
@@ -313,7 +314,7 @@ def cmd_export(args) -> dict:
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
     text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
     if args.lengths_csv:
-        _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing.seed))
+        _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed))
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
     sys.stdout.write(text)
     return {}
@@ -766,8 +767,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vpp-group", type=_positive_int(1024),
                    help="microbatch_group_size_per_vp_stage under VPP (packs rounded to DP x this)")
     p.add_argument("--steps", type=_positive_int(1 << 24), help="steps to schedule (default: one epoch)")
-    p.add_argument("--seed", type=_checked(_seed), default=MB_DEFAULT_SEED,
-                   help="shuffle of a length,count histogram (it has no order; default 1234, the export's)")
+    p.add_argument("--seed", type=_checked(_seed), default=MB_RECIPE_SEED,
+                   help=f"shuffle of a length,count histogram (it has no order; default {MB_RECIPE_SEED}, the "
+                        "export's when the plan sets no packing.seed)")
     p.set_defaults(func=cmd_schedule)
     p = sub.add_parser("tokenize", help="token lengths of a raw SFT or chat data set, exactly as Megatron-Bridge "
                        "0.6.2 tokenizes it (on this machine or a Ray cluster)")

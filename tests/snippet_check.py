@@ -1,10 +1,14 @@
 """Run an exported snippet against one Megatron-Bridge version's real code, in its own process.
 
-    ADVISOR_MB_VERSION=0.3.1 python -m tests.snippet_check TASK SNIPPET.py OVERRIDES.txt
+    ADVISOR_MB_VERSION=0.3.1 python -m tests.snippet_check TASK SNIPPET.py OVERRIDES.txt [specs|none]
 
-Executes the snippet with ``cfg`` a recorder of attribute sets and the version's real ``PackedSequenceSpecs``
-importable, then checks every attribute set on ``cfg.model``, ``cfg.train``, ``cfg.dataset`` and ``cfg.ddp``, and
-every override key, against that version's dataclass fields (read from the wheels' source). Prints one JSON object.
+``cfg`` is a recipe-like ConfigContainer: its sections hold a recipe's values (dataset seed 5678, dataset_kwargs,
+and with ``specs`` the version's real ``PackedSequenceSpecs`` with a tokenizer name and, from 0.6, tokenizer
+workers set, as a recipe leaves them; with ``none`` no specs) and record every attribute set. The snippet runs on
+one such ``cfg``, the overrides are applied key by key (values read as YAML, as Hydra reads them) on another.
+Every attribute set on ``cfg.model``, ``cfg.train``, ``cfg.dataset`` and ``cfg.ddp``, every override key and every
+attribute of the final specs object is checked against that version's dataclass fields (read from the wheels'
+source). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -35,18 +39,28 @@ CLASSES = {
 SPEC_FIELDS = {"offline_packing_specs", "packed_sequence_specs"}
 
 
+RECIPE_SPECS = {"0.6.2": {"packed_sequence_size": 2048, "tokenizer_model_name": "meta-llama/Llama-3.1-8B",
+                          "num_tokenizer_workers": 4},
+                "0.3.1": {"packed_sequence_size": 2048, "tokenizer_model_name": "meta-llama/Llama-3.1-8B"}}[VERSION]
+RECIPE_DATASET = {"seed": 5678, "dataset_kwargs": {"pad_to_max_length": True, "num_workers": 2}}
+
+
 class _Section:
-    def __init__(self, name: str, log: list):
+    """One section of the recipe's config: reads give the recipe's values, sets are recorded and kept."""
+
+    def __init__(self, name: str, log: list, values: dict):
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_log", log)
+        object.__setattr__(self, "_values", dict(values))
 
     def __setattr__(self, key, value):
         self._log.append((self._name, key, value))
+        self._values[key] = value
 
     def __getattr__(self, key):
-        if key == "dataset_kwargs":  # read-modify-write of a dict field the recipe may leave None
-            return None
-        raise AttributeError(f"cfg.{self._name}.{key} was read, not set")
+        if key in self._values:
+            return self._values[key]
+        raise AttributeError(f"cfg.{self._name}.{key} was read, not set (the recipe-like config has no value)")
 
 
 def _load_specs_class():
@@ -59,34 +73,86 @@ def _load_specs_class():
     return getattr(specs_module, name)
 
 
+def recipe_config(task: str, specs_cls, with_specs: bool, log: list):
+    """A recipe-like ConfigContainer whose dataset holds the recipe's seed, kwargs and (real) packing specs."""
+    dataset = {k: (dict(v) if isinstance(v, dict) else v) for k, v in RECIPE_DATASET.items()}
+    if task == "llm-sft":
+        key = "offline_packing_specs" if VERSION.startswith("0.6") else "packed_sequence_specs"
+        dataset[key] = specs_cls(**RECIPE_SPECS) if with_specs else None
+        if VERSION.startswith("0.6"):
+            dataset["enable_offline_packing"] = with_specs
+    cfg = type("Cfg", (), {})()
+    for section in ("model", "train", "ddp"):
+        setattr(cfg, section, _Section(section, log, {}))
+    cfg.dataset = _Section("dataset", log, dataset)
+    return cfg
+
+
+def _specs_of(cfg, spec_fields: set) -> dict | None:
+    values = cfg.dataset._values
+    specs = next((values[k] for k in SPEC_FIELDS if values.get(k) is not None), None)
+    if specs is None:
+        return None
+    return {"class": f"{type(specs).__module__}.{type(specs).__name__}",
+            "fields": {k: getattr(specs, k) for k in sorted(spec_fields)},
+            "not_fields": sorted(set(vars(specs)) - spec_fields)}  # a typo sets a new attribute silently
+
+
+def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> tuple[list[str], list[str]]:
+    """Each ``a.b[.c]=value`` on cfg, the value read as YAML (Hydra's grammar for these scalars and lists); returns
+    the keys the version's dataclasses do not have, and the lines whose parent object the recipe lacks (a dotlist
+    sets fields, it cannot create the specs object)."""
+    import yaml
+
+    bad, unapplied = [], []
+    for line in lines:
+        path, _, raw = line.partition("=")
+        key = path.split(".")
+        ok = len(key) in (2, 3) and key[0] in fields and key[1] in fields[key[0]]
+        if ok and len(key) == 3:
+            ok = (key[1] in SPEC_FIELDS and key[2] in spec_fields) or key[1] == "dataset_kwargs"
+        if not ok:
+            bad.append(line)
+            continue
+        value = yaml.safe_load(raw)
+        section = getattr(cfg, key[0])
+        if len(key) == 2:
+            setattr(section, key[1], value)
+        elif key[1] == "dataset_kwargs":
+            section.dataset_kwargs[key[2]] = value
+        elif getattr(section, key[1]) is None:
+            unapplied.append(line)
+        else:
+            setattr(getattr(section, key[1]), key[2], value)  # on the recipe's own specs object
+    return bad, unapplied
+
+
 def main() -> None:
     task, snippet_path, overrides_path = sys.argv[1:4]
+    with_specs = (sys.argv[4] if len(sys.argv) > 4 else "specs") == "specs"
     specs_cls = _load_specs_class()
     fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp")}
     fields["dataset"] = class_fields(*CLASSES[f"dataset:{task}"])
     spec_fields = class_fields(*CLASSES["specs"])
     log: list = []
-    cfg = type("Cfg", (), {})()
-    for section in ("model", "train", "dataset", "ddp"):
-        setattr(cfg, section, _Section(section, log))
+    cfg = recipe_config(task, specs_cls, with_specs, log)
     exec(open(snippet_path).read(), {"cfg": cfg})  # noqa: S102 - the advisor's own export, under test
     unknown = [f"cfg.{s}.{k}" for s, k, _ in log if k not in fields[s]]
-    specs = [v for _, k, v in log if k in SPEC_FIELDS]
-    bad_overrides = []
-    for line in open(overrides_path).read().split():
-        key = line.split("=", 1)[0].split(".")
-        ok = key[0] in fields and key[1] in fields[key[0]]
-        if ok and len(key) == 3:
-            ok = (key[1] in SPEC_FIELDS and key[2] in spec_fields) or key[1] == "dataset_kwargs"
-        if not ok or len(key) > 3:
-            bad_overrides.append(line)
+    specs = _specs_of(cfg, spec_fields)
+    specs_obj = next((cfg.dataset._values[k] for k in SPEC_FIELDS if cfg.dataset._values.get(k) is not None), None)
+    over_cfg = recipe_config(task, specs_cls, with_specs, [])
+    bad_overrides, unapplied = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
     print(json.dumps({
         "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log], "unknown": unknown,
-        "specs_class": f"{type(specs[0]).__module__}.{type(specs[0]).__name__}" if specs else None,
-        "specs_is_real": bool(specs) and isinstance(specs[0], specs_cls),
-        "specs": {k: getattr(specs[0], k) for k in ("packed_sequence_size", "pad_seq_to_mult", "pad_cu_seqlens")}
-        if specs else None,
-        "bad_overrides": bad_overrides,
+        "specs_class": specs["class"] if specs else None,
+        "specs_is_real": isinstance(specs_obj, specs_cls),
+        "specs": specs["fields"] if specs else None, "specs_not_fields": specs["not_fields"] if specs else None,
+        "recipe_specs": RECIPE_SPECS if with_specs else None,
+        "dataset": {k: cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
+        "override_specs": (_specs_of(over_cfg, spec_fields) or {}).get("fields"),
+        "override_dataset": {k: over_cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
+        "override_train": over_cfg.train._values, "bad_overrides": bad_overrides,
+        "unapplied_overrides": unapplied,
     }, default=str))
 
 

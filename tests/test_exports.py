@@ -48,13 +48,13 @@ PLANS = {
 N = 2.5  # a packing factor: offline exports write the global batch in packs, samples / n
 
 
-def run_check(version, name, tmp_path):
-    plan = plan_from_dict(PLANS[name])
-    (tmp_path / "s.py").write_text(python_snippet(plan, version, N))
-    (tmp_path / "o.txt").write_text(overrides(plan, version, N))
+def run_check(version, name, tmp_path, recipe="specs", **size):
+    plan = name if not isinstance(name, str) else plan_from_dict(PLANS[name])
+    (tmp_path / "s.py").write_text(python_snippet(plan, version, N, **size))
+    (tmp_path / "o.txt").write_text(overrides(plan, version, N, **size))
     env = {**os.environ, "ADVISOR_MB_VERSION": version}
     proc = subprocess.run([sys.executable, "-m", "tests.snippet_check", plan.training.task, str(tmp_path / "s.py"),
-                           str(tmp_path / "o.txt")], capture_output=True, text=True, cwd=ROOT, env=env)
+                           str(tmp_path / "o.txt"), recipe], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return plan, json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -66,13 +66,23 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
     assert out["version"] == version
     assert out["unknown"] == [], out["unknown"]
     assert out["bad_overrides"] == [], out["bad_overrides"]
+    assert out["unapplied_overrides"] == []  # the recipe-like config has the specs each override sets
     if plan.training.task == "llm-sft":
         module = "megatron.bridge.data.packing.config" if version == "0.6.2" else \
             "megatron.bridge.data.datasets.packed_sequence"
         assert out["specs_is_real"] and out["specs_class"] == f"{module}.PackedSequenceSpecs"
-        assert out["specs"]["packed_sequence_size"] == plan.training.seq_length
-        assert out["specs"]["pad_cu_seqlens"] is plan.training.cuda_graphs
-        assert out["specs"]["pad_seq_to_mult"] % (2 * plan.parallel.cp) == 0
+        assert out["specs_not_fields"] == []  # no attribute the dataclass lacks was set on the recipe's object
+        for specs in (out["specs"], out["override_specs"]):
+            assert specs["packed_sequence_size"] == plan.training.seq_length
+            assert specs["pad_cu_seqlens"] is plan.training.cuda_graphs
+            assert specs["pad_seq_to_mult"] == plan.pad_seq_to_mult
+            assert specs["pad_seq_to_mult"] % (2 * plan.parallel.cp) == 0 if plan.parallel.cp > 1 else \
+                specs["pad_seq_to_mult"] == 1  # the recipes' rule: no CP, no per-sequence padding
+            for field, value in out["recipe_specs"].items():  # the recipe's other fields survive
+                if field != "packed_sequence_size":
+                    assert specs[field] == value, field
+        for dataset in (out["dataset"], out["override_dataset"]):  # the recipe's seed and kwargs stay
+            assert dataset["seed"] == 5678 and dataset["dataset_kwargs"]["num_workers"] == 2
     else:
         assert out["specs"] is None
     if plan.parallel.cp > 1:
@@ -154,3 +164,60 @@ def test_markdown_and_plan_exports(squad):
     assert "-m advisor trial plan.yaml --device cuda" in analysis.export("torchrun")
     with pytest.raises(ValueError, match="unknown export format"):
         analysis.export("docx")
+
+
+REVIEWER = {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
+            "training": {"seq_length": 8192, "global_batch_size": 128}}
+
+
+@pytest.mark.parametrize("layout,offline,in_batch", [({"tp": 2, "sp": True}, 1, 2), ({"tp": 2, "cp": 2}, 4, 4),
+                                                     ({"tp": 4, "cp": 2, "sp": True}, 8, 8),
+                                                     ({"tp": 2, "cp": 2, "sp": True}, 4, 4)])
+def test_pad_seq_to_mult_follows_the_recipes_offline_and_validate_in_batch(layout, offline, in_batch):
+    """MB 0.6.2: recipes pad 1 without CP, 2 CP with CP (qwen3.py's TP 4 CP 2 SP recipe: 8); in-batch packing pads
+    to ConfigContainer.validate's lcm(2 CP, CP TP with SP)."""
+    plan = plan_from_dict({**REVIEWER, "parallel": {"gpus": 16, **layout}})
+    assert plan.pad_seq_to_mult == offline
+    assert f"offline_packing_specs.pad_seq_to_mult = {offline}\n" in python_snippet(plan, "0.6.2", N)
+    vlm = plan.changed({"model": {"preset": "qwen2.5-vl-7b"}, "training": {"task": "vlm-sft", "micro_batch_size": 2}})
+    assert vlm.packing_mode == "in-batch" and vlm.pad_seq_to_mult == in_batch == vlm.collate_padding_multiple
+    assert plan.changed({"packing": {"pad_seq_to_mult": 8}}).pad_seq_to_mult == 8  # the plan's own wins
+
+
+@pytest.mark.parametrize("version", ["0.3.1", "0.6.2"])
+def test_a_recipe_without_specs_gets_them_and_an_explicit_seed_is_written(version, tmp_path):
+    plan = plan_from_dict({**REVIEWER, "packing": {"seed": 42}})
+    _, out = run_check(version, plan, tmp_path, recipe="none")
+    assert out["specs_is_real"] and out["specs_not_fields"] == []
+    assert out["specs"]["packed_sequence_size"] == 8192 and out["specs"]["pad_seq_to_mult"] == 1
+    assert out["dataset"]["seed"] == 42 and out["dataset"]["dataset_kwargs"]["num_workers"] == 2
+    # a dotlist sets fields one by one and cannot create the object: the recipe must have specs (SFT recipes do)
+    assert out["unapplied_overrides"] and all("packed_sequence_specs." in line or "offline_packing_specs." in line
+                                              for line in out["unapplied_overrides"])
+
+
+def test_the_packing_simulated_is_the_recipes_unless_the_plan_says(squad):
+    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64}})
+    assert plan.packing.seed is None and analyze(plan, squad).packing.config.seed == 5678
+    assert "seed" not in python_snippet(plan, "0.6.2", N) and "dataset.seed" not in overrides(plan, "0.6.2", N)
+    from advisor.cli import MB_RECIPE_SEED
+    from advisor.plan.schema import MB_RECIPE_SEED as PLAN_SEED
+
+    assert MB_RECIPE_SEED == PLAN_SEED == plan.packing_seed  # the CLI's schedule default is the plan's
+
+
+def test_epochs_become_train_iters_in_packs_or_samples(squad, tmp_path):
+    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64, "epochs": 2}})
+    analysis = analyze(plan, squad)
+    packs, gbs = analysis.packing.num_packs, analysis.global_batch_packs
+    iters = -(-2 * packs // gbs)
+    assert f"cfg.train.train_iters = {iters}\n" in analysis.export("python")
+    assert f"train.train_iters={iters}\n" in analysis.export("overrides")
+    samples = squad.num_samples
+    mlm_gbs = 64  # Megatron-LM counts samples: 64 is a multiple of micro batch 1 x DP 8
+    assert f"--train-iters {-(-2 * samples // mlm_gbs)} " in analysis.export("megatron-lm")
+    _, out = run_check("0.6.2", plan, tmp_path, num_samples=samples, num_packs=packs)
+    at_n = -(-2 * packs // plan.global_batch_packs(N))  # run_check writes the global batch at packing factor N
+    assert out["override_train"]["train_iters"] == at_n and "cfg.train.train_iters" in out["set"]
+    assert "train_iters" not in python_snippet(plan.changed({"training": {"epochs": None}}), "0.6.2", N,
+                                               num_samples=samples, num_packs=packs)

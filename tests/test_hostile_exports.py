@@ -64,7 +64,13 @@ def test_every_export_parses_as_its_language(fmt):
     if fmt == "python":
         tree = ast.parse(text)
         kinds = {type(node).__name__ for node in tree.body}
-        assert kinds <= {"ImportFrom", "Assign"}, kinds  # imports and attribute settings, nothing that runs
+        assert kinds <= {"ImportFrom", "Assign", "If"}, kinds  # imports and attribute settings, nothing that runs
+        for node in tree.body:  # the one branch: create the recipe's specs object where it has none
+            if isinstance(node, ast.If):
+                assert ast.unparse(node.test) in ("cfg.dataset.offline_packing_specs is None",
+                                                  "cfg.dataset.packed_sequence_specs is None")
+                assert ast.unparse(node.body[0]).endswith("= PackedSequenceSpecs()") and len(node.body) == 1
+                assert not node.orelse
     elif fmt == "overrides":
         for line in text.splitlines():
             key, _, value = line.partition("=")

@@ -95,12 +95,12 @@ def test_a_lengths_file_keeps_its_order_and_a_histogram_gets_the_exports_shuffle
     steps = json.loads(proc.stdout)["global_batches"]
     assert steps[0]["seqlen_sum"] == 16 * 4000 and steps[1]["seqlen_sum"] == 16 * 100  # file order, not shuffled
     plan = _plan()
-    order = dataset_order(chat, plan.packing.seed)
+    order = dataset_order(chat, plan.packing_seed)
     assert sorted(order.tolist()) == chat.samples().tolist()
     exported = tmp_path / "mock.csv"
     from advisor.advice.exports import mock_lengths_csv
 
-    exported.write_text(mock_lengths_csv(chat, plan.packing.seed))
+    exported.write_text(mock_lengths_csv(chat, plan.packing_seed))
     proc = advisor("schedule", exported, "--seq-length", 16384, "--dp", 4, "--cp", 2, "--global-batch-size", 64,
                    "--json", "--quiet")
     from_file = json.loads(proc.stdout)["summary"]

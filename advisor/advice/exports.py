@@ -11,6 +11,7 @@ offline packing is ``enable_offline_packing`` with ``offline_packing_specs``; in
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from advisor.data.lengths import LengthHistogram
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
+from advisor.plan.presets import HF_REPOS
 
 DEFAULT_MB_VERSION = "0.6.2"
 FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
@@ -52,11 +54,18 @@ class Settings:
     mode: str
 
 
-# Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels)
+# Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
+# by tests/snippet_check.py); RENAMED ones have another name there. activation (a callable there) and mrope_section
+# (not a GPTModelProvider field) are left to the recipe.
 ARCHITECTURE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                        "kv_channels", "gated_linear_unit", "normalization", "share_embeddings_and_output_weights",
                        "vocab_size", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-                       "moe_shared_expert_intermediate_size", "moe_layer_freq")
+                       "moe_shared_expert_intermediate_size", "moe_layer_freq", "position_embedding_type",
+                       "rotary_base", "rotary_percent", "norm_epsilon", "layernorm_zero_centered_gamma", "qk_layernorm",
+                       "add_bias_linear", "add_qkv_bias", "moe_router_score_function",
+                       "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
+                       "moe_router_topk_scaling_factor")
+RENAMED = {"norm_epsilon": "layernorm_epsilon"}  # megatron/core/transformer/transformer_config.py
 
 
 def architecture(plan: Plan) -> dict:
@@ -67,11 +76,26 @@ def architecture(plan: Plan) -> dict:
     if isinstance(written, str):
         return {}
     fields = written if m.preset is not None else m.model_dump()
-    return {k: fields[k] for k in ARCHITECTURE_FIELDS if k in fields and fields[k] is not None}
+    return {RENAMED.get(k, k): fields[k] for k in ARCHITECTURE_FIELDS if k in fields and fields[k] is not None}
 
 
-def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> Settings:
+def train_iters(epochs: float | None, items: int | None, global_batch: int) -> int | None:
+    """Optimizer steps for ``training.epochs``: ceil(epochs x items / global batch), the items and the batch in the
+    same unit (packs with Megatron-Bridge's offline packing, else samples); None without epochs or items.
+
+    >>> train_iters(2, 401, 26)  # 802 packs at 26 a step
+    31
+    """
+    if not epochs or not items:
+        return None
+    return max(1, math.ceil(epochs * items / global_batch))
+
+
+def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
+                     num_samples: int | None = None, num_packs: int | None = None) -> Settings:
     """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs.
+    Nothing else: the recipe keeps its packing seed unless the plan sets one, and its train_iters unless the plan
+    gives epochs and the data's size (``num_samples``, and ``num_packs`` with offline packing) is known.
 
     With offline packing Megatron-Bridge's global batch counts packs: the plan's samples per step over the packing
     factor n of the data (``Plan.global_batch_packs``), so offline exports need n.
@@ -113,10 +137,15 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     train = {"micro_batch_size": 1 if mode == "offline" else t.micro_batch_size,
              "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
              t.global_batch_size}
+    if mode == "offline" and not num_packs and num_samples:
+        num_packs = round(num_samples / packing_factor)
+    iters = train_iters(t.epochs, num_packs if mode == "offline" else num_samples, train["global_batch_size"])
+    if iters is not None:
+        train["train_iters"] = iters
     dataset: dict = {"seq_length": t.seq_length}
-    if mode == "offline":
-        # the packing shuffle's seed, GPTSFTDatasetConfig.seed (the dataclass default is 1234, recipes set 5678), so
-        # the packs Megatron-Bridge writes are the ones the advisor simulated (only the SFT config has the field)
+    if mode == "offline" and k.seed is not None:
+        # the packing shuffle's seed, GPTSFTDatasetConfig.seed; left out, the recipe's (5678, which the advisor then
+        # simulates: Plan.packing_seed) stays (only the SFT config has the field)
         dataset["seed"] = k.seed
     specs = None
     if mode == "offline":
@@ -138,10 +167,13 @@ def _py(value) -> str:
     return repr(value)
 
 
-def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> str:
+def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
+                   num_samples: int | None = None, num_packs: int | None = None) -> str:
     """Python that edits a recipe's ``ConfigContainer`` named ``cfg``, importing what it uses. Every value is
-    written with ``repr`` and the model name only in a comment, so no plan text can become code."""
-    s = derived_settings(plan, version, packing_factor)
+    written with ``repr`` and the model name only in a comment, so no plan text can become code. The packing
+    specs are set field by field on the recipe's own object, so its other fields (tokenizer name, paths, workers)
+    stay; the object is created only where the recipe has none."""
+    s = derived_settings(plan, version, packing_factor, num_samples=num_samples, num_packs=num_packs)
     new = new_packing_api(version)
     lines = [f"# Sequence packing advisor: settings for Megatron-Bridge {version}, model {_comment(plan.model_name)}, "
              f"{plan.parallel.gpus} GPUs.", "# Apply to the ConfigContainer your recipe returns (cfg = recipe(...))."]
@@ -157,9 +189,11 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
                 continue
             lines.append(f"cfg.{section}.{name} = {_py(value)}")
     if s.specs is not None:
-        args = ", ".join(f"{k}={_py(v)}" for k, v in s.specs.items())
-        target = "offline_packing_specs" if new else "packed_sequence_specs"
-        lines.append(f"cfg.dataset.{target} = PackedSequenceSpecs({args})")
+        target = "cfg.dataset." + ("offline_packing_specs" if new else "packed_sequence_specs")
+        lines += [f"if {target} is None:  # the recipe packs nothing yet", f"    {target} = PackedSequenceSpecs()"]
+        lines += [f"{target}.{k} = {_py(v)}" for k, v in s.specs.items()]
+    if plan.training.epochs and "train_iters" not in s.train:
+        lines.append("# training.epochs: give the lengths (--lengths or data.lengths) to have train_iters written")
     if not plan.training.grad_reduce_in_fp32:
         # MixedPrecisionConfig.setup copies its grad_reduce_in_fp32 onto cfg.ddp, so cfg.ddp alone would be undone
         lines += ["# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
@@ -171,9 +205,11 @@ def _comment(text: str) -> str:
     return repr(text)[1:-1].replace("\n", " ")
 
 
-def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None) -> str:
-    """The same settings as OmegaConf dotlist overrides for Megatron-Bridge recipe scripts, one per line."""
-    s = derived_settings(plan, version, packing_factor)
+def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
+              num_samples: int | None = None, num_packs: int | None = None) -> str:
+    """The same settings as OmegaConf dotlist overrides for Megatron-Bridge recipe scripts, one per line (each sets
+    one field, so the recipe's other packing-spec fields stay; the recipe must have the specs object)."""
+    s = derived_settings(plan, version, packing_factor, num_samples=num_samples, num_packs=num_packs)
     out = []
     for section, values in (("model", s.model), ("train", s.train), ("ddp", s.ddp), ("dataset", s.dataset)):
         for name, value in values.items():
@@ -205,13 +241,98 @@ def mock_lengths_csv(hist: LengthHistogram, seed: int = 1234) -> str:
     return "length\n" + "\n".join(str(v) for v in dataset_order(hist, seed).tolist()) + "\n"
 
 
-def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
-    """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution.
+MAX_CONNECTIONS = "export CUDA_DEVICE_MAX_CONNECTIONS=1"
+
+
+def _flag(name: str, value) -> str:
+    """One ``--name value`` argument; floats without a trailing ``.0`` noise (1e-05 stays exact for argparse)."""
+    return f"--{name} {value!r}" if isinstance(value, float) else f"--{name} {value}"
+
+
+def mlm_architecture(plan: Plan) -> list[str]:
+    """The Megatron-LM arguments that build the plan's network, beyond the sizes Megatron-LM's defaults would get
+    wrong (megatron/training/arguments.py, dev d48bd6be: learned absolute positions, LayerNorm, biases, dropout 0.1,
+    FP32): RoPE with its base, share and Llama 3.1 scaling, normalization and epsilon, activation, biases, QK norm,
+    untied embeddings, MoE router and expert sizes, dropout 0, BF16 and the tokenizer.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> args = mlm_architecture(plan_from_dict({"model": "qwen3-8b"}))
+    >>> [a for a in args if "rotary" in a or "norm" in a]
+    ['--normalization RMSNorm', '--norm-epsilon 1e-06', '--qk-layernorm', '--rotary-base 1000000']
+    """
+    m = plan.model
+    if m.gated_linear_unit and m.activation != "silu":
+        raise ValueError(f"model.activation {m.activation} with gated_linear_unit: Megatron-LM has only --swiglu "
+                         "(gated SiLU) among gated MLPs")
+    if not m.gated_linear_unit and m.activation == "silu":
+        raise ValueError("model.activation silu without gated_linear_unit: Megatron-LM has no plain SiLU MLP "
+                         "(--swiglu, --squared-relu, or GELU by default)")
+    args = [f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}", f"--ffn-hidden-size {m.ffn_hidden_size}",
+            f"--num-attention-heads {m.num_attention_heads}", f"--kv-channels {m.head_dim}"]
+    if m.query_groups != m.num_attention_heads:
+        args += ["--group-query-attention", f"--num-query-groups {m.query_groups}"]
+    args += [f"--normalization {m.normalization}", _flag("norm-epsilon", m.norm_epsilon)]
+    if m.layernorm_zero_centered_gamma:
+        args.append("--apply-layernorm-1p")
+    if m.qk_layernorm:
+        args.append("--qk-layernorm")
+    args.append({"silu": "--swiglu", "squared_relu": "--squared-relu", "gelu": ""}[m.activation])
+    if not m.add_bias_linear:
+        args.append("--disable-bias-linear")
+    if m.add_qkv_bias:
+        args.append("--add-qkv-bias")
+    args.append(f"--position-embedding-type {m.position_embedding_type}")
+    if m.position_embedding_type in ("rope", "mrope"):
+        args.append(f"--rotary-base {m.rotary_base}")
+        if m.rotary_percent != 1:
+            args.append(_flag("rotary-percent", m.rotary_percent))
+        if m.rope_scaling_factor:
+            args += ["--use-rope-scaling", _flag("rope-scaling-factor", m.rope_scaling_factor)]
+        if m.position_embedding_type == "mrope" and m.mrope_section:
+            args.append("--mrope-section " + " ".join(map(str, m.mrope_section)))
+    if not m.share_embeddings_and_output_weights:
+        args.append("--untie-embeddings-and-output-weights")
+    if m.num_moe_experts:
+        args += [f"--num-experts {m.num_moe_experts}", f"--moe-router-topk {m.moe_router_topk}"]
+        if m.moe_ffn_hidden_size:
+            args.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
+        if m.moe_shared_expert_intermediate_size:
+            args.append(f"--moe-shared-expert-intermediate-size {m.moe_shared_expert_intermediate_size}")
+        if m.moe_layer_freq != 1:
+            freq = m.moe_layer_freq
+            args.append("--moe-layer-freq " + (shlex.quote(str(freq).replace(" ", "")) if isinstance(freq, list)
+                                               else str(freq)))
+        if m.moe_router_score_function != "softmax":
+            args.append(f"--moe-router-score-function {m.moe_router_score_function}")
+        if m.moe_router_enable_expert_bias:
+            args.append("--moe-router-enable-expert-bias")
+        if m.moe_router_num_groups:
+            args.append(f"--moe-router-num-groups {m.moe_router_num_groups}")
+        if m.moe_router_group_topk:
+            args.append(f"--moe-router-group-topk {m.moe_router_group_topk}")
+        if m.moe_router_topk_scaling_factor:
+            args.append(_flag("moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor))
+    args += ["--attention-dropout 0", "--hidden-dropout 0", "--bf16", "--tokenizer-type HuggingFaceTokenizer",
+             f"--tokenizer-model {_tokenizer_placeholder(m.preset)}"]
+    return [a for a in args if a]
+
+
+def _tokenizer_placeholder(preset: str | None) -> str:
+    """A shell parameter: the preset's Hugging Face repository unless TOKENIZER_MODEL is set, else required."""
+    repo = HF_REPOS.get(preset or "")
+    if repo:
+        return f'"${{TOKENIZER_MODEL:-{repo}}}"'
+    return '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the tokenizer path or Hugging Face name}"'
+
+
+def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_samples: int | None = None) -> str:
+    """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution,
+    training the plan's model (``mlm_architecture``); ``--train-iters`` for the plan's epochs over ``num_samples``.
 
     Online packing: dev's ``--sequence-packing-scheduler`` (model_parallel_config.py) with its buffer; main has the
     scheduler but no option to turn it on, so an online plan on main is refused here.
     """
-    p, t, m, k = plan.parallel, plan.training, plan.model, plan.packing
+    p, t, k = plan.parallel, plan.training, plan.packing
     if plan.packing_mode == "online" and k.megatron_lm == "main":
         raise ValueError("Megatron-LM main d98e8a64 has no --sequence-packing-scheduler (its training loop never "
                          "calls the scheduler): set packing.megatron_lm to dev")
@@ -222,23 +343,15 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv") -> str:
     gbs = max(unit, round(t.global_batch_size / unit) * unit)
     head = [f"# global batch {t.global_batch_size} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
         if gbs != t.global_batch_size else []
+    if (p.tp > 1 or p.cp > 1) and plan.hardware.gpu != "B200":  # validate_args asserts it below Blackwell
+        head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
             f"--micro-batch-size {mbs}", f"--global-batch-size {gbs}", f"--seq-length {t.seq_length}",
-            f"--max-position-embeddings {t.seq_length}",
-            f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}", f"--ffn-hidden-size {m.ffn_hidden_size}",
-            f"--num-attention-heads {m.num_attention_heads}", f"--kv-channels {m.head_dim}",
-            f"--normalization {m.normalization}"]
-    if m.query_groups != m.num_attention_heads:
-        args += ["--group-query-attention", f"--num-query-groups {m.query_groups}"]
-    if m.gated_linear_unit:
-        args.append("--swiglu")
-    if not m.share_embeddings_and_output_weights:
-        args.append("--untie-embeddings-and-output-weights")
-    if m.num_moe_experts:
-        args += [f"--num-experts {m.num_moe_experts}", f"--moe-router-topk {m.moe_router_topk}"]
-        if m.moe_ffn_hidden_size:
-            args.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
+            f"--max-position-embeddings {t.seq_length}", *mlm_architecture(plan)]
+    iters = train_iters(t.epochs, num_samples, gbs)  # Megatron-LM's global batch counts samples in every mode
+    if iters is not None:
+        args.append(f"--train-iters {iters}")
     if p.vpp:
         args.append(f"--num-layers-per-virtual-pipeline-stage "
                     f"{(plan.model.num_layers + p.pipeline_slots) // (p.pp * p.vpp)}")
@@ -347,15 +460,18 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None) ->
 
 
 def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None,
-           findings=None, est=None, search_result=None) -> str:
-    """One export as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n."""
+           findings=None, est=None, search_result=None, *, num_samples: int | None = None,
+           num_packs: int | None = None) -> str:
+    """One export as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n; the data's
+    size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters."""
     _version(version)
+    size = {"num_samples": num_samples, "num_packs": num_packs}
     if fmt == "python":
-        return python_snippet(plan, version, packing_factor)
+        return python_snippet(plan, version, packing_factor, **size)
     if fmt == "overrides":
-        return overrides(plan, version, packing_factor)
+        return overrides(plan, version, packing_factor, **size)
     if fmt == "megatron-lm":
-        return megatron_lm_args(plan)
+        return megatron_lm_args(plan, num_samples=num_samples)
     if fmt == "paths":
         return packed_paths(plan, version, packing_factor=packing_factor or 1.0)
     if fmt == "plan":

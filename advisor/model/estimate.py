@@ -36,7 +36,7 @@ def packing_config(plan: Plan) -> PackingConfig:
     longer samples skipped by ``create_hist`` (Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py,
     data/packing/algorithms.py). Every packing of a plan (CLI, pages, exports, search) is built here."""
     size = plan.pack_size
-    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing.seed,
+    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing_seed,
                          pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size),
                          overlong="skip" if plan.data.format == "chat" else "truncate")
 
@@ -104,12 +104,12 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     if mode == "offline":
         result = packing_for(hist, packing_config(plan))
         return offline_micro_batches(result, fixed), result
-    unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing.seed)
+    unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed)
     counts = runtime_lengths(hist, unpadded).counts
     if mode == "in-batch":
-        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing.seed,
+        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed,
                                       t.seq_length), None
-    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing.seed, fixed), None
+    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing_seed, fixed), None
 
 
 def _left_out(plan: Plan, result: PackingResult) -> dict:
@@ -171,7 +171,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
         flops = FlopsEstimate(model_per_step=mlm_flops, computed_per_step=flops.computed_per_step,
                               attention=flops.attention, attention_ratio=flops.attention_ratio)
     time = estimate_time(mb, coef, plan=plan, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
-                         seed=plan.packing.seed,
+                         seed=plan.packing_seed,
                          straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
                          model_flops=mlm_flops)
     notes = []

@@ -3,46 +3,62 @@
 Model fields use Megatron's TransformerConfig names. Sources: the models' Hugging Face ``config.json`` files and
 papers (Llama 3 herd paper, Qwen3 and Qwen2.5-VL reports, Mixtral paper, Nemotron-4 340B report, DeepSeek-V3
 report). DeepSeek-V3's multi-latent attention is approximated as 128 query and 128 KV heads of 192/128 channels
-(its real KV cache is far smaller; weights are within a few %).
+(its real KV cache is far smaller; weights are within a few %). Grok-1's gated GELU MLP is counted as SwiGLU.
 """
 
 from __future__ import annotations
 
 _LLAMA3_VOCAB = 128256
 _QWEN_VOCAB = 151936
+# Beyond the sizes: what Megatron-LM needs to build the same network, from the same config.json files (rope_theta,
+# rope_scaling, rms_norm_eps / norm_eps, partial_rotary_factor, attention_bias) and Megatron-Bridge 0.6.2's bridges
+# (models/llama/llama_bridge.py: Llama 3.1 RoPE scaling factor 8; qwen/qwen3_bridge.py and qwen3_moe_bridge.py:
+# qk_layernorm, no biases; qwen/qwen2_bridge.py: QKV bias; nemotron/nemotron_bridge.py: LayerNorm with
+# zero-centred gamma, squared ReLU, no biases). Every preset has no linear biases and untied embeddings.
+_LLAMA31 = dict(rotary_base=500000, rope_scaling_factor=8.0, norm_epsilon=1e-5)
+_QWEN3 = dict(rotary_base=1000000, norm_epsilon=1e-6, qk_layernorm=True)
+_NEMOTRON4 = dict(rotary_base=10000, rotary_percent=0.5, norm_epsilon=1e-5, layernorm_zero_centered_gamma=True,
+                  activation="squared_relu")
 
 MODEL_PRESETS: dict[str, dict] = {
     "llama3.1-8b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
-                        ffn_hidden_size=14336, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+                        ffn_hidden_size=14336, vocab_size=_LLAMA3_VOCAB, kv_channels=128, **_LLAMA31),
     "llama3.1-70b": dict(hidden_size=8192, num_layers=80, num_attention_heads=64, num_query_groups=8,
-                         ffn_hidden_size=28672, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+                         ffn_hidden_size=28672, vocab_size=_LLAMA3_VOCAB, kv_channels=128, **_LLAMA31),
     "llama3.1-405b": dict(hidden_size=16384, num_layers=126, num_attention_heads=128, num_query_groups=8,
-                          ffn_hidden_size=53248, vocab_size=_LLAMA3_VOCAB, kv_channels=128),
+                          ffn_hidden_size=53248, vocab_size=_LLAMA3_VOCAB, kv_channels=128, **_LLAMA31),
     "qwen3-8b": dict(hidden_size=4096, num_layers=36, num_attention_heads=32, num_query_groups=8,
-                     ffn_hidden_size=12288, vocab_size=_QWEN_VOCAB, kv_channels=128),
+                     ffn_hidden_size=12288, vocab_size=_QWEN_VOCAB, kv_channels=128, **_QWEN3),
     "qwen3-32b": dict(hidden_size=5120, num_layers=64, num_attention_heads=64, num_query_groups=8,
-                      ffn_hidden_size=25600, vocab_size=_QWEN_VOCAB, kv_channels=128),
+                      ffn_hidden_size=25600, vocab_size=_QWEN_VOCAB, kv_channels=128, **_QWEN3),
     "qwen3-30b-a3b": dict(hidden_size=2048, num_layers=48, num_attention_heads=32, num_query_groups=4,
                           ffn_hidden_size=6144, vocab_size=_QWEN_VOCAB, kv_channels=128, num_moe_experts=128,
-                          moe_router_topk=8, moe_ffn_hidden_size=768),
+                          moe_router_topk=8, moe_ffn_hidden_size=768, **_QWEN3),
     "mixtral-8x7b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
                          ffn_hidden_size=14336, vocab_size=32000, kv_channels=128, num_moe_experts=8,
-                         moe_router_topk=2, moe_ffn_hidden_size=14336),
+                         moe_router_topk=2, moe_ffn_hidden_size=14336, rotary_base=1000000,
+                         norm_epsilon=1e-5),
     "nemotron4-15b": dict(hidden_size=6144, num_layers=32, num_attention_heads=48, num_query_groups=8,
                           ffn_hidden_size=24576, vocab_size=256000, kv_channels=128, gated_linear_unit=False,
-                          normalization="LayerNorm"),
+                          normalization="LayerNorm", **_NEMOTRON4),
     "nemotron4-340b": dict(hidden_size=18432, num_layers=96, num_attention_heads=96, num_query_groups=8,
                            ffn_hidden_size=73728, vocab_size=256000, kv_channels=192, gated_linear_unit=False,
-                           normalization="LayerNorm"),
+                           normalization="LayerNorm", **_NEMOTRON4),
     "grok1-314b": dict(hidden_size=6144, num_layers=64, num_attention_heads=48, num_query_groups=8,
                        ffn_hidden_size=32768, vocab_size=131072, kv_channels=128, num_moe_experts=8, moe_router_topk=2,
-                       moe_ffn_hidden_size=32768),
+                       moe_ffn_hidden_size=32768, rotary_base=10000, norm_epsilon=1e-5,
+                       approximated="gated GELU MLP as SwiGLU"),
     "deepseek-v3": dict(hidden_size=7168, num_layers=61, num_attention_heads=128, num_query_groups=128,
                         ffn_hidden_size=18432, vocab_size=129280, kv_channels=192, num_moe_experts=256,
                         moe_router_topk=8, moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048,
-                        moe_layer_freq=[0] * 3 + [1] * 58, approximated="multi-latent attention as MHA"),
+                        moe_layer_freq=[0] * 3 + [1] * 58, rotary_base=10000, norm_epsilon=1e-6,
+                        moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+                        moe_router_num_groups=8, moe_router_group_topk=4, moe_router_topk_scaling_factor=2.5,
+                        approximated="multi-latent attention as MHA, without YaRN RoPE scaling"),
     "qwen2.5-vl-7b": dict(hidden_size=3584, num_layers=28, num_attention_heads=28, num_query_groups=4,
-                          ffn_hidden_size=18944, vocab_size=152064, kv_channels=128,
+                          ffn_hidden_size=18944, vocab_size=152064, kv_channels=128, add_qkv_bias=True,
+                          position_embedding_type="mrope", mrope_section=[16, 24, 24], rotary_base=1000000,
+                          norm_epsilon=1e-6,
                           vision=dict(num_layers=32, hidden_size=1280, num_attention_heads=16, ffn_hidden_size=3420,
                                       gated_linear_unit=True, out_hidden_size=3584, patch_size=14,
                                       spatial_merge_size=2)),
@@ -66,3 +82,13 @@ GPU_PRESETS: dict[str, dict] = {
                  network_gbps=50.0, sms=148),
 }
 GPUS_PER_NODE = 8  # HGX/DGX boards: the NVLink domain of the TP, CP and (small) DP groups
+
+# Each preset's Hugging Face repository, whose tokenizer Megatron-LM's HuggingFaceTokenizer loads (the Megatron-LM
+# export writes it as the default of a TOKENIZER_MODEL placeholder); presets without one get a required placeholder
+HF_REPOS: dict[str, str] = {
+    "llama3.1-8b": "meta-llama/Llama-3.1-8B", "llama3.1-70b": "meta-llama/Llama-3.1-70B",
+    "llama3.1-405b": "meta-llama/Llama-3.1-405B", "qwen3-8b": "Qwen/Qwen3-8B", "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "nemotron4-340b": "nvidia/Nemotron-4-340B-Base", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
+}

@@ -40,6 +40,9 @@ Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decre
                     "column_generation"]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
+# The SFT recipes' dataset seed, which seeds the offline packing shuffle: MB 0.6.2 recipes/utils/dataset_utils.py
+# (_text_hf_dataset_config, seed=5678) and 0.3.1 recipes/utils/finetune_utils.py; the dataclass default is 1234
+MB_RECIPE_SEED = 5678
 
 
 def _int(lo: int, hi: int, doc: str, default: int | None = None):
@@ -90,6 +93,32 @@ class ModelSpec(_Section):
                                                             description="shared expert MLP width")
     moe_layer_freq: int | list[Annotated[int, Field(ge=0, le=1)]] = Field(
         1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer")
+    # What Megatron-LM's arguments need to build the same network (Megatron-Bridge's bridges read them from the HF
+    # config.json: models/llama/llama_bridge.py, qwen/qwen3_bridge.py, nemotron/nemotron_bridge.py, 0.6.2)
+    position_embedding_type: Literal["rope", "mrope", "learned_absolute", "none"] = Field(
+        "rope", description="position embedding (mrope: Qwen2-VL's multimodal RoPE)")
+    rotary_base: int = _int(1, 10**9, "RoPE base theta (HF rope_theta)", 10000)
+    rotary_percent: float = Field(1.0, gt=0, le=1, description="share of head channels RoPE rotates (HF "
+                                                               "partial_rotary_factor)")
+    rope_scaling_factor: float | None = Field(None, ge=1, le=1024, description="Llama 3.x RoPE scaling factor (HF "
+                                                                                "rope_scaling.factor); null = none")
+    mrope_section: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        None, max_length=4, description="mrope: channels per temporal/height/width section")
+    norm_epsilon: float = Field(1e-5, gt=0, le=0.1, description="normalization epsilon (HF rms_norm_eps/norm_eps)")
+    layernorm_zero_centered_gamma: bool = Field(False, description="LayerNorm with 1 + gamma (Nemotron's "
+                                                                    "LayerNorm1p)")
+    activation: Literal["silu", "squared_relu", "gelu"] = Field("silu", description="MLP activation (gated with "
+                                                                                    "gated_linear_unit: SwiGLU)")
+    qk_layernorm: bool = Field(False, description="normalization of queries and keys (Qwen3)")
+    add_bias_linear: bool = Field(False, description="biases in the linear layers")
+    add_qkv_bias: bool = Field(False, description="biases in the QKV projection only (Qwen2)")
+    moe_router_score_function: Literal["softmax", "sigmoid"] = Field("softmax", description="router scores")
+    moe_router_enable_expert_bias: bool = Field(False, description="aux-loss-free expert bias (DeepSeek-V3)")
+    moe_router_num_groups: int | None = Field(None, ge=1, le=4096, description="group-limited routing: groups")
+    moe_router_group_topk: int | None = Field(None, ge=1, le=4096, description="group-limited routing: groups "
+                                                                               "chosen per token")
+    moe_router_topk_scaling_factor: float | None = Field(None, gt=0, le=1e3, description="routed experts' output "
+                                                                                         "scale (DeepSeek-V3)")
     vision: VisionSpec | None = Field(None, description="vision encoder (VLM presets)")
     window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
     mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
@@ -182,6 +211,8 @@ class TrainingSpec(_Section):
     peft: Literal["none", "lora"] = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank", 16)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
+    epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
+                                 "exports turn it into train_iters (null: the recipe's train_iters)")
 
     @model_validator(mode="before")
     @classmethod
@@ -207,7 +238,8 @@ class PackingSpec(_Section):
                                                                           "null = seq_length")
     algorithm: Algorithm = Field("first_fit_shuffle", description="packing algorithm (the first two are "
                                                                    "Megatron-Bridge's)")
-    seed: int = _int(0, 2**32 - 1, "packing shuffle seed", 1234)
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="packing shuffle seed (the dataset config's "
+                                                                     "seed); null = the recipe's, 5678")
     pad_seq_to_mult: int | None = Field(None, ge=1, le=65536, description="pad each sequence to a multiple of "
                                                                           "this; null = the CP/SP rule")
     # online mode (Megatron-LM): which commit's scheduler, which scheduler, and the per-rank buffer
@@ -294,9 +326,32 @@ class Plan(_Section):
         return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
 
     @property
+    def offline_pad_seq_to_mult(self) -> int:
+        """The ``PackedSequenceSpecs.pad_seq_to_mult`` Megatron-Bridge's SFT recipes set: 1 without CP, 2 CP with
+        CP, lcm(2 CP, CP TP) with CP and sequence parallelism (followed: MB 0.6.2 recipes/common.py ``_sft_common``
+        sets 1, recipes/llama/h100/llama3.py sets 2 CP when CP > 1, recipes/qwen/h100/qwen3.py's 32K TP 4 CP 2 SP
+        recipe sets 8; skills/mbridge-perf-sequence-packing/SKILL.md). Without CP no sequence is split, so none is
+        padded (a few 0.6.2 recipes, moonlight_16b and qwen3_moe with TP 4 and SP, pin 4: set
+        ``packing.pad_seq_to_mult`` to follow them).
+
+        >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True}}).pad_seq_to_mult
+        1
+        """
+        return 1 if self.parallel.cp == 1 else self.collate_padding_multiple
+
+    @property
     def pad_seq_to_mult(self) -> int:
-        """The multiple every packed sequence is padded to: the plan's, or the CP/SP rule's."""
-        return self.packing.pad_seq_to_mult or self.collate_padding_multiple
+        """The multiple every packed sequence is padded to: the plan's, else with offline packing the recipes'
+        (``offline_pad_seq_to_mult``: the packing the advisor simulates is the one the exported config produces),
+        else the CP/SP collate rule ``ConfigContainer.validate`` applies to in-batch packing."""
+        if self.packing.pad_seq_to_mult:
+            return self.packing.pad_seq_to_mult
+        return self.offline_pad_seq_to_mult if self.packing_mode == "offline" else self.collate_padding_multiple
+
+    @property
+    def packing_seed(self) -> int:
+        """The packing shuffle's seed: the plan's, else the recipes' dataset seed (``MB_RECIPE_SEED``)."""
+        return MB_RECIPE_SEED if self.packing.seed is None else self.packing.seed
 
     @property
     def dp(self) -> int:

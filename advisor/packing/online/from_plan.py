@@ -53,5 +53,5 @@ SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE)
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
     """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings)."""
     cfg = online_config(plan)
-    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing.seed),
-                         lambda: schedule(dataset_order(hist, plan.packing.seed), cfg, source=hist.source))
+    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing_seed),
+                         lambda: schedule(dataset_order(hist, plan.packing_seed), cfg, source=hist.source))
