@@ -187,7 +187,10 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
                 lines.append("cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), "
                              "'pad_to_max_length': True}")
                 continue
-            lines.append(f"cfg.{section}.{name} = {_py(value)}")
+            line = f"cfg.{section}.{name} = {_py(value)}"
+            if section == "train" and name == "global_batch_size":  # the batch in both units, as every output says
+                line += f"  # {plan.batch_text(packing_factor)}"
+            lines.append(line)
     if s.specs is not None:
         target = "cfg.dataset." + ("offline_packing_specs" if new else "packed_sequence_specs")
         lines += [f"if {target} is None:  # the recipe packs nothing yet", f"    {target} = PackedSequenceSpecs()"]
@@ -325,7 +328,8 @@ def _tokenizer_placeholder(preset: str | None) -> str:
     return '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the tokenizer path or Hugging Face name}"'
 
 
-def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_samples: int | None = None) -> str:
+def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_samples: int | None = None,
+                     packing_factor: float | None = None) -> str:
     """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution,
     training the plan's model (``mlm_architecture``); ``--train-iters`` for the plan's epochs over ``num_samples``.
 
@@ -340,9 +344,11 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     # Megatron-LM's global batch counts samples (its online packing too) and must divide by micro batch x DP
     # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
     unit = mbs * p.dp
-    gbs = max(unit, round(t.global_batch_size / unit) * unit)
-    head = [f"# global batch {t.global_batch_size} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
-        if gbs != t.global_batch_size else []
+    # a plan counting Megatron-Bridge's packs trains on packs x n samples: Megatron-LM counts those
+    asked = t.global_batch_size or round(plan.effective_samples_per_step(packing_factor) or t.global_batch_packs)
+    gbs = max(unit, round(asked / unit) * unit)
+    head = [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
+        if gbs != asked else []
     if (p.tp > 1 or p.cp > 1) and plan.hardware.gpu != "B200":  # validate_args asserts it below Blackwell
         head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
@@ -421,14 +427,15 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
                "(data/builders/gpt_sft.py _packing_fingerprint).\n" if (major, minor) >= (0, 6) else ""))
 
 
-def markdown_report(plan: Plan, findings: list, est=None, search_result=None) -> str:
+def markdown_report(plan: Plan, findings: list, est=None, search_result=None,
+                    packing_factor: float | None = None) -> str:
     """Findings and estimates in one page for a review."""
     p, t = plan.parallel, plan.training
     lines = [f"# Packing plan: {_comment(plan.model_name)}", "",
              f"- Layout: {p.gpus} x {plan.hardware.gpu}, TP {p.tp}, PP {p.pp}, CP {p.cp}, EP {p.ep}, DP {p.dp}, "
              f"SP {'on' if p.sp else 'off'}",
              f"- Training: {t.task}, seq_length {t.seq_length}, micro batch {t.micro_batch_size}, global batch "
-             f"{t.global_batch_size} samples, recompute {t.recompute}", f"- Packing: {plan.packing_mode}", ""]
+             f"{plan.batch_text(packing_factor)}, recompute {t.recompute}", f"- Packing: {plan.packing_mode}", ""]
     if est is not None:
         m, f, tm = est.memory, est.flops, est.time
         lines += ["## Estimates", "", "| component | GiB |", "| --- | ---: |"]
@@ -448,14 +455,16 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None) ->
     for fd in findings:
         lines.append(f"- **{fd.severity}** `{fd.id}`: {fd.message}. {fd.reason} _Source: {fd.source}_")
     if search_result is not None and search_result.best:
-        lines += ["", "## Best candidates", "", "| plan | TP | CP | pack size | GBS | GiB | tokens/s/GPU | why |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        lines += ["", "## Best candidates", "", "| plan | TP | CP | pack size | packs/step | ≈ samples/step | GiB | "
+                  "tokens/s/GPU | why |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for label, c in [("yours", search_result.baseline)] + [(f"#{i + 1}", c) for i, c in
                                                                 enumerate(search_result.best)]:
             s = c.summary()
             gib = f"{s['memory_gib']:.1f}" if s["memory_gib"] is not None else "-"
-            lines.append(f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size']} | {s['global_batch_size']} | {gib} "
-                         f"| {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |")
+            eff = s["effective_samples_per_step"]
+            eff = f"{eff:,.0f}" if eff is not None else "-"
+            lines.append(f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size']} | {s['global_batch_packs'] or '-'} | "
+                         f"{eff} | {gib} | {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -471,11 +480,11 @@ def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_fact
     if fmt == "overrides":
         return overrides(plan, version, packing_factor, **size)
     if fmt == "megatron-lm":
-        return megatron_lm_args(plan, num_samples=num_samples)
+        return megatron_lm_args(plan, num_samples=num_samples, packing_factor=packing_factor)
     if fmt == "paths":
         return packed_paths(plan, version, packing_factor=packing_factor or 1.0)
     if fmt == "plan":
         return dump_plan(plan)
     if fmt == "markdown":
-        return markdown_report(plan, findings or [], est, search_result)
+        return markdown_report(plan, findings or [], est, search_result, packing_factor)
     raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(FORMATS)}")
