@@ -53,7 +53,7 @@ def test_chat_like_sample_at_8k_equals_megatron_bridge(mb_algorithms, chat):
         ours = pack(chat, cfg)
         histogram = _mb_histogram(mb_algorithms, chat, 8192, truncate)
         assert ours.runtime.counts.tolist() == histogram
-        assert ours.metadata == _mb_metadata(mb_algorithms, histogram, 8192)
+        assert ours.metadata == _mb_metadata(mb_algorithms, histogram, 8192, seed=cfg.seed)
         results[fmt] = ours
     chat_, sft = results["chat"], results["sft"]
     over = int(chat.counts[chat.lengths - 1 > 8192].sum())
