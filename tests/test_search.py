@@ -69,3 +69,12 @@ def test_every_candidate_keeps_the_users_constraints(plan):
     target = plan.training.global_batch_size or base
     if target is not None:
         _keeps(result, plan, target)
+
+
+def test_chat_data_is_never_recommended_a_pack_that_skips_more_of_it(chat):
+    plan = _plan(training={"seq_length": 8192, "global_batch_size": 128}, data={"format": "chat"})
+    result = search(plan, chat, top=50)
+    skipped = result.baseline.estimate.packing.runtime.tokens_skipped
+    assert skipped > 0 and result.best
+    for c in result.best:
+        assert c.estimate.packing.runtime.tokens_skipped <= skipped

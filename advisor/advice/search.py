@@ -106,8 +106,9 @@ def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None, estima
 
 
 def _truncated(c: Candidate) -> int:
+    """Tokens the candidate never trains on: cut from SFT samples, or in chat samples skipped whole."""
     packing = c.estimate.packing if c.estimate is not None else None
-    return packing.runtime.tokens_truncated if packing is not None else 0
+    return packing.runtime.tokens_truncated + packing.runtime.tokens_skipped if packing is not None else 0
 
 
 def _divisors(n: int) -> list[int]:
