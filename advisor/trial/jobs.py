@@ -111,13 +111,20 @@ def start_trial(plan: Plan, hist: LengthHistogram, config: TrialConfig = DEFAULT
         return job
 
 
+def write_lengths(hist: LengthHistogram, path: Path) -> None:
+    """The exact histogram as a length,count CSV (its size is the number of distinct lengths, not of samples).
+
+    Exact because the trial draws its samples from these counts: rescaling them (as the job did past 200k
+    samples) made the job draw other samples than the command line on the same data.
+    """
+    path.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts, strict=True)
+                                              if c > 0))
+
+
 def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
     folder = Path(tempfile.mkdtemp(prefix="advisor-trial-"))
     lengths = folder / "lengths.csv"
-    # the exact histogram (its size is the number of distinct lengths, not of samples): the trial draws from these
-    # counts, so rescaling them (as this did past 200k samples) would draw other samples than the command line
-    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts, strict=True)
-                                                 if c > 0))
+    write_lengths(hist, lengths)
     (folder / "heartbeat").touch()
     trial_plan = plan.changed({"data": {"lengths": str(lengths), "column": None}})
     (folder / "plan.yaml").write_text(dump_plan(trial_plan))
