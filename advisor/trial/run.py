@@ -408,16 +408,20 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    rng = np.random.default_rng(cfg.seed)
     mcfg = model_config(plan, cfg.scale)
     plan_size = plan.packing.pack_size or plan.training.seq_length
     mean_len = max(2.0, hist.total_tokens / hist.num_samples * cfg.pack_size / plan_size)
     total_steps = cfg.warmup + cfg.steps
     packs_needed = total_steps * cfg.packs_per_step * world
     n_samples = int(packs_needed * max(1.0, cfg.pack_size / mean_len) * 1.3) + 16  # packs are not all full
-    lengths = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
+    for _ in range(8):  # lengths clipped to the pack size fill packs alone: draw more until there are enough
+        rng = np.random.default_rng(cfg.seed)
+        lengths = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
+        packs = make_packs(lengths, cfg.pack_size, plan.packing.algorithm, cfg.seed)
+        if len(packs) >= packs_needed:
+            break
+        n_samples = int(n_samples * packs_needed / max(1, len(packs)) * 1.2) + 16
     data = tuple(rng.integers(0, mcfg.vocab_size, n) for n in lengths)
-    packs = make_packs(lengths, cfg.pack_size, plan.packing.algorithm, cfg.seed)
     rng.shuffle(packs)
     pps = cfg.packs_per_step
     steps = tuple(tuple(tuple(p) for p in packs[(s * world + rank) * pps:(s * world + rank + 1) * pps])

@@ -23,9 +23,8 @@ def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     m = result["memory"]
     s = rep.speedup
     memory = pd.DataFrame([
-        {"quantity": "packed / padded speed-up (median)", "measured": s.point, "predicted": rep.predicted_speedup},
-        {"quantity": f"speed-up, {s.confidence:.0%} interval low", "measured": s.low, "predicted": None},
-        {"quantity": f"speed-up, {s.confidence:.0%} interval high", "measured": s.high, "predicted": None},
+        {"quantity": f"packed / padded speed-up of medians ({s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x)",
+         "measured": s.point, "predicted": rep.predicted_speedup},
         {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
          "predicted": m["predicted_bytes"] / 2**20},
         {"quantity": "memory, weights+grads+Adam MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
