@@ -496,7 +496,9 @@ def cmd_schema(args) -> dict:
 def cmd_trial(args) -> dict:
     from pathlib import Path
 
-    from advisor.trial.run import ParityError, TrialConfig, run_trial, write_outputs
+    from advisor.trial.config import from_cli
+    from advisor.trial.report import speed_lines, speed_report
+    from advisor.trial.run import ParityError, run_trial, write_outputs
 
     progress = _Progress(args.quiet)
     if args.heartbeat or args.wall_seconds:
@@ -504,8 +506,7 @@ def cmd_trial(args) -> dict:
 
         start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
     plan, hist = _plan_and_lengths(args, progress)
-    cfg = TrialConfig(steps=args.steps, device=args.device, scale=args.model_scale, seed=args.seed,
-                      pack_size=args.pack_size, break_mask=args.break_mask)
+    cfg = from_cli(args)
     try:
         result = run_trial(plan, hist, cfg, progress=(lambda m: None) if args.quiet else _trial_progress)
     except ParityError as e:
@@ -520,13 +521,11 @@ def cmd_trial(args) -> dict:
         write_outputs(result, Path(args.out))
     if args.json:
         return out
-    p, q = out["packed"], out["padded"]
-    print(f"trial on {out['device']}, {out['steps']} steps, model {out['model']}")
+    print(f"trial on {out['device']} ({out['torch_threads']} threads), {out['steps']} timed steps per way after "
+          f"{out['warmup_steps']} warm-up, model {out['model']}")
     print(f"  parity: loss {out['loss_parity']['max_abs_diff']:.2e} (<= {out['loss_parity']['bound']:g}), "
           f"gradients {out['grad_parity']['max_rel_diff']:.2e} (<= {out['grad_parity']['bound']:g})")
-    print(f"  packed {p['tokens_per_second']:,.0f} tokens/s, padded {q['tokens_per_second']:,.0f}, block-masked "
-          f"{out['block_masked']['tokens_per_second']:,.0f}; speedup {out['speedup']:.2f}x "
-          f"(predicted from FLOPs {out['predicted_speedup']:.2f}x)")
+    print("\n".join(speed_lines(speed_report(out))))  # the same report the Trial page tables
     m = out["memory"]
     print(f"  memory: measured {m['measured_bytes'] / 2**20:,.1f} MiB, predicted {m['predicted_bytes'] / 2**20:,.1f} "
           f"MiB (measured/predicted {m['ratio_measured_over_predicted']:.2f}; {m['how']})")
@@ -730,16 +729,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export, json=False)
+    from advisor.trial.config import DEVICES, SCALES, TrialConfig
+
+    d = TrialConfig()  # the defaults the dashboard's job also runs with
     p = sub.add_parser("trial", help="a short real training run: packed vs padded vs block-masked, parity, memory")
     p.add_argument("plan", help="plan file (YAML or JSON)")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--steps", type=_positive_int(100_000), default=3,
-                   help="measured steps per way (after one warm-up step)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--model-scale", choices=("small", "medium", "large"), default="small")
-    p.add_argument("--pack-size", type=_positive_int(1 << 20), default=512,
+    p.add_argument("--steps", type=_positive_int(100_000), default=d.steps,
+                   help="timed steps per way (after the warm-up steps); the report takes their median and spread")
+    p.add_argument("--warmup", type=_positive_int(1000), default=d.warmup, help="untimed warm-up steps per way")
+    p.add_argument("--device", choices=DEVICES, default=d.device)
+    p.add_argument("--model-scale", choices=SCALES, default=d.scale)
+    p.add_argument("--pack-size", type=_positive_int(1 << 20), default=d.pack_size,
                    help="the trial's pack size (lengths are scaled to it)")
-    p.add_argument("--seed", type=_checked(_seed), default=0, help="fixes the data, the initialisation and the order")
+    p.add_argument("--packs-per-step", type=_positive_int(4096), default=d.packs_per_step,
+                   help="packs per step and rank (one per micro batch)")
+    p.add_argument("--micro-batch-size", type=_positive_int(4096), default=d.micro_batch_size,
+                   help="samples per padded micro batch")
+    p.add_argument("--seed", type=_checked(_seed), default=d.seed,
+                   help="fixes the data, the initialisation and the order")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")

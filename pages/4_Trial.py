@@ -3,6 +3,7 @@
 import streamlit as st
 
 from advisor.trial import jobs as trial_jobs
+from advisor.trial.config import TrialConfig
 from advisor.ui import state as ui
 from advisor.ui import trial_view
 from advisor.ui.explain import help_text as H
@@ -15,8 +16,10 @@ st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and Swi
            "One trial runs on this server at a time; it stops when you close the page.")
 lim = trial_jobs.TRIAL_LIMITS
 c1, c2, c3 = st.columns(3)
-steps = c1.number_input("Steps", 1, lim["steps"], 3, help=H("trial_steps"))
-pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], 512, step=64, help=H("trial_pack_size"))
+default = TrialConfig()  # the command line's defaults: the job runs `python -m advisor trial` with all of them
+steps = c1.number_input("Timed steps", 1, lim["steps"], default.steps, help=H("trial_steps"))
+pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], default.pack_size, step=64,
+                            help=H("trial_pack_size"))
 scale = c3.selectbox("Model scale", list(lim["scales"]), help=H("trial_scale"))
 job = st.session_state.get("trial_job")
 if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["state"] == "running"):
@@ -64,5 +67,11 @@ if result:
     a, b = st.columns(2)
     a.dataframe(speed, hide_index=True)
     b.dataframe(memory, hide_index=True)
+    speedup, warnings, kernel_note = trial_view.speed_notes(result)
+    st.write(f"Speed-up packed/padded (median tokens/s): {speedup}")
+    for w in warnings:
+        st.warning(ui.plain(w))
+    if kernel_note:
+        st.info(ui.plain(kernel_note))
     st.write(f"Parity: loss {result['loss_parity']['max_abs_diff']:.2e}, gradients "
              f"{result['grad_parity']['max_rel_diff']:.2e} (bounds 1e-5 and 1e-4)")

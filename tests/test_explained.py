@@ -14,11 +14,10 @@ PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/2_Memory_and_F
          "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
 WIDGETS = ("number_input", "selectbox", "toggle", "radio", "text_input", "checkbox", "slider", "select_slider",
            "text_area", "multiselect", "date_input")
-TRIAL_RESULT = {  # what a trial.json holds, enough for the Trial page to draw its chart and tables
-    "device": "cpu", "steps": 1, "speedup": 2.0, "predicted_speedup": 1.9,
-    "packed": {"tokens_per_second": 2000.0, "step_seconds": 0.5}, "padded": {"tokens_per_second": 1000.0,
-                                                                            "step_seconds": 1.0},
-    "block_masked": {"tokens_per_second": 1500.0, "step_seconds": 0.7},
+TRIAL_RESULT = {  # what a trial.json holds (format 2), enough for the Trial page to draw its chart and tables
+    "format": 2, "device": "cpu", "steps": 5, "speedup": 2.0, "predicted_speedup": 1.9, "packed_kernel": "a note",
+    **{way: {"timed_step_seconds": [0.5, 0.52, 0.48, 0.5, 0.51], "timed_step_tokens": [tokens] * 5}
+       for way, tokens in (("packed", 1000), ("padded", 500), ("block_masked", 750))},
     "memory": {"measured_bytes": 2**20, "predicted_bytes": 2**20},
     "loss_parity": {"max_abs_diff": 0.0, "bound": 1e-5}, "grad_parity": {"max_rel_diff": 0.0, "bound": 1e-4}}
 

@@ -7,6 +7,10 @@ A visitor must not be able to take the server down, so a job has a budget: one j
 (``JobBusy`` otherwise), steps, pack size and scale capped (``TRIAL_LIMITS``), a wall-clock limit, and a heartbeat:
 the page touches ``heartbeat`` while it follows the job, and the job stops itself when nobody has for
 ``HEARTBEAT_SECONDS`` (the session was closed). ``collect`` reads the results and removes the folder.
+
+The job runs ``python -m advisor trial`` with every setting of its ``TrialConfig`` on the command line
+(``config.cli_arguments``) and the plan's full length histogram, so it measures exactly what the same command
+typed by hand measures.
 """
 
 from __future__ import annotations
@@ -20,15 +24,17 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from advisor.data.lengths import LengthHistogram
 from advisor.plan import Plan, dump_plan
+from advisor.trial.config import DEFAULT, TrialConfig, cli_arguments
+from advisor.trial.report import check_result
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIAL_LIMITS = {"steps": 50, "pack_size": 8192, "scales": ("small", "medium"), "samples": 200_000,
-                "parameters": 150_000_000}
+TRIAL_LIMITS = {"steps": 50, "warmup": 10, "pack_size": 8192, "scales": ("small", "medium"), "packs_per_step": 16,
+                "micro_batch_size": 16, "parameters": 150_000_000}
 HEARTBEAT_SECONDS = 300.0  # pages rerun only when used: a visitor reading another page for minutes is still here
 WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
 MAX_RESULT_BYTES = 8 << 20
@@ -60,12 +66,18 @@ class TrialJob:
         return Path(self.folder) / "heartbeat"
 
 
-def check_request(steps: int, pack_size: int, scale: str, plan: Plan | None = None) -> None:
+def check_request(cfg: TrialConfig, plan: Plan | None = None) -> None:
     """Refuse a trial over the server's budget, with what is allowed."""
     lim = TRIAL_LIMITS
-    if not 1 <= steps <= lim["steps"] or not 64 <= pack_size <= lim["pack_size"] or scale not in lim["scales"]:
-        raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, pack size 64-{lim['pack_size']} and scale "
-                         f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node")
+    if (not 1 <= cfg.steps <= lim["steps"] or not 1 <= cfg.warmup <= lim["warmup"]
+            or not 64 <= cfg.pack_size <= lim["pack_size"] or cfg.scale not in lim["scales"]
+            or not 1 <= cfg.packs_per_step <= lim["packs_per_step"]
+            or not 1 <= cfg.micro_batch_size <= lim["micro_batch_size"] or cfg.break_mask):
+        raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, 1-{lim['warmup']} warm-up steps, pack size "
+                         f"64-{lim['pack_size']}, at most {lim['packs_per_step']} packs per step, micro batches of at "
+                         f"most {lim['micro_batch_size']} and scale {' or '.join(lim['scales'])}; run larger trials "
+                         "from the command line on a GPU node")
+    scale = cfg.scale
     if plan is not None:
         params = trial_parameters(plan, scale)
         if params > lim["parameters"]:
@@ -82,36 +94,42 @@ def trial_parameters(plan: Plan, scale: str) -> int:
     return int(count_parameters(trial_plan(plan, model_config(plan, scale)).model).total)
 
 
-def start_trial(plan: Plan, hist: LengthHistogram, *, steps: int = 3, pack_size: int = 512,
-                scale: str = "small", device: str = "auto") -> TrialJob:
-    """Start the server's one trial job (``JobBusy`` if one is running, ``ValueError`` over the budget)."""
-    check_request(steps, pack_size, scale, plan)
+def start_trial(plan: Plan, hist: LengthHistogram, config: TrialConfig = DEFAULT, **changes) -> TrialJob:
+    """Start the server's one trial job (``JobBusy`` if one is running, ``ValueError`` over the budget).
+
+    ``changes`` override fields of ``config`` (``steps=5, pack_size=256``); the rest are the CLI's defaults.
+    """
+    cfg = replace(config, **changes)
+    check_request(cfg, plan)
     with _LOCK:
         _reap_stale_folders()
         _RUNNING[:] = [j for j in _RUNNING if _alive(j.pid)]
         if _RUNNING:
             raise JobBusy("another trial is running on this server; wait for it or cancel it")
-        job = _start(plan, hist, steps=steps, pack_size=pack_size, scale=scale, device=device)
+        job = _start(plan, hist, cfg)
         _RUNNING.append(job)
         return job
 
 
-def _start(plan: Plan, hist: LengthHistogram, *, steps: int, pack_size: int, scale: str, device: str) -> TrialJob:
+def write_lengths(hist: LengthHistogram, path: Path) -> None:
+    """The exact histogram as a length,count CSV (its size is the number of distinct lengths, not of samples).
+
+    Exact because the trial draws its samples from these counts: rescaling them (as the job did past 200k
+    samples) made the job draw other samples than the command line on the same data.
+    """
+    path.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts, strict=True)
+                                              if c > 0))
+
+
+def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
     folder = Path(tempfile.mkdtemp(prefix="advisor-trial-"))
     lengths = folder / "lengths.csv"
-    # the trial draws its samples from the distribution: a bounded sample of it is as good and bounded in size
-    counts = hist.counts
-    if hist.num_samples > TRIAL_LIMITS["samples"]:
-        counts = (counts * (TRIAL_LIMITS["samples"] / hist.num_samples)).round().astype(int).clip(min=0)
-        counts[counts.argmax()] += max(0, 1 - int(counts.sum()))
-    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, counts, strict=True)
-                                                 if c > 0))
+    write_lengths(hist, lengths)
     (folder / "heartbeat").touch()
     trial_plan = plan.changed({"data": {"lengths": str(lengths), "column": None}})
     (folder / "plan.yaml").write_text(dump_plan(trial_plan))
     log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), "--steps",
-                             str(steps), "--pack-size", str(pack_size), "--model-scale", scale, "--device", device,
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), *cli_arguments(cfg),
                              "--out", str(folder), "--heartbeat", str(folder / "heartbeat"),
                              "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -221,9 +239,11 @@ def read_results(data: bytes, name: str) -> dict:
         raise ValueError(f"{name}: not a trial JSON ({str(e)[:120]})") from None
     if not isinstance(result, dict):
         raise ValueError(f"{name}: not a trial result (a JSON {type(result).__name__})")
-    missing = [k for k in ("device", "packed", "padded", "memory", "loss_parity", "grad_parity") if k not in result]
+    missing = [k for k in ("device", "packed", "padded", "block_masked", "memory", "loss_parity", "grad_parity")
+               if k not in result]
     if missing:
         raise ValueError(f"{name}: not a trial result, missing {', '.join(missing)}")
+    check_result(result, name)  # an older format, or timed steps the report cannot use: one message
     return result
 
 

@@ -84,6 +84,23 @@ def _flash_varlen():
     return flash_attn_varlen_func
 
 
+def packed_attention_note(device_type: str, samples_per_pack: float, num_layers: int) -> str:
+    """What the packed (THD) way's attention runs on this device, to read its speed-up by.
+
+    >>> "one causal SDPA call per sample" in packed_attention_note("cpu", 3.0, 2)
+    True
+    """
+    if device_type == "cuda" and _flash_varlen() is not None:
+        return "packed attention ran flash-attn's varlen kernel: one call per pack, bounded by cu_seqlens"
+    where = "the CPU" if device_type == "cpu" else "this GPU (flash-attn is not installed)"
+    return (f"on {where} the packed way's attention is a Python loop over each pack's samples, one causal SDPA call "
+            f"per sample (here {samples_per_pack:.1f} samples a pack, x {num_layers} layers, forward and backward), "
+            "while padded and block-masked make one masked SDPA call per micro batch; the work is the same "
+            "sum(s_i^2) as flash-attn's varlen kernel, but not the cost per call, and the small model's matmuls "
+            "dominate the step. This speed-up says little about a GPU's varlen flash attention: run the trial "
+            "on the GPU node for that")
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TrialModelConfig):
         super().__init__()

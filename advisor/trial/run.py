@@ -1,10 +1,16 @@
-"""The trial job: a few real training steps that check the plan against measurement.
+"""The trial job: real training steps that check the plan against measurement.
 
 Trains ``TrialGPT`` on synthetic tokens whose sample lengths are drawn from the plan's data, three ways on the same
 samples (packed THD, padded, block-masked dense), checks that a packed step's loss and gradients equal those of
 each sample processed alone (the classic silent packing bug is a wrong mask or position id), and measures tokens
 per second and memory against the estimator's predictions. Runs on the CPU (float32, small) or CUDA (bf16), and
 under ``torchrun`` as data parallelism (gloo on the CPU, NCCL on CUDA).
+
+``run_trial`` runs five phases, each a function from data to a frozen result: ``setup`` (device, model shape,
+samples, packs), ``check_parity``, ``time_steps`` (warm-up, then timed steps, the three ways interleaved),
+``predict`` (FLOPs speed-up; step time on a GPU of the hardware table) and ``measure_memory``; under torchrun
+``distributed_summary`` adds each rank's work and wait. Speeds are medians over the timed steps with their spread
+(``advisor.trial.report``), never a mean of a few steps.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +33,13 @@ from advisor.model.memory import activation_bytes_per_token_per_layer
 from advisor.model.perf.calibration import EFFICIENCY
 from advisor.model.perf.step import StepWork, step_time
 from advisor.model.throughput import straggler_factor
-from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
+from advisor.packing.algorithms import ALGORITHMS, first_fit_decreasing
 from advisor.plan import Plan, plan_from_dict
-from advisor.trial.model import TrialGPT, TrialModelConfig, token_loss
+from advisor.trial.config import DEFAULT, TrialConfig
+from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note, token_loss
+from advisor.trial.report import FORMAT, WAYS, speed_report
+
+__all__ = ["ParityError", "TrialConfig", "TrialResult", "run_trial", "write_outputs"]
 
 LOSS_BOUND = 1e-5  # absolute, float32
 GRAD_BOUND = 1e-4  # relative to the largest gradient entry
@@ -37,18 +47,6 @@ GRAD_BOUND = 1e-4  # relative to the largest gradient entry
 
 class ParityError(RuntimeError):
     """The packed step does not equal the samples processed alone: the mask or the position ids are wrong."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialConfig:
-    steps: int = 3
-    device: str = "auto"
-    scale: str = "small"  # small: a CPU run of a few steps in well under a minute; medium/large for a GPU
-    seed: int = 0
-    pack_size: int = 512
-    packs_per_step: int = 4
-    micro_batch_size: int = 4
-    break_mask: bool = False  # test-only: attention across sample boundaries, which the parity check must catch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,25 +61,145 @@ class Batch:
     attention_work: float = 0.0
 
 
-@dataclass
-class TrialResult:
-    device: str
-    steps: int
-    modes: dict = field(default_factory=dict)
-    loss_parity: dict = field(default_factory=dict)
-    grad_parity: dict = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)
-    distributed: dict = field(default_factory=dict)
-    per_step: list = field(default_factory=list)
-    model: dict = field(default_factory=dict)
+@dataclass(frozen=True, kw_only=True)
+class TrialSetup:
+    """Where and on what the trial runs: ``steps`` holds this rank's packs of every step, warm-up steps first."""
+
+    device: torch.device
+    dtype: torch.dtype
+    world: int
+    rank: int
+    model: TrialModelConfig
+    data: tuple[np.ndarray, ...]
+    packs: tuple[tuple[int, ...], ...]
+    steps: tuple[tuple[tuple[int, ...], ...], ...]
+    warmup: int
+
+    def lengths(self, step: int) -> list[list[int]]:
+        """Sample lengths per pack of one step."""
+        return [[len(self.data[i]) for i in p] for p in self.steps[step]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parity:
+    loss_diff: float
+    grad_diff: float
+    pack_samples: int
+
+    @property
+    def ok(self) -> bool:
+        return self.loss_diff <= LOSS_BOUND and self.grad_diff <= GRAD_BOUND
 
     def to_dict(self) -> dict:
-        packed, padded = self.modes.get("packed", {}), self.modes.get("padded", {})
-        return {"device": self.device, "steps": self.steps, "model": self.model, **self.modes,
-                "speedup": packed.get("tokens_per_second", 0) / max(padded.get("tokens_per_second", 0), 1e-12),
-                "predicted_speedup": self.modes.get("predicted_speedup"),
-                "loss_parity": self.loss_parity, "grad_parity": self.grad_parity, "memory": self.memory,
-                "distributed": self.distributed}
+        return {"loss_parity": {"max_abs_diff": self.loss_diff, "bound": LOSS_BOUND,
+                                "ok": self.loss_diff <= LOSS_BOUND},
+                "grad_parity": {"max_rel_diff": self.grad_diff, "bound": GRAD_BOUND,
+                                "ok": self.grad_diff <= GRAD_BOUND}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    mode: str
+    step: int
+    warmup: bool
+    seconds: float
+    loss: float
+    real_tokens: int
+    allreduce_wait_seconds: float
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every step of every way, warm-up steps included (marked)."""
+
+    records: tuple[StepRecord, ...]
+
+    def timed(self, mode: str) -> tuple[list[float], list[int]]:
+        """(seconds, real tokens) of a way's timed steps, in step order."""
+        rows = [r for r in self.records if r.mode == mode and not r.warmup]
+        return [r.seconds for r in rows], [r.real_tokens for r in rows]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """The estimator's side: the FLOPs speed-up and, on a GPU of the hardware table, the step time."""
+
+    speedup: float
+    flops_per_real_token: dict
+    step_seconds: float | None = None
+    gpu: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    measured_bytes: int
+    predicted_bytes: float
+    measured_state_bytes: int
+    measured_activation_bytes: int
+    predicted_state_bytes: float
+    predicted_activation_bytes: float
+    tokens_in_micro_batch: int
+    how: str
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_bytes / self.predicted_bytes
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"ratio_measured_over_predicted": self.ratio}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResult:
+    """A finished trial. ``to_dict`` is ``trial.json`` (format ``report.FORMAT``): per way the timed steps'
+    ``timed_step_seconds`` and ``timed_step_tokens``, the median ``tokens_per_second`` and ``step_seconds``, their
+    spread; ``speedup`` (median tokens/s packed over padded) with ``speedup_interval``; ``noise_warnings``;
+    ``predicted_speedup``; ``loss_parity``, ``grad_parity``, ``memory``, ``distributed``."""
+
+    device: str
+    config: TrialConfig
+    model: dict
+    parity: Parity
+    timing: Timing
+    prediction: Prediction
+    memory: Memory
+    kernel_note: str
+    torch_threads: int
+    distributed: dict
+
+    @property
+    def per_step(self) -> list[dict]:
+        return [asdict(r) for r in self.timing.records]
+
+    def to_dict(self) -> dict:
+        out = {"format": FORMAT, "device": self.device, "steps": self.config.steps, "warmup_steps": self.config.warmup,
+               "config": asdict(self.config), "model": self.model, "torch_threads": self.torch_threads,
+               "packed_kernel": self.kernel_note, "predicted_speedup": self.prediction.speedup}
+        for way in WAYS:
+            seconds, tokens = self.timing.timed(way)
+            out[way] = {"timed_step_seconds": seconds, "timed_step_tokens": tokens, "real_tokens": int(sum(tokens)),
+                        "predicted_flops_per_real_token": self.prediction.flops_per_real_token[way]}
+        rep = speed_report(out)  # the same function the CLI and the page report with
+        for row in rep.rows:
+            out[row.way] |= {"tokens_per_second": row.median_tokens_per_second,
+                             "step_seconds": row.median_step_seconds,
+                             "tokens_per_second_min": row.min_tokens_per_second,
+                             "tokens_per_second_max": row.max_tokens_per_second,
+                             "tokens_per_second_iqr": row.iqr_tokens_per_second}
+        p = self.prediction
+        out["packed"] |= {"predicted_step_seconds": p.step_seconds}
+        if p.step_seconds is not None:
+            out["packed"] |= {"prediction_error": p.step_seconds / out["packed"]["step_seconds"] - 1,
+                              "prediction_gpu": p.gpu}
+        else:
+            out["packed"]["prediction_note"] = p.note
+        s = rep.speedup
+        return out | {"speedup": s.point, "speedup_interval": [s.low, s.high], "speedup_confidence": s.confidence,
+                      "speedup_statistic": "median tokens/s per timed step, packed over padded; paired bootstrap "
+                                           "interval over steps",
+                      "noise_warnings": list(rep.warnings), **self.parity.to_dict(), "memory": self.memory.to_dict(),
+                      "distributed": self.distributed}
 
 
 MAX_GQA_RATIO, MAX_FFN_RATIO, MAX_HEAD_DIM = 8, 8, 256  # every real model is inside; a hostile plan is not
@@ -149,9 +267,16 @@ def sample_lengths(hist: LengthHistogram, plan_pack_size: int, pack_size: int, n
 
 
 def make_packs(lengths: np.ndarray, pack_size: int, algorithm: str, seed: int) -> list[list[int]]:
-    """Sample indices per pack, packed by the plan's algorithm (samples of equal length taken in order)."""
+    """Sample indices per pack, packed by the plan's algorithm (samples of equal length taken in order).
+
+    ``column_generation`` is packed by first fit decreasing instead: its LP takes up to 30 s, out of place in a
+    trial of a few hundred samples, and its result is first-fit-finished packs of nearly the same fill.
+
+    >>> make_packs(np.array([3, 2, 2, 1]), 4, "first_fit_decreasing", 0)
+    [[0, 3], [1, 2]]
+    """
     counts = np.bincount(lengths, minlength=pack_size + 1)
-    fn = first_fit_shuffle if algorithm == "first_fit_shuffle" else first_fit_decreasing
+    fn = first_fit_decreasing if algorithm == "column_generation" else ALGORITHMS[algorithm]
     offsets, items = fn(counts, pack_size, seed)
     queues: dict[int, list[int]] = {}
     for i, n in enumerate(lengths.tolist()):
@@ -272,8 +397,8 @@ def _progress(msg: str) -> None:
     print(f"[trial] {msg}", file=sys.stderr, flush=True)
 
 
-def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = TrialConfig(), progress=_progress) -> TrialResult:
-    """Run the trial; raises ParityError when the packed step and the samples alone disagree beyond the bounds."""
+def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
+    """The device, the trial model's shape, the samples (lengths from the data, random tokens) and their packs."""
     import torch.distributed as dist
 
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
@@ -283,103 +408,150 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = TrialConfig(
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
     mcfg = model_config(plan, cfg.scale)
-    model = TrialGPT(mcfg).to(device=device, dtype=dtype)
     plan_size = plan.packing.pack_size or plan.training.seq_length
     mean_len = max(2.0, hist.total_tokens / hist.num_samples * cfg.pack_size / plan_size)
-    packs_needed = (cfg.steps + 1) * cfg.packs_per_step * world
+    total_steps = cfg.warmup + cfg.steps
+    packs_needed = total_steps * cfg.packs_per_step * world
     n_samples = int(packs_needed * max(1.0, cfg.pack_size / mean_len) * 1.3) + 16  # packs are not all full
-    lengths = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
-    data = [rng.integers(0, mcfg.vocab_size, n) for n in lengths]
-    packs = make_packs(lengths, cfg.pack_size, plan.packing.algorithm, cfg.seed)
+    for _ in range(8):  # lengths clipped to the pack size fill packs alone: draw more until there are enough
+        rng = np.random.default_rng(cfg.seed)
+        lengths = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
+        packs = make_packs(lengths, cfg.pack_size, plan.packing.algorithm, cfg.seed)
+        if len(packs) >= packs_needed:
+            break
+        n_samples = int(n_samples * packs_needed / max(1, len(packs)) * 1.2) + 16
+    data = tuple(rng.integers(0, mcfg.vocab_size, n) for n in lengths)
     rng.shuffle(packs)
-    result = TrialResult(device=str(device), steps=cfg.steps, model=mcfg.__dict__ | {"world_size": world})
+    pps = cfg.packs_per_step
+    steps = tuple(tuple(tuple(p) for p in packs[(s * world + rank) * pps:(s * world + rank + 1) * pps])
+                  for s in range(total_steps))
+    if any(not packs_of_step for packs_of_step in steps):
+        raise ValueError(f"{len(packs)} packs are too few for {total_steps} steps of {pps} packs on {world} rank(s)")
+    return TrialSetup(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32, world=world,
+                      rank=rank, model=mcfg, data=data, packs=tuple(tuple(p) for p in packs), steps=steps,
+                      warmup=cfg.warmup)
 
-    # correctness first: a packed step must equal the samples processed alone (float32)
-    # the pack with the most samples: a pack of one sample cannot show a leak across boundaries
-    first = [data[i] for i in max(packs[:64], key=len)]
-    loss_diff, grad_diff = parity(model, first, device, cfg.break_mask)
-    result.loss_parity = {"max_abs_diff": loss_diff, "bound": LOSS_BOUND, "ok": loss_diff <= LOSS_BOUND}
-    result.grad_parity = {"max_rel_diff": grad_diff, "bound": GRAD_BOUND, "ok": grad_diff <= GRAD_BOUND}
-    progress(f"parity on a pack of {len(first)} sample(s): loss {loss_diff:.2e}, gradients {grad_diff:.2e}")
-    if loss_diff > LOSS_BOUND or grad_diff > GRAD_BOUND:
+
+def check_parity(st: TrialSetup, cfg: TrialConfig) -> Parity:
+    """A packed step against the samples processed alone, in float32, on the pack with the most samples (a pack
+    of one sample cannot show a leak across boundaries); raises ``ParityError`` beyond the bounds."""
+    torch.manual_seed(cfg.seed)
+    model = TrialGPT(st.model).to(device=st.device, dtype=st.dtype)
+    first = [st.data[i] for i in max(st.packs[:64], key=len)]
+    loss_diff, grad_diff = parity(model, first, st.device, cfg.break_mask)
+    result = Parity(loss_diff=loss_diff, grad_diff=grad_diff, pack_samples=len(first))
+    if not result.ok:
         raise ParityError(f"packed step differs from the samples processed alone: loss {loss_diff:.3e} (bound "
                           f"{LOSS_BOUND:g}), gradients {grad_diff:.3e} relative (bound {GRAD_BOUND:g}): the attention "
                           "mask or the position ids let samples see each other")
+    return result
 
-    steps = [packs[(s * world + rank) * cfg.packs_per_step:(s * world + rank + 1) * cfg.packs_per_step]
-             for s in range(cfg.steps + 1)]
-    coef = flops_coefficients(trial_plan(plan, mcfg).model)
-    computed = {}
-    for mode in ("packed", "padded", "block_masked"):
+
+def step_batches(st: TrialSetup, step: int, mode: str, micro_batch_size: int) -> list[Batch]:
+    """One step's micro batches for a way: a pack per micro batch (packed, block-masked) or the same samples in
+    padded rows of ``micro_batch_size``."""
+    if mode == "padded":
+        samples = [st.data[i] for p in st.steps[step] for i in p]
+        return [padded_batch(samples[j:j + micro_batch_size], st.device)
+                for j in range(0, len(samples), micro_batch_size)]
+    return [packed_batch([st.data[i] for i in p], st.device, dense=mode == "block_masked") for p in st.steps[step]]
+
+
+def _train_step(net, opt, batches: list[Batch], mode: str, st: TrialSetup) -> tuple[float, float, float, int]:
+    """One optimizer step; returns (seconds, all-reduce wait seconds, mean loss, real tokens)."""
+    import torch.distributed as dist
+
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    n_tokens = sum(b.real_tokens for b in batches)
+    loss_total = 0.0
+    for b in batches:
+        loss, _ = _forward_loss(net, b, "packed" if mode == "packed" else "dense")
+        (loss / n_tokens).backward()
+        loss_total += loss.item()
+    w0 = time.perf_counter()
+    if st.world > 1:
+        for p in net.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= st.world
+    wait = time.perf_counter() - w0
+    opt.step()
+    if st.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, wait, loss_total / n_tokens, n_tokens
+
+
+def time_steps(st: TrialSetup, cfg: TrialConfig, progress=_progress) -> Timing:
+    """Warm-up steps, then timed steps, of the three ways on the same samples, each with its own model and AdamW
+    from the same initialisation.
+
+    The ways run interleaved (step 1 of each, then step 2 of each, their order rotating every step), so a
+    moment when the machine is busy slows all three a little rather than one of them a lot. Batches are built
+    before the clock starts.
+    """
+    nets, opts = {}, {}
+    for mode in WAYS:
         torch.manual_seed(cfg.seed)
-        net = TrialGPT(mcfg).to(device=device, dtype=dtype)
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-        times, tokens, flops, waits = [], 0, 0.0, []
-        for s, step_packs in enumerate(steps):
-            samples = [data[i] for p in step_packs for i in p]
-            if mode == "padded":
-                batches = [padded_batch(samples[j:j + cfg.micro_batch_size], device)
-                           for j in range(0, len(samples), cfg.micro_batch_size)]
-            else:
-                batches = [packed_batch([data[i] for i in p], device, dense=mode == "block_masked")
-                           for p in step_packs]
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            n_tokens = sum(b.real_tokens for b in batches)
-            loss_total = 0.0
-            for b in batches:
-                loss, _ = _forward_loss(net, b, "packed" if mode == "packed" else "dense")
-                (loss / n_tokens).backward()
-                loss_total += loss.item()
-            w0 = time.perf_counter()
-            if world > 1:
-                for p in net.parameters():
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
-            wait = time.perf_counter() - w0
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            if s > 0:  # step 0 warms up
-                times.append(dt)
-                waits.append(wait)
-                tokens += n_tokens
-                flops += sum(coef(b.tokens.numel(), b.attention_work) for b in batches)
-            result.per_step.append({"mode": mode, "step": s, "seconds": dt, "loss": loss_total / n_tokens,
-                                    "real_tokens": n_tokens, "allreduce_wait_seconds": wait})
-            progress(f"{mode:<12} step {s}/{cfg.steps}: loss {loss_total / n_tokens:.4f}, {dt * 1000:.0f} ms")
-        result.modes[mode] = {"tokens_per_second": tokens / sum(times), "step_seconds": float(np.mean(times)),
-                              "real_tokens": tokens}
-        computed[mode] = flops / tokens
-    result.modes["predicted_speedup"] = computed["padded"] / computed["packed"]
-    # the performance model on the same small model, packs and GPU count: only meaningful for a GPU in BF16
-    preset = gpu_preset(torch.cuda.get_device_name()) if device.type == "cuda" else None
-    if preset is not None:
-        lengths_of = [[[len(data[i]) for i in p] for p in st] for st in steps[1:]]
-        pred = predicted_step(plan, mcfg, lengths_of, world, preset)
-        measured = result.modes["packed"]["step_seconds"]
-        result.modes["packed"]["predicted_step_seconds"] = pred["step_seconds"]
-        result.modes["packed"]["prediction_error"] = pred["step_seconds"] / measured - 1
-        result.modes["packed"]["prediction_gpu"] = preset
-    else:
-        where = torch.cuda.get_device_name() if device.type == "cuda" else device.type
-        result.modes["packed"]["predicted_step_seconds"] = None
-        result.modes["packed"]["prediction_note"] = f"the step-time model describes H100, H200, B200 and A100 " \
-                                                    f"GPUs in BF16, not {where}"
-    result.modes["packed"]["predicted_flops_per_real_token"] = computed["packed"]
-    result.modes["padded"]["predicted_flops_per_real_token"] = computed["padded"]
+        nets[mode] = TrialGPT(st.model).to(device=st.device, dtype=st.dtype)
+        opts[mode] = torch.optim.AdamW(nets[mode].parameters(), lr=1e-3)
+    records = []
+    for s in range(len(st.steps)):
+        warm = s < st.warmup
+        label = f"warm-up {s + 1}/{st.warmup}" if warm else f"step {s - st.warmup + 1}/{len(st.steps) - st.warmup}"
+        for k in range(len(WAYS)):
+            mode = WAYS[(s + k) % len(WAYS)]
+            batches = step_batches(st, s, mode, cfg.micro_batch_size)
+            dt, wait, loss, n_tokens = _train_step(nets[mode], opts[mode], batches, mode, st)
+            records.append(StepRecord(mode=mode, step=s, warmup=warm, seconds=dt, loss=loss, real_tokens=n_tokens,
+                                      allreduce_wait_seconds=wait))
+            progress(f"{mode:<12} {label}: loss {loss:.4f}, {dt * 1000:.0f} ms")
+    return Timing(records=tuple(sorted(records, key=lambda r: (WAYS.index(r.mode), r.step))))
 
-    # memory: parameters, gradients and Adam states after a step, plus what a forward keeps for backward
-    biggest = max((packed_batch([data[i] for i in p], device) for p in steps[1]), key=lambda b: b.tokens.numel())
+
+def _work(lengths: list[list[int]], mode: str, micro_batch_size: int) -> list[tuple[int, float]]:
+    """(computed tokens, attention work) per micro batch of one step, as ``step_batches`` builds them."""
+    if mode == "padded":
+        flat = [n for p in lengths for n in p]
+        rows = [flat[j:j + micro_batch_size] for j in range(0, len(flat), micro_batch_size)]
+        return [(len(r) * max(r), float(len(r) * max(r) ** 2)) for r in rows]
+    if mode == "block_masked":
+        return [(sum(p), float(sum(p)) ** 2) for p in lengths]
+    return [(sum(p), float(sum(n * n for n in p))) for p in lengths]
+
+
+def predict(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Prediction:
+    """FLOPs per real token of each way over the timed steps (their ratio is the predicted speed-up) and, on a GPU
+    of the hardware table, the performance model's step time for the trial's model and packs."""
+    coef = flops_coefficients(trial_plan(plan, st.model).model)
+    timed = range(st.warmup, len(st.steps))
+    per_token = {}
+    for mode in WAYS:
+        flops = sum(coef(t, w) for s in timed for t, w in _work(st.lengths(s), mode, cfg.micro_batch_size))
+        per_token[mode] = flops / sum(sum(n - 1 for n in p) for s in timed for p in st.lengths(s))
+    speedup = per_token["padded"] / per_token["packed"]
+    preset = gpu_preset(torch.cuda.get_device_name()) if st.device.type == "cuda" else None
+    if preset is None:
+        where = torch.cuda.get_device_name() if st.device.type == "cuda" else st.device.type
+        return Prediction(speedup=speedup, flops_per_real_token=per_token,
+                          note=f"the step-time model describes H100, H200, B200 and A100 GPUs in BF16, not {where}")
+    pred = predicted_step(plan, st.model, [st.lengths(s) for s in timed], st.world, preset)
+    return Prediction(speedup=speedup, flops_per_real_token=per_token, step_seconds=pred["step_seconds"], gpu=preset)
+
+
+def measure_memory(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Memory:
+    """Parameters, gradients and Adam states after one packed step, plus what a forward of the step's largest
+    pack keeps for backward (CUDA: the allocator's peak), against the estimator's formulas."""
+    torch.manual_seed(cfg.seed)
+    net = TrialGPT(st.model).to(device=st.device, dtype=st.dtype)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    _train_step(net, opt, step_batches(st, 0, "packed", cfg.micro_batch_size), "packed", st)
+    biggest = max((packed_batch([st.data[i] for i in p], st.device) for p in st.steps[0]),
+                  key=lambda b: b.tokens.numel())
     state = sum(p.numel() * p.element_size() * 2 for p in net.parameters())  # weights and gradients
-    state += sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
+    state += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0)
-    if device.type == "cuda":
+    if st.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         loss, n = _forward_loss(net, biggest, "packed")
         (loss / n).backward()
@@ -388,34 +560,56 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = TrialConfig(
     else:
         acts = saved_bytes(net, biggest, "packed")
         measured = state + acts
-    predicted = predicted_memory(trial_plan(plan, mcfg), biggest.tokens.numel(), 2 if dtype == torch.bfloat16 else 4)
-    result.memory = {"measured_bytes": measured, "predicted_bytes": predicted["total_bytes"],
-                     "ratio_measured_over_predicted": measured / predicted["total_bytes"],
-                     "measured_state_bytes": state, "measured_activation_bytes": acts,
-                     "predicted_state_bytes": predicted["state_bytes"],
-                     "predicted_activation_bytes": predicted["activation_bytes"],
-                     "tokens_in_micro_batch": biggest.tokens.numel(),
-                     "how": "CUDA allocator peak" if device.type == "cuda" else
-                            "parameter, gradient and Adam bytes plus saved_tensors_hooks bytes of one forward"}
-    if world > 1:
-        work = torch.tensor([float(sum(sum(len(data[i]) ** 2 for i in p) for p in st)) for st in steps[1:]])
-        wait = torch.tensor([sum(w["allreduce_wait_seconds"] for w in result.per_step
-                                 if w["mode"] == "packed" and w["step"] > 0)])
-        gathered_work = [torch.zeros_like(work) for _ in range(world)]
-        gathered_wait = [torch.zeros_like(wait) for _ in range(world)]
-        dist.all_gather(gathered_work, work)
-        dist.all_gather(gathered_wait, wait)
-        costs = np.array([[float(w[s]) for w in gathered_work] for s in range(len(work))])
-        result.distributed = {
-            "world_size": world, "backend": dist.get_backend(),
-            "per_rank_attention_work": [float(w.sum()) for w in gathered_work],
-            "per_rank_allreduce_wait_seconds": [float(w[0]) for w in gathered_wait],
-            "measured_work_straggler": float(costs.max(axis=1).sum() / costs.mean(axis=1).sum()),
-            "predicted_straggler_factor": straggler_factor(
-                np.array([sum(len(data[i]) ** 2 for i in p) for p in packs], dtype=float),
-                cfg.packs_per_step * world, world, cfg.seed),
-        }
-    return result
+    predicted = predicted_memory(trial_plan(plan, st.model), biggest.tokens.numel(),
+                                 2 if st.dtype == torch.bfloat16 else 4)
+    return Memory(measured_bytes=int(measured), predicted_bytes=predicted["total_bytes"],
+                  measured_state_bytes=int(state), measured_activation_bytes=int(acts),
+                  predicted_state_bytes=predicted["state_bytes"],
+                  predicted_activation_bytes=predicted["activation_bytes"],
+                  tokens_in_micro_batch=int(biggest.tokens.numel()),
+                  how="CUDA allocator peak" if st.device.type == "cuda" else
+                      "parameter, gradient and Adam bytes plus saved_tensors_hooks bytes of one forward")
+
+
+def distributed_summary(st: TrialSetup, cfg: TrialConfig, timing: Timing) -> dict:
+    """Under torchrun: each rank's attention work and all-reduce wait, beside the estimator's straggler factor."""
+    import torch.distributed as dist
+
+    timed = range(st.warmup, len(st.steps))
+    work = torch.tensor([float(sum(n * n for p in st.lengths(s) for n in p)) for s in timed])
+    wait = torch.tensor([sum(r.allreduce_wait_seconds for r in timing.records if r.mode == "packed" and not r.warmup)])
+    gathered_work = [torch.zeros_like(work) for _ in range(st.world)]
+    gathered_wait = [torch.zeros_like(wait) for _ in range(st.world)]
+    dist.all_gather(gathered_work, work)
+    dist.all_gather(gathered_wait, wait)
+    costs = np.array([[float(w[s]) for w in gathered_work] for s in range(len(work))])
+    return {
+        "world_size": st.world, "backend": dist.get_backend(),
+        "per_rank_attention_work": [float(w.sum()) for w in gathered_work],
+        "per_rank_allreduce_wait_seconds": [float(w[0]) for w in gathered_wait],
+        "measured_work_straggler": float(costs.max(axis=1).sum() / costs.mean(axis=1).sum()),
+        "predicted_straggler_factor": straggler_factor(
+            np.array([sum(len(st.data[i]) ** 2 for i in p) for p in st.packs], dtype=float),
+            cfg.packs_per_step * st.world, st.world, cfg.seed),
+    }
+
+
+def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, progress=_progress) -> TrialResult:
+    """Run the trial's phases; raises ParityError when the packed step and the samples alone disagree beyond the
+    bounds (before any timing)."""
+    st = setup(plan, hist, cfg)
+    par = check_parity(st, cfg)
+    progress(f"parity on a pack of {par.pack_samples} sample(s): loss {par.loss_diff:.2e}, gradients "
+             f"{par.grad_diff:.2e}")
+    timing = time_steps(st, cfg, progress)
+    pred = predict(plan, st, cfg)
+    memory = measure_memory(plan, st, cfg)
+    samples_per_pack = float(np.mean([len(p) for s in st.steps for p in s]))
+    return TrialResult(device=str(st.device), config=cfg, model=asdict(st.model) | {"world_size": st.world},
+                       parity=par, timing=timing, prediction=pred, memory=memory,
+                       kernel_note=packed_attention_note(st.device.type, samples_per_pack, st.model.num_layers),
+                       torch_threads=torch.get_num_threads(),
+                       distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {})
 
 
 def write_outputs(result: TrialResult, out: Path) -> None:

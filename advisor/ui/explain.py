@@ -206,15 +206,16 @@ HELP: dict[str, Explanation] = {
                         "advisor/advice/exports.py"),
     "export_recommended": _e("Export the search's best candidate instead of your plan.", "advisor/advice/search.py"),
     # ----------------------------------------------------------------------------------------- trial
-    "trial_steps": _e("Measured steps per way (packed, padded, block-masked) after one warm-up step.",
-                      "advisor/trial/run.py"),
+    "trial_steps": _e("Timed steps per way (packed, padded, block-masked, interleaved) after two warm-up steps; "
+                      "speeds are their medians with min, max and IQR.", "advisor/trial/report.py"),
     "trial_pack_size": _e("The trial's pack size; your lengths are scaled to it so the trial stays small.",
                           "advisor/trial/run.py"),
     "trial_scale": _e("How large the trial's model is (small runs on a CPU in seconds).", "advisor/trial/run.py"),
     "trial_upload": _e("A trial.json from a run on a GPU node (python -m advisor trial PLAN --device cuda --out DIR).",
                        "advisor/trial/run.py"),
-    "trial_chart": _e("Measured real tokens/s of the three ways on the same samples; the title compares the "
-                      "packed/padded speed-up with the FLOPs prediction.", "advisor/trial/run.py"),
+    "trial_chart": _e("Median real tokens/s of the three ways on the same samples, whiskers from the slowest to "
+                      "the fastest timed step; the title gives the packed/padded speed-up of the medians with its "
+                      "95% bootstrap interval, and the FLOPs prediction.", "advisor/trial/report.py"),
 }
 
 

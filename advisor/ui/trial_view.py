@@ -1,19 +1,30 @@
-"""The trial's results as the Trial page shows them: a speed chart and measured-against-predicted tables."""
+"""The trial's results as the Trial page shows them: a speed chart and measured-against-predicted tables.
+
+The speed figures come from ``advisor.trial.report.speed_report``, the function the command line prints, so the
+page and ``python -m advisor trial`` show the same medians, spreads, interval and warnings for the same result.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from advisor.trial.report import SpeedReport, shown, speed_report, speedup_text
+
+
+def speed_table(rep: SpeedReport) -> pd.DataFrame:
+    """Per way: timed steps, median tokens/s with min, max and IQR over the steps, and the median step time."""
+    return pd.DataFrame([shown(r) for r in rep.rows])
+
 
 def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Speed (measured per way, speed-up against the FLOPs prediction) and memory (measured against predicted)."""
-    speed = pd.DataFrame([{"way": w, "tokens/s": result[w]["tokens_per_second"], "step s": result[w]["step_seconds"]}
-                          for w in ("packed", "padded", "block_masked") if w in result])
+    """Speed (the report's rows) and measured against predicted (speed-up from medians, memory)."""
+    rep = speed_report(result)
     m = result["memory"]
+    s = rep.speedup
     memory = pd.DataFrame([
-        {"quantity": "packed / padded speed-up", "measured": result.get("speedup"),
-         "predicted": result.get("predicted_speedup")},
+        {"quantity": f"packed / padded speed-up of medians ({s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x)",
+         "measured": s.point, "predicted": rep.predicted_speedup},
         {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
          "predicted": m["predicted_bytes"] / 2**20},
         {"quantity": "memory, weights+grads+Adam MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
@@ -22,13 +33,26 @@ def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
          "predicted": m.get("predicted_activation_bytes", 0) / 2**20},
     ])
     memory["measured / predicted"] = memory["measured"] / memory["predicted"]
-    return speed, memory.round(3)
+    return speed_table(rep), memory.round(3)
+
+
+def speed_notes(result: dict) -> tuple[str, tuple[str, ...], str]:
+    """(the speed-up as text, the noise warnings, the note on the packed kernel): what the page writes under the
+    tables, the same lines the CLI prints."""
+    rep = speed_report(result)
+    return speedup_text(rep), rep.warnings, rep.kernel_note
 
 
 def results_chart(result: dict) -> go.Figure:
-    speed, memory = results_tables(result)
-    fig = go.Figure(go.Bar(x=speed["way"], y=speed["tokens/s"], marker_color=["#54a24b", "#e45756", "#f58518"]))
-    fig.update_layout(title=f"Measured tokens/s on {result['device']} (speed-up {result.get('speedup', 0):.2f}x, "
-                            f"predicted {result.get('predicted_speedup') or 0:.2f}x)", yaxis_title="real tokens/s",
+    """Median tokens/s per way, whiskers from the slowest to the fastest timed step."""
+    rep = speed_report(result)
+    speed = speed_table(rep)
+    med = speed["median tokens/s"]
+    fig = go.Figure(go.Bar(x=speed["way"], y=med, marker_color=["#54a24b", "#e45756", "#f58518"][:len(speed)],
+                           error_y=dict(type="data", symmetric=False, array=speed["max tokens/s"] - med,
+                                        arrayminus=med - speed["min tokens/s"])))
+    predicted = f"{rep.predicted_speedup:.2f}x" if rep.predicted_speedup is not None else "n/a"
+    fig.update_layout(title=f"Median tokens/s on {result['device']} (speed-up {speedup_text(rep)}, predicted "
+                            f"{predicted})", yaxis_title="real tokens/s, min-max over steps",
                       margin=dict(t=50, b=40))
     return fig
