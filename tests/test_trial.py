@@ -175,7 +175,7 @@ def test_the_job_runs_the_command_line_with_the_same_settings_and_the_exact_hist
     from advisor.trial.jobs import write_lengths
 
     cfg = TrialConfig(steps=7, warmup=3, device="cpu", scale="medium", seed=11, pack_size=320, packs_per_step=3,
-                      micro_batch_size=5)
+                      micro_batch_size=5, threads=1)
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml", *cli_arguments(cfg)])) == cfg
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml"])) == TrialConfig()  # one set of defaults
     big = LengthHistogram.from_samples(np.repeat([3, 500, 70_001], [16_000_000, 300_001, 1]), source="big")
