@@ -315,5 +315,10 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
                                                     "application/json")).run()
     assert not at.exception and len(at.dataframe) == 2
+    assert any("too few to call the speed" in w.value for w in at.warning)  # 3 timed steps: the page says so
+    assert any("one causal SDPA call per sample" in i.value for i in at.info)
     at.file_uploader(key="trial_upload").set_value(("x.json", b'{"device": "cpu"}', "application/json")).run()
     assert at.error and "not a trial result, missing packed" in at.error[0].value
+    old = {k: v for k, v in result.to_dict().items() if k != "format"}
+    at.file_uploader(key="trial_upload").set_value(("old.json", json.dumps(old).encode(), "application/json")).run()
+    assert any("older advisor" in e.value for e in at.error)
