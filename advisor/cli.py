@@ -748,6 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="samples per padded micro batch")
     p.add_argument("--seed", type=_checked(_seed), default=d.seed,
                    help="fixes the data, the initialisation and the order")
+    p.add_argument("--threads", type=_positive_int(1024), default=d.threads,
+                   help="torch CPU threads (default: all cores); 1 is slower but steadier on a shared machine")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")

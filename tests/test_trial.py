@@ -175,7 +175,7 @@ def test_the_job_runs_the_command_line_with_the_same_settings_and_the_exact_hist
     from advisor.trial.jobs import write_lengths
 
     cfg = TrialConfig(steps=7, warmup=3, device="cpu", scale="medium", seed=11, pack_size=320, packs_per_step=3,
-                      micro_batch_size=5)
+                      micro_batch_size=5, threads=1)
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml", *cli_arguments(cfg)])) == cfg
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml"])) == TrialConfig()  # one set of defaults
     big = LengthHistogram.from_samples(np.repeat([3, 500, 70_001], [16_000_000, 300_001, 1]), source="big")
@@ -314,5 +314,10 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
                                                     "application/json")).run()
     assert not at.exception and len(at.dataframe) == 2
+    assert any("too few to call the speed" in w.value for w in at.warning)  # 3 timed steps: the page says so
+    assert any("one causal SDPA call per sample" in i.value for i in at.info)
     at.file_uploader(key="trial_upload").set_value(("x.json", b'{"device": "cpu"}', "application/json")).run()
     assert at.error and "not a trial result, missing packed" in at.error[0].value
+    old = {k: v for k, v in result.to_dict().items() if k != "format"}
+    at.file_uploader(key="trial_upload").set_value(("old.json", json.dumps(old).encode(), "application/json")).run()
+    assert any("older advisor" in e.value for e in at.error)

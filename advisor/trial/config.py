@@ -33,6 +33,7 @@ class TrialConfig:
     pack_size: int = 512
     packs_per_step: int = 4
     micro_batch_size: int = 4
+    threads: int | None = None  # torch's CPU threads; None: torch's default (all cores). 1 is steadier when shared
     break_mask: bool = False  # test-only: attention across sample boundaries, which the parity check must catch
 
 
@@ -44,11 +45,12 @@ def cli_arguments(cfg: TrialConfig) -> list[str]:
     args = ["--steps", str(cfg.steps), "--warmup", str(cfg.warmup), "--device", cfg.device, "--model-scale",
             cfg.scale, "--seed", str(cfg.seed), "--pack-size", str(cfg.pack_size), "--packs-per-step",
             str(cfg.packs_per_step), "--micro-batch-size", str(cfg.micro_batch_size)]
-    return args + (["--break-mask"] if cfg.break_mask else [])
+    threads = ["--threads", str(cfg.threads)] if cfg.threads is not None else []
+    return args + threads + (["--break-mask"] if cfg.break_mask else [])
 
 
 def from_cli(args) -> TrialConfig:
     """The config of parsed ``trial`` arguments (the inverse of ``cli_arguments``)."""
     return TrialConfig(steps=args.steps, warmup=args.warmup, device=args.device, scale=args.model_scale,
                        seed=args.seed, pack_size=args.pack_size, packs_per_step=args.packs_per_step,
-                       micro_batch_size=args.micro_batch_size, break_mask=args.break_mask)
+                       micro_batch_size=args.micro_batch_size, threads=args.threads, break_mask=args.break_mask)

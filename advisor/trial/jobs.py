@@ -34,7 +34,7 @@ from advisor.trial.report import check_result
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIAL_LIMITS = {"steps": 50, "warmup": 10, "pack_size": 8192, "scales": ("small", "medium"), "packs_per_step": 16,
-                "micro_batch_size": 16, "parameters": 150_000_000}
+                "micro_batch_size": 16, "threads": 4, "parameters": 150_000_000}
 HEARTBEAT_SECONDS = 300.0  # pages rerun only when used: a visitor reading another page for minutes is still here
 WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
 MAX_RESULT_BYTES = 8 << 20
@@ -72,11 +72,12 @@ def check_request(cfg: TrialConfig, plan: Plan | None = None) -> None:
     if (not 1 <= cfg.steps <= lim["steps"] or not 1 <= cfg.warmup <= lim["warmup"]
             or not 64 <= cfg.pack_size <= lim["pack_size"] or cfg.scale not in lim["scales"]
             or not 1 <= cfg.packs_per_step <= lim["packs_per_step"]
-            or not 1 <= cfg.micro_batch_size <= lim["micro_batch_size"] or cfg.break_mask):
+            or not 1 <= cfg.micro_batch_size <= lim["micro_batch_size"] or cfg.break_mask
+            or not 1 <= (cfg.threads or 1) <= lim["threads"]):
         raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, 1-{lim['warmup']} warm-up steps, pack size "
                          f"64-{lim['pack_size']}, at most {lim['packs_per_step']} packs per step, micro batches of at "
-                         f"most {lim['micro_batch_size']} and scale {' or '.join(lim['scales'])}; run larger trials "
-                         "from the command line on a GPU node")
+                         f"most {lim['micro_batch_size']}, at most {lim['threads']} threads and scale "
+                         f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node")
     scale = cfg.scale
     if plan is not None:
         params = trial_parameters(plan, scale)

@@ -408,6 +408,8 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     mcfg = model_config(plan, cfg.scale)
     plan_size = plan.packing.pack_size or plan.training.seq_length
     mean_len = max(2.0, hist.total_tokens / hist.num_samples * cfg.pack_size / plan_size)

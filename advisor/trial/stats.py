@@ -136,5 +136,5 @@ def noise_warnings(speed: Speedup, spreads: Mapping[str, Spread], *, min_steps: 
         if s.relative_iqr > max_relative_iqr:
             out.append(f"{way} steps spread {s.relative_iqr:.0%} (interquartile range over median, above "
                        f"{max_relative_iqr:.0%}; fastest {s.maximum:,.0f}, slowest {s.minimum:,.0f} tokens/s): "
-                       "the machine was busy; rerun with more steps or on an idle machine")
+                       "the machine was busy; rerun with more steps, on an idle machine, or (CPU) with --threads 1")
     return tuple(out)
