@@ -6,6 +6,7 @@ import streamlit as st
 from advisor.ui import state as ui
 
 st.set_page_config(page_title="Sequence packing advisor", layout="wide")
+ui.serve()  # one server, many visitors: scale models past 2M scheduled samples, smaller caches (advisor/ui/state.py)
 ui.warm_up_in_background()  # the packing kernels compile once per server process (a no-op once numba's cache is full)
 ui.init_state(st.session_state, dict(st.query_params))
 ui.heartbeat(st.session_state)

@@ -106,6 +106,10 @@ class Analysis:
     def _searches(self) -> dict[frozenset[str], SearchResult]:
         return {}
 
+    def has_searched(self, vary=()) -> bool:
+        """Whether the search with these freedoms is done (asking costs nothing)."""
+        return check_vary(vary) in self._searches
+
     def searched(self, progress=None, vary=()) -> SearchResult:
         """The layout search, kept once done per set of freedoms (``vary``: seq_length, batch; see
         advice/search.py); ``progress(stage, fraction)`` hears of each candidate."""

@@ -7,7 +7,7 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, progress
+from pages._frame import control, errors, explained, progress, stop_on
 
 st.title("Packing")
 c1, c2, c3 = st.columns(3)
@@ -17,7 +17,8 @@ control("packing.pad_seq_to_mult", c3)
 errors("plan_error")
 hist = st.session_state["hist"]
 with progress(f"packing {hist.num_samples:,} samples") as bar:
-    result = ui.plan_packing(st.session_state, progress=bar)
+    result, busy = ui.ready_packing(st.session_state, progress=bar)
+stop_on(busy)
 plan, m = st.session_state["plan"], result.metrics
 k1, k2, k3, k5, k4 = st.columns(5)
 k1.metric("packs", f"{m.num_packs:,}", help=H("packs"))

@@ -19,7 +19,8 @@ if st.toggle("Custom model fields", key="custom_model", help=H("custom_model")):
         control(f"model.{field}", where)
 errors("plan_error")
 with st.spinner("estimating"):
-    analysis = ui.analysis_of(st.session_state)
+    analysis, busy = ui.ready_analysis(st.session_state)
+    stop_on(busy)
     est, problem = ui.estimate_of(analysis)
 stop_on(problem)
 st.caption(views.global_batch_example_text(analysis.plan, analysis.packing_factor))

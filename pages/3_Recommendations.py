@@ -7,11 +7,12 @@ from advisor.analysis import ALL_FORMATS
 from advisor.ui import state as ui
 from advisor.ui import views
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, progress
+from pages._frame import errors, progress, stop_on
 
 st.title("Recommendations & export")
-analysis = ui.analysis_of(st.session_state)
+analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
+stop_on(busy)
 st.caption(views.global_batch_example_text(analysis.plan, analysis.packing_factor))
 for severity, group in views.findings_by_severity(analysis.findings).items():
     st.subheader(f"{severity.title()}s ({len(group)})", help=H("findings"))
@@ -25,7 +26,8 @@ for severity, group in views.findings_by_severity(analysis.findings).items():
 st.subheader("Best candidates", help=H("candidates"))
 vary = st.multiselect("Let the search change", list(FREEDOMS), key="search_vary", help=H("vary"))
 with progress("searching layouts") as bar:
-    result = analysis.searched(progress=bar, vary=vary)
+    result, busy = ui.ready_search(st.session_state, analysis, vary, progress=bar)
+stop_on(busy)
 st.dataframe(views.candidates_table(result), hide_index=True, width="stretch")
 if note := views.search_note(analysis, result):
     st.caption(note)

@@ -13,7 +13,7 @@ c = st.columns(3)
 branch = c[0].selectbox("Megatron-LM", ["dev", "main"], help=H("online_megatron_lm"))
 buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 << 24, 0, help=H("online_max_seqlen")))
 with st.spinner("scheduling every global batch"):
-    comparison, problem = ui.guarded(lambda: views.packing_comparison(plan, hist, branch, buffer or None))
+    comparison, problem = ui.ready_comparison(st.session_state, branch, buffer or None)
 stop_on(problem)
 explained(charts.packing_comparison(comparison), "packing_comparison")
 st.dataframe(views.comparison_table(comparison), hide_index=True)

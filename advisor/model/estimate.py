@@ -185,6 +185,10 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
                      f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}); the straggler factor "
                      f"{time.straggler_factor:.3f} comes from the scheduler's own dealing of packs to ranks "
                      f"(attention work alone: {run.summary.straggler_factor:.3f})")
+        if run.scale > 1:
+            notes.append(f"a scale model: {run.summary.steps:,} of the epoch's {run.summary.epoch_steps:,} steps "
+                         "simulated, spread evenly over it, each exactly; per-step figures are their averages and "
+                         "the epoch's time scales with its steps (the command line simulates every step)")
         if run.refusals:
             notes.append(f"{len(run.refusals)} of {run.summary.steps} steps are refused by the real scheduler: "
                          f"{run.refusals[0].reason}")

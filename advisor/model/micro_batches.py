@@ -126,4 +126,5 @@ def online_micro_batches(run: RunSchedule) -> MicroBatches:
                         attention_thd=work, attention_computed=work,
                         attention_block=np.repeat(run.group_tokens.astype(np.float64) ** 2 * scale, count),
                         samples=np.repeat(items * cp / count, count),
-                        total_micro_batches=max(1, int(round(tokens.size / cp))))
+                        # a scale model's steps stand for the whole run's
+                        total_micro_batches=max(1, int(round(tokens.size / cp * run.scale))))

@@ -50,6 +50,12 @@ class HistogramCache:
                 self.entries.popitem(last=False)
         return value
 
+    def peek(self, hist: LengthHistogram, setting):
+        """The kept value, or None (nothing computed, nothing counted): a caller that must first ask for the
+        server's room to compute it knows whether it needs to."""
+        with self._lock:
+            return self.entries.get((hist.fingerprint, setting))
+
     def _over_budget(self) -> bool:
         if self.max_bytes is None or self.arrays is None:
             return False

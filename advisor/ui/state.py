@@ -199,6 +199,62 @@ def analysis_of(state) -> Analysis:
     return analyze(state["plan"], state["hist"])
 
 
+# ------------------------------------------------------------------------------------------------ a shared server
+SERVED_SAMPLES = 2_000_000  # an online schedule past this many samples is a scale model of its epoch (bench/
+# bench_dashboard.py: the Wikipedia sample's 16.3M need ~2.4 GB exactly, under 1.4 GB with this)
+SERVED_CACHE_BYTES = {"packings": 1 << 30, "schedules": 512 << 20}
+BIG_DATA = 250_000  # samples past which a session's own analysis counts as heavy work (packing 16M takes seconds)
+_SERVING = threading.Lock()
+
+
+def serve() -> None:
+    """Set this process up as a server shared by many visitors (app.py, once per run; idempotent): online
+    schedules over SERVED_SAMPLES become scale models, and the result caches hold less."""
+    from advisor.packing.cache import PACKINGS
+    from advisor.packing.online import from_plan
+
+    with _SERVING:
+        from_plan.limit_samples(SERVED_SAMPLES)
+        PACKINGS.max_bytes = min(PACKINGS.max_bytes or SERVED_CACHE_BYTES["packings"], SERVED_CACHE_BYTES["packings"])
+        from_plan.SCHEDULES.max_bytes = SERVED_CACHE_BYTES["schedules"]
+
+
+def heavy(state, what: str, compute, *, memory: int):
+    """``compute()`` run as one of the session's heavy jobs (advisor/ui/fair.py), or None and the one-line reason
+    it did not run: the session over its CPU budget, the server full, or the engine refusing the inputs."""
+    from advisor.ui import fair
+
+    try:
+        with fair.GATE.heavy(fair.meter_of(state), what, memory=memory):
+            return guarded(compute)
+    except fair.Busy as e:
+        return None, str(e)
+
+
+def analysis_memory(hist: LengthHistogram) -> int:
+    """Bytes an analysis of this data holds while computed: the offline packing and its micro batches, measured
+    at ~45 bytes a sample (16.3M Wikipedia samples: ~700 MB)."""
+    return 48 * hist.num_samples
+
+
+def comparison_memory(hist: LengthHistogram) -> int:
+    """Bytes the Online packing page's comparison needs at its peak: the offline analysis, the data in order and
+    padded (~40 bytes a sample), and up to three schedules of at most SERVED_SAMPLES (~160 bytes a sample)."""
+    n = hist.num_samples
+    return analysis_memory(hist) + 40 * n + 3 * 160 * min(n, SERVED_SAMPLES)
+
+
+def ready_analysis(state):
+    """The session's analysis with its estimate computed, or None and why not: on big data (over BIG_DATA
+    samples) computing it is heavy work the server's gate admits; a kept one is free."""
+    analysis = analysis_of(state)
+    if "estimate" in analysis.__dict__ or state["hist"].num_samples <= BIG_DATA:
+        return analysis, None
+    done, problem = heavy(state, "the analysis of this data", lambda: estimate_of(analysis),
+                          memory=analysis_memory(state["hist"]))
+    return (analysis, None) if problem is None else (None, problem)
+
+
 # how far its figures are from the full data's: within 0.2 percentage points of efficiency on Wikipedia)
 
 
@@ -221,6 +277,38 @@ def plan_packing(state, progress=None) -> PackingResult:
     from advisor.model.estimate import packing_config
 
     return packing_for(state["hist"], packing_config(state["plan"]), progress=progress)
+
+
+def ready_packing(state, progress=None):
+    """``plan_packing``, or None and why not: packing big data (over BIG_DATA samples) anew is heavy work."""
+    from advisor.model.estimate import packing_config
+    from advisor.packing.cache import PACKINGS
+
+    hist = state["hist"]
+    if hist.num_samples <= BIG_DATA or PACKINGS.peek(hist, packing_config(state["plan"])) is not None:
+        return guarded(lambda: plan_packing(state, progress))
+    return heavy(state, "packing this data", lambda: plan_packing(state, progress), memory=analysis_memory(hist))
+
+
+def ready_search(state, analysis: Analysis, vary, progress=None):
+    """The layout search with these freedoms, or None and why not (a search not yet done is heavy work)."""
+    from advisor.analysis import SCALE_MODEL_SAMPLES
+
+    if analysis.has_searched(vary):
+        return guarded(lambda: analysis.searched(vary=vary))
+    memory = 4 * analysis_memory(analysis.hist.scale_model(SCALE_MODEL_SAMPLES))  # a few candidates kept at once
+    return heavy(state, "the layout search", lambda: analysis.searched(progress=progress, vary=vary), memory=memory)
+
+
+def ready_comparison(state, megatron_lm: str, max_seqlen_per_dp_cp_rank: int | None):
+    """Offline against online packing (views.packing_comparison), or None and why not: heavy unless kept."""
+    from advisor.ui import views
+
+    plan, hist = state["plan"], state["hist"]
+    compute = lambda: views.packing_comparison(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)  # noqa: E731
+    if views.comparison_kept(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank):
+        return guarded(compute)
+    return heavy(state, "the online schedules", compute, memory=comparison_memory(hist))
 
 
 # ------------------------------------------------------------------------------------------------ controls

@@ -14,6 +14,7 @@ from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_l
 from advisor.packing.cache import HistogramCache
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
+from advisor.packing.online.from_plan import schedule_arrays
 from advisor.plan import Plan
 from advisor.ui.samples import MAX_DASHBOARD_PACK
 
@@ -203,16 +204,37 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
 
 
 # ------------------------------------------------------------------------------------------ online packing
-_COMPARISONS = HistogramCache(8)  # the last few settings of the Online packing page
+def _comparison_arrays(comparison: PackingComparison) -> list:
+    """The arrays a comparison holds: its runs' micro batches and schedules (shared ones counted once)."""
+    out = []
+    for run in comparison.runs:
+        mb = run.estimate.micro_batches
+        out += [mb.real_tokens, mb.computed_tokens, mb.attention_thd, mb.attention_block, mb.samples]
+        out += schedule_arrays(run.estimate.online)
+    return out
+
+
+# the last few settings of the Online packing page, within a byte budget: the server's memory is shared
+_COMPARISONS = HistogramCache(8, 768 << 20, _comparison_arrays)
+
+
+def _comparison_key(plan: Plan, hist: LengthHistogram, megatron_lm: str, max_seqlen_per_dp_cp_rank: int | None):
+    return plan.model_dump_json(), hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank
 
 
 def packing_comparison(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
                        max_seqlen_per_dp_cp_rank: int | None = None) -> PackingComparison:
     """Offline against online packing of the session's data and plan (kept for the last few settings: a page
     rerun with the same ones reuses it)."""
-    key = (plan.model_dump_json(), hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank)
+    key = _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)
     return _COMPARISONS.get(hist, key, lambda: compare_packing(plan, hist, megatron_lm=megatron_lm,
                                                                max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank))
+
+
+def comparison_kept(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
+                    max_seqlen_per_dp_cp_rank: int | None = None) -> bool:
+    """Whether this comparison is already computed (a rerun needs no room on the server)."""
+    return _COMPARISONS.peek(hist, _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)) is not None
 
 
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:

@@ -47,11 +47,31 @@ def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
     return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
 
 
-SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE)
+def schedule_arrays(run: RunSchedule | None) -> list:
+    """The arrays a schedule holds (the cache's byte budget counts them)."""
+    if run is None:
+        return []
+    g = run.groups
+    return [run.sample_index, run.seqlens, run.group_tokens, run.group_work, run.rank_tokens, run.rank_work,
+            g.mb_offsets, g.group_offsets, g.rank_start, g.rank_count, g.cp, g.item_offsets, g.items]
+
+
+SCHEDULE_CACHE_BYTES = 1 << 30
+SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE, SCHEDULE_CACHE_BYTES, schedule_arrays)
+# None: every step of the epoch (the command line). A server sharing its memory sets a sample budget, and an epoch
+# over it is simulated as a scale model (schedule's max_samples): about 150 bytes a sample are held while scheduling.
+_SAMPLE_BUDGET: list[int | None] = [None]
+
+
+def limit_samples(budget: int | None) -> None:
+    """Schedule at most about ``budget`` samples per run from now on in this process (None: whole epochs)."""
+    _SAMPLE_BUDGET[0] = budget
 
 
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
-    """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings)."""
-    cfg = online_config(plan)
-    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing_seed),
-                         lambda: schedule(dataset_order(hist, plan.packing_seed), cfg, source=hist.source))
+    """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings),
+    a scale model of it when this process limits the samples scheduled (``limit_samples``)."""
+    cfg, budget = online_config(plan), _SAMPLE_BUDGET[0]
+    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing_seed, budget),
+                         lambda: schedule(dataset_order(hist, plan.packing_seed), cfg, source=hist.source,
+                                          max_samples=budget))

@@ -53,7 +53,8 @@ class StepSchedule:
 class RunSummary:
     """The run at a glance (micro-batch counts and straggler over the steps the scheduler runs)."""
 
-    steps: int
+    steps: int  # simulated
+    epoch_steps: int  # in the run: more than ``steps`` when they are a scale model of it (``schedule(max_samples)``)
     refused_steps: int
     defect_steps: int
     micro_batches_min: int
@@ -66,7 +67,7 @@ class RunSummary:
     real_tokens: int
     truncated_samples: int
     truncated_tokens: int
-    samples: int  # samples consumed (steps x global batch)
+    samples: int  # samples consumed (epoch steps x global batch)
     unused_samples: int  # left over at the end of the data (a partial global batch is dropped)
 
 
@@ -93,6 +94,12 @@ class RunSchedule:
     refusals: tuple[Refusal, ...]
     defects: tuple[Refusal, ...]  # steps that run but leave sequences untrained
     summary: RunSummary
+    step_ids: np.ndarray  # the run's step number of each simulated step (0, 1, 2... unless a scale model)
+
+    @property
+    def scale(self) -> float:
+        """Steps of the run per simulated step: 1.0 unless the steps are a scale model of a longer run."""
+        return self.summary.epoch_steps / self.summary.steps if self.summary.steps else 1.0
 
     def step(self, k: int) -> StepSchedule:
         """Step ``k`` in full (nested tuples: built on demand)."""

@@ -37,19 +37,26 @@ def dp_rank_of_global_id(*, global_batch_size: int, dp: int) -> np.ndarray:
 
 
 def sample_indices(num_samples: int, *, steps: int, global_batch_size: int, micro_batch_size: int, dp: int,
-                   first_step: int = 0) -> np.ndarray:
+                   first_step: int = 0, step_ids: np.ndarray | None = None) -> np.ndarray:
     """Dataset index of every global id of every step, shape ``(steps, GBS)``.
 
     Step g consumes samples ``g*GBS .. (g+1)*GBS - 1`` (consumed_samples grows by GBS a step); past the end the
     dataset wraps (``SFTDataset.__getitem__`` reads ``indices[idx % len(indices)]``).
 
+    ``step_ids`` (increasing) picks the steps instead of ``first_step .. first_step + steps - 1``: a scale model
+    of a long run simulates a spread of its steps, each exactly as the real run would see it.
+
     >>> sample_indices(5, steps=2, global_batch_size=4, micro_batch_size=1, dp=2).tolist()
     [[0, 2, 1, 3], [4, 1, 0, 2]]
+    >>> sample_indices(12, steps=1, global_batch_size=4, micro_batch_size=1, dp=2, step_ids=np.array([2])).tolist()
+    [[8, 10, 9, 11]]
     """
     pos = global_id_positions(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size, dp=dp)
-    starts = (np.arange(first_step, first_step + steps, dtype=np.int64) * global_batch_size)[:, None]
+    if step_ids is None:
+        step_ids = np.arange(first_step, first_step + steps, dtype=np.int64)
+    starts = (np.asarray(step_ids, dtype=np.int64) * global_batch_size)[:, None]
     index = starts + pos[None, :]
-    if (first_step + steps) * global_batch_size > num_samples:  # only a run past the end wraps
+    if step_ids.size and (int(step_ids[-1]) + 1) * global_batch_size > num_samples:  # only a run past the end wraps
         index %= num_samples
     return index
 

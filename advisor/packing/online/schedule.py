@@ -74,8 +74,15 @@ def _refusal_reason(cfg: OnlineConfig, need: int, spare: int, multiple: int) -> 
             f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave a pack")
 
 
-def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: str = "lengths") -> RunSchedule:
+def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: str = "lengths",
+             max_samples: int | None = None) -> RunSchedule:
     """Simulate ``steps`` global batches (default: one epoch) of ``lengths`` (per sample, in dataset order).
+
+    ``max_samples`` makes a scale model of an epoch that would schedule more samples than that: about
+    ``max_samples / global_batch_size`` of its steps, spread evenly over it, each exactly as the real run sees it
+    (global batches are scheduled independently, so per-step figures are unbiased; the summary says how many of
+    the epoch's steps were simulated). Why: a 16M-sample epoch holds gigabytes of per-sample arrays, which a
+    shared dashboard cannot give one visitor.
 
     >>> cfg = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=8, global_batch_size=4, dp=2, cp=1)
     >>> run = schedule([3, 5, 2, 8, 1, 1, 1, 1], cfg)
@@ -100,20 +107,27 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
     elif isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(source, "steps", f"{excerpt(steps)} is not a positive whole number of steps")
     check_expandable(steps * cfg.global_batch_size, source, "schedule")
+    epoch_steps, step_ids = steps, None
+    if max_samples is not None and steps * cfg.global_batch_size > max_samples:
+        keep = max(1, max_samples // cfg.global_batch_size)
+        step_ids = np.unique(np.linspace(0, steps - 1, keep).round().astype(np.int64))
+        steps = int(step_ids.size)
     index = sample_indices(n, steps=steps, global_batch_size=cfg.global_batch_size,
-                           micro_batch_size=cfg.micro_batch_size, dp=cfg.dp)
+                           micro_batch_size=cfg.micro_batch_size, dp=cfg.dp, step_ids=step_ids)
     seqlens = padded.padded[index]
     groups, capacity, refusals, defects, found = _scheduled(cfg, seqlens, max_seqlen)
     tokens, work, rank_tokens, rank_work = loads(groups, seqlens)
     nmb = np.diff(groups.mb_offsets)
     step_sums = seqlens.sum(axis=1)
-    summary = _summary(cfg, lengths, padded, steps, nmb, rank_work, int(step_sums.sum()), len(refusals), len(defects))
+    summary = _summary(cfg, lengths, padded, epoch_steps, nmb, rank_work, int(step_sums.sum()), len(refusals),
+                       len(defects), None if step_ids is None else index)
     return RunSchedule(
         config=cfg, max_seqlen_per_dp_cp_rank=max_seqlen, capacity=capacity, padding_divisor=divisor,
         issues=checked.issues + found, sample_index=index, seqlens=seqlens, groups=groups, group_tokens=tokens,
         group_work=work, num_micro_batches=nmb, seqlen_sum=step_sums.astype(np.float64),
         seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
-        step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary)
+        step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary,
+        step_ids=np.arange(steps, dtype=np.int64) if step_ids is None else step_ids)
 
 
 def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
@@ -135,14 +149,19 @@ def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
 
 
 def _summary(cfg: OnlineConfig, lengths: np.ndarray, padded: PaddedLengths, steps: int, nmb: np.ndarray,
-             rank_work: np.ndarray, total: int, refused: int, defects: int) -> RunSummary:
-    """The run at a glance; micro-batch counts and stragglers over the steps that run (none: zeros and 1.0)."""
+             rank_work: np.ndarray, total: int, refused: int, defects: int,
+             sampled: np.ndarray | None = None) -> RunSummary:
+    """The run at a glance; micro-batch counts and stragglers over the steps that run (none: zeros and 1.0).
+    ``sampled``: the simulated steps' sample index when they are a scale model of ``steps`` (real tokens then
+    over those steps, as the padded total is; truncation still over the whole run)."""
     consumed = steps * cfg.global_batch_size
     real, cut, cut_tokens = _consumed_totals(lengths, padded, consumed)
+    if sampled is not None:
+        real = int(padded.real[sampled].sum())
     ran = nmb > 0
     busy = rank_work[ran]
     return RunSummary(
-        steps=steps, refused_steps=refused, defect_steps=defects,
+        steps=int(nmb.size), epoch_steps=steps, refused_steps=refused, defect_steps=defects,
         micro_batches_min=int(nmb[ran].min()) if ran.any() else 0,
         micro_batches_mean=float(nmb[ran].mean()) if ran.any() else 0.0, micro_batches_max=int(nmb.max()),
         straggler_factor=float(busy.max(axis=1).sum() / busy.mean(axis=1).sum()) if ran.any() else 1.0,

@@ -1,0 +1,58 @@
+"""The dashboard's scale model of a long online-packing run: a spread of the epoch's steps, each scheduled exactly
+as in the full run, and the epoch's figures taken from them (advisor/packing/online/schedule.py max_samples)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.data.ingest import load_lengths
+from advisor.model.estimate import estimate
+from advisor.packing.online import OnlineConfig, from_plan, schedule
+from advisor.plan import plan_from_dict
+from tests.conftest import SAMPLE
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(40, 400), gbs=st.sampled_from([4, 8, 16]), budget=st.integers(1, 200), seed=st.integers(0, 99),
+       commit=st.sampled_from(["dev", "main"]))
+def test_each_simulated_step_is_the_full_runs_step(n, gbs, budget, seed, commit):
+    lengths = np.random.default_rng(seed).integers(1, 700, n)
+    cfg = OnlineConfig(commit=commit, dataset="custom", seq_length=512, global_batch_size=gbs, dp=2, cp=2)
+    full = schedule(lengths, cfg)
+    model = schedule(lengths, cfg, max_samples=budget)
+    ids = model.step_ids
+    assert model.summary.epoch_steps == full.summary.steps
+    assert ids.size == model.summary.steps <= max(1, budget // gbs) and np.all(np.diff(ids) > 0)
+    assert ids[0] == 0 and (ids.size == 1 or ids[-1] == full.summary.steps - 1)  # the spread reaches both ends
+    assert np.array_equal(model.seqlens, full.seqlens[ids])
+    assert np.array_equal(model.num_micro_batches, full.num_micro_batches[ids])
+    assert np.array_equal(model.rank_work, full.rank_work[ids])
+    assert [r.reason for r in model.refusals] == [r.reason for r in full.refusals if r.step in set(ids.tolist())]
+    for k in (0, ids.size - 1):
+        assert model.step(k).samples == full.step(int(ids[k])).samples
+    # truncation is counted over the whole run even when its steps are sampled
+    assert model.summary.truncated_samples == full.summary.truncated_samples
+    if budget >= full.summary.steps * gbs:
+        assert model.scale == 1.0 and np.array_equal(ids, np.arange(full.summary.steps))
+
+
+def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
+    """16.3M real samples: the exact schedule needs ~2.4 GB, the dashboard's scale model a fraction; step time
+    and epoch length agree within the sampling error of ~16k of 127k steps."""
+    hist = load_lengths(SAMPLE / "wikipedia_bert_len512_hist.csv")
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
+                           "training": {"seq_length": 512, "global_batch_size": 128}, "packing": {"mode": "online"}})
+    try:
+        exact = estimate(plan, hist)
+        from_plan.limit_samples(2_000_000)
+        scaled = estimate(plan, hist)
+    finally:
+        from_plan.limit_samples(None)
+    assert scaled.online.scale > 7 and exact.online.scale == 1.0
+    assert any("scale model" in n for n in scaled.notes) and not any("scale model" in n for n in exact.notes)
+    assert scaled.time.step_seconds == pytest.approx(exact.time.step_seconds, rel=0.01)
+    assert scaled.time.steps_per_epoch == pytest.approx(exact.time.steps_per_epoch, rel=0.01)
+    assert scaled.online.summary.padding_fraction == pytest.approx(exact.online.summary.padding_fraction, abs=0.002)
