@@ -16,7 +16,7 @@ from pathlib import Path
 
 from advisor.data.guard import open_parquet
 from advisor.data.lengths import check_expandable
-from advisor.errors import InputError, PlanError
+from advisor.errors import InputError
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "tokenizers"
 ENV = "ADVISOR_TOKENIZER_DIRS"  # os.pathsep-separated folders: tokenizer folders, or folders of them
@@ -129,15 +129,29 @@ def _without_server_names(message: str, shown: str) -> str:
 
 def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
                    progress=None, env: str | None = None) -> bool:
-    """Tokenize an upload into the session's data; on any problem keep the data in use and store one message."""
+    """Tokenize an upload into the session's data; on any problem keep the data in use and store one message.
+
+    The work runs in a child process with CPU, memory and wall-clock limits (advisor/ui/isolated.py), admitted by
+    the server's gate and charged to the session (advisor/ui/fair.py): a template that loops or an upload that
+    decodes to gigabytes costs its visitor a message, not the server."""
+    from advisor.ui import fair, isolated
+
+    args = {"name": name, "tokenizer": tokenizer, "fmt": fmt, "max_seq_length": int(max_seq_length), "env": env}
+    limits = isolated.Limits()
+    cpu = [0.0]
     try:
-        hist = tokenize_upload(data, name, tokenizer, fmt, max_seq_length, progress, env)
-    except (InputError, PlanError, ValueError) as e:
-        state["upload_error"] = _without_server_names(str(e), name[:80])
+        with fair.GATE.heavy(fair.meter_of(state), "tokenizing the upload", memory=limits.memory_bytes // 2,
+                             child_cpu=lambda: cpu[0]):
+            outcome = isolated.run("tokenize", args, {"upload": data}, limits=limits, progress=progress,
+                                   name=name[:80])
+            cpu[0] = outcome.cpu_seconds
+    except fair.Busy as e:
+        state["upload_error"] = str(e)
         return False
-    except Exception as e:  # noqa: BLE001 - a visitor's file must never reach Streamlit's traceback (server paths)
-        state["upload_error"] = f"{name[:80]}: could not be tokenized ({type(e).__name__})"
+    if outcome.hist is None:
+        state["upload_error"] = _without_server_names(outcome.error, name[:80])
         return False
+    hist = outcome.hist
     state["hist"], state["data_name"] = hist, hist.source
     # the format goes into the plan: chat samples longer than the pack are skipped by offline packing, SFT ones cut
     state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None, "format": fmt}})
