@@ -305,6 +305,9 @@ def cmd_export(args) -> dict:
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.lengths_csv:  # refused before the search, not after it
+        _output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
     analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
@@ -314,18 +317,33 @@ def cmd_export(args) -> dict:
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
     text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
     if args.lengths_csv:
-        _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed))
+        _write_text("--lengths-csv", args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed), args.force, inputs)
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
     sys.stdout.write(text)
     return {}
 
 
-def _write_text(path: str, text: str) -> None:
+def _named(option: str, call, *args, **kwargs):
+    """``call`` with a refusal's message naming the option too: "-o lengths.csv: exists; pass --force ..."."""
     try:
-        with open(path, "w") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be written ({e.strerror})") from None
+        return call(*args, **kwargs)
+    except InputError as e:
+        raise InputError(f"{option} {e.source}", e.where, e.what) from None
+
+
+def _output_file(option: str, path: str, force: bool, inputs) -> str:
+    """Check an output file before the work that fills it (advisor.safe_write: no overwrite without --force, no
+    symlink, no system folder, never an input)."""
+    from advisor.safe_write import check_output_file
+
+    return _named(option, check_output_file, path, force=force, inputs=inputs)
+
+
+def _write_text(option: str, path: str, text: str, force: bool, inputs) -> None:
+    """Write atomically after checking again (the command may have run for minutes since the first check)."""
+    from advisor.safe_write import write_text
+
+    _named(option, write_text, path, text, force=force, inputs=inputs)
 
 
 def _ordered_lengths(args, progress):
@@ -422,11 +440,14 @@ def cmd_tokenize(args) -> dict:
     from advisor.data.tokenize.engine import lengths_csv, tokenize
 
     progress = _Progress(args.quiet)
+    inputs = (args.data, args.tokenizer)
+    if args.output:  # refused before the tokenizing, not after it
+        _output_file("-o", args.output, args.force, inputs)
     job = _tokenize_job(args)
     result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
                       address=args.ray_address, progress=lambda text, done: progress(text))
     if args.output:
-        _write_text(args.output, lengths_csv(result, histogram=args.histogram_output))
+        _write_text("-o", args.output, lengths_csv(result, histogram=args.histogram_output), args.force, inputs)
         progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
     rate = result.lengths.size / max(result.seconds, 1e-9)
     out = {"source": result.source, "records": result.total_records, "tokenized": int(result.lengths.size),
@@ -498,7 +519,7 @@ def cmd_trial(args) -> dict:
 
     from advisor.trial.config import from_cli
     from advisor.trial.report import speed_lines, speed_report
-    from advisor.trial.run import ParityError, run_trial, write_outputs
+    from advisor.trial.run import OUTPUT_NAMES, ParityError, run_trial, write_outputs
 
     progress = _Progress(args.quiet)
     if args.heartbeat or args.wall_seconds:
@@ -506,6 +527,11 @@ def cmd_trial(args) -> dict:
 
         start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
     plan, hist = _plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.out:  # refused before the run, not after it
+        from advisor.safe_write import check_output_folder
+
+        _named("--out", check_output_folder, args.out, force=args.force, inputs=inputs, names=OUTPUT_NAMES)
     cfg = from_cli(args)
     try:
         result = run_trial(plan, hist, cfg, progress=(lambda m: None) if args.quiet else _trial_progress)
@@ -518,7 +544,7 @@ def cmd_trial(args) -> dict:
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return {}
     if args.out:
-        write_outputs(result, Path(args.out))
+        _named("--out", write_outputs, result, Path(args.out), force=args.force, inputs=inputs)
     if args.json:
         return out
     print(f"trial on {out['device']} ({out['torch_threads']} threads), {out['steps']} timed steps per way after "
@@ -614,24 +640,6 @@ def _version(text: str) -> str:
     return _checked(check)(text)
 
 
-def _output_file(text: str) -> str:
-    """A new file to write: not a folder, not an existing file (it could be the input, or a system file when run as
-    root), in a folder that exists and is writable."""
-    def check(t: str) -> str:
-        path = os.path.abspath(t)
-        folder = os.path.dirname(path)
-        if os.path.isdir(path):
-            raise ValueError(f"{t[:80]} is a folder; give a file name")
-        if os.path.lexists(path):
-            raise ValueError(f"{t[:80]} exists; remove it or give a new file name (nothing is overwritten)")
-        if not os.path.isdir(folder):
-            raise ValueError(f"{t[:80]}: the folder {folder[:80]} does not exist")
-        if not os.access(folder, os.W_OK) or folder.startswith(("/proc", "/sys", "/dev")):
-            raise ValueError(f"{t[:80]}: the folder {folder[:80]} is not writable")
-        return t
-    return _checked(check)(text)
-
-
 def _positive_int(most: int):
     def check(t: str) -> int:
         try:
@@ -662,14 +670,6 @@ def _vary(text: str) -> frozenset[str]:
 
 _VARY_HELP = ("what the search may change besides the layout, comma-separated: seq_length (packs longer than it), "
               "batch (the samples per step beyond ±5 %%); by default both stay as the plan has them")
-
-
-def _output_folder(text: str) -> str:
-    def check(t: str) -> str:
-        if os.path.exists(t) and not os.path.isdir(t):
-            raise ValueError(f"{t[:80]} exists and is not a folder")
-        return t
-    return _checked(check)(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -723,10 +723,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--vary", type=_vary, default=frozenset(), help="with --recommended: " + _VARY_HELP)
     p.add_argument("--force", action="store_true", help="export a plan that does not fit its GPU's memory (refused "
-                                                        "otherwise, exit code 2)")
+                                                        "otherwise, exit code 2), and overwrite --lengths-csv")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--lengths-csv", type=_output_file,
-                   help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
+    p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file; "
+                   "an existing file only with --force)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export, json=False)
     from advisor.trial.config import DEVICES, SCALES, TrialConfig
@@ -752,7 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default: all cores); 1 is slower but steadier on a shared machine")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")
+    p.add_argument("--out", help="folder for trial.json and steps.csv (new or empty; any other only with --force)")
+    p.add_argument("--force", action="store_true", help="write into a --out folder that holds files, replacing "
+                   "trial.json and steps.csv")
     p.add_argument("--heartbeat", help=argparse.SUPPRESS)  # the dashboard's job: stop when this file goes stale
     p.add_argument("--heartbeat-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
     p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
@@ -810,7 +812,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default max_seq_length)")
     p.add_argument("--bootstraps", type=_checked(_bootstraps), default=200, help="--sample: bootstrap replicates "
                    "(2 to 10,000)")
-    p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order)")
+    p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order; a new "
+                   "file, or an existing one with --force)")
+    p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
     p.add_argument("--on-bad", choices=("error", "skip"), default="error",
                    help="error (default): stop at an unreadable record, or after the run name the records the "
