@@ -390,6 +390,7 @@ def cmd_schedule(args) -> dict:
     run = schedule(lengths, cfg, steps=args.steps, source=source)
     s = run.summary
     if args.json:
+        _check_listing(run)
         steps = []
         refused = {r.step: r.reason for r in run.refusals}
         for k in range(run.seqlens.shape[0]):
@@ -416,6 +417,26 @@ def cmd_schedule(args) -> dict:
     for i in run.issues:
         print(f"  {i.severity}: {i.message} ({i.source})")
     return {}
+
+
+MAX_LISTED_IDS = 1 << 22  # --json of a schedule: 4M listed ids print ~40 MB and build in about 1 GiB of Python
+
+
+def _listed_ids(run) -> int:
+    """What ``schedule --json`` lists: one rank list per rank and micro batch, each sample id once per rank of its
+    CP group (so a run of few samples on 131,072 ranks still lists 131,072 lists a micro batch)."""
+    import numpy as np
+
+    g = run.groups
+    per_group = np.diff(g.item_offsets) * np.asarray(g.rank_count)
+    return int(g.mb_offsets[-1]) * g.num_ranks + int(per_group.sum())
+
+
+def _check_listing(run) -> None:
+    listed = _listed_ids(run)
+    if listed > MAX_LISTED_IDS:
+        raise ValueError(f"--json: this schedule lists {listed:,} rank entries and sample ids, more than "
+                         f"{MAX_LISTED_IDS:,}; give fewer --steps, or leave out --json for the summary")
 
 
 def _tokenize_job(args):
@@ -833,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         out = args.func(args)
+        if out:  # inside the try: `advisor ... --json | head` closes the pipe during this print too
+            print(json.dumps(_jsonable(out), indent=None))
     except BrokenPipeError:  # `advisor ... | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
@@ -842,6 +865,4 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # a bad setting: one message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if out:
-        print(json.dumps(_jsonable(out), indent=None))
     return 0
