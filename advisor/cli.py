@@ -464,9 +464,14 @@ def cmd_tokenize(args) -> dict:
     inputs = (args.data, args.tokenizer)
     if args.output:  # refused before the tokenizing, not after it
         _output_file("-o", args.output, args.force, inputs)
+    if args.ray_address:
+        _check_ray_address(args.ray_address, args.engine)
     job = _tokenize_job(args)
-    result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
-                      address=args.ray_address, progress=lambda text, done: progress(text))
+    try:
+        result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
+                          address=args.ray_address, progress=lambda text, done: progress(text))
+    except ConnectionError as e:  # Ray's "ray client connection timeout" and the like: an OSError, not a bug
+        raise ValueError(f"--ray-address {args.ray_address[:80]}: {str(e)[:200]}") from None
     if args.output:
         _write_text("-o", args.output, lengths_csv(result, histogram=args.histogram_output), args.force, inputs)
         progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
@@ -518,6 +523,42 @@ def cmd_tokenize(args) -> dict:
             print(f"  whole data set at pack size {estimate.pack_size}: {label} {iv.estimate:{fmt}} "
                   f"({lvl} interval {iv.low:{fmt}} to {iv.high:{fmt}})")
     return {}
+
+
+RAY_PROBE_SECONDS = 5.0
+
+
+def _check_ray_address(address: str, engine: str) -> None:
+    """Refuse a --ray-address that cannot work, in seconds and with what to do: Ray itself waits 30 s on a closed
+    port and then raises a ConnectionError, and without ``ray[client]`` (grpcio) a ray:// address is a traceback.
+
+    >>> _check_ray_address("auto", "ray")
+    >>> _check_ray_address("ray://h", "ray")
+    Traceback (most recent call last):
+    ...
+    ValueError: --ray-address ray://h: give ray://HOST:PORT (the head's client port, usually 10001) or auto
+    """
+    import importlib.util
+    import socket
+
+    shown = address[:80]
+    if engine != "ray":
+        raise ValueError(f"--ray-address {shown}: only used with --engine ray")
+    if address == "auto":
+        return  # the cluster this machine belongs to: Ray finds it in its own files
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not address.startswith("ray://") or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {shown}: give ray://HOST:PORT (the head's client port, usually 10001) or "
+                         "auto")
+    if importlib.util.find_spec("grpc") is None:
+        raise ValueError(f"--ray-address {shown}: a ray:// address needs Ray's client: pip install "
+                         "'ray[client]==2.60.0' (requirements.txt pins it; it adds grpcio)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_SECONDS).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ValueError(f"--ray-address {shown}: nothing answers at {host[:60]}:{port} ({why}); start the head "
+                         "with `ray start --head` (client port 10001) or check the address") from None
 
 
 def cmd_warmup(args) -> dict:
@@ -824,7 +865,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-mode", choices=("assistant", "last_turn", "full"), help="chat: the loss mask's mode")
     p.add_argument("--tool-schemas", help="chat: the data set's tools as JSON (records' own tools win)")
     p.add_argument("--engine", choices=("local", "ray"), default="local")
-    p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001 or auto); default a local Ray")
+    p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001, needs ray[client], or auto); "
+                   "default a local Ray")
     p.add_argument("--workers", type=_positive_int(4096), help="processes (local) or tasks (ray); default every core")
     p.add_argument("--sample", type=_positive_int(1 << 40), help="tokenize a uniform random sample of this many "
                    "records and estimate the whole data set's packing with bootstrap intervals")
