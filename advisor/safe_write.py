@@ -35,8 +35,9 @@ from collections.abc import Iterable
 
 from advisor.errors import InputError
 
+# the operating system's own folders (not /opt, /srv or /root: people keep projects there)
 SYSTEM_FOLDERS = ("/dev", "/proc", "/sys", "/etc", "/bin", "/sbin", "/usr", "/boot", "/lib", "/lib32", "/lib64",
-                  "/libx32", "/run", "/var/run", "/var/lib", "/var/log", "/srv", "/snap", "/opt", "/root")
+                  "/libx32", "/run", "/var/run", "/var/lib", "/var/log", "/snap")
 MAX_GLOB = 100_000  # input shards compared with an output: a bound so a hostile glob cannot take minutes
 _SHOWN = 80
 
@@ -140,6 +141,8 @@ def check_output_file(path: str, *, force: bool = False, inputs: Iterable[str | 
         st = os.lstat(full)
     except FileNotFoundError:
         st = None
+    except OSError as e:  # a name too long, a folder we may not search: say so, not a traceback
+        raise _refuse(given, f"cannot be checked ({e.strerror})") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise _refuse(given, "is a folder; give a file name")
@@ -175,7 +178,11 @@ def check_output_folder(path: str, *, force: bool = False, inputs: Iterable[str 
     if os.path.lexists(full):
         if not os.path.isdir(full):
             raise _refuse(given, "exists and is not a folder")
-        if os.listdir(full) and not force:
+        try:
+            holds = os.listdir(full)
+        except OSError as e:
+            raise _refuse(given, f"cannot be read ({e.strerror})") from None
+        if holds and not force:
             raise _refuse(given, "is a folder that is not empty; pass --force to write into it")
         for name in names:
             check_output_file(os.path.join(full, name), force=force, inputs=inputs)

@@ -196,3 +196,16 @@ def test_tokenize_output_refusals_come_before_the_work(tmp_path, capsys):
         assert code == 2 and expected in err and err.startswith("error: -o "), err
     assert existing.read_bytes() == b"old\n" and victim.read_bytes() == b"v\n"
     assert data.read_bytes() == b'{"input": "a", "output": "b"}\n'
+
+
+def test_a_name_too_long_or_an_unreadable_folder_is_one_message(tmp_path):
+    assert "cannot be checked (File name too long)" in _refused(write_text, str(tmp_path / ("x" * 300)), "x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "f").write_text("x")
+    locked.chmod(0o300)  # may enter, may not list
+    try:
+        if os.geteuid() != 0:  # root reads any folder
+            assert "cannot be read" in _refused(check_output_folder, str(locked), force=True)
+    finally:
+        locked.chmod(0o755)
