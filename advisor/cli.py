@@ -284,7 +284,8 @@ def cmd_recommend(args) -> dict:
     print(f"searched {result.evaluated} layouts{f' keeping {kept}' if kept else ''}; best candidates against "
           "your plan:")
     if not result.best:
-        print("  none better that keeps what you fixed (recommend --vary seq_length,batch frees them)")
+        print("  none better that keeps what you fixed" + ("" if len(args.vary) == 2 else
+                                                           " (recommend --vary seq_length,batch frees them)"))
     for label, c in [("yours", result.baseline)] + [(f"#{i + 1}", c) for i, c in enumerate(result.best)]:
         s = c.summary()
         mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"

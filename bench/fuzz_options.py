@@ -230,12 +230,15 @@ class _Sink(io.TextIOBase):
         return len(text)
 
 
-def _install_memos() -> None:
-    """Tokenize and trial for real once per child, then reuse the result: the outputs are under test here."""
-    import advisor.data.tokenize.engine as engine
-    import advisor.trial.run as trial_run
+def _install_memos(surfaces: set[str]) -> None:
+    """Tokenize and trial for real once per child, then reuse the result: the outputs are under test here. Only
+    the engines the batch needs are imported: torch alone takes much of the 2 GiB of address space."""
+    import importlib
 
-    for module, name in ((engine, "tokenize"), (trial_run, "run_trial")):
+    wanted = {"tokenize -o": ("advisor.data.tokenize.engine", "tokenize"),
+              "trial --out": ("advisor.trial.run", "run_trial")}
+    for module_name, name in (wanted[s] for s in surfaces if s in wanted):
+        module = importlib.import_module(module_name)
         real, memo = getattr(module, name), {}
 
         def once(*args, _real=real, _memo=memo, **kwargs):
@@ -263,7 +266,8 @@ def run_cli(argv: list[str]) -> tuple[str, str]:
     lines = [x for x in text.splitlines() if x.strip()]
     if code == 0:
         return "ok", ""
-    one = len(lines) == 1 and lines[0].startswith("error: ")
+    # one message: a line, or a PlanError's first line and one "  - field: problem" line per problem
+    one = bool(lines) and lines[0].startswith("error: ") and all(x.startswith("  - ") for x in lines[1:])
     parsed = len(lines) >= 2 and lines[0].startswith("usage:") and ": error: " in lines[-1]
     if code == 2 and (one or parsed):
         return "refused", lines[-1][:300]
@@ -316,8 +320,8 @@ def worker(task_file: str, out_file: str, work: str) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     import advisor.cli  # noqa: F401 - loaded before the first timed run
 
-    _install_memos()
     tasks = json.loads(Path(task_file).read_text())
+    _install_memos({surface for _, surface, _ in tasks})
     with open(out_file, "a", buffering=1) as out:
         for index, surface, task in tasks:
             out.write(json.dumps(["start", index, time.time()]) + "\n")
@@ -329,8 +333,10 @@ def worker(task_file: str, out_file: str, work: str) -> None:
 def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str, str]]:
     """Run tasks in children until all are done; a hang or a crash is charged to the run it happened in."""
     results, todo, attempt = [], list(tasks), 0
+    # ARROW_DEFAULT_MEMORY_POOL=system: Arrow's own allocator reserves about 1 GiB of address space when the first
+    # file is read, which RLIMIT_AS counts although no memory is used: with it the limit measures real use
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-           "RAY_DISABLE_USAGE_STATS": "1"}
+           "RAY_DISABLE_USAGE_STATS": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
     while todo:
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
@@ -362,6 +368,10 @@ def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str,
     return results
 
 
+def _chunks(items: list) -> list[list]:
+    return [items[i:i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)]
+
+
 def _lines(path: Path) -> list:
     if not path.exists():
         return []
@@ -387,11 +397,11 @@ def main() -> int:
     counts = {k: max(1, round(v * args.scale)) for k, v in COUNTS.items()}
     tasks = generate(counts, args.seed)
     indexed = [(i, surface, task) for i, (surface, task) in enumerate(tasks)]
-    random.Random(args.seed).shuffle(indexed)  # each batch a mix of surfaces
+    # a batch holds one surface: a child loads only the engines it needs (torch for the trial, the tokenizer)
+    batches = [chunk for surface in COUNTS for chunk in _chunks([t for t in indexed if t[1] == surface])]
     print(f"{len(tasks):,} runs ({', '.join(f'{k} {v}' for k, v in counts.items())}), seed {args.seed}; batches of "
           f"{BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and {RUN_SECONDS} s a run", flush=True)
     with tempfile.TemporaryDirectory(prefix="fuzz_options_") as tmp:
-        batches = [indexed[i:i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
         with ThreadPoolExecutor(args.jobs) as pool:
             done = list(pool.map(lambda b: run_batch(b[1], Path(tmp), b[0]), enumerate(batches)))
     results = [r for batch in done for r in batch]

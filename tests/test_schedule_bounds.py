@@ -80,3 +80,35 @@ def test_check_cost_refuses_exactly_what_is_over_a_bound(cfg, steps):
     costs = run_cost(cfg, steps)
     assert costs["sub-samples"][0] == steps * cfg.global_batch_size  # the bound counts every sub-sample
     assert costs["per-rank totals"][0] == steps * cfg.dp * cfg.cp
+
+
+def test_an_analysis_cache_counts_the_online_schedule_it_keeps():
+    """A search over an online plan on 512 GPUs kept GiBs of schedules the cache's byte budget did not see."""
+    from advisor.analysis import _analysis_arrays, analyze
+    from advisor.data.ingest import load_lengths
+    from advisor.packing.cache import cache_budget
+    from advisor.plan import plan_from_dict
+
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 64, "tp": 2},
+                           "training": {"seq_length": 512, "global_batch_size": 256}, "packing": {"mode": "online"}})
+    a = analyze(plan, load_lengths(SQUAD))
+    assert _analysis_arrays(a) == []  # nothing computed yet
+    schedule = a.estimate.online
+    held = {id(x) for x in _analysis_arrays(a)}
+    assert id(schedule.seqlens) in held and id(schedule.rank_work) in held
+    assert id(a.estimate.micro_batches.attention_thd) in held
+    assert cache_budget(1 << 40) <= 1 << 40 and cache_budget(1) == 1
+
+
+def test_the_cache_budget_follows_the_address_space_limit():
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    code = "from advisor.packing.cache import PACKING_CACHE_BYTES; print(PACKING_CACHE_BYTES)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit,
+                         cwd=SAMPLE.parent, timeout=120)
+    assert out.stdout.strip() == str(512 << 20), out.stderr[-500:]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram
-from advisor.packing.cache import HistogramCache
+from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays
 from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.inputs import expand_histogram
 from advisor.packing.online.results import RunSchedule
@@ -47,7 +47,8 @@ def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
     return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
 
 
-SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE)
+# bounded in bytes too: a 512-GPU schedule holds hundreds of MB of per-rank arrays
+SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE, PACKING_CACHE_BYTES, held_arrays)
 
 
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
