@@ -421,6 +421,7 @@ def cmd_schedule(args) -> dict:
 
 
 MAX_LISTED_IDS = 1 << 22  # --json of a schedule: 4M listed ids print ~40 MB and build in about 1 GiB of Python
+MAX_LISTED_STEPS = 50_000  # and each step is a few Python objects: 45,000 steps took 10 s
 
 
 def _listed_ids(run) -> int:
@@ -434,6 +435,10 @@ def _listed_ids(run) -> int:
 
 
 def _check_listing(run) -> None:
+    steps = int(run.seqlens.shape[0])
+    if steps > MAX_LISTED_STEPS:
+        raise ValueError(f"--json: this schedule lists {steps:,} steps one by one, more than {MAX_LISTED_STEPS:,}; "
+                         "give fewer --steps, or leave out --json for the summary")
     listed = _listed_ids(run)
     if listed > MAX_LISTED_IDS:
         raise ValueError(f"--json: this schedule lists {listed:,} rank entries and sample ids, more than "

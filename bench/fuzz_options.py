@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT))
 
 MEMORY_LIMIT = 2 << 30
 RUN_SECONDS = 60
-BATCH_SIZE = 25
-COUNTS = {"schedule": 1200, "recommend": 60, "tokenize -o": 500, "trial --out": 400, "export --lengths-csv": 120}
+BATCH_SIZE = 60  # a child loads numba's kernels and the engines once per batch (seconds)
+COUNTS = {"schedule": 1500, "recommend": 40, "tokenize -o": 300, "trial --out": 250, "export --lengths-csv": 100}
 OUTCOMES = ("ok", "refused", "traceback", "hang", "blow-up", "elsewhere")
 BAD = ("traceback", "hang", "blow-up", "elsewhere")
 SAMPLE = ROOT / "sample_data"

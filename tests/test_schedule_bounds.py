@@ -25,7 +25,8 @@ SQUAD = str(SAMPLE / "squad_v1.1_len384_hist.csv")  # 88,641 samples
     ("--seq-length 16 --global-batch-size 64 --dp 64 --cp 2048", "per-rank totals"),
     ("--global-batch-size 131072 --dp 131072 --cp 1 --vpp-group 1024 --steps 1", "packs"),
     ("--global-batch-size 65536 --dp 64 --cp 1024 --steps 2 --scheduler default_dynamic_cp "
-     "--max-seqlen-per-dp-cp-rank 100000", "group scans"),
+     "--max-seqlen-per-dp-cp-rank 100000", "sequence scans"),
+    ("--global-batch-size 32768 --dp 8 --cp 16 --steps 2 --scheduler default_dynamic_cp", "sequence scans"),
     ("--global-batch-size 64 --dp 1 --cp 4096 --vpp-group 1024 --steps 1 --scheduler default_dynamic_cp",
      "VPP rank lists"),
 ])
@@ -46,6 +47,10 @@ def test_json_listing_is_bounded_but_the_summary_runs(capsys):
     assert main([*argv, "--json"]) == 2
     assert "--json: this schedule lists 26,214,400 rank entries" in capsys.readouterr().err
     assert main(argv) == 0 and "100 steps" in capsys.readouterr().out
+    one_by_one = ["schedule", SQUAD, "--seq-length", "512", "--dp", "1", "--cp", "1", "--global-batch-size", "1",
+                  "--quiet", "--json"]
+    assert main(one_by_one) == 2
+    assert "--json: this schedule lists 88,641 steps one by one, more than 50,000" in capsys.readouterr().err
 
 
 def test_an_ordinary_epoch_still_runs(capsys):
