@@ -116,4 +116,4 @@ def test_the_cache_budget_follows_the_address_space_limit():
     code = "from advisor.packing.cache import PACKING_CACHE_BYTES; print(PACKING_CACHE_BYTES)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=limit,
                          cwd=SAMPLE.parent, timeout=120)
-    assert out.stdout.strip() == str(512 << 20), out.stderr[-500:]
+    assert out.stdout.strip() == str(256 << 20), out.stderr[-500:]

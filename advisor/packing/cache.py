@@ -58,8 +58,9 @@ class HistogramCache:
 
 
 def cache_budget(most: int = 2 << 30) -> int:
-    """Bytes the caches may hold: ``most``, or a quarter of this process's address-space limit if one is set
-    (``ulimit -v``, RLIMIT_AS): a 2 GiB process once filled 2 GiB of caches with a search's online candidates.
+    """Bytes each cache may hold: ``most``, or an eighth of this process's address-space limit if one is set
+    (``ulimit -v``, RLIMIT_AS): a 2 GiB process once filled 2 GiB of caches with a search's online candidates. An
+    eighth: the analyses and the schedules each have a budget, and a schedule being computed needs as much again.
 
     >>> 0 < cache_budget() <= 2 << 30
     True
@@ -70,7 +71,7 @@ def cache_budget(most: int = 2 << 30) -> int:
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (ImportError, OSError, ValueError):  # no resource module (Windows): the fixed budget
         return most
-    return most if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else min(most, soft // 4)
+    return most if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else min(most, soft // 8)
 
 
 # a 16M-sample packing holds ~700 MB once estimated: about three, then the oldest goes
