@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 MEMORY_LIMIT = 2 << 30
 RUN_SECONDS = 60
 BATCH_SIZE = 60  # a child loads numba's kernels and the engines once per batch (seconds)
-COUNTS = {"schedule": 1500, "recommend": 40, "tokenize -o": 300, "trial --out": 250, "export --lengths-csv": 100}
+COUNTS = {"schedule": 3000, "recommend": 50, "tokenize -o": 400, "trial --out": 300, "export --lengths-csv": 150}
 OUTCOMES = ("ok", "refused", "traceback", "hang", "blow-up", "elsewhere")
 BAD = ("traceback", "hang", "blow-up", "elsewhere")
 SAMPLE = ROOT / "sample_data"
