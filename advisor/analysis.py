@@ -28,7 +28,7 @@ from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
-from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, packing_arrays
+from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays, packing_arrays
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError, dump_plan
 from advisor.trial.launch import LAUNCH_FORMATS, trial_slurm, trial_torchrun
@@ -157,8 +157,13 @@ class Analysis:
                 "batch": p.batch_text(self.packing_factor)}
 
 
-_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES,
-                           lambda a: packing_arrays(a.__dict__.get("packing")))  # analyses keep packings alive too
+def _analysis_arrays(a: Analysis) -> list:
+    """What an analysis keeps alive: its packing, and its estimate's micro batches and online schedule (a search
+    over a 512-GPU online plan once kept GiBs of them: counted now, so the budget drops the oldest)."""
+    return packing_arrays(a.__dict__.get("packing")) + held_arrays(a.__dict__.get("estimate"))
+
+
+_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES, _analysis_arrays)
 
 
 def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,

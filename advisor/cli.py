@@ -284,7 +284,8 @@ def cmd_recommend(args) -> dict:
     print(f"searched {result.evaluated} layouts{f' keeping {kept}' if kept else ''}; best candidates against "
           "your plan:")
     if not result.best:
-        print("  none better that keeps what you fixed (recommend --vary seq_length,batch frees them)")
+        print("  none better that keeps what you fixed" + ("" if len(args.vary) == 2 else
+                                                           " (recommend --vary seq_length,batch frees them)"))
     for label, c in [("yours", result.baseline)] + [(f"#{i + 1}", c) for i, c in enumerate(result.best)]:
         s = c.summary()
         mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"
@@ -305,6 +306,9 @@ def cmd_export(args) -> dict:
 
     progress = _Progress(args.quiet)
     plan, hist = _plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.lengths_csv:  # refused before the search, not after it
+        _output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
     analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
@@ -314,18 +318,33 @@ def cmd_export(args) -> dict:
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
     text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
     if args.lengths_csv:
-        _write_text(args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed))
+        _write_text("--lengths-csv", args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed), args.force, inputs)
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
     sys.stdout.write(text)
     return {}
 
 
-def _write_text(path: str, text: str) -> None:
+def _named(option: str, call, *args, **kwargs):
+    """``call`` with a refusal's message naming the option too: "-o lengths.csv: exists; pass --force ..."."""
     try:
-        with open(path, "w") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be written ({e.strerror})") from None
+        return call(*args, **kwargs)
+    except InputError as e:
+        raise InputError(f"{option} {e.source}", e.where, e.what) from None
+
+
+def _output_file(option: str, path: str, force: bool, inputs) -> str:
+    """Check an output file before the work that fills it (advisor.safe_write: no overwrite without --force, no
+    symlink, no system folder, never an input)."""
+    from advisor.safe_write import check_output_file
+
+    return _named(option, check_output_file, path, force=force, inputs=inputs)
+
+
+def _write_text(option: str, path: str, text: str, force: bool, inputs) -> None:
+    """Write atomically after checking again (the command may have run for minutes since the first check)."""
+    from advisor.safe_write import write_text
+
+    _named(option, write_text, path, text, force=force, inputs=inputs)
 
 
 def _ordered_lengths(args, progress):
@@ -372,6 +391,7 @@ def cmd_schedule(args) -> dict:
     run = schedule(lengths, cfg, steps=args.steps, source=source)
     s = run.summary
     if args.json:
+        _check_listing(run)
         steps = []
         refused = {r.step: r.reason for r in run.refusals}
         for k in range(run.seqlens.shape[0]):
@@ -400,6 +420,31 @@ def cmd_schedule(args) -> dict:
     return {}
 
 
+MAX_LISTED_IDS = 1 << 22  # --json of a schedule: 4M listed ids print ~40 MB and build in about 1 GiB of Python
+MAX_LISTED_STEPS = 50_000  # and each step is a few Python objects: 45,000 steps took 10 s
+
+
+def _listed_ids(run) -> int:
+    """What ``schedule --json`` lists: one rank list per rank and micro batch, each sample id once per rank of its
+    CP group (so a run of few samples on 131,072 ranks still lists 131,072 lists a micro batch)."""
+    import numpy as np
+
+    g = run.groups
+    per_group = np.diff(g.item_offsets) * np.asarray(g.rank_count)
+    return int(g.mb_offsets[-1]) * g.num_ranks + int(per_group.sum())
+
+
+def _check_listing(run) -> None:
+    steps = int(run.seqlens.shape[0])
+    if steps > MAX_LISTED_STEPS:
+        raise ValueError(f"--json: this schedule lists {steps:,} steps one by one, more than {MAX_LISTED_STEPS:,}; "
+                         "give fewer --steps, or leave out --json for the summary")
+    listed = _listed_ids(run)
+    if listed > MAX_LISTED_IDS:
+        raise ValueError(f"--json: this schedule lists {listed:,} rank entries and sample ids, more than "
+                         f"{MAX_LISTED_IDS:,}; give fewer --steps, or leave out --json for the summary")
+
+
 def _tokenize_job(args):
     from advisor.data.tokenize.chat import ChatSettings
     from advisor.data.tokenize.engine import TokenizeJob
@@ -422,11 +467,19 @@ def cmd_tokenize(args) -> dict:
     from advisor.data.tokenize.engine import lengths_csv, tokenize
 
     progress = _Progress(args.quiet)
+    inputs = (args.data, args.tokenizer)
+    if args.output:  # refused before the tokenizing, not after it
+        _output_file("-o", args.output, args.force, inputs)
+    if args.ray_address:
+        _check_ray_address(args.ray_address, args.engine)
     job = _tokenize_job(args)
-    result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
-                      address=args.ray_address, progress=lambda text, done: progress(text))
+    try:
+        result = tokenize(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
+                          address=args.ray_address, progress=lambda text, done: progress(text))
+    except ConnectionError as e:  # Ray's "ray client connection timeout" and the like: an OSError, not a bug
+        raise ValueError(f"--ray-address {args.ray_address[:80]}: {str(e)[:200]}") from None
     if args.output:
-        _write_text(args.output, lengths_csv(result, histogram=args.histogram_output))
+        _write_text("-o", args.output, lengths_csv(result, histogram=args.histogram_output), args.force, inputs)
         progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
     rate = result.lengths.size / max(result.seconds, 1e-9)
     out = {"source": result.source, "records": result.total_records, "tokenized": int(result.lengths.size),
@@ -478,6 +531,42 @@ def cmd_tokenize(args) -> dict:
     return {}
 
 
+RAY_PROBE_SECONDS = 5.0
+
+
+def _check_ray_address(address: str, engine: str) -> None:
+    """Refuse a --ray-address that cannot work, in seconds and with what to do: Ray itself waits 30 s on a closed
+    port and then raises a ConnectionError, and without ``ray[client]`` (grpcio) a ray:// address is a traceback.
+
+    >>> _check_ray_address("auto", "ray")
+    >>> _check_ray_address("ray://h", "ray")
+    Traceback (most recent call last):
+    ...
+    ValueError: --ray-address ray://h: give ray://HOST:PORT (the head's client port, usually 10001) or auto
+    """
+    import importlib.util
+    import socket
+
+    shown = address[:80]
+    if engine != "ray":
+        raise ValueError(f"--ray-address {shown}: only used with --engine ray")
+    if address == "auto":
+        return  # the cluster this machine belongs to: Ray finds it in its own files
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not address.startswith("ray://") or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {shown}: give ray://HOST:PORT (the head's client port, usually 10001) or "
+                         "auto")
+    if importlib.util.find_spec("grpc") is None:
+        raise ValueError(f"--ray-address {shown}: a ray:// address needs Ray's client: pip install "
+                         "'ray[client]==2.60.0' (requirements.txt pins it; it adds grpcio)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_SECONDS).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ValueError(f"--ray-address {shown}: nothing answers at {host[:60]}:{port} ({why}); start the head "
+                         "with `ray start --head` (client port 10001) or check the address") from None
+
+
 def cmd_warmup(args) -> dict:
     from advisor.packing.warmup import warm_up
 
@@ -498,7 +587,7 @@ def cmd_trial(args) -> dict:
 
     from advisor.trial.config import from_cli
     from advisor.trial.report import speed_lines, speed_report
-    from advisor.trial.run import ParityError, run_trial, write_outputs
+    from advisor.trial.run import OUTPUT_NAMES, ParityError, run_trial, write_outputs
 
     progress = _Progress(args.quiet)
     if args.heartbeat or args.wall_seconds:
@@ -506,6 +595,11 @@ def cmd_trial(args) -> dict:
 
         start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
     plan, hist = _plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.out:  # refused before the run, not after it
+        from advisor.safe_write import check_output_folder
+
+        _named("--out", check_output_folder, args.out, force=args.force, inputs=inputs, names=OUTPUT_NAMES)
     cfg = from_cli(args)
     try:
         result = run_trial(plan, hist, cfg, progress=(lambda m: None) if args.quiet else _trial_progress)
@@ -518,7 +612,7 @@ def cmd_trial(args) -> dict:
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return {}
     if args.out:
-        write_outputs(result, Path(args.out))
+        _named("--out", write_outputs, result, Path(args.out), force=args.force, inputs=inputs)
     if args.json:
         return out
     print(f"trial on {out['device']} ({out['torch_threads']} threads), {out['steps']} timed steps per way after "
@@ -614,24 +708,6 @@ def _version(text: str) -> str:
     return _checked(check)(text)
 
 
-def _output_file(text: str) -> str:
-    """A new file to write: not a folder, not an existing file (it could be the input, or a system file when run as
-    root), in a folder that exists and is writable."""
-    def check(t: str) -> str:
-        path = os.path.abspath(t)
-        folder = os.path.dirname(path)
-        if os.path.isdir(path):
-            raise ValueError(f"{t[:80]} is a folder; give a file name")
-        if os.path.lexists(path):
-            raise ValueError(f"{t[:80]} exists; remove it or give a new file name (nothing is overwritten)")
-        if not os.path.isdir(folder):
-            raise ValueError(f"{t[:80]}: the folder {folder[:80]} does not exist")
-        if not os.access(folder, os.W_OK) or folder.startswith(("/proc", "/sys", "/dev")):
-            raise ValueError(f"{t[:80]}: the folder {folder[:80]} is not writable")
-        return t
-    return _checked(check)(text)
-
-
 def _positive_int(most: int):
     def check(t: str) -> int:
         try:
@@ -662,14 +738,6 @@ def _vary(text: str) -> frozenset[str]:
 
 _VARY_HELP = ("what the search may change besides the layout, comma-separated: seq_length (packs longer than it), "
               "batch (the samples per step beyond ±5 %%); by default both stay as the plan has them")
-
-
-def _output_folder(text: str) -> str:
-    def check(t: str) -> str:
-        if os.path.exists(t) and not os.path.isdir(t):
-            raise ValueError(f"{t[:80]} exists and is not a folder")
-        return t
-    return _checked(check)(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -723,10 +791,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--vary", type=_vary, default=frozenset(), help="with --recommended: " + _VARY_HELP)
     p.add_argument("--force", action="store_true", help="export a plan that does not fit its GPU's memory (refused "
-                                                        "otherwise, exit code 2)")
+                                                        "otherwise, exit code 2), and overwrite --lengths-csv")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--lengths-csv", type=_output_file,
-                   help="also write the lengths for Megatron-LM's mock SFT data (mode: file)")
+    p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file; "
+                   "an existing file only with --force)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_export, json=False)
     from advisor.trial.config import DEVICES, SCALES, TrialConfig
@@ -752,7 +820,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default: all cores); 1 is slower but steadier on a shared machine")
     p.add_argument("--break-mask", action="store_true", help=argparse.SUPPRESS)  # test-only: must fail parity
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", type=_output_folder, help="folder for trial.json and steps.csv")
+    p.add_argument("--out", help="folder for trial.json and steps.csv (new or empty; any other only with --force)")
+    p.add_argument("--force", action="store_true", help="write into a --out folder that holds files, replacing "
+                   "trial.json and steps.csv")
     p.add_argument("--heartbeat", help=argparse.SUPPRESS)  # the dashboard's job: stop when this file goes stale
     p.add_argument("--heartbeat-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
     p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
@@ -801,7 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-mode", choices=("assistant", "last_turn", "full"), help="chat: the loss mask's mode")
     p.add_argument("--tool-schemas", help="chat: the data set's tools as JSON (records' own tools win)")
     p.add_argument("--engine", choices=("local", "ray"), default="local")
-    p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001 or auto); default a local Ray")
+    p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001, needs ray[client], or auto); "
+                   "default a local Ray")
     p.add_argument("--workers", type=_positive_int(4096), help="processes (local) or tasks (ray); default every core")
     p.add_argument("--sample", type=_positive_int(1 << 40), help="tokenize a uniform random sample of this many "
                    "records and estimate the whole data set's packing with bootstrap intervals")
@@ -810,7 +881,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default max_seq_length)")
     p.add_argument("--bootstraps", type=_checked(_bootstraps), default=200, help="--sample: bootstrap replicates "
                    "(2 to 10,000)")
-    p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order)")
+    p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order; a new "
+                   "file, or an existing one with --force)")
+    p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
     p.add_argument("--on-bad", choices=("error", "skip"), default="error",
                    help="error (default): stop at an unreadable record, or after the run name the records the "
@@ -829,6 +902,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         out = args.func(args)
+        if out:  # inside the try: `advisor ... --json | head` closes the pipe during this print too
+            print(json.dumps(_jsonable(out), indent=None))
     except BrokenPipeError:  # `advisor ... | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
@@ -838,6 +913,4 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # a bad setting: one message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if out:
-        print(json.dumps(_jsonable(out), indent=None))
     return 0

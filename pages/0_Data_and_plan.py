@@ -56,7 +56,7 @@ with left:
 
 with right:
     hist, plan = st.session_state["hist"], st.session_state["plan"]
-    st.subheader(f"{st.session_state['data_name']}")
+    st.subheader(ui.plain(st.session_state["data_name"]))  # an uploaded file's name
     c1, c2 = st.columns(2)
     log_x, log_y = c1.toggle("log x", key="log_x", help=H("log_x")), c2.toggle("log y", key="log_y", help=H("log_y"))
     for col, (label, value) in zip(st.columns(4), views.summary_numbers(hist).items(), strict=True):

@@ -26,7 +26,7 @@ k2.metric("packing factor n", result.metadata["packing_factor"], help=H("packing
 k3.metric("efficiency", f"{result.metadata['packing_efficiency']} %", help=H("efficiency"))
 k5.metric("data share", f"{100 * (1 - m.padding_fraction):.2f} %", help=H("data_share"))
 k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}", help=H("straggler_ratio"))
-st.caption(views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan))
+st.caption(ui.plain(views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan)))
 st.subheader("Megatron-Bridge metadata, as it will be written", help=H("metadata"))
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:

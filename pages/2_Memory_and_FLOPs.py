@@ -23,7 +23,7 @@ with st.spinner("estimating"):
     stop_on(busy)
     est, problem = ui.estimate_of(analysis)
 stop_on(problem)
-st.caption(views.global_batch_example_text(analysis.plan, analysis.packing_factor))
+st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
 if not est.memory.fits:
     st.error(ui.plain(views.memory_error_text(est)))
 k = st.columns(4)
@@ -39,7 +39,7 @@ explained(charts.attention_flops_bars(est), "attention_flops", b)
 b.caption(views.attention_example_text())
 explained(charts.step_breakdown(est), "step_breakdown")
 with st.expander("Why the advisor and Megatron-Bridge differ"):
-    st.markdown("\n".join(f"- {d}" for d in est.memory.differences))
+    st.markdown("\n".join(f"- {ui.plain(d)}" for d in est.memory.differences))
 with st.spinner("memory over pack size and CP"):
     grid = views.memory_grid_frame(analysis)
 explained(charts.memory_heatmap(grid), "memory_heatmap")

@@ -13,14 +13,14 @@ st.title("Recommendations & export")
 analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
 stop_on(busy)
-st.caption(views.global_batch_example_text(analysis.plan, analysis.packing_factor))
+st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
 for severity, group in views.findings_by_severity(analysis.findings).items():
     st.subheader(f"{severity.title()}s ({len(group)})", help=H("findings"))
     for i, f in enumerate(group):
-        with st.expander(f"{f.id}: {f.message}", expanded=severity == "error"):
+        with st.expander(ui.plain(f"{f.id}: {f.message}"), expanded=severity == "error"):
             (st.error if severity == "error" else st.write)(ui.plain(f.reason))
-            st.caption(f"Source: {f.source}")
-            if f.fix and st.button(f"Apply fix {f.fix}", key=f"fix-{severity}-{i}"):
+            st.caption(ui.plain(f"Source: {f.source}"))
+            if f.fix and st.button(ui.plain(f"Apply fix {f.fix}"), key=f"fix-{severity}-{i}"):
                 ui.set_plan(st.session_state, f.fix)
                 st.rerun()
 st.subheader("Best candidates", help=H("candidates"))
@@ -30,7 +30,7 @@ with progress("searching layouts") as bar:
 stop_on(busy)
 st.dataframe(views.candidates_table(result), hide_index=True, width="stretch")
 if note := views.search_note(analysis, result):
-    st.caption(note)
+    st.caption(ui.plain(note))
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_version"))

@@ -68,7 +68,7 @@ if result:
     a.dataframe(speed, hide_index=True)
     b.dataframe(memory, hide_index=True)
     speedup, warnings, kernel_note = trial_view.speed_notes(result)
-    st.write(f"Speed-up packed/padded (median tokens/s): {speedup}")
+    st.write(ui.plain(f"Speed-up packed/padded (median tokens/s): {speedup}"))  # from an uploaded trial.json
     for w in warnings:
         st.warning(ui.plain(w))
     if kernel_note:

@@ -92,9 +92,9 @@ def test_the_cli_prints_the_numbers_the_page_tables(skewed, tmp_path, capsys):
                                                                                 strict=True)))
     plan = tmp_path / "plan.yaml"
     plan.write_text(dump_plan(PLAN.changed({"data": {"lengths": str(lengths)}})))
-    assert main(["trial", str(plan), *cli_arguments(SMALL), "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["trial", str(plan), *cli_arguments(SMALL), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     text = capsys.readouterr().out
-    out = json.loads((tmp_path / "trial.json").read_text())
+    out = json.loads((tmp_path / "out" / "trial.json").read_text())
     speed, memory = trial_view.results_tables(out)
     for row in speed.to_dict("records"):
         line = next(x for x in text.splitlines() if x.strip().startswith(row["way"] + " "))

@@ -63,7 +63,52 @@ class HistogramCache:
         return sum(held.values()) > self.max_bytes
 
 
-PACKING_CACHE_BYTES = 2 << 30  # a 16M-sample packing holds ~700 MB once estimated: about three, then the oldest goes
+def cache_budget(most: int = 2 << 30) -> int:
+    """Bytes each cache may hold: ``most``, or an eighth of this process's address-space limit if one is set
+    (``ulimit -v``, RLIMIT_AS): a 2 GiB process once filled 2 GiB of caches with a search's online candidates. An
+    eighth: the analyses and the schedules each have a budget, and a schedule being computed needs as much again.
+
+    >>> 0 < cache_budget() <= 2 << 30
+    True
+    """
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows): the fixed budget
+        return most
+    return most if soft in (resource.RLIM_INFINITY, -1) or soft <= 0 else min(most, soft // 8)
+
+
+# a 16M-sample packing holds ~700 MB once estimated: about three, then the oldest goes
+PACKING_CACHE_BYTES = cache_budget()
+
+
+def held_arrays(value, depth: int = 3) -> list:
+    """The numpy arrays a cached value holds in its attributes (dataclasses, dicts, tuples), ``depth`` levels
+    down: what a schedule or an estimate keeps alive, for a cache's byte budget.
+
+    >>> import numpy as np
+    >>> class R: pass
+    >>> r = R(); r.a = np.zeros(3); r.inner = R(); r.inner.b = (np.ones(2),)
+    >>> sorted(a.size for a in held_arrays(r))
+    [2, 3]
+    """
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return [value]
+    if depth == 0 or value is None or isinstance(value, (str, bytes, int, float, bool)):
+        return []
+    if isinstance(value, dict):
+        items = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    elif hasattr(value, "__dict__"):
+        items = vars(value).values()
+    else:
+        return []
+    return [a for item in items for a in held_arrays(item, depth - 1)]
 
 
 def packing_arrays(result: PackingResult | None) -> list:

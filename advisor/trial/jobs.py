@@ -131,7 +131,8 @@ def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
     (folder / "plan.yaml").write_text(dump_plan(trial_plan))
     log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), *cli_arguments(cfg),
-                             "--out", str(folder), "--heartbeat", str(folder / "heartbeat"),
+                             # --force: the job's own temporary folder already holds its plan, lengths and log
+                             "--out", str(folder), "--force", "--heartbeat", str(folder / "heartbeat"),
                              "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return TrialJob(pid=proc.pid, folder=str(folder))

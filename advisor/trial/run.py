@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import io
 import json
 import os
 import sys
@@ -35,11 +36,12 @@ from advisor.model.perf.step import StepWork, step_time
 from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import ALGORITHMS, first_fit_decreasing
 from advisor.plan import Plan, plan_from_dict
+from advisor.safe_write import make_folder, write_text
 from advisor.trial.config import DEFAULT, TrialConfig
 from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note, token_loss
 from advisor.trial.report import FORMAT, WAYS, speed_report
 
-__all__ = ["ParityError", "TrialConfig", "TrialResult", "run_trial", "write_outputs"]
+__all__ = ["ParityError", "TrialConfig", "TrialResult", "run_trial", "write_outputs", "OUTPUT_NAMES"]
 
 LOSS_BOUND = 1e-5  # absolute, float32
 GRAD_BOUND = 1e-4  # relative to the largest gradient entry
@@ -614,10 +616,16 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, pro
                        distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {})
 
 
-def write_outputs(result: TrialResult, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trial.json").write_text(json.dumps(result.to_dict(), indent=1))
-    with open(out / "steps.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(result.per_step[0]))
-        writer.writeheader()
-        writer.writerows(result.per_step)
+OUTPUT_NAMES = ("trial.json", "steps.csv")  # what write_outputs puts in the --out folder
+
+
+def write_outputs(result: TrialResult, out: Path, *, force: bool = False, inputs=()) -> None:
+    """trial.json and steps.csv in ``out`` through advisor.safe_write: a new or empty folder (any other only with
+    ``force``), no symlink followed, no system folder, never over an input; each file written atomically."""
+    make_folder(str(out), force=force, inputs=inputs, names=OUTPUT_NAMES)
+    steps = io.StringIO(newline="")
+    writer = csv.DictWriter(steps, fieldnames=list(result.per_step[0]))
+    writer.writeheader()
+    writer.writerows(result.per_step)
+    write_text(str(out / "trial.json"), json.dumps(result.to_dict(), indent=1), force=force, inputs=inputs)
+    write_text(str(out / "steps.csv"), steps.getvalue(), force=force, inputs=inputs)

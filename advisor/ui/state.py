@@ -7,7 +7,6 @@ Session state keys: ``hist`` (the LengthHistogram in use), ``data_name`` (where 
 
 from __future__ import annotations
 
-import re
 import threading
 
 from advisor.analysis import Analysis, analyze
@@ -19,6 +18,7 @@ from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError
 from advisor.plan.io import plan_from_text
 from advisor.plan.presets import MODEL_PRESETS
+from advisor.ui import text
 from advisor.ui.links import plan_from_query
 from advisor.ui.samples import (  # noqa: F401 - the pages reach these through the session module
     DEFAULT_SAMPLE,
@@ -161,18 +161,7 @@ def use_plan_file(state, data: bytes, name: str) -> bool:
     return True
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
-
-
-def plain(text: str, most: int = 2000) -> str:
-    r"""A message as plain text for Streamlit's Markdown widgets (st.error renders Markdown): every Markdown
-    character escaped, so a crafted field name cannot show a link or an image, and long messages cut.
-
-    >>> print(plain("[sign in](x.io)"))
-    \[sign in\]\(x\.io\)
-    """
-    text = text if len(text) <= most else text[:most] + " …"
-    return _MARKDOWN.sub(r"\\\1", text)
+plain = text.plain  # the one escaping of visitor-derived text for Markdown widgets (advisor/ui/text.py)
 
 
 # ------------------------------------------------------------------------------------------------ analyses

@@ -11,10 +11,9 @@ from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
 from advisor.data.lengths import LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
-from advisor.packing.cache import HistogramCache
+from advisor.packing.cache import HistogramCache, held_arrays
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
-from advisor.packing.online.from_plan import schedule_arrays
 from advisor.plan import Plan
 from advisor.ui.samples import MAX_DASHBOARD_PACK
 
@@ -206,12 +205,7 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
 # ------------------------------------------------------------------------------------------ online packing
 def _comparison_arrays(comparison: PackingComparison) -> list:
     """The arrays a comparison holds: its runs' micro batches and schedules (shared ones counted once)."""
-    out = []
-    for run in comparison.runs:
-        mb = run.estimate.micro_batches
-        out += [mb.real_tokens, mb.computed_tokens, mb.attention_thd, mb.attention_block, mb.samples]
-        out += schedule_arrays(run.estimate.online)
-    return out
+    return held_arrays(comparison, depth=6)
 
 
 # the last few settings of the Online packing page, within a byte budget: the server's memory is shared

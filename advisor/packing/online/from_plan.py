@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram
-from advisor.packing.cache import HistogramCache
+from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays
 from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.inputs import expand_histogram
 from advisor.packing.online.results import RunSchedule
@@ -47,17 +47,8 @@ def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
     return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
 
 
-def schedule_arrays(run: RunSchedule | None) -> list:
-    """The arrays a schedule holds (the cache's byte budget counts them)."""
-    if run is None:
-        return []
-    g = run.groups
-    return [run.sample_index, run.seqlens, run.group_tokens, run.group_work, run.rank_tokens, run.rank_work,
-            g.mb_offsets, g.group_offsets, g.rank_start, g.rank_count, g.cp, g.item_offsets, g.items]
-
-
-SCHEDULE_CACHE_BYTES = 1 << 30
-SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE, SCHEDULE_CACHE_BYTES, schedule_arrays)
+SCHEDULE_CACHE_BYTES = PACKING_CACHE_BYTES // 2  # a 512-GPU schedule holds hundreds of MB of per-rank arrays
+SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE, SCHEDULE_CACHE_BYTES, held_arrays)
 # None: every step of the epoch (the command line). A server sharing its memory sets a sample budget, and an epoch
 # over it is simulated as a scale model (schedule's max_samples): about 150 bytes a sample are held while scheduling.
 _SAMPLE_BUDGET: list[int | None] = [None]

@@ -11,7 +11,7 @@ import numpy as np
 
 from advisor.data.lengths import check_expandable
 from advisor.errors import InputError, excerpt
-from advisor.packing.online.config import COMMITS, OnlineConfig
+from advisor.packing.online.config import COMMITS, SOURCE, OnlineConfig
 from advisor.packing.online.dp_balanced import dp_balanced
 from advisor.packing.online.dynamic_cp import dynamic_cp
 from advisor.packing.online.loads import loads, straggler
@@ -19,6 +19,18 @@ from advisor.packing.online.padding import PaddedLengths, padded_lengths, paddin
 from advisor.packing.online.results import Refusal, RunSchedule, RunSummary
 from advisor.packing.online.sampler import sample_indices, steps_in_epoch
 from advisor.packing.online.validation import Issue, check
+
+# What one simulation may hold, computed from the options before anything is allocated (a 2 GiB process runs the
+# largest of each; measured with bench/fuzz_options.py). Why bounds of their own: --help allows a global batch of
+# 16M samples, 131,072 ranks and 16M steps, whose products no machine holds.
+MAX_SUB_SAMPLES = 1 << 23  # steps x global batch: ~10 int64 arrays each (order, lengths, packs, ids)
+MAX_RANK_CELLS = 1 << 24  # steps x DP x CP: the per-rank token and work totals (float64, two arrays and copies)
+MAX_GROUPS = 1 << 23  # packs (dp_balanced) or CP groups (dynamic CP) over the run, VPP's empty packs included
+# dynamic CP: each micro batch scans every sequence left in its step (times the CP sizes tried); a step may need as
+# many micro batches as sequences, so steps x GBS^2 / 2 x log2(ranks), ~3e8 a second (2 steps of GBS 32,768 on
+# 128 ranks: 7.5e9, 23 s)
+MAX_DYNAMIC_WORK = 1 << 32
+MAX_ALIGNED_LISTS = 1 << 21  # dynamic CP with VPP aligns micro batches as Python rank lists: steps x MBs x ranks
 
 DP_SOURCE = "megatron/core/datasets/data_schedule.py DpBalancedScheduler.get_groups_and_subsamples"
 DCP_SOURCE = "megatron/core/datasets/data_schedule_utils.py DefaultDynamicCPScheduler helpers"
@@ -112,6 +124,7 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
         keep = max(1, max_samples // cfg.global_batch_size)
         step_ids = np.unique(np.linspace(0, steps - 1, keep).round().astype(np.int64))
         steps = int(step_ids.size)
+    check_cost(cfg, steps)
     index = sample_indices(n, steps=steps, global_batch_size=cfg.global_batch_size,
                            micro_batch_size=cfg.micro_batch_size, dp=cfg.dp, step_ids=step_ids)
     seqlens = padded.padded[index]
@@ -128,6 +141,44 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
         seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
         step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary,
         step_ids=np.arange(steps, dtype=np.int64) if step_ids is None else step_ids)
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def run_cost(cfg: OnlineConfig, steps: int) -> dict[str, tuple[int, int, str]]:
+    """What a run of ``steps`` steps holds and does, bounded above from the options alone: name -> (cost, limit,
+    what to change). Packs per step are at most GBS + 1 (an empty pack 0), rounded up to DP x the VPP group.
+
+    >>> c = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=4096, global_batch_size=64, dp=4, cp=2)
+    >>> run_cost(c, 10)["sub-samples"][:2], run_cost(c, 10)["per-rank totals"][:2]
+    ((640, 8388608), (80, 16777216))
+    """
+    gbs, v = cfg.global_batch_size, cfg.vpp_multiple or 1
+    fewer = "give fewer --steps"
+    cost = {"sub-samples": (steps * gbs, MAX_SUB_SAMPLES, f"{fewer} or a smaller --global-batch-size"),
+            "per-rank totals": (steps * cfg.ranks, MAX_RANK_CELLS, f"{fewer} or fewer DP x CP ranks")}
+    if cfg.dynamic_cp:
+        cost["CP groups"] = (steps * (gbs + v), MAX_GROUPS, f"{fewer} or a smaller --global-batch-size")
+        sizes = max(1, cfg.ranks.bit_length() - 1)  # the CP sizes a sequence may take: powers of two to ranks
+        cost["sequence scans"] = (steps * gbs * gbs * sizes // 2, MAX_DYNAMIC_WORK,
+                                  f"{fewer} or a smaller --global-batch-size")
+        if v > 1:
+            cost["VPP rank lists"] = (steps * _round_up(gbs, v) * cfg.ranks, MAX_ALIGNED_LISTS,
+                                      f"{fewer}, a smaller --vpp-group or fewer DP x CP ranks")
+    else:
+        cost["packs"] = (steps * _round_up(gbs + 1, cfg.dp * v), MAX_GROUPS,
+                         f"{fewer}, a smaller --vpp-group or a smaller DP")
+    return cost
+
+
+def check_cost(cfg: OnlineConfig, steps: int) -> None:
+    """Refuse, before any allocation, a run beyond one of run_cost's bounds: one message with the numbers."""
+    for name, (cost, limit, fix) in run_cost(cfg, steps).items():
+        if cost > limit:
+            raise InputError(SOURCE, None, f"{steps:,} steps of this layout need {cost:,} {name}, more than the "
+                             f"{limit:,} one simulation holds; {fix}")
 
 
 def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
