@@ -409,6 +409,9 @@ def cmd_schedule(args) -> dict:
           f"CP {cfg.cp}, global batch {cfg.global_batch_size} samples, micro batch {cfg.micro_batch_size}")
     print(f"  buffer: max_seqlen_per_dp_cp_rank {run.max_seqlen_per_dp_cp_rank:,} (a pack holds {run.capacity:,} "
           f"tokens); sequences padded to a multiple of {run.padding_divisor}")
+    if s.epoch_steps > s.steps:
+        print(f"  a scale model: {s.steps:,} of the epoch's {s.epoch_steps:,} steps, spread evenly over it (each "
+              "exactly as the real run schedules it); the whole epoch is past what one simulation holds")
     print(f"  {s.steps:,} steps: micro batches per step min {s.micro_batches_min}, mean {s.micro_batches_mean:.2f}, "
           f"max {s.micro_batches_max}; straggler x{s.straggler_factor:.3f} (worst step x{s.straggler_worst:.2f})")
     print(f"  padding {s.padding_fraction:.2%} of {s.padded_tokens:,} tokens; {s.truncated_samples:,} samples "

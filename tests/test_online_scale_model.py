@@ -40,19 +40,21 @@ def test_each_simulated_step_is_the_full_runs_step(n, gbs, budget, seed, commit)
 
 
 def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
-    """16.3M real samples: the exact schedule needs ~2.4 GB, the dashboard's scale model a fraction; step time
-    and epoch length agree within the sampling error of ~16k of 127k steps."""
+    """16.3M real samples: past what one simulation holds (schedule.py run_cost), so the command line simulates
+    about half the epoch's steps and the dashboard 2M samples' worth; step time and epoch length agree within the
+    sampling error."""
     hist = load_lengths(SAMPLE / "wikipedia_bert_len512_hist.csv")
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
                            "training": {"seq_length": 512, "global_batch_size": 128}, "packing": {"mode": "online"}})
     try:
-        exact = estimate(plan, hist)
+        exact = estimate(plan, hist)  # the command line's
         from_plan.limit_samples(2_000_000)
         scaled = estimate(plan, hist)
     finally:
         from_plan.limit_samples(None)
-    assert scaled.online.scale > 7 and exact.online.scale == 1.0
-    assert any("scale model" in n for n in scaled.notes) and not any("scale model" in n for n in exact.notes)
+    assert scaled.online.scale > 7 and 1.0 < exact.online.scale < 2.5
+    assert scaled.online.summary.epoch_steps == exact.online.summary.epoch_steps == 16_279_552 // 128
+    assert any("scale model" in n for n in scaled.notes)
     assert scaled.time.step_seconds == pytest.approx(exact.time.step_seconds, rel=0.01)
     assert scaled.time.steps_per_epoch == pytest.approx(exact.time.steps_per_epoch, rel=0.01)
     assert scaled.online.summary.padding_fraction == pytest.approx(exact.online.summary.padding_fraction, abs=0.002)

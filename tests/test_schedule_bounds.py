@@ -21,8 +21,8 @@ SQUAD = str(SAMPLE / "squad_v1.1_len384_hist.csv")  # 88,641 samples
 @pytest.mark.parametrize("options,expected", [
     ("--global-batch-size 16777216 --dp 1 --cp 1 --steps 1", "16,777,216 sub-samples"),
     ("--global-batch-size 1 --dp 1 --cp 1 --steps 16777216", "16,777,216 sub-samples"),
-    ("--seq-length 1 --global-batch-size 8 --dp 1 --cp 131072", "per-rank totals"),
-    ("--seq-length 16 --global-batch-size 64 --dp 64 --cp 2048", "per-rank totals"),
+    ("--seq-length 1 --global-batch-size 8 --dp 1 --cp 131072 --steps 11080", "per-rank totals"),
+    ("--seq-length 16 --global-batch-size 64 --dp 64 --cp 2048 --steps 1385", "per-rank totals"),
     ("--global-batch-size 131072 --dp 131072 --cp 1 --vpp-group 1024 --steps 1", "packs"),
     ("--global-batch-size 65536 --dp 64 --cp 1024 --steps 2 --scheduler default_dynamic_cp "
      "--max-seqlen-per-dp-cp-rank 100000", "sequence scans"),
@@ -39,6 +39,15 @@ def test_huge_combinations_are_refused_up_front(options, expected, capsys):
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert time.perf_counter() - start < 20  # refused from the options, not after trying
+
+
+@pytest.mark.parametrize("options", ["--seq-length 1 --global-batch-size 8 --dp 1 --cp 131072",
+                                     "--seq-length 16 --global-batch-size 64 --dp 64 --cp 2048"])
+def test_an_epoch_past_the_bounds_is_a_scale_model_of_it(options, capsys):
+    """Without --steps the whole epoch is asked for: past what one simulation holds, a spread of its steps runs."""
+    assert main(["schedule", SQUAD, "--quiet", *options.split()]) == 0
+    out = capsys.readouterr().out
+    assert "a scale model:" in out and "of the epoch's" in out, out
 
 
 def test_json_listing_is_bounded_but_the_summary_runs(capsys):

@@ -111,6 +111,7 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
                               sequence_parallel=cfg.sequence_parallel, dp=cfg.dp, dynamic_cp=cfg.dynamic_cp)
     padded = padded_lengths(lengths, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
     n = int(lengths.size)
+    epoch = steps is None
     if steps is None:
         steps = steps_in_epoch(n, cfg.global_batch_size)
         if steps == 0:
@@ -120,8 +121,10 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
         raise InputError(source, "steps", f"{excerpt(steps)} is not a positive whole number of steps")
     check_expandable(steps * cfg.global_batch_size, source, "schedule")
     epoch_steps, step_ids = steps, None
-    if max_samples is not None and steps * cfg.global_batch_size > max_samples:
-        keep = max(1, max_samples // cfg.global_batch_size)
+    keep = steps if max_samples is None else max(1, max_samples // cfg.global_batch_size)
+    if epoch:  # an epoch past what one simulation holds (16M samples, say) is a scale model of it, never refused
+        keep = min(keep, steps_within_cost(cfg, steps))
+    if keep < steps:
         step_ids = np.unique(np.linspace(0, steps - 1, keep).round().astype(np.int64))
         steps = int(step_ids.size)
     check_cost(cfg, steps)
@@ -171,6 +174,20 @@ def run_cost(cfg: OnlineConfig, steps: int) -> dict[str, tuple[int, int, str]]:
         cost["packs"] = (steps * _round_up(gbs + 1, cfg.dp * v), MAX_GROUPS,
                          f"{fewer}, a smaller --vpp-group or a smaller DP")
     return cost
+
+
+def steps_within_cost(cfg: OnlineConfig, steps: int) -> int:
+    """The most steps (at least 1) of this layout within every bound of run_cost (each cost grows with the steps).
+
+    >>> c = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=4096, global_batch_size=64, dp=4, cp=2)
+    >>> steps_within_cost(c, 10), steps_within_cost(c, 10**7)
+    (10, 123361)
+    """
+    fit = steps
+    for cost, limit, _ in run_cost(cfg, steps).values():
+        if cost > limit:
+            fit = min(fit, limit * steps // cost)
+    return max(1, fit)
 
 
 def check_cost(cfg: OnlineConfig, steps: int) -> None:
