@@ -59,3 +59,40 @@ def _escaped(backslash, carried: int):
     escaped[0] = carried % 2 == 1
     escaped[1:] = run[:-1] % 2 == 1
     return escaped, int(run[-1])
+
+
+MAX_RECORD_BYTES = 64 << 20  # one raw record's text (a JSON line, a Parquet row): 16M tokens of text at most
+MAX_BATCH_BYTES = 512 << 20  # raw records decoded at once (1,024 Parquet rows): stays far inside 2 GiB
+MAX_EXPANSION = 1100  # decoded bytes per stored byte past which a raw file is a bomb: gzip's format caps at 1032
+MIN_BOMB_BYTES = 256 << 20  # ... and only when that is this much: tiny files of repeated values are fine
+MAX_ELEMENTS = 1_000_000  # values in one raw record (JSON strings, numbers, lists, objects): a chat has hundreds
+
+
+def json_elements_over(data: bytes, limit: int = MAX_ELEMENTS) -> bool:
+    r"""True when ``data`` (one JSON value) holds more than ``limit`` values, counted before parsing as the
+    commas, ``[`` and ``{`` outside strings (plus one): ``json.loads`` of a 64 MB line of ``[[],[],...]`` would
+    build 20 million lists (1.4 GB). The cheap count of all such bytes decides first; strings are told apart only
+    when it is over.
+
+    >>> json_elements_over(b'[1, 2, 3]', 4), json_elements_over(b'["a,b,c,d"]', 4), json_elements_over(b'[1,2,3,4]', 4)
+    (False, False, True)
+    """
+    if data.count(b",") + data.count(b"[") + data.count(b"{") + 1 <= limit:
+        return False
+    import numpy as np
+
+    escapes = b"\\" in data
+    count, in_string, run = 1, False, 0
+    for start in range(0, len(data), _SCAN_CHUNK):
+        a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
+        quote = a == 34
+        if escapes:
+            escaped, run = _escaped(a == 92, run)
+            quote &= ~escaped
+        flips = np.cumsum(quote, dtype=np.int64)
+        inside = ((flips - quote + in_string) & 1).astype(bool)
+        count += int((((a == 44) | (a == 91) | (a == 123)) & ~inside).sum())
+        if count > limit:
+            return True
+        in_string = bool((int(flips[-1]) + in_string) & 1)
+    return False

@@ -26,6 +26,7 @@ RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
 MAX_BATCH_MB = 64  # 1,024 Parquet rows decoded (a 1 kB file can hold gigabytes of dictionary-encoded text)
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
+MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 
 
 def tokenizer_choices(env: str | None = None) -> dict[str, str]:
@@ -49,7 +50,8 @@ def tokenizer_choices(env: str | None = None) -> dict[str, str]:
 def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
                     progress: Callable[[str, float], None] | None = None, env: str | None = None):
     """The lengths (a ``LengthHistogram`` keeping the file's order) of an uploaded raw data set; ``InputError`` for
-    anything wrong with the file, the tokenizer's name or the budget."""
+    anything wrong with the file, the tokenizer's name or the budget. Parquet: the row groups are counted and the
+    decoded size summed from the footer before anything is decompressed (``parquet_decoded_bytes``)."""
     from advisor.data.tokenize.chat import ChatSettings
     from advisor.data.tokenize.engine import TokenizeJob, tokenize
     from advisor.data.tokenize.records import Limits, plan_shards
@@ -68,6 +70,11 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
                          f"({', '.join(choices)})")
     suffix = ".parquet" if name.lower().endswith(".parquet") else ".jsonl"
     if suffix == ".parquet":
+        groups = parquet_row_groups(data, shown)
+        if groups > MAX_ROW_GROUPS:
+            raise InputError(shown, None, f"has {groups:,} row groups, over the dashboard's {MAX_ROW_GROUPS:,}: "
+                             "rewrite it with larger row groups (pyarrow: row_group_size=100_000) or use python -m "
+                             "advisor tokenize")
         open_parquet(data, shown)  # the footer is checked in Python before pyarrow reads the file
         decoded = parquet_decoded_bytes(data, MAX_DECODED_MB << 20)
         if decoded > MAX_DECODED_MB << 20:
@@ -91,24 +98,49 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
     return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
 
 
+def parquet_row_groups(data: bytes, shown: str) -> int:
+    """How many row groups a Parquet file's footer lists, counted before the footer is parsed: parsing 50,000 of
+    them (in Python, as ``open_parquet`` does to stay safe from pyarrow's aborts) takes seconds of a server thread.
+    """
+    from advisor.data.parquet_footer import FooterError, count_row_groups
+
+    try:
+        return count_row_groups(data)
+    except FooterError as e:
+        raise InputError(shown, None, f"is not a readable Parquet file: {e}") from None
+
+
 def parquet_decoded_bytes(data: bytes, budget: int) -> int:
-    """Bytes of every value of a Parquet file once decoded, counted batch by batch with string columns kept as
-    dictionaries (so counting does not build the text), stopping as soon as ``budget`` is passed."""
+    """Bytes of every value of a Parquet file once decoded, stopping as soon as ``budget`` is passed: first from
+    the footer (every chunk's uncompressed size, 8 bytes a value, the strings' decoded size where recorded), then,
+    when some columns have dictionary pages, batch by batch with those columns kept as dictionaries (nested ones
+    too: ``messages.list.element.content``), so counting never builds the text they stand for.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO(); pq.write_table(pa.table({"t": ["ab"] * 100}), buf)
+    >>> parquet_decoded_bytes(buf.getvalue(), 1 << 20) < 4096
+    True
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from advisor.data.parquet_footer import read_footer, row_groups
     from advisor.data.tokenize.records import decoded_bytes
 
-    schema = pq.ParquetFile(pa.BufferReader(data)).schema_arrow
-    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-               or pa.types.is_binary(f.type)]
+    _, groups = row_groups(read_footer(data))
+    footer = sum(g.decoded_estimate() for g in groups)
+    leaves = {c.leaf for g in groups for c in g.chunks if c.dictionary}
+    if footer > budget or not leaves:
+        return footer
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    strings = sorted(leaves & {c.path for c in pf.schema if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")})
     pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
     total = 0
     for rb in pf.iter_batches(batch_size=64):
         total += decoded_bytes(rb)
         if total > budget:
             break
-    return total
+    return max(total, footer)
 
 
 def _renamed(hist, source: str, shown: str):
