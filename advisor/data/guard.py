@@ -229,7 +229,7 @@ def _entry_problem(entry: os.DirEntry, home: str) -> str | None:
         st = os.stat(entry.path)
         if entry.is_symlink():
             real = os.path.realpath(entry.path)
-            if os.path.dirname(real) != home and not real.startswith(home + os.sep):
+            if real != home and not real.startswith(home + os.sep):
                 return "links into /proc or /sys" if is_system_path(real) else "symlinks leading out of the folder"
         if is_system_path(entry.path):
             return "links into /proc or /sys"

@@ -90,7 +90,8 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
         job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip",
-                          limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20))
+                          limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
+                                        max_file_bytes=MAX_DECODED_MB << 20))
         # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile
         result = tokenize(job, workers=1, progress=progress)
         hist = result.histogram()

@@ -66,6 +66,7 @@ class Shard:
     first_line: int = 1
     records: int | None = None
     dictionary: tuple[str, ...] = ()  # Parquet: leaf columns with dictionary pages, read as dictionaries
+    stored: int = 0  # Parquet: bytes its row groups take in the file (what their decoded size is measured against)
 
     @property
     def name(self) -> str:
@@ -263,7 +264,8 @@ def _parquet_shards(path: str) -> list[Shard]:
         rows = sum(group.num_rows for group in groups[g:g + per])
         leaves = sorted({c.leaf for group in groups[g:g + per] for c in group.chunks if c.dictionary})
         shards.append(Shard(path=path, kind="parquet", start=g, stop=min(g + per, len(groups)), first_line=row,
-                            records=rows, dictionary=tuple(leaves)))
+                            records=rows, dictionary=tuple(leaves),
+                            stored=sum(group.compressed for group in groups[g:g + per])))
         row += rows
     return shards or [Shard(path=path, kind="parquet", records=0)]
 
@@ -302,7 +304,8 @@ def _size(n: int) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
-    """What one record, one batch and one compressed file may cost once decoded. The command line keeps the
+    """What one record, one batch (records handed to the tokenizer at once) and one compressed file (or Parquet
+    shard) may cost once decoded. The command line keeps the
     defaults (a 64 MB record is 16M tokens of text; 512 MB decoded at once stays well inside 2 GiB); the dashboard
     sets tighter ones: a 1 kB Parquet file can decode to gigabytes (dictionary-encoded strings), a 64 MB JSON line
     to 1.4 GB of Python objects. ``max_file_bytes``: decompressed bytes of one gzip/zstd file; None: up to
@@ -333,20 +336,20 @@ def iter_records(shard: Shard, batch: int = 1024, limits: Limits = Limits(),
                  ) -> Iterator[tuple[list[dict | None], list[str], list[BadRow]]]:
     """Batches of (records, where each came from, bad rows). A bad row keeps its place as None, so record k of a
     shard is row k of its output whatever was wrong with the ones before. A batch holds at most ``batch`` records
-    and about ``FLUSH_BYTES`` of their text."""
+    and about ``FLUSH_BYTES`` (or ``limits.max_batch_bytes``) of their text."""
     reader = {"jsonl": _jsonl_lines, "jsonl.gz": _jsonl_lines, "jsonl.zst": _jsonl_lines,
               "parquet": _parquet_rows, "arrow": _arrow_rows}[shard.kind]
     records: list[dict | None] = []
     wheres: list[str] = []
     bad: list[BadRow] = []
-    held = 0
+    held, flush = 0, min(FLUSH_BYTES, limits.max_batch_bytes or NO_LIMIT)
     for record, where, problem, size in reader(shard, limits):
         records.append(record)
         wheres.append(where)
         held += size
         if problem is not None:
             bad.append(BadRow(where=where, reason=problem))
-        if len(records) >= batch or held >= FLUSH_BYTES:
+        if len(records) >= batch or held >= flush:
             yield records, wheres, bad
             records, wheres, bad, held = [], [], [], 0
     if records:
@@ -419,7 +422,10 @@ def _zst_lines(path: str, max_line: int, budget: int = NO_LIMIT) -> Iterator[byt
     problem = zstd_problem(path)
     with open(path, "rb") as f:
         reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-        yield from bounded_lines(budgeted(reader.read, budget), max_line)
+        for line in bounded_lines(budgeted(reader.read, budget), max_line):
+            if problem is not None and isinstance(line, bytes) and not line.endswith(b"\n"):
+                break  # the line the cut falls in: not a record of its own, the message below covers it
+            yield line
     if problem is not None:
         raise EOFError(problem)
 
@@ -654,12 +660,21 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
     """Rows of Arrow record batches as records. A damaged page or batch ends the shard with one bad row saying
     where reading stopped (pyarrow raises OSError, ArrowInvalid, ... for them), not a traceback. Each batch is
     cut into slices of at most the record limit (or single rows) by decoded size before any row is built; a row
-    over the limit, or with a value that is not UTF-8 text, is a bad row of its own."""
-    row = 0
+    over the limit, or with a value that is not UTF-8 text, is a bad row of its own. All the shard's values,
+    decoded, may take ``limits.file_limit`` of the bytes it stores: a footer that records no decoded sizes (older
+    writers) hides a dictionary bomb until here, and past that budget one bad row ends the shard."""
+    row, total = 0, 0
+    budget = limits.file_limit(shard.stored or os.path.getsize(shard.path))
     try:
         row, batches = open_batches()
         for rb in batches:
             for piece, size in fitting_slices(rb, limits.record_limit()):
+                total += size
+                if total > budget:
+                    yield None, f"{shard.name}, row {row + 1}", f"decodes to over {budget / 2**20:,.0f} MB (over " \
+                        f"{MAX_EXPANSION:,} times the bytes it stores, or the limit: a decompression bomb?); the " \
+                        "rest is not read", 0
+                    return
                 if piece.num_rows == 1 and size > limits.record_limit():
                     row += 1
                     yield None, f"{shard.name}, row {row}", f"decodes to {size / 2**20:,.1f} MB, over the " \
