@@ -24,7 +24,7 @@ RAW_UPLOAD_LIMIT_MB = 64
 MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
-MAX_BATCH_MB = 64  # 1,024 Parquet rows decoded (a 1 kB file can hold gigabytes of dictionary-encoded text)
+MAX_BATCH_MB = 16  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
 MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 
@@ -52,11 +52,6 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
     """The lengths (a ``LengthHistogram`` keeping the file's order) of an uploaded raw data set; ``InputError`` for
     anything wrong with the file, the tokenizer's name or the budget. Parquet: the row groups are counted and the
     decoded size summed from the footer before anything is decompressed (``parquet_decoded_bytes``)."""
-    from advisor.data.tokenize.chat import ChatSettings
-    from advisor.data.tokenize.engine import TokenizeJob, tokenize
-    from advisor.data.tokenize.records import Limits, plan_shards
-    from advisor.data.tokenize.sft import SftSettings
-
     shown = name[:80]
     if not name.lower().endswith(RAW_SUFFIXES):
         raise InputError(shown, None, f"raw data must be {' or '.join(RAW_SUFFIXES)} here (the command line also "
@@ -81,6 +76,22 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
             raise InputError(shown, None, f"decodes to over {MAX_DECODED_MB} MB of values (the file is "
                              f"{len(data) / 2**20:,.1f} MB: dictionary-encoded or highly compressed): too much to "
                              "tokenize here; use python -m advisor tokenize --sample N")
+    try:
+        hist = _tokenized(data, suffix, shown, choices[tokenizer], fmt, max_seq_length, progress)
+    except InputError as e:  # named by the server's temporary file: renamed to the upload
+        raise InputError(shown, e.where and _without_server_names(e.where, shown),
+                         _without_server_names(e.what, shown)) from None
+    check_expandable(hist.num_samples, shown, "pack")
+    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
+
+
+def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, max_seq_length: int, progress):
+    """The upload written to a fresh temporary folder under a fixed name, tokenized in this process."""
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.engine import TokenizeJob, tokenize
+    from advisor.data.tokenize.records import Limits, plan_shards
+    from advisor.data.tokenize.sft import SftSettings
+
     with tempfile.TemporaryDirectory(prefix="advisor-raw-") as folder:
         path = Path(folder) / f"upload{suffix}"  # a fixed name: nothing of the visitor's reaches a path
         path.write_bytes(data)
@@ -89,14 +100,12 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
             raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
-        job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip",
+        job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=fmt, settings=settings, on_bad="skip",
                           limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
                                         max_file_bytes=MAX_DECODED_MB << 20))
         # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile
         result = tokenize(job, workers=1, progress=progress)
-        hist = result.histogram()
-    check_expandable(hist.num_samples, shown, "pack")
-    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
+        return result.histogram()
 
 
 def parquet_row_groups(data: bytes, shown: str) -> int:

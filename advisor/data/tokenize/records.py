@@ -306,7 +306,7 @@ def _size(n: int) -> str:
 class Limits:
     """What one record, one batch (records handed to the tokenizer at once) and one compressed file (or Parquet
     shard) may cost once decoded. The command line keeps the
-    defaults (a 64 MB record is 16M tokens of text; 512 MB decoded at once stays well inside 2 GiB); the dashboard
+    defaults (a 16 MB record is far past any context; 16 MB of text encoded at once takes ~0.5 GB); the dashboard
     sets tighter ones: a 1 kB Parquet file can decode to gigabytes (dictionary-encoded strings), a 64 MB JSON line
     to 1.4 GB of Python objects. ``max_file_bytes``: decompressed bytes of one gzip/zstd file; None: up to
     ``MAX_EXPANSION`` times its size (at least ``MIN_BOMB_BYTES``)."""
@@ -329,7 +329,7 @@ class Limits:
         return max(MIN_BOMB_BYTES, MAX_EXPANSION * stored)
 
 
-FLUSH_BYTES = 64 << 20  # text read before a batch goes to the tokenizer, however few records it holds
+FLUSH_BYTES = MAX_BATCH_BYTES  # text read before a batch goes to the tokenizer, however few records it holds
 
 
 def iter_records(shard: Shard, batch: int = 1024, limits: Limits = Limits(),
@@ -367,16 +367,28 @@ class LongLine:
     size: int
 
 
-def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes | LongLine]:
+@dataclass(frozen=True)
+class BlankLines:
+    """A run of lines holding only white space: counted, not yielded one by one (a 1 kB gzip file can hold 64M
+    empty lines, and a Python step per line made it a minute's work)."""
+
+    count: int
+
+
+_BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n)+")
+
+
+def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes | LongLine | BlankLines]:
     """Lines (each with its ``\\n``, the last maybe without) from ``read(n)``, never holding more than ``max_line``
-    plus one chunk: a longer line is read through, thrown away as it comes, and given as ``LongLine(size)``.
+    plus one chunk: a longer line is read through, thrown away as it comes, and given as ``LongLine(size)``; runs
+    of blank lines come as ``BlankLines(count)``.
 
     Why: ``readline`` and ``split`` hold a whole line, and one line of a gzip or zstd file can decompress to
     gigabytes. Each byte is searched for a newline once (no quadratic rescans of a long line).
 
     >>> import io
-    >>> list(bounded_lines(io.BytesIO(b"ab\\n" + b"x" * 10 + b"\\ncd").read, 5))
-    [b'ab\\n', LongLine(size=11), b'cd']
+    >>> list(bounded_lines(io.BytesIO(b"ab\\n" + b"x" * 10 + b"\\n\\n \\r\\ncd").read, 5))
+    [b'ab\\n', LongLine(size=11), BlankLines(count=2), b'cd']
     """
     buf = bytearray()
     scanned = 0  # buf[:scanned] holds no newline
@@ -395,6 +407,11 @@ def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes
         buf += chunk
         start = 0
         while (nl := buf.find(b"\n", max(start, scanned))) >= 0:
+            blank = _BLANK_RUN.match(buf, start)
+            if blank is not None:
+                yield BlankLines(buf.count(b"\n", start, blank.end()))
+                start = blank.end()
+                continue
             if nl + 1 - start > max_line:
                 yield LongLine(nl + 1 - start)
             else:
@@ -412,7 +429,7 @@ def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes
         yield bytes(buf)
 
 
-def _zst_lines(path: str, max_line: int, budget: int = NO_LIMIT) -> Iterator[bytes | LongLine]:
+def _zst_lines(path: str, max_line: int, budget: int = NO_LIMIT) -> Iterator[bytes | LongLine | BlankLines]:
     """Lines of a zstd file, frame after frame, read through ``stream_reader`` in bounded chunks. Why the frame
     walk first: ``stream_reader`` ends quietly at a truncated frame, so the records after the cut would vanish;
     the walk (block headers only) finds where a stream stops inside a frame, and that raises ``EOFError`` once the
@@ -528,7 +545,7 @@ def budgeted(read: Callable[[int], bytes], budget: int) -> Callable[[int], bytes
     return read_counted
 
 
-def _raw_lines(shard: Shard, max_line: int, budget: int = NO_LIMIT) -> Iterator[bytes | LongLine]:
+def _raw_lines(shard: Shard, max_line: int, budget: int = NO_LIMIT) -> Iterator[bytes | LongLine | BlankLines]:
     """The shard's lines (plain JSONL from ``start`` for ``stop - start`` bytes), each at most ``max_line``; a
     compressed file's decompressed bytes at most ``budget``."""
     if shard.kind == "jsonl.zst":
@@ -582,6 +599,9 @@ def _jsonl_lines(shard: Shard, limits: Limits):
         except _decompress_errors() as e:  # a truncated or corrupt gzip/zstd stream: the rest cannot be read
             yield None, f"{name}, line {line_no + 1}", f"cannot be decompressed from here on: {str(e)[:120]}", 0
             return
+        if isinstance(line, BlankLines):
+            line_no += line.count
+            continue
         line_no += 1
         size = line.size if isinstance(line, LongLine) else len(line)
         where = f"{name}, line {line_no}"
