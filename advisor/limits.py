@@ -61,11 +61,11 @@ def _escaped(backslash, carried: int):
     return escaped, int(run[-1])
 
 
-MAX_RECORD_BYTES = 16 << 20  # one raw record's text (a JSON line, a Parquet row): a 1M-token context is ~4 MB
-MAX_BATCH_BYTES = 16 << 20  # raw text handed to the tokenizer at once: it keeps ~60 bytes a token, so
-# 16 MB of text costs ~0.5 GB while encoded (64 MB blew a 2 GiB process)
+MAX_RECORD_BYTES = 4 << 20  # one raw record's text (a JSON line, a Parquet row): ~1M tokens of ordinary text, and
+# encoding it takes the tokenizer up to ~170 bytes a byte of text (a 4 MB record of one-letter words: 0.7 GB)
+MAX_BATCH_BYTES = 4 << 20  # raw text handed to the tokenizer at once (16 MB of one-letter words blew 2 GiB)
 MAX_EXPANSION = 1100  # decoded bytes per stored byte past which a raw file is a bomb: gzip's format caps at 1032
-MIN_BOMB_BYTES = 256 << 20  # ... and only when that is this much: tiny files of repeated values are fine
+MIN_BOMB_BYTES = 64 << 20  # ... and only when that is this much: tiny files of repeated values are fine
 MAX_ELEMENTS = 1_000_000  # values in one raw record (JSON strings, numbers, lists, objects): a chat has hundreds
 
 

@@ -217,7 +217,7 @@ def gen_table(rng: random.Random, fmt: str, small: bool = False):
             return pa.table({"messages": pa.ListArray.from_arrays(offsets, msg)}), rng.choice([None, 100])
         return pa.table({"input": d, "output": ["y"] * rows}), rng.choice([None, 100])
     if roll < 0.2:  # a list bomb: one row with tens of millions of zeros
-        n = 10_000_000 if small else rng.choice([10_000_000, 40_000_000])
+        n = 1_000_000 if small else rng.choice([10_000_000, 40_000_000])
         ids = pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), pa.nulls(n, pa.int8()).fill_null(0))
         return pa.table({"input": ["x"], "output": ["y"], "input_ids": ids}), None
     if roll < 0.3:  # many row groups

@@ -24,7 +24,7 @@ RAW_UPLOAD_LIMIT_MB = 64
 MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
-MAX_BATCH_MB = 16  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
+MAX_BATCH_MB = 4  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
 MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 
@@ -142,14 +142,18 @@ def parquet_decoded_bytes(data: bytes, budget: int) -> int:
     leaves = {c.leaf for g in groups for c in g.chunks if c.dictionary}
     if footer > budget or not leaves:
         return footer
-    pf = pq.ParquetFile(pa.BufferReader(data))
-    strings = sorted(leaves & {c.path for c in pf.schema if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")})
-    pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
     total = 0
-    for rb in pf.iter_batches(batch_size=64):
-        total += decoded_bytes(rb)
-        if total > budget:
-            break
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        strings = sorted(leaves & {c.path for c in pf.schema
+                                   if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")})
+        pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
+        for rb in pf.iter_batches(batch_size=64):
+            total += decoded_bytes(rb)
+            if total > budget:
+                break
+    except Exception:  # noqa: BLE001 - a damaged page: counted up to it; the reader then says where it stopped
+        pass
     return max(total, footer)
 
 

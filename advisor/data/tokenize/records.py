@@ -67,6 +67,7 @@ class Shard:
     records: int | None = None
     dictionary: tuple[str, ...] = ()  # Parquet: leaf columns with dictionary pages, read as dictionaries
     stored: int = 0  # Parquet: bytes its row groups take in the file (what their decoded size is measured against)
+    budget: int = 0  # Parquet: decoded bytes its rows may take (its share of the file's), 0: from the file's size
 
     @property
     def name(self) -> str:
@@ -201,9 +202,34 @@ def plan_shards(files: list[str], shard_bytes: int | None = None) -> list[Shard]
             out += _jsonl_shards(path, shard_bytes)
         elif kind == "parquet":
             out += _parquet_shards(path)
+        elif kind == "arrow":
+            _check_arrow(path)
+            out.append(Shard(path=path, kind=kind))
         else:
             out.append(Shard(path=path, kind=kind))
     return out
+
+
+def _check_arrow(path: str) -> None:
+    """Refuse an Arrow file whose batches decode to a bomb (``check_decoded``), summed before any row is built:
+    its dictionaries are counted through their indices, memory-mapped. A file pyarrow cannot read is left to the
+    reader, which says where reading stopped."""
+    import pyarrow as pa
+
+    total, enough = 0, max(MIN_BOMB_BYTES, MAX_EXPANSION * os.path.getsize(path))
+    try:
+        try:
+            batches = iter(pa.ipc.open_stream(pa.memory_map(path)))
+        except (pa.ArrowInvalid, OSError):
+            reader = pa.ipc.open_file(pa.memory_map(path))
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        for rb in batches:
+            total += decoded_bytes(rb)
+            if total > enough:
+                break
+    except Exception:  # noqa: BLE001 - a damaged file: the reader reports it, at its row
+        return
+    check_decoded(total, os.path.getsize(path), display_name(os.path.basename(path)))
 
 
 def _jsonl_shards(path: str, shard_bytes: int) -> list[Shard]:
@@ -258,14 +284,17 @@ def _parquet_shards(path: str) -> list[Shard]:
                          "rewrite it with larger row groups (pyarrow: row_group_size=100_000)")
     for g, group in enumerate(groups):
         check_row_group(group, name, g)
+    total_rows = max(1, sum(g.num_rows for g in groups))
+    check_decoded(sum(g.decoded_estimate() for g in groups), os.path.getsize(path), name)
     per = max(1, -(-len(groups) // MAX_PARQUET_SHARDS))
     shards, row = [], 1
     for g in range(0, len(groups), per):
         rows = sum(group.num_rows for group in groups[g:g + per])
         leaves = sorted({c.leaf for group in groups[g:g + per] for c in group.chunks if c.dictionary})
+        stored = sum(group.compressed for group in groups[g:g + per])
         shards.append(Shard(path=path, kind="parquet", start=g, stop=min(g + per, len(groups)), first_line=row,
-                            records=rows, dictionary=tuple(leaves),
-                            stored=sum(group.compressed for group in groups[g:g + per])))
+                            records=rows, dictionary=tuple(leaves), stored=stored,
+                            budget=max(MAX_EXPANSION * stored, MIN_BOMB_BYTES * rows // total_rows, 1)))
         row += rows
     return shards or [Shard(path=path, kind="parquet", records=0)]
 
@@ -293,6 +322,22 @@ def check_row_group(group, name: str, index: int, budget: int | None = None) -> 
                          "read" + (f" here (at most {budget / 2**20:,.0f} MB)" if budget is not None else ""))
 
 
+def check_decoded(need: int, stored: int, name: str) -> None:
+    """Refuse a whole file whose values decode to over ``MAX_EXPANSION`` times its size (and over
+    ``MIN_BOMB_BYTES``): row groups (or batches) each under the limit can add up to a bomb.
+
+    >>> check_decoded(10 << 20, 1000, "ok.parquet")
+    >>> try:
+    ...     check_decoded(300 << 20, 200_000, "d.arrow")
+    ... except InputError as e:
+    ...     print(e)
+    d.arrow: decodes to about 300 MB from 195.3 kB (1,572 times its size; a decompression bomb?): too much to read
+    """
+    if need > MIN_BOMB_BYTES and need > MAX_EXPANSION * max(1, stored):
+        raise InputError(name, None, f"decodes to about {need / 2**20:,.0f} MB from {stored / 1024:,.1f} kB "
+                         f"({need // max(1, stored):,} times its size; a decompression bomb?): too much to read")
+
+
 def _size(n: int) -> str:
     """A stored size in words.
 
@@ -306,7 +351,7 @@ def _size(n: int) -> str:
 class Limits:
     """What one record, one batch (records handed to the tokenizer at once) and one compressed file (or Parquet
     shard) may cost once decoded. The command line keeps the
-    defaults (a 16 MB record is far past any context; 16 MB of text encoded at once takes ~0.5 GB); the dashboard
+    defaults (a 4 MB record is ~1M tokens; the tokenizer takes up to 170 bytes a byte of text); the dashboard
     sets tighter ones: a 1 kB Parquet file can decode to gigabytes (dictionary-encoded strings), a 64 MB JSON line
     to 1.4 GB of Python objects. ``max_file_bytes``: decompressed bytes of one gzip/zstd file; None: up to
     ``MAX_EXPANSION`` times its size (at least ``MIN_BOMB_BYTES``)."""
@@ -344,12 +389,15 @@ def iter_records(shard: Shard, batch: int = 1024, limits: Limits = Limits(),
     bad: list[BadRow] = []
     held, flush = 0, min(FLUSH_BYTES, limits.max_batch_bytes or NO_LIMIT)
     for record, where, problem, size in reader(shard, limits):
+        if records and held + size > flush:  # handed on before it grows past the limit, not after
+            yield records, wheres, bad
+            records, wheres, bad, held = [], [], [], 0
         records.append(record)
         wheres.append(where)
         held += size
         if problem is not None:
             bad.append(BadRow(where=where, reason=problem))
-        if len(records) >= batch or held >= flush:
+        if len(records) >= batch:
             yield records, wheres, bad
             records, wheres, bad, held = [], [], [], 0
     if records:
@@ -684,7 +732,9 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
     decoded, may take ``limits.file_limit`` of the bytes it stores: a footer that records no decoded sizes (older
     writers) hides a dictionary bomb until here, and past that budget one bad row ends the shard."""
     row, total = 0, 0
-    budget = limits.file_limit(shard.stored or os.path.getsize(shard.path))
+    budget = shard.budget or limits.file_limit(os.path.getsize(shard.path))
+    if limits.max_file_bytes is not None:
+        budget = min(budget, limits.max_file_bytes)
     try:
         row, batches = open_batches()
         for rb in batches:
