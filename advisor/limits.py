@@ -65,6 +65,8 @@ MAX_RECORD_BYTES = 4 << 20  # one raw record's text (a JSON line, a Parquet row)
 # encoding it takes the tokenizer up to ~170 bytes a byte of text (a 4 MB record of one-letter words: 0.7 GB)
 MAX_BATCH_BYTES = 4 << 20  # raw text handed to the tokenizer at once (16 MB of one-letter words blew 2 GiB)
 MAX_EXPANSION = 1100  # decoded bytes per stored byte past which a raw file is a bomb: gzip's format caps at 1032
+MAX_STREAM_EXPANSION = 250  # ... of a gzip/zstd JSONL file: real ones compress 3-20x; past 250x it is one line
+# repeated, or a bomb (a 3.5 MB gzip of one 3.5 GB line: read to 1100x, it held a core for a minute)
 MIN_BOMB_BYTES = 64 << 20  # ... and only when that is this much: tiny files of repeated values are fine
 MAX_ELEMENTS = 1_000_000  # values in one raw record (JSON strings, numbers, lists, objects): a chat has hundreds
 

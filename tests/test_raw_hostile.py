@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import random
+import re
 import zlib
 from collections import Counter
 
@@ -53,29 +54,34 @@ def reasons(result) -> dict[str, tuple[int, str]]:
     return {e.reason: (e.count, e.first_at) for e in result.excluded}
 
 
-def _one_line_gzip_bomb(mib: int) -> bytes:
-    """GOOD, then one line of ``mib`` MiB (never built: compressed piece by piece), then GOOD."""
-    co = zlib.compressobj(9, wbits=31)
+def _one_line_gzip(mib: int, chunk: bytes, level: int = 1) -> bytes:
+    """GOOD, then one line of ``mib`` MiB of ``chunk`` (never built whole: compressed piece by piece), then GOOD."""
+    co = zlib.compressobj(level, wbits=31)
     parts = [co.compress(GOOD + b'{"input": "')]
-    chunk = b"a" * (1 << 20)
-    parts += [co.compress(chunk) for _ in range(mib)]
+    parts += [co.compress(chunk) for _ in range(mib * (1 << 20) // len(chunk))]
     parts += [co.compress(b'", "output": "x"}\n' + GOOD), co.flush()]
     return b"".join(parts)
 
 
 # ------------------------------------------------------------------------------------- compressed streams
-def test_a_gzip_line_of_hundreds_of_mb_is_one_bad_record_at_its_line(tmp_path):
-    path = tmp_path / "bomb.jsonl.gz"
-    path.write_bytes(_one_line_gzip_bomb(200))
-    assert path.stat().st_size < 300_000
+def test_an_over_long_gzip_line_is_one_bad_record_at_its_line_and_a_bomb_stops_at_the_budget(tmp_path):
+    path = tmp_path / "long.jsonl.gz"
+    path.write_bytes(_one_line_gzip(40, os.urandom(1 << 19).hex().encode()))  # 40 MB of text, 2:1 compressed
     got = run(path)
     assert got.lengths.size == 2
-    assert reasons(got) == {"records left out: is 200.0 MB, over the 4 MB a record may have here":
-                            (1, "bomb.jsonl.gz, line 2")}
+    assert reasons(got) == {"records left out: is 40.0 MB, over the 4 MB a record may have here":
+                            (1, "long.jsonl.gz, line 2")}
     sampled = run(path, sample=2)  # --sample counts the records first: the same bounded read
     assert sampled.total_records == 3
-    with pytest.raises(InputError, match=r"bomb.jsonl.gz, line 2: is 200.0 MB, over the 4 MB"):
+    with pytest.raises(InputError, match=r"long.jsonl.gz, line 2: is 40.0 MB, over the 4 MB"):
         run(path, on_bad="error")
+    bomb = tmp_path / "bomb.jsonl.gz"
+    bomb.write_bytes(_one_line_gzip(400, b"a" * (1 << 20), 9))  # 400 MB of one letter in 400 kB
+    got = run(bomb)
+    (reason, where), = reasons(got).items()
+    assert got.lengths.size == 1 and where == (1, "bomb.jsonl.gz, line 2")
+    assert re.fullmatch(r"records left out: decompresses to over \d+ MB \(over 250 times the file's size, or the "
+                        r"limit: a decompression bomb\?\); the rest is not read", reason)
 
 
 def test_a_zstd_bomb_stops_at_the_file_budget_and_a_cut_stream_ends_with_one_message(tmp_path):
@@ -88,7 +94,7 @@ def test_a_zstd_bomb_stops_at_the_file_budget_and_a_cut_stream_ends_with_one_mes
     (tmp_path / "bomb.jsonl.zst").write_bytes(data)
     got = run(tmp_path / "bomb.jsonl.zst")
     (reason, (count, where)), = reasons(got).items()
-    assert "decompresses to over 64 MB" in reason and "the rest is not read" in reason
+    assert "decompresses to over 64 MB (over 250 times" in reason and "the rest is not read" in reason
     assert (count, where, got.lengths.size) == (1, "bomb.jsonl.zst, line 2", 1)
     whole = zstandard.ZstdCompressor().compress(GOOD * 20_000)
     for cut in (5, len(whole) // 3, len(whole) - 3):
@@ -216,9 +222,15 @@ def test_parquet_list_and_dictionary_bombs_are_refused_on_the_command_line_path(
                         lambda g: sum(max(8 * c.num_values, c.uncompressed) for c in g.chunks))
     monkeypatch.setattr("advisor.data.tokenize.records.MIN_BOMB_BYTES", 8 << 20)  # less text to tokenize first
     got = run(tmp_path / "dict.parquet")
-    (reason, (count, where)), = reasons(got).items()
+    (reason, (count, where)), (unread, (rest, next_row)) = reasons(got).items()
     assert "decodes to over 10 MB (over 1,100 times the bytes it stores" in reason and count == 1
-    assert where == f"dict.parquet, row {got.lengths.size + 1}" and got.lengths.size < 100
+    stop = got.lengths.size + 1
+    assert where == f"dict.parquet, row {stop}" and got.lengths.size < 100
+    # every row after the stop is counted as left out: none vanishes, and a --sample may pick any of them
+    assert unread == f"records left out: was not read (reading stopped at row {stop})"
+    assert (rest, next_row) == (5000 - stop, f"dict.parquet, row {stop + 1}")
+    sampled = run(tmp_path / "dict.parquet", sample=50)
+    assert sampled.lengths.size + sum(e.count for e in sampled.excluded) == 50
 
 
 def test_many_row_groups_make_few_shards_and_the_dashboard_refuses_past_its_bound(tmp_path):

@@ -26,6 +26,7 @@ from advisor.limits import (
     MAX_EXPANSION,
     MAX_JSON_DEPTH,
     MAX_RECORD_BYTES,
+    MAX_STREAM_EXPANSION,
     MIN_BOMB_BYTES,
     json_elements_over,
     json_too_deep,
@@ -363,15 +364,15 @@ class Limits:
     def record_limit(self) -> int:
         return self.max_record_bytes if self.max_record_bytes is not None else NO_LIMIT
 
-    def file_limit(self, stored: int) -> int:
-        """Decompressed bytes a compressed file of ``stored`` bytes may give.
+    def file_limit(self, stored: int, expansion: int = MAX_EXPANSION) -> int:
+        """Decoded bytes a file of ``stored`` bytes may give (``expansion`` times, at least ``MIN_BOMB_BYTES``).
 
         >>> Limits().file_limit(1 << 20) >> 20, Limits(max_file_bytes=5).file_limit(1 << 20)
         (1100, 5)
         """
         if self.max_file_bytes is not None:
             return self.max_file_bytes
-        return max(MIN_BOMB_BYTES, MAX_EXPANSION * stored)
+        return max(MIN_BOMB_BYTES, expansion * stored)
 
 
 FLUSH_BYTES = MAX_BATCH_BYTES  # text read before a batch goes to the tokenizer, however few records it holds
@@ -632,7 +633,8 @@ def _jsonl_lines(shard: Shard, limits: Limits):
     name = shard.name
     line_no = shard.first_line - 1
     max_line = limits.record_limit()
-    budget = limits.file_limit(os.path.getsize(shard.path)) if shard.kind != "jsonl" else NO_LIMIT
+    budget = limits.file_limit(os.path.getsize(shard.path), MAX_STREAM_EXPANSION) if shard.kind != "jsonl" \
+        else NO_LIMIT
     lines = _raw_lines(shard, max_line, budget)
     while True:
         try:
@@ -641,8 +643,8 @@ def _jsonl_lines(shard: Shard, limits: Limits):
             return
         except OverBudget:
             yield None, f"{name}, line {line_no + 1}", f"decompresses to over {budget / 2**20:,.0f} MB (over " \
-                f"{MAX_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); the rest is not " \
-                "read", 0
+                f"{MAX_STREAM_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); the rest is " \
+                "not read", 0
             return
         except _decompress_errors() as e:  # a truncated or corrupt gzip/zstd stream: the rest cannot be read
             yield None, f"{name}, line {line_no + 1}", f"cannot be decompressed from here on: {str(e)[:120]}", 0
@@ -731,7 +733,7 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
     over the limit, or with a value that is not UTF-8 text, is a bad row of its own. All the shard's values,
     decoded, may take ``limits.file_limit`` of the bytes it stores: a footer that records no decoded sizes (older
     writers) hides a dictionary bomb until here, and past that budget one bad row ends the shard."""
-    row, total = 0, 0
+    row, total = shard.first_line - 1, 0
     budget = shard.budget or limits.file_limit(os.path.getsize(shard.path))
     if limits.max_file_bytes is not None:
         budget = min(budget, limits.max_file_bytes)
@@ -744,6 +746,7 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
                     yield None, f"{shard.name}, row {row + 1}", f"decodes to over {budget / 2**20:,.0f} MB (over " \
                         f"{MAX_EXPANSION:,} times the bytes it stores, or the limit: a decompression bomb?); the " \
                         "rest is not read", 0
+                    yield from _unread(shard, row + 1)
                     return
                 if piece.num_rows == 1 and size > limits.record_limit():
                     row += 1
@@ -757,6 +760,15 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
         raise
     except Exception as e:  # noqa: BLE001 - whatever pyarrow raises for a damaged file
         yield None, f"{shard.name}, row {row + 1}", f"cannot be read from here on: {str(e).splitlines()[0][:120]}", 0
+        yield from _unread(shard, row + 1)
+
+
+def _unread(shard: Shard, stopped: int):
+    """A bad row for each row the footer promised after reading stopped at row ``stopped``: left out, and counted,
+    so the shard still has as many records as planned (a ``--sample`` may have picked rows past the stop)."""
+    first = shard.first_line - 1
+    for row in range(stopped + 1, first + (shard.records or 0) + 1):
+        yield None, f"{shard.name}, row {row}", f"was not read (reading stopped at row {stopped})", 0
 
 
 def fitting_slices(rb, limit: int):
