@@ -59,3 +59,43 @@ def _escaped(backslash, carried: int):
     escaped[0] = carried % 2 == 1
     escaped[1:] = run[:-1] % 2 == 1
     return escaped, int(run[-1])
+
+
+MAX_RECORD_BYTES = 4 << 20  # one raw record's text (a JSON line, a Parquet row): ~1M tokens of ordinary text, and
+# encoding it takes the tokenizer up to ~170 bytes a byte of text (a 4 MB record of one-letter words: 0.7 GB)
+MAX_BATCH_BYTES = 4 << 20  # raw text handed to the tokenizer at once (16 MB of one-letter words blew 2 GiB)
+MAX_EXPANSION = 1100  # decoded bytes per stored byte past which a raw file is a bomb: gzip's format caps at 1032
+MAX_STREAM_EXPANSION = 250  # ... of a gzip/zstd JSONL file: real ones compress 3-20x; past 250x it is one line
+# repeated, or a bomb (a 3.5 MB gzip of one 3.5 GB line: read to 1100x, it held a core for a minute)
+MIN_BOMB_BYTES = 64 << 20  # ... and only when that is this much: tiny files of repeated values are fine
+MAX_ELEMENTS = 1_000_000  # values in one raw record (JSON strings, numbers, lists, objects): a chat has hundreds
+
+
+def json_elements_over(data: bytes, limit: int = MAX_ELEMENTS) -> bool:
+    r"""True when ``data`` (one JSON value) holds more than ``limit`` values, counted before parsing as the
+    commas, ``[`` and ``{`` outside strings (plus one): ``json.loads`` of a 64 MB line of ``[[],[],...]`` would
+    build 20 million lists (1.4 GB). The cheap count of all such bytes decides first; strings are told apart only
+    when it is over.
+
+    >>> json_elements_over(b'[1, 2, 3]', 4), json_elements_over(b'["a,b,c,d"]', 4), json_elements_over(b'[1,2,3,4]', 4)
+    (False, False, True)
+    """
+    if data.count(b",") + data.count(b"[") + data.count(b"{") + 1 <= limit:
+        return False
+    import numpy as np
+
+    escapes = b"\\" in data
+    count, in_string, run = 1, False, 0
+    for start in range(0, len(data), _SCAN_CHUNK):
+        a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
+        quote = a == 34
+        if escapes:
+            escaped, run = _escaped(a == 92, run)
+            quote &= ~escaped
+        flips = np.cumsum(quote, dtype=np.int64)
+        inside = ((flips - quote + in_string) & 1).astype(bool)
+        count += int((((a == 44) | (a == 91) | (a == 123)) & ~inside).sum())
+        if count > limit:
+            return True
+        in_string = bool((int(flips[-1]) + in_string) & 1)
+    return False

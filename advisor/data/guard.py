@@ -192,31 +192,56 @@ class FolderScan:
 
 
 def scan_folder(folder: Path, suffixes: tuple[str, ...]) -> FolderScan:
-    """Entries of ``folder`` ending in one of ``suffixes`` that are regular files (symlinks followed).
+    """Entries of ``folder`` ending in one of ``suffixes`` that are regular files; a symlink is followed only when
+    it resolves to a file inside ``folder``.
 
-    Sub-folders, dangling symlinks, symlink loops, FIFOs, devices and unreadable entries are skipped and counted:
-    a shard folder can hold stray things, and one must neither hang the read (a FIFO) nor end it in a traceback.
+    Sub-folders, dangling symlinks, symlink loops, symlinks leading out of the folder, FIFOs, devices and
+    unreadable entries are skipped and counted: a shard folder can hold stray things, and one must neither hang
+    the read (a FIFO), end it in a traceback (a loop) nor read what the folder does not hold (a link to
+    ``/etc/...`` or to a server's other files).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "a.csv").write_text("5")
+    >>> os.symlink("/etc/hostname", d / "out.csv"); os.symlink(d / "b.csv", d / "b.csv")
+    >>> scan = scan_folder(d, (".csv",)); [p.name for p in scan.files], scan.note()
+    (['a.csv'], '2 entries skipped (symlink loops: 1, symlinks leading out of the folder: 1)')
     """
     files, skipped = [], {}
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        home = os.path.realpath(folder)
+    except OSError as e:
+        raise InputError(display_name(folder), None, f"cannot be listed: {e.strerror or type(e).__name__}") from None
+    for entry in entries:
         if not entry.name.lower().endswith(suffixes):
             continue
-        reason = None
-        try:
-            st = os.stat(entry.path)
-            if is_system_path(entry.path):
-                reason = "links into /proc or /sys"
-            elif not stat.S_ISREG(st.st_mode):
-                reason = file_kind(st.st_mode, plural=True)
-        except FileNotFoundError:
-            reason = "dangling symlinks"
-        except OSError as e:
-            reason = "symlink loops" if e.errno == errno.ELOOP else "unreadable entries"
+        reason = _entry_problem(entry, home)
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
         else:
             files.append(Path(entry.path))
     return FolderScan(files, skipped)
+
+
+def _entry_problem(entry: os.DirEntry, home: str) -> str | None:
+    """Why a folder entry is not read (plural, for the count), or None for a regular file of the folder."""
+    try:
+        st = os.stat(entry.path)
+        if entry.is_symlink():
+            real = os.path.realpath(entry.path)
+            if real != home and not real.startswith(home + os.sep):
+                return "links into /proc or /sys" if is_system_path(real) else "symlinks leading out of the folder"
+        if is_system_path(entry.path):
+            return "links into /proc or /sys"
+        if not stat.S_ISREG(st.st_mode):
+            return file_kind(st.st_mode, plural=True)
+    except FileNotFoundError:
+        return "dangling symlinks"
+    except OSError as e:
+        return "symlink loops" if e.errno == errno.ELOOP else "unreadable entries"
+    except ValueError:  # a name the system cannot take back (an embedded NUL cannot come from scandir, but...)
+        return "unreadable entries"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- text

@@ -18,6 +18,7 @@ import bisect
 import dataclasses
 import io
 import math
+import os
 import re
 import stat
 from array import array
@@ -91,6 +92,8 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
     if stat.S_ISDIR(st.st_mode) and not is_system_path(path):
         return _read_packed_folder(Path(path), source, max_bytes, max_length)
     data = read_file(path, source, max_bytes)
+    if fmt is None and data and not data.isspace():  # the format from the real name; messages show the escaped one
+        fmt = _format_of(os.path.basename(text), data, source)
     return parse_lengths(data, source, fmt=fmt, base_dir=Path(path).parent, **opts)
 
 
@@ -108,14 +111,14 @@ def parse_lengths(data: bytes, name: str, *, column: str | None = None, fmt: str
     """
     if on_bad not in ("error", "skip"):
         raise ValueError("on_bad must be 'error' or 'skip'")
-    name = display_name(name)
+    real, name = str(name), display_name(name)
     if not isinstance(data, (bytes, bytearray, memoryview, str)):
         raise TypeError(f"parse_lengths takes the file's bytes, not {type(data).__name__}")
     data = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     check_size(len(data), name, max_bytes)
     if not data or data.isspace():
         raise InputError(name, None, "is empty")
-    fmt = (fmt or _format_of(name, data)).lower()
+    fmt = (fmt or _format_of(real, data, name)).lower()
     ctx = _Ctx(name=name, column=column, histogram=histogram, on_bad=on_bad, max_length=max_length,
                base_dir=base_dir, mock_samples=mock_samples, max_bytes=max_bytes, allow_file_mode=allow_file_mode)
     readers = {"csv": _read_delimited, "txt": _read_delimited, "tsv": _read_delimited, "json": _read_json,
@@ -133,8 +136,21 @@ def _head(data: bytes) -> bytes:
     return data[m.start():m.start() + 1] if m else b""
 
 
-def _format_of(name: str, data: bytes) -> str:
-    suffix = Path(name).suffix.lower().lstrip(".")
+def _suffix(name: str) -> str:
+    """The format suffix of a file name, lower case: ``Path.suffix`` but a name that is only ``.csv`` has one too.
+
+    >>> _suffix("a.CSV"), _suffix(".csv"), _suffix("dir/.tsv"), _suffix("noext"), _suffix("a\\nb.csv")
+    ('csv', 'csv', 'tsv', '', 'csv')
+    """
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return base.rsplit(".", 1)[1].lower() if "." in base else ""
+
+
+def _format_of(name: str, data: bytes, shown: str | None = None) -> str:
+    """The format of a file named ``name`` (its real name: one with a newline still ends in .csv), from its suffix
+    or, without a known one, its first bytes; ``shown`` names it in the message."""
+    shown = shown or display_name(name)
+    suffix = _suffix(name)
     aliases = {"pq": "parquet", "ndjson": "jsonl", "txt": "csv"}
     if suffix in FORMATS or suffix in aliases:
         return aliases.get(suffix, suffix)
@@ -149,7 +165,7 @@ def _format_of(name: str, data: bytes) -> str:
         return "json" if _is_single_json(data) else "jsonl"
     if head.isdigit():
         return "csv"
-    raise InputError(name, None, f"unknown format (suffix {excerpt(suffix or 'none')}, content not recognised): "
+    raise InputError(shown, None, f"unknown format (suffix {excerpt(suffix or 'none')}, content not recognised): "
                      f"give one of {', '.join(FORMATS)}")
 
 
@@ -194,6 +210,7 @@ class _Ctx:
 _NUMERIC = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?inf(?:inity)?", re.IGNORECASE | re.ASCII)
 _NUMERIC_RE2 = r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$|^[+-]?[iI][nN][fF](?:[iI][nN][iI][tT][yY])?$"  # same
 _OK, _EMPTY, _NOT_NUMBER = 0, 1, 2
+_BASE_PREFIX = re.compile(r"\s*[+-]?0[xXoObB]")  # 0x10: pyarrow's CSV reader would read it as 16
 _CELL = np.dtype([("num", np.float64), ("code", np.int8)])
 
 
@@ -336,6 +353,8 @@ def _reject(values, where_of, ctx: _Ctx, what: str, allow_zero: bool = False) ->
             cell = _cell(values, first)
             said = f"{what} is missing (an empty cell, NA, NaN or null)" if cell is None else \
                 f"{what} {excerpt(cell)} {reason}"
+            if isinstance(cell, str) and _BASE_PREFIX.match(cell):
+                said = f"{what} {excerpt(cell)} is not a decimal integer (lengths and counts are written in base 10)"
             raise InputError(ctx.name, where_of(first), f"{said}{more}")
         ctx.excluded.append(Exclusion(reason=f"{what} {reason.split(' (')[0]}", count=n, first_at=where_of(first)))
         bad |= mask
@@ -503,13 +522,16 @@ def _arrow_csv(data: bytes, ctx: _Ctx, delimiter: str, has_header: bool, lines: 
         lines.skipped.append(row.number)
         return "skip"
 
+    # pyarrow reads a cell 0x10 of an integer column as 16; lengths are decimal, so a file holding "0x" anywhere
+    # is read as text and every cell goes through the decimal check (the rare case: a find, not a parse, decides)
+    as_text = _hex_cells(data, first_nonblank_line(data).decode("utf-8-sig", "replace").split(delimiter))
     try:
         return pacsv.read_csv(
             io.BytesIO(data),
             read_options=pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24,
                                            use_threads=False),
             parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_ragged),
-            convert_options=pacsv.ConvertOptions(strings_can_be_null=True),
+            convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=as_text),
         )
     except _CSV_ERRORS as e:
         msg = str(e).split("\n")[0]
@@ -517,6 +539,19 @@ def _arrow_csv(data: bytes, ctx: _Ctx, delimiter: str, has_header: bool, lines: 
         sep = "tab" if delimiter == "\t" else repr(delimiter)
         raise InputError(ctx.name, f"row {row.group(1)}" if row else None,
                          f"cannot be read as {sep}-separated text: {msg[:160]}") from None
+
+
+def _hex_cells(data: bytes, first: list[str]) -> dict | None:
+    """Column types making every column text when a cell may be written in base 16 (``0x``), else None: names as
+    on line 1 (raw and trimmed, quotes off) and as pyarrow names columns of a file without a header.
+
+    >>> _hex_cells(b"length\\n0x10\\n", ["length"])["length"], _hex_cells(b"length\\n16\\n", ["length"])
+    (DataType(string), None)
+    """
+    if b"0x" not in data and b"0X" not in data:
+        return None
+    names = set(first) | {f.strip().strip('"') for f in first} | {f"f{i}" for i in range(len(first))}
+    return dict.fromkeys(names, pa.string())
 
 
 # ---------------------------------------------------------------------------------------------- JSON

@@ -24,8 +24,9 @@ RAW_UPLOAD_LIMIT_MB = 64
 MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
-MAX_BATCH_MB = 64  # 1,024 Parquet rows decoded (a 1 kB file can hold gigabytes of dictionary-encoded text)
+MAX_BATCH_MB = 4  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
+MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 
 
 def tokenizer_choices(env: str | None = None) -> dict[str, str]:
@@ -49,12 +50,8 @@ def tokenizer_choices(env: str | None = None) -> dict[str, str]:
 def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_length: int,
                     progress: Callable[[str, float], None] | None = None, env: str | None = None):
     """The lengths (a ``LengthHistogram`` keeping the file's order) of an uploaded raw data set; ``InputError`` for
-    anything wrong with the file, the tokenizer's name or the budget."""
-    from advisor.data.tokenize.chat import ChatSettings
-    from advisor.data.tokenize.engine import TokenizeJob, tokenize
-    from advisor.data.tokenize.records import Limits, plan_shards
-    from advisor.data.tokenize.sft import SftSettings
-
+    anything wrong with the file, the tokenizer's name or the budget. Parquet: the row groups are counted and the
+    decoded size summed from the footer before anything is decompressed (``parquet_decoded_bytes``)."""
     shown = name[:80]
     if not name.lower().endswith(RAW_SUFFIXES):
         raise InputError(shown, None, f"raw data must be {' or '.join(RAW_SUFFIXES)} here (the command line also "
@@ -68,12 +65,33 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
                          f"({', '.join(choices)})")
     suffix = ".parquet" if name.lower().endswith(".parquet") else ".jsonl"
     if suffix == ".parquet":
+        groups = parquet_row_groups(data, shown)
+        if groups > MAX_ROW_GROUPS:
+            raise InputError(shown, None, f"has {groups:,} row groups, over the dashboard's {MAX_ROW_GROUPS:,}: "
+                             "rewrite it with larger row groups (pyarrow: row_group_size=100_000) or use python -m "
+                             "advisor tokenize")
         open_parquet(data, shown)  # the footer is checked in Python before pyarrow reads the file
         decoded = parquet_decoded_bytes(data, MAX_DECODED_MB << 20)
         if decoded > MAX_DECODED_MB << 20:
             raise InputError(shown, None, f"decodes to over {MAX_DECODED_MB} MB of values (the file is "
                              f"{len(data) / 2**20:,.1f} MB: dictionary-encoded or highly compressed): too much to "
                              "tokenize here; use python -m advisor tokenize --sample N")
+    try:
+        hist = _tokenized(data, suffix, shown, choices[tokenizer], fmt, max_seq_length, progress)
+    except InputError as e:  # named by the server's temporary file: renamed to the upload
+        raise InputError(shown, e.where and _without_server_names(e.where, shown),
+                         _without_server_names(e.what, shown)) from None
+    check_expandable(hist.num_samples, shown, "pack")
+    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
+
+
+def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, max_seq_length: int, progress):
+    """The upload written to a fresh temporary folder under a fixed name, tokenized in this process."""
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.engine import TokenizeJob, tokenize
+    from advisor.data.tokenize.records import Limits, plan_shards
+    from advisor.data.tokenize.sft import SftSettings
+
     with tempfile.TemporaryDirectory(prefix="advisor-raw-") as folder:
         path = Path(folder) / f"upload{suffix}"  # a fixed name: nothing of the visitor's reaches a path
         path.write_bytes(data)
@@ -82,33 +100,61 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
             raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
-        job = TokenizeJob(data=str(path), tokenizer=choices[tokenizer], fmt=fmt, settings=settings, on_bad="skip",
-                          limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20))
+        job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=fmt, settings=settings, on_bad="skip",
+                          limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
+                                        max_file_bytes=MAX_DECODED_MB << 20))
         # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile
         result = tokenize(job, workers=1, progress=progress)
-        hist = result.histogram()
-    check_expandable(hist.num_samples, shown, "pack")
-    return _renamed(hist, f"{shown} ({tokenizer}, {fmt})", shown)
+        return result.histogram()
+
+
+def parquet_row_groups(data: bytes, shown: str) -> int:
+    """How many row groups a Parquet file's footer lists, counted before the footer is parsed: parsing 50,000 of
+    them (in Python, as ``open_parquet`` does to stay safe from pyarrow's aborts) takes seconds of a server thread.
+    """
+    from advisor.data.parquet_footer import FooterError, count_row_groups
+
+    try:
+        return count_row_groups(data)
+    except FooterError as e:
+        raise InputError(shown, None, f"is not a readable Parquet file: {e}") from None
 
 
 def parquet_decoded_bytes(data: bytes, budget: int) -> int:
-    """Bytes of every value of a Parquet file once decoded, counted batch by batch with string columns kept as
-    dictionaries (so counting does not build the text), stopping as soon as ``budget`` is passed."""
+    """Bytes of every value of a Parquet file once decoded, stopping as soon as ``budget`` is passed: first from
+    the footer (every chunk's uncompressed size, 8 bytes a value, the strings' decoded size where recorded), then,
+    when some columns have dictionary pages, batch by batch with those columns kept as dictionaries (nested ones
+    too: ``messages.list.element.content``), so counting never builds the text they stand for.
+
+    >>> import io, pyarrow as pa, pyarrow.parquet as pq
+    >>> buf = io.BytesIO(); pq.write_table(pa.table({"t": ["ab"] * 100}), buf)
+    >>> parquet_decoded_bytes(buf.getvalue(), 1 << 20) < 4096
+    True
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from advisor.data.parquet_footer import read_footer, row_groups
     from advisor.data.tokenize.records import decoded_bytes
 
-    schema = pq.ParquetFile(pa.BufferReader(data)).schema_arrow
-    strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-               or pa.types.is_binary(f.type)]
-    pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
+    _, groups = row_groups(read_footer(data))
+    footer = sum(g.decoded_estimate() for g in groups)
+    leaves = {c.leaf for g in groups for c in g.chunks if c.dictionary}
+    if footer > budget or not leaves:
+        return footer
     total = 0
-    for rb in pf.iter_batches(batch_size=64):
-        total += decoded_bytes(rb)
-        if total > budget:
-            break
-    return total
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        strings = sorted(leaves & {c.path for c in pf.schema
+                                   if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")})
+        pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings)
+        for rb in pf.iter_batches(batch_size=64):
+            total += decoded_bytes(rb)
+            if total > budget:
+                break
+    except Exception:  # noqa: BLE001 - a damaged page: counted up to it; the reader then says where it stopped
+        pass
+    return max(total, footer)
 
 
 def _renamed(hist, source: str, shown: str):
