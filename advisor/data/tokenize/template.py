@@ -563,20 +563,26 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
 class _running:
     """Installs ``budget`` for this thread and, on the main thread, a ``SIGALRM`` timer that raises
     ``TemplateLimit`` at the deadline (and every 50 ms after, in case some code swallowed the first), so even a
-    loop no hook sees is stopped. Another thread cannot take signals: there the hooks alone keep time."""
+    loop no hook sees is stopped. A timer someone else set (pytest-timeout, a caller's own alarm) is put back
+    afterwards with its remaining time, or left alone when it is due before ours. Another thread cannot take
+    signals: there the hooks alone keep time."""
 
     def __init__(self, budget: Budget):
         self.budget = budget
         self.old_handler = None
+        self.old_timer = (0.0, 0.0)
         self.armed = False
+        self.started = 0.0
 
     def __enter__(self):
         _STATE.budget = self.budget
-        if (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-                and signal.getitimer(signal.ITIMER_REAL)[0] == 0):  # never steal a timer someone else set
-            self.old_handler = signal.signal(signal.SIGALRM, self._alarm)
-            self.armed = True
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, self.budget.seconds), 0.05)
+        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            self.old_timer = signal.getitimer(signal.ITIMER_REAL)
+            if self.old_timer[0] == 0 or self.old_timer[0] > self.budget.seconds:
+                self.started = time.monotonic()
+                self.old_handler = signal.signal(signal.SIGALRM, self._alarm)
+                self.armed = True
+                signal.setitimer(signal.ITIMER_REAL, max(1e-3, self.budget.seconds), 0.05)
         return self
 
     def _alarm(self, signum, frame):
@@ -589,4 +595,7 @@ class _running:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.old_handler)
+            if self.old_timer[0] > 0:  # the caller's timer, less the time spent here
+                left = max(1e-3, self.old_timer[0] - (time.monotonic() - self.started))
+                signal.setitimer(signal.ITIMER_REAL, left, self.old_timer[1])
         return False
