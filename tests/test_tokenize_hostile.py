@@ -122,6 +122,20 @@ def test_a_template_past_its_limits_is_one_records_problem(tok_folder, name):
     assert time.monotonic() - started < 30
 
 
+def test_a_template_out_of_time_record_after_record_is_not_rendered_again(tok_folder):
+    template = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}{{ messages }}"
+    records = [{"messages": [USER]}] * 6
+    started = time.monotonic()
+    lengths, problems = chat_lengths(records, load_tokenizer(tok_folder),
+                                     ChatSettings(chat_template=template, loss_mode="full"))
+    assert lengths.tolist() == [-1] * 6
+    assert [p.reason for p in problems[:3]] == [problems[0].reason] * 3
+    assert "over 1,000,000 loop iterations" in problems[0].reason
+    assert all("not rendered again" in p.reason for p in problems[3:])
+    assert {p.reason.split(" (")[0] for p in problems} == {"the chat template exceeded its limits"}
+    assert time.monotonic() - started < 4 * tpl.RENDER_SECONDS
+
+
 def test_recursion_and_template_errors_stay_ordinary_record_problems(tok_folder):
     tok = load_tokenizer(tok_folder)
     for template, fragment in [("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"),

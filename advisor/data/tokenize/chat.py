@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from advisor.data.tokenize.sft import RecordProblem
-from advisor.data.tokenize.template import TemplateLimit, render_chat, select_template
+from advisor.data.tokenize.template import STRIKES, TemplateLimit, render_chat, select_template
 from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, _first_line, native
 from advisor.errors import InputError, excerpt
 
@@ -56,6 +56,9 @@ LEGACY_SPECIAL_TOKENS = {  # GPTSFTDataset.__init__'s default special_tokens
 }
 PREFIX_STR = "\x00"  # datasets/utils.py: prepended to measure a piece without the tokenizer's leading extras
 TYPES = ("TEXT_TO_VALUE", "VALUE_TO_TEXT")  # datasets/utils.py TYPE_INSTRUCTION (both instructions empty)
+# per template, in this process: records in a row it ran out of time or steps on. A template that needs seconds
+# per record to be refused would otherwise cost hours on a big data set; past STRIKES it is refused at once
+_STRIKES: dict[str, int] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,11 +156,19 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
             tools = schemas
         # rendered as hf.apply_chat_template(conversation, tools=tools, chat_template=s.chat_template,
         # tokenize=False) renders it, in a box: a template may loop or grow without end (template.py)
+        source = select_template(own, s.chat_template, tools)
+        if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
+            problems.append(RecordProblem(i, f"the chat template exceeded its limits (out of time or steps on "
+                                             f"{STRIKES} records in a row before this one; not rendered again)"))
+            continue
         try:
-            text = render_chat(select_template(own, s.chat_template, tools), conversation, tools=tools,
-                               special_tokens=special_tokens)
+            text = render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+            _STRIKES.pop(source, None)
         except TemplateLimit as e:
             problems.append(RecordProblem(i, str(e)))
+            if len(_STRIKES) > 64:
+                _STRIKES.clear()  # a process sees a few templates; never let the tally itself grow
+            _STRIKES[source] = _STRIKES.get(source, 0) + 1 if e.costly else 0
             continue
         except Exception as e:  # a template may raise anything (raise_exception, TypeError, ...): one record's problem
             problems.append(RecordProblem(i, f"the chat template failed: {_first_line(e)}"))

@@ -29,7 +29,8 @@ from advisor.limits import json_too_deep
 
 MAX_CONFIG_BYTES = 64 << 20  # tokenizer_config.json / added_tokens.json: Gemma's, 6k added tokens, is ~1 MB
 MAX_SMALL_JSON_BYTES = 16 << 20  # special_tokens_map.json, config.json, chat_template.json
-MAX_TOKENIZER_JSON_BYTES = 1 << 30  # tokenizer.json: 262k-token vocabularies are ~35 MB
+MAX_TOKENIZER_JSON_BYTES = 160 << 20  # tokenizer.json: 262k-token vocabularies are ~35 MB; the Rust library
+# needs several times a file's size to load it (and aborts the process when an allocation fails)
 MAX_TEMPLATE_BYTES = 4 << 19  # chat_template.jinja: 512 Ki characters of at most 4 bytes
 MAX_EXTRA_TEMPLATES = 64  # additional_chat_templates/*.jinja
 MAX_SPECIAL_TOKENS = 16384  # additional_special_tokens / extra_special_tokens: transformers adds them in O(n^2)
@@ -236,6 +237,17 @@ def check_template_value(template: Any, bad) -> None:
             raise bad(where, f"a second template named {excerpt(item['name'])}")
         seen.add(item["name"])
         text(item["template"], f"{where}.template")
+
+
+def check_added(contents: list[str], path: Path) -> None:
+    """tokenizer.json's added tokens, as the Rust library loaded them: transformers copies each into Python and
+    builds a matcher over them all, so their number and length are bounded like the config's."""
+    if len(contents) > MAX_ADDED_TOKENS:
+        raise InputError(str(path), "added_tokens", f"{len(contents):,} added tokens; at most {MAX_ADDED_TOKENS:,}")
+    longest = max(contents, key=len, default="")
+    if len(longest) > MAX_TOKEN_CHARS:
+        raise InputError(str(path), "added_tokens", f"an added token of {len(longest):,} characters (at most "
+                         f"{MAX_TOKEN_CHARS:,})")
 
 
 def _check_added_tokens(path: Path) -> None:

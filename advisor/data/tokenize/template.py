@@ -45,18 +45,20 @@ MAX_OUT_CHARS = 1 << 25  # 32 Mi characters: far beyond MAX_TOKENS' worth of use
 OUT_PER_INPUT = 16  # a template may repeat its input this many times (system prompt copies, tool listings)
 MAX_ALLOC_CHARS = 1 << 27  # everything a render may build, in all: bounds memory (at most ~512 MB) and time
 MAX_ITEMS = 1 << 20  # items in a list a template builds
-MAX_STEPS = 2_000_000  # loop iterations + calls + lookups: real templates need tens per message
+MAX_STEPS = 1_000_000  # loop iterations + calls + lookups: real templates need tens per message
 MAX_INT_BITS = 1 << 16  # integers a template computes (2**65536 is already a 19,729-digit number)
 MAX_INDENT = 64  # tojson / indent / center widths beyond this are never formatting
-RENDER_SECONDS = 10.0  # per record: real templates render in milliseconds
+RENDER_SECONDS = 5.0  # per record: real templates render in milliseconds
+STRIKES = 3  # records in a row a template ran out of time or steps on: then it is not rendered again
 MAX_LIPSUM = 100  # lipsum paragraphs (and words per paragraph: 10x)
 
 
 class TemplateLimit(Exception):  # noqa: N818 - a limit, not a crash: reads better at the call site
     """A chat template went past one of the box's limits, for one record."""
 
-    def __init__(self, why: str):
+    def __init__(self, why: str, *, costly: bool = False):
         self.why = why
+        self.costly = costly  # it ran out of time or steps: seconds were spent finding out
         super().__init__(f"the chat template exceeded its limits ({why})")
 
 
@@ -97,9 +99,9 @@ def _step(n: int = 1) -> None:
     b = _budget()
     b.steps -= n
     if b.steps < 0:
-        raise TemplateLimit(f"over {MAX_STEPS:,} loop iterations, calls and lookups")
+        raise TemplateLimit(f"over {MAX_STEPS:,} loop iterations, calls and lookups", costly=True)
     if time.monotonic() > b.deadline:
-        raise TemplateLimit(f"over {b.seconds:g} s")
+        raise TemplateLimit(f"over {b.seconds:g} s", costly=True)
 
 
 def _spend(chars: int, what: str = "a string") -> None:
@@ -587,7 +589,7 @@ class _running:
 
     def _alarm(self, signum, frame):
         if self.armed:
-            raise TemplateLimit(f"over {self.budget.seconds:g} s")
+            raise TemplateLimit(f"over {self.budget.seconds:g} s", costly=True)
 
     def __exit__(self, *exc):
         _STATE.budget = None

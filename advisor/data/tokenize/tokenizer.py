@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from advisor.data.tokenize.folder import check_folder, read_json_object
+from advisor.data.tokenize.folder import check_added, check_folder, read_json_object
 from advisor.errors import InputError
 
 ENCODE_CHUNK = 16384  # texts per encode_batch call: one call for most data sets, bounded memory for huge ones
@@ -216,6 +216,7 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
     special = {name: _content(config.get(name)) for name in SPECIAL_NAMES}
     # TokenizersBackend.__init__ / _post_init: named special tokens the file lacks are added as special tokens
     present = {t.content for t in backend.get_added_tokens_decoder().values()}
+    check_added(list(present), folder / "tokenizer.json")
     wanted = [config.get(name) for name in SPECIAL_NAMES]
     for key in ("extra_special_tokens", "additional_special_tokens"):
         extra = config.get(key)
