@@ -175,6 +175,21 @@ def test_the_alarm_stops_a_loop_no_hook_sees_on_the_main_thread():
     assert time.monotonic() - started < 3
     assert signal.getitimer(signal.ITIMER_REAL)[1] != 0.05  # ours is gone (a runner's own timer may be back)
     assert signal.getsignal(signal.SIGALRM) is before
+    # renders that end at their deadline, whether a hook or the alarm saw it first, leave no alarm behind
+    for seconds in (0.05, 0.1, 0.15, 0.2):
+        with pytest.raises(TemplateLimit, match="over"):
+            render_chat("{% for a in range(100000) %}{% for b in range(9) %}{% endfor %}{% endfor %}", [USER],
+                        seconds=seconds)
+        assert signal.getsignal(signal.SIGALRM) is before
+        assert signal.getitimer(signal.ITIMER_REAL)[1] != 0.05
+    time.sleep(0.2)  # a stray repeating alarm would raise here
+
+
+def test_a_chat_template_setting_is_text_of_bounded_size():
+    with pytest.raises(InputError, match="ChatSettings, chat_template: must be a Jinja template"):
+        ChatSettings(chat_template=["{{ x }}"])
+    with pytest.raises(InputError, match="ChatSettings, chat_template: a template of 524,289 characters"):
+        ChatSettings(chat_template="x" * (tpl.MAX_TEMPLATE_CHARS + 1))
 
 
 # ------------------------------------------------------------------------------------- named templates
@@ -374,3 +389,20 @@ def test_a_panic_on_one_rendered_chat_is_that_records_problem(hf):
     assert counts.tolist()[0] == len(hf.backend_tokenizer.encode("hello", add_special_tokens=False))
     assert counts.tolist()[1] == -1 and counts.tolist()[2] > 0
     assert panicked == [(1, "the tokenizers library crashed while encoding (a Rust panic: index out of bounds)")]
+
+
+# ------------------------------------------------------------------------------------------ the fuzz bench
+def test_the_fuzz_generators_end_in_accepted_or_refused(tmp_path):
+    """bench/fuzz_tokenizers.py's inputs, a few of each surface, run in process (no RLIMIT: the bench's children
+    have that): every one is accepted or refused with one message, and no planted module ever runs."""
+    from bench import fuzz_tokenizers as fuzz
+
+    inputs = fuzz.generate(tmp_path, 12, seed=5)
+    assert {s for s, _ in inputs} == set(fuzz.SURFACES) and len(inputs) == 24
+    outcomes = {}
+    for surface, folder in inputs:
+        outcome, detail = fuzz.run_one(folder, str(tmp_path / "data"))
+        assert outcome in ("accepted", "refused"), (folder, detail)
+        outcomes.setdefault(surface, set()).add(outcome)
+    assert not list((tmp_path / fuzz.MARKERS).iterdir())
+    assert outcomes["folder"] == {"accepted", "refused"} and "refused" in outcomes["template"]

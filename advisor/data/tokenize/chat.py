@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 
 from advisor.data.tokenize.sft import RecordProblem
-from advisor.data.tokenize.template import STRIKES, TemplateLimit, render_chat, select_template
+from advisor.data.tokenize.template import MAX_TEMPLATE_CHARS, STRIKES, TemplateLimit, render_chat, select_template
 from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, _first_line, native
 from advisor.errors import InputError, excerpt
 
@@ -89,6 +89,13 @@ class ChatSettings:
         if self.loss_mode not in ("assistant", "last_turn", "full"):
             raise InputError(SETTINGS, "loss_mode",
                              f"must be 'assistant', 'last_turn' or 'full', not {excerpt(self.loss_mode)}")
+        if self.chat_template is not None:
+            if not isinstance(self.chat_template, str):
+                raise InputError(SETTINGS, "chat_template", f"must be a Jinja template (text), not "
+                                 f"{excerpt(self.chat_template)}")
+            if len(self.chat_template) > MAX_TEMPLATE_CHARS:
+                raise InputError(SETTINGS, "chat_template", f"a template of {len(self.chat_template):,} characters "
+                                 f"(at most {MAX_TEMPLATE_CHARS:,})")
         if self.tool_schemas is not None:
             self.tools()
         if self.special_tokens is not None:

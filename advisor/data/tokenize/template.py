@@ -588,16 +588,23 @@ class _running:
         return self
 
     def _alarm(self, signum, frame):
-        if self.armed:
+        # never inside __exit__: an exception there would leave this handler and its 50 ms repeat installed, to
+        # fire in whatever code runs next (it did, at interpreter shutdown)
+        if self.armed and frame is not None and frame.f_code not in _OWN_CODE:
             raise TemplateLimit(f"over {self.budget.seconds:g} s", costly=True)
 
     def __exit__(self, *exc):
-        _STATE.budget = None
-        if self.old_handler is not None:
-            self.armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.old_handler)
-            if self.old_timer[0] > 0:  # the caller's timer, less the time spent here
-                left = max(1e-3, self.old_timer[0] - (time.monotonic() - self.started))
-                signal.setitimer(signal.ITIMER_REAL, left, self.old_timer[1])
+        try:
+            if self.old_handler is not None:
+                self.armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, self.old_handler)
+                if self.old_timer[0] > 0:  # the caller's timer, less the time spent here
+                    left = max(1e-3, self.old_timer[0] - (time.monotonic() - self.started))
+                    signal.setitimer(signal.ITIMER_REAL, left, self.old_timer[1])
+        finally:
+            _STATE.budget = None
         return False
+
+
+_OWN_CODE = (_running.__enter__.__code__, _running.__exit__.__code__)
