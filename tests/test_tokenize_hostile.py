@@ -90,8 +90,10 @@ ATTACKS = {
     "nested loops": ("{% set x = range(100000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}",
                      "loop iterations"),
     "strftime loop": ("{% for i in range(100000) %}{% for j in range(100000) %}{{ strftime_now('%Y') }}"
-                      "{% endfor %}{% endfor %}", "output over"),
+                      "{% endfor %}{% endfor %}", "over"),  # its output cap or its deadline, whichever comes first
     "lipsum": ("{{ lipsum(10**8) }}", "lipsum(n=100,000,000)"),
+    "macro fan-out": ("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}"
+                      "{{ f(60) }}", "over"),
     "tojson indent": ("{{ messages|tojson(indent=10**8) }}", "tojson indent"),
     "concat doubling": ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
                         "{% endfor %}", "a string of"),
@@ -105,7 +107,6 @@ ATTACKS = {
     "join filter": ("{{ (['x' * 100000] * 10000)|join }}", "a string of"),
     "slice filter": ("{{ [1]|slice(10**9)|list }}", "a list of 1,000,000,000"),
     "translate": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) }}", "a string of"),
-    "huge literal": ("{{ '" + "x" * (tpl.MAX_TEMPLATE_CHARS + 1) + "' }}", "its source has"),
 }
 
 
@@ -133,7 +134,7 @@ def test_a_template_out_of_time_record_after_record_is_not_rendered_again(tok_fo
     assert "over 1,000,000 loop iterations" in problems[0].reason
     assert all("not rendered again" in p.reason for p in problems[3:])
     assert {p.reason.split(" (")[0] for p in problems} == {"the chat template exceeded its limits"}
-    assert time.monotonic() - started < 4 * tpl.RENDER_SECONDS
+    assert time.monotonic() - started < 4 * tpl.RENDER_SECONDS + 2
 
 
 def test_recursion_and_template_errors_stay_ordinary_record_problems(tok_folder):
@@ -247,6 +248,7 @@ def test_bad_named_templates_are_one_message(tok_folder, tmp_path, value, where,
     ({"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}, "auto_map", "names Python code"),
     ({"model_max_length": "big"}, "model_max_length", "must be a number"),
     ({"padding_side": 3}, "padding_side", "must be 'left' or 'right'"),
+    ({"chat_template": "{{ '" + "x" * tpl.MAX_TEMPLATE_CHARS + "' }}"}, "chat_template", "a template of 524,296"),
 ])
 def test_bad_config_fields_are_named(tok_folder, tmp_path, changes, where, fragment):
     folder = _folder(tok_folder, tmp_path, "bad", **changes)

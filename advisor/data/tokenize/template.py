@@ -48,7 +48,9 @@ MAX_ITEMS = 1 << 20  # items in a list a template builds
 MAX_STEPS = 1_000_000  # loop iterations + calls + lookups: real templates need tens per message
 MAX_INT_BITS = 1 << 16  # integers a template computes (2**65536 is already a 19,729-digit number)
 MAX_INDENT = 64  # tojson / indent / center widths beyond this are never formatting
-RENDER_SECONDS = 5.0  # per record: real templates render in milliseconds
+RENDER_SECONDS = 1.0  # per record, plus SECONDS_PER_MB of its size: real templates take ~0.2 s per MB rendered
+SECONDS_PER_MB = 10.0
+MAX_RENDER_SECONDS = 60.0
 STRIKES = 3  # records in a row a template ran out of time or steps on: then it is not rendered again
 MAX_LIPSUM = 100  # lipsum paragraphs (and words per paragraph: 10x)
 
@@ -78,7 +80,9 @@ class Budget:
     deadline: float = field(default=float("inf"))
 
     @classmethod
-    def for_input(cls, input_chars: int, seconds: float = RENDER_SECONDS) -> Budget:
+    def for_input(cls, input_chars: int, seconds: float | None = None) -> Budget:
+        if seconds is None:
+            seconds = round(min(MAX_RENDER_SECONDS, RENDER_SECONDS + SECONDS_PER_MB * input_chars / 1e6), 1)
         out = min(MAX_OUT_CHARS, max(MIN_OUT_CHARS, OUT_PER_INPUT * input_chars))
         return cls(out_chars=out, alloc_chars=min(MAX_ALLOC_CHARS, 16 * out), seconds=seconds,
                    deadline=time.monotonic() + seconds)
@@ -399,8 +403,8 @@ def _environment_class() -> type:
 
         def call_binop(self, context, operator, left, right):
             _step()
-            _check_binop(operator, left, right)
-            return _check_result(super().call_binop(context, operator, left, right))
+            _check_binop(operator, left, right)  # sizes checked and counted before: not counted again after
+            return super().call_binop(context, operator, left, right)
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's own signature
             _step()
@@ -517,13 +521,14 @@ def select_template(own: str | Mapping | None, given: str | None, tools: Any) ->
 
 def render_chat(template: str, messages: list, *, tools: Any = None, documents: Any = None,
                 special_tokens: Mapping[str, str] | None = None, add_generation_prompt: bool = False,
-                seconds: float = RENDER_SECONDS) -> str:
+                seconds: float | None = None) -> str:
     """The text ``apply_chat_template(messages, tools=tools, tokenize=False)`` renders, within the limits.
 
     Mirrors transformers 5's ``apply_chat_template`` (tokenization_utils_base.py) and ``render_jinja_template``
     (utils/chat_template_utils.py): an empty conversation is refused, keys whose value is None are dropped, tools
     must be JSON-schema dicts, every input is rebuilt from plain JSON types, reasoning fields are aliased, and the
-    special tokens map is passed as variables. Raises ``TemplateLimit`` over a limit, the template's own errors as
+    special tokens map is passed as variables. ``seconds``: the deadline (default ``RENDER_SECONDS`` plus
+    ``SECONDS_PER_MB`` per MB of the record). Raises ``TemplateLimit`` over a limit, the template's own errors as
     transformers would.
     """
     from transformers.utils import chat_template_utils as ctu
