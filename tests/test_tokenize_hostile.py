@@ -40,7 +40,9 @@ FEATURES_TEMPLATE = (  # the Jinja features real templates use: tojson, loop var
     "{{ m.content|trim }}{% endif %}{{ m.reasoning_content|default('') }}{% set ns.n = ns.n + 1 %}"
     "{% endfor %}{{ '%-5s|%3d' % ('a', ns.n) }}{{ '{:>6}'.format('x') }}{{ 'ab' * 3 }}{{ [1, 2] + [3] }}"
     "{{ tools|tojson if tools else '' }}{{ messages|map(attribute='role')|join(', ') }}{{ 'x'|center(7) }}"
-    "{% for k, v in {'a': 1}.items() %}{{ k ~ v }}{% endfor %}{{ dict(a=1)|tojson }}{{ range(3)|list }}")
+    "{% for k, v in {'a': 1}.items() %}{{ k ~ v }}{% endfor %}{{ dict(a=1)|tojson }}{{ range(3)|list }}"
+    "{% set block %}<b>{{ messages|length }}</b>{% endset %}{{ block }}{% filter upper %}up & <i>{% endfilter %}"
+    "{% autoescape true %}<p>{{ '<x>' }}{{ '&' ~ '<' }}</p>{% endautoescape %}{% raw %}{{ raw }}{% endraw %}")
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +101,10 @@ ATTACKS = {
                         "{% endfor %}", "a string of"),
     "list of references": ("{% set ns = namespace(s=['x' * 1000]) %}{% for i in range(64) %}"
                            "{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}", "a string of"),
+    "block set": ("{% set ns = namespace(s='') %}{% set ns.s %}{% for i in range(100000) %}" + "x" * 5000
+                  + "{% endfor %}{% endset %}", "more than its total allowance"),
+    "macro body": ("{% macro f() %}{% for i in range(100000) %}{{ messages[0].content * 500 }}{% endfor %}"
+                   "{% endmacro %}{% set y = f() %}", "more than its total allowance"),
     "format width": ("{{ '{:>999999999}'.format('a') }}", "a field width"),
     "percent width": ("{{ '%999999999s' % 'a' }}", "a field width"),
     "padding method": ("{{ 'a'.ljust(10**9) }}", "a string of 1,000,000,000"),

@@ -397,6 +397,7 @@ def _environment_class() -> type:
     from jinja2.runtime import markup_join, str_join
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.utils import pass_context
+    from markupsafe import Markup
 
     class LimitedEnvironment(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset(["*", "**", "+", "%"])
@@ -425,6 +426,12 @@ def _environment_class() -> type:
             tree = super()._parse(source, name, filename)
             for node in tree.find_all(nodes.For):
                 node.iter = nodes.Filter(node.iter, "advisor_loop_guard", [], [], None, None, lineno=node.lineno)
+            # Literal text becomes an expression, so finalize counts it too: inside {% set %}...{% endset %}, a
+            # macro or a filter block, output is collected in memory, where the stream's cap never sees it
+            for node in list(tree.find_all(nodes.Output)):
+                node.nodes = [nodes.Filter(nodes.Const(n.data, lineno=n.lineno), "advisor_literal", [], [], None,
+                                           None, lineno=n.lineno) if isinstance(n, nodes.TemplateData) else n
+                              for n in node.nodes]
             for node in list(tree.find_all(nodes.Concat)):
                 node.nodes = [nodes.Filter(nodes.List(node.nodes, lineno=node.lineno), "advisor_concat_guard",
                                            [], [], None, None, lineno=node.lineno)]
@@ -442,6 +449,12 @@ def _environment_class() -> type:
         # the join Jinja's Concat node compiles to (compiler.py visit_Concat), so the text is the same
         return (markup_join if context.eval_ctx.autoescape else str_join)(parts)
 
+    @pass_context
+    def literal(context, data):
+        # template data is never escaped, even under {% autoescape true %} (compiler.py visit_Output)
+        return Markup(data) if context.eval_ctx.autoescape else data
+
+    LimitedEnvironment.literal = staticmethod(literal)
     LimitedEnvironment.loop_guard = staticmethod(loop_guard)
     LimitedEnvironment.concat_guard = staticmethod(concat_guard)
     return LimitedEnvironment
@@ -461,6 +474,7 @@ def _environment():
     env.filters.update(_guard_filters(dict(theirs.filters)))
     env.filters["advisor_loop_guard"] = env.loop_guard
     env.filters["advisor_concat_guard"] = env.concat_guard
+    env.filters["advisor_literal"] = env.literal
     env.globals.update(theirs.globals)
     env.globals["lipsum"] = _lipsum(theirs.globals["lipsum"])
     env.finalize = _finalize
@@ -468,9 +482,12 @@ def _environment():
 
 
 def _finalize(value: Any) -> Any:
-    """Every ``{{ }}``: ``str(value)`` of a list holding a million references to one long string is a huge
-    string built at once, so its size is checked first (the value itself is returned unchanged)."""
-    if not isinstance(value, str):
+    """Every ``{{ }}`` and every piece of literal text: ``str(value)`` of a list holding a million references to
+    one long string is a huge string built at once, so its size is checked first, and every piece is counted
+    against the render's allowance (the value itself is returned unchanged)."""
+    if isinstance(value, str):
+        _spend(len(value))  # counted even where the stream's cap does not look: block sets, macros, filter blocks
+    else:
         _check_text(value)
     return value
 
