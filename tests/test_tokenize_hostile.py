@@ -111,6 +111,10 @@ ATTACKS = {
     "center filter": ("{{ 'a'|center(10**9) }}", "a string of 1,000,000,000"),
     "replace filter": ("{{ ('a' * 100000)|replace('a', 'b' * 100000) }}", "a string of"),
     "join filter": ("{{ (['x' * 100000] * 10000)|join }}", "a string of"),
+    "join of a lazy select": ("{{ dict.fromkeys(range(100000), messages[0].content * 50).values()|select|join }}",
+                              "a string of"),
+    "str.join of a view": ("{{ ''.join(dict.fromkeys(range(100000), messages[0].content * 50).values()) }}",
+                           "a string of"),
     "slice filter": ("{{ [1]|slice(10**9)|list }}", "a list of 1,000,000,000"),
     "translate": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) }}", "a string of"),
 }

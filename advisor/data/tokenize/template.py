@@ -35,7 +35,7 @@ import signal
 import string
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, ItemsView, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,10 +148,10 @@ def text_size(value: Any, limit: int, indent: int = 0) -> int:
             total += 5
         elif isinstance(v, int):
             total += v.bit_length() // 3 + 1
-        elif isinstance(v, (list, tuple, set, frozenset)):
+        elif isinstance(v, (list, tuple, set, frozenset, KeysView, ValuesView)):
             stack.extend((x, depth + 1) for x in v)
-        elif isinstance(v, Mapping):
-            for k, x in v.items():
+        elif isinstance(v, (Mapping, ItemsView)):
+            for k, x in (v.items() if isinstance(v, Mapping) else v):
                 stack.append((k, depth + 1))
                 stack.append((x, depth + 1))
         elif isinstance(v, Namespace):  # its repr shows its attributes
@@ -272,12 +272,27 @@ def _guard_filters(filters: dict) -> dict:
     """Transformers' filters, each counting what it builds, the ones that multiply their input pre-checked."""
     out = {}
     for name, fn in filters.items():
-        check = _FILTER_CHECKS.get(name)
-        out[name] = _guarded(fn, check)
+        out[name] = _guarded(fn, _FILTER_CHECKS.get(name), materialize=name in _MATERIALIZE)
     return out
 
 
-def _guarded(fn: Callable, check: Callable | None) -> Callable:
+def _listed(value: Any) -> Any:
+    """A generator as a list (same items, same order), so its size can be checked before joining: ``select``
+    yields the same long string again and again without building anything the budget would see.
+
+        >>> _listed(x for x in "ab"), _listed("ab")
+        (['a', 'b'], 'ab')
+    """
+    if hasattr(value, "__len__") or not hasattr(value, "__iter__"):
+        return value
+    items = []
+    for item in value:
+        _step()
+        items.append(item)
+    return items
+
+
+def _guarded(fn: Callable, check: Callable | None, materialize: bool = False) -> Callable:
     from jinja2.utils import _PassArg
 
     passes = _PassArg.from_obj(fn) is not None  # context / eval context / environment comes first
@@ -285,6 +300,10 @@ def _guarded(fn: Callable, check: Callable | None) -> Callable:
     @functools.wraps(fn)  # keeps jinja_pass_arg, so Jinja passes the same arguments
     def wrapper(*args, **kwargs):
         _step()
+        if materialize:
+            at = 1 if passes else 0
+            if len(args) > at:
+                args = (*args[:at], _listed(args[at]), *args[at + 1:])
         if check is not None:
             value_args = args[1:] if passes else args
             check(*value_args, **kwargs)
@@ -369,6 +388,7 @@ def _chk_sum(value: Any = (), *_, **__) -> None:
         _spend(sum(len(x) for x in value if isinstance(x, (str, list, tuple))))
 
 
+_MATERIALIZE = ("join", "sum")  # filters whose output grows with every item of a possibly lazy input
 _FILTER_CHECKS: dict[str, Callable] = {
     "center": _chk_center, "indent": _chk_indent, "wordwrap": _chk_wordwrap, "replace": _chk_replace,
     "join": _chk_join, "string": _chk_text, "pprint": _chk_text, "tojson": _chk_tojson, "format": _chk_format,
@@ -409,6 +429,9 @@ def _environment_class() -> type:
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's own signature
             _step()
+            if args and getattr(getattr(__obj, "__self__", None), "__class__", None) is str \
+                    and getattr(__obj, "__name__", "") == "join":
+                args = (_listed(args[0]), *args[1:])  # str.join of a generator: sized first, then checked
             _check_method(__obj, args, kwargs)
             return _check_result(super().call(__context, __obj, *args, **kwargs))
 
