@@ -28,7 +28,8 @@ from typing import Literal
 import numpy as np
 
 from advisor.data.tokenize.sft import RecordProblem
-from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, _first_line
+from advisor.data.tokenize.template import MAX_TEMPLATE_CHARS, STRIKES, TemplateLimit, render_chat, select_template
+from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, _first_line, native
 from advisor.errors import InputError, excerpt
 
 SETTINGS = "ChatSettings"
@@ -55,6 +56,9 @@ LEGACY_SPECIAL_TOKENS = {  # GPTSFTDataset.__init__'s default special_tokens
 }
 PREFIX_STR = "\x00"  # datasets/utils.py: prepended to measure a piece without the tokenizer's leading extras
 TYPES = ("TEXT_TO_VALUE", "VALUE_TO_TEXT")  # datasets/utils.py TYPE_INSTRUCTION (both instructions empty)
+# per template, in this process: records in a row it ran out of time or steps on. A template that needs seconds
+# per record to be refused would otherwise cost hours on a big data set; past STRIKES it is refused at once
+_STRIKES: dict[str, int] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +89,13 @@ class ChatSettings:
         if self.loss_mode not in ("assistant", "last_turn", "full"):
             raise InputError(SETTINGS, "loss_mode",
                              f"must be 'assistant', 'last_turn' or 'full', not {excerpt(self.loss_mode)}")
+        if self.chat_template is not None:
+            if not isinstance(self.chat_template, str):
+                raise InputError(SETTINGS, "chat_template", f"must be a Jinja template (text), not "
+                                 f"{excerpt(self.chat_template)}")
+            if len(self.chat_template) > MAX_TEMPLATE_CHARS:
+                raise InputError(SETTINGS, "chat_template", f"a template of {len(self.chat_template):,} characters "
+                                 f"(at most {MAX_TEMPLATE_CHARS:,})")
         if self.tool_schemas is not None:
             self.tools()
         if self.special_tokens is not None:
@@ -126,12 +137,17 @@ def chat_lengths(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings
 def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
                       ) -> tuple[np.ndarray, list[RecordProblem]]:
     hf = tok.transformers_tokenizer()
-    template = s.chat_template if s.chat_template is not None else hf.chat_template
-    if not template:
+    own = hf.chat_template  # text, named templates ({name: text}) or None
+    if s.chat_template is None and not own:
         raise InputError(str(tok.path), None, "has no chat template (tokenizer_config.json's chat_template or "
                          "chat_template.jinja); give one in ChatSettings.chat_template")
+    try:
+        template = select_template(own, s.chat_template, None)
+    except ValueError as e:
+        raise InputError(str(tok.path), "chat_template", str(e)) from None
     needs_assistant = _needs_assistant(template if isinstance(template, str) else None, s.loss_mode, tok)
     schemas = s.tools()
+    special_tokens = hf.special_tokens_map
     lengths = np.full(len(records), -1, dtype=np.int64)
     problems: list[RecordProblem] = []
     texts: list[str] = []
@@ -145,9 +161,22 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
         tools = rec.get("tools")
         if not tools and schemas is not None:
             tools = schemas
+        # rendered as hf.apply_chat_template(conversation, tools=tools, chat_template=s.chat_template,
+        # tokenize=False) renders it, in a box: a template may loop or grow without end (template.py)
+        source = select_template(own, s.chat_template, tools)
+        if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
+            problems.append(RecordProblem(i, f"the chat template exceeded its limits (out of time or steps on "
+                                             f"{STRIKES} records in a row before this one; not rendered again)"))
+            continue
         try:
-            text = hf.apply_chat_template(conversation, tools=tools, chat_template=s.chat_template, tokenize=False,
-                                          add_generation_prompt=False)
+            text = render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+            _STRIKES.pop(source, None)
+        except TemplateLimit as e:
+            problems.append(RecordProblem(i, str(e)))
+            if len(_STRIKES) > 64:
+                _STRIKES.clear()  # a process sees a few templates; never let the tally itself grow
+            _STRIKES[source] = _STRIKES.get(source, 0) + 1 if e.costly else 0
+            continue
         except Exception as e:  # a template may raise anything (raise_exception, TypeError, ...): one record's problem
             problems.append(RecordProblem(i, f"the chat template failed: {_first_line(e)}"))
             continue
@@ -157,7 +186,12 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
             continue
         texts.append(text)
         good.append(i)
-    lengths[good] = _encode_lengths(hf, texts)
+    counts, panicked = _encode_lengths(hf, texts, str(tok.path))
+    lengths[good] = counts
+    for j, why in panicked:
+        lengths[good[j]] = -1
+        problems.append(RecordProblem(good[j], why))
+    problems.sort(key=lambda p: p.index)
     return lengths, problems
 
 
@@ -208,17 +242,31 @@ def _conversation(rec) -> list[dict] | str:
     return out
 
 
-def _encode_lengths(hf, texts: list[str]) -> np.ndarray:
+def _encode_lengths(hf, texts: list[str], source: str) -> tuple[np.ndarray, list[tuple[int, str]]]:
     """Token counts of rendered conversations, with the Rust tokenizer transformers itself encodes with
-    (``apply_chat_template`` calls the tokenizer with ``add_special_tokens=False``, no truncation or padding)."""
+    (``apply_chat_template`` calls the tokenizer with ``add_special_tokens=False``, no truncation or padding).
+    A batch the Rust library panics on is encoded again text by text: each text it panics on is one record's
+    problem (index in ``texts``, why), the others keep their counts."""
     backend = hf.backend_tokenizer
     backend.no_truncation()
     backend.no_padding()
     out = np.empty(len(texts), dtype=np.int64)
+    panicked: list[tuple[int, str]] = []
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk = texts[start:start + ENCODE_CHUNK]
-        out[start:start + len(chunk)] = [len(e) for e in backend.encode_batch_fast(chunk, add_special_tokens=False)]
-    return out
+        try:
+            encodings = native(source, "encoding", backend.encode_batch_fast, chunk, add_special_tokens=False)
+            out[start:start + len(chunk)] = [len(e) for e in encodings]
+            continue
+        except TokenizerPanic:
+            pass
+        for j, text in enumerate(chunk, start):
+            try:
+                out[j] = len(native(source, "encoding", backend.encode, text, add_special_tokens=False))
+            except TokenizerPanic as e:
+                out[j] = -1
+                panicked.append((j, e.what))
+    return out, panicked
 
 
 def _legacy_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings) -> tuple[np.ndarray, list[RecordProblem]]:

@@ -30,7 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from advisor.errors import InputError, excerpt
+from advisor.data.tokenize.folder import check_added, check_folder, read_json_object
+from advisor.errors import InputError
 
 ENCODE_CHUNK = 16384  # texts per encode_batch call: one call for most data sets, bounded memory for huge ones
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -100,7 +101,8 @@ class Tokenizer:
         for start in range(0, len(texts), ENCODE_CHUNK):
             chunk = list(texts[start:start + ENCODE_CHUNK])
             if self.kind == "huggingface":
-                encodings = self.backend.encode_batch_fast(chunk, add_special_tokens=special)
+                encodings = native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
+                                   add_special_tokens=special)
                 out[start:start + len(chunk)] = [len(e) for e in encodings]
             else:
                 out[start:start + len(chunk)] = [len(ids) for ids in self.backend.encode(chunk)]
@@ -114,7 +116,7 @@ class Tokenizer:
     def tokens(self, text: str) -> list[str]:
         """The token strings of one text, without special tokens (``text_to_tokens``)."""
         if self.kind == "huggingface":
-            return self.backend.encode(text, add_special_tokens=False).tokens
+            return native(str(self.path), "encoding", self.backend.encode, text, add_special_tokens=False).tokens
         return self.backend.encode_as_pieces(text)
 
     def _space_sensitive(self) -> bool:
@@ -131,9 +133,14 @@ class Tokenizer:
         if self._hf is None:
             from transformers import AutoTokenizer  # noqa: PLC0415 - heavy, and only the chat path needs it
 
+            # checked again here: a pickled Tokenizer reloads transformers' copy in a worker, from the folder as it
+            # is now; trust_remote_code=False and local_files_only=True: nothing imported, nothing downloaded
+            check_folder(self.path)
             try:
-                self._hf = AutoTokenizer.from_pretrained(str(self.path), use_fast=True, trust_remote_code=False,
-                                                         local_files_only=True)
+                self._hf = native(str(self.path), "loading", AutoTokenizer.from_pretrained, str(self.path),
+                                  use_fast=True, trust_remote_code=False, local_files_only=True)
+            except InputError:
+                raise
             except Exception as e:  # transformers raises many kinds; each means the folder cannot be used
                 raise InputError(str(self.path), None,
                                  f"transformers cannot load this tokenizer: {_first_line(e)}") from e
@@ -192,9 +199,12 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
             also = " (a SentencePiece tokenizer.model is here: pass that file)" if has_model else ""
             raise InputError(str(folder / name), None, "missing: a Hugging Face tokenizer folder holds tokenizer.json "
                              f"and tokenizer_config.json{also}; {GET_ONE}")
-    config = _read_json_object(folder / "tokenizer_config.json")
+    config = check_folder(folder)  # sizes, depth, types, and no code: before anything parses the files
     try:
-        backend = RustTokenizer.from_file(str(folder / "tokenizer.json"))
+        backend = native(str(folder / "tokenizer.json"), "loading", RustTokenizer.from_file,
+                         str(folder / "tokenizer.json"))
+    except InputError:
+        raise
     except Exception as e:  # the Rust library raises a bare Exception for every parse error
         raise InputError(str(folder / "tokenizer.json"), None,
                          f"the tokenizers library cannot read it: {_first_line(e)}") from e
@@ -202,10 +212,11 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
     backend.no_padding()
     if "added_tokens_decoder" not in config and (folder / "special_tokens_map.json").is_file():
         # transformers reads the legacy special_tokens_map.json only without added_tokens_decoder, and it wins
-        config.update(_read_json_object(folder / "special_tokens_map.json"))
+        config.update(read_json_object(folder / "special_tokens_map.json"))
     special = {name: _content(config.get(name)) for name in SPECIAL_NAMES}
     # TokenizersBackend.__init__ / _post_init: named special tokens the file lacks are added as special tokens
     present = {t.content for t in backend.get_added_tokens_decoder().values()}
+    check_added(list(present), folder / "tokenizer.json")
     wanted = [config.get(name) for name in SPECIAL_NAMES]
     for key in ("extra_special_tokens", "additional_special_tokens"):
         extra = config.get(key)
@@ -221,7 +232,7 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
             to_add.append(AddedToken(content, special=True, **flags))
             present.add(content)
     if to_add:
-        backend.add_special_tokens(to_add)
+        native(str(folder / "tokenizer_config.json"), "adding its special tokens", backend.add_special_tokens, to_add)
     if config.get("split_special_tokens") is True:
         backend.encode_special_tokens = True
     tokenizer_class = config.get("tokenizer_class") if isinstance(config.get("tokenizer_class"), str) else None
@@ -240,14 +251,34 @@ def _load_sentencepiece(path: Path) -> Tokenizer:
     return Tokenizer(path, "sentencepiece", processor, include_special_tokens=False)
 
 
-def _read_json_object(path: Path) -> dict:
+class TokenizerPanic(InputError):
+    """The Rust tokenizers library panicked (``pyo3_runtime.PanicException``) on a tokenizer or a text."""
+
+
+def is_panic(e: BaseException) -> bool:
+    """Whether ``e`` is a Rust panic surfacing through pyo3: ``pyo3_runtime.PanicException`` derives from
+    ``BaseException``, so it passes every ``except Exception`` (and left a dashboard session spinning).
+
+        >>> is_panic(ValueError()), is_panic(KeyboardInterrupt())
+        (False, False)
+    """
+    return any(t.__name__ == "PanicException" and t.__module__ == "pyo3_runtime" for t in type(e).__mro__)
+
+
+def native(source: str, what: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a call into the Rust tokenizers library, with a panic turned into one
+    ``TokenizerPanic`` line naming ``source``; every other exception (and KeyboardInterrupt, SystemExit) passes.
+
+        >>> native("t.json", "encoding", len, "abc")
+        3
+    """
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(str(path), None, f"not valid JSON: {_first_line(e)}") from e
-    if not isinstance(value, dict):
-        raise InputError(str(path), None, f"must hold a JSON object, not {excerpt(value)}")
-    return value
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        if not is_panic(e):
+            raise
+        raise TokenizerPanic(source, None, f"the tokenizers library crashed while {what} "
+                                           f"(a Rust panic: {_first_line(e)})") from None
 
 
 def _content(token) -> str | None:
@@ -262,11 +293,15 @@ def _chat_template(folder: Path, config: dict) -> str | None:
     """The default chat template: chat_template.jinja wins over tokenizer_config.json, as in transformers."""
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(str(jinja), None, f"cannot be read as UTF-8 text: {_first_line(e)}") from e
     template = config.get("chat_template")
-    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}] (checked by check_folder)
+        template = {t["name"]: t["template"] for t in template}
+    if isinstance(template, dict):  # transformers' get_chat_template: the one named "default"
+        template = template.get("default")
     return template if isinstance(template, str) else None
 
 
