@@ -597,6 +597,11 @@ def cmd_trial(args) -> dict:
         from advisor.trial.jobs import start_watchdog
 
         start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
+    if args.memory_gib is not None:  # the process's own heap and mappings (RLIMIT_DATA: torch's tensors count)
+        import resource
+
+        limit = int(args.memory_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     plan, hist = _plan_and_lengths(args, progress)
     inputs = (args.plan, args.lengths or plan.data.lengths)
     if args.out:  # refused before the run, not after it
@@ -609,6 +614,11 @@ def cmd_trial(args) -> dict:
     except ParityError as e:
         print(f"error: trial failed the packing parity check: {e}", file=sys.stderr)
         raise SystemExit(3) from None
+    except (MemoryError, RuntimeError) as e:  # torch reports an allocation it cannot make as a RuntimeError
+        if args.memory_gib is None or not isinstance(e, MemoryError) and "alloc" not in str(e).lower():
+            raise
+        raise ValueError(f"the trial ran out of its {args.memory_gib:g} GiB (--memory-gib): a smaller --pack-size, "
+                         "--packs-per-step, --micro-batch-size or --model-scale fits") from None
     finally:
         _leave_process_group()
     out = result.to_dict()
@@ -723,6 +733,15 @@ def _positive_int(most: int):
     return _checked(check)
 
 
+def _positive_float(most: float):
+    def check(t: str) -> float:
+        value = _number(t)
+        if not math.isfinite(value) or not 0 < value <= most:
+            raise ValueError(f"{t[:40]!r} must be a number above 0 and at most {most:,}")
+        return value
+    return _checked(check)
+
+
 def _megabytes(text: str) -> float:
     def check(t: str) -> float:
         value = _number(t)
@@ -829,6 +848,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat", help=argparse.SUPPRESS)  # the dashboard's job: stop when this file goes stale
     p.add_argument("--heartbeat-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
     p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
+    p.add_argument("--memory-gib", type=_positive_float(1024), help="stop the trial, with one message, when it "
+                   "would hold more than this much memory (the dashboard gives its trials 2)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_trial)
     p = sub.add_parser("schedule", help="Megatron-LM's online THD packing of a data set, global batch by global "

@@ -321,3 +321,17 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     old = {k: v for k, v in result.to_dict().items() if k != "format"}
     at.file_uploader(key="trial_upload").set_value(("old.json", json.dumps(old).encode(), "application/json")).run()
     assert any("older advisor" in e.value for e in at.error)
+
+
+def test_a_trial_over_its_memory_says_so_in_one_line():
+    """The dashboard gives each trial --memory-gib 2: past it the trial stops with one message, exit 2."""
+    from tests.conftest import ROOT
+
+    run = subprocess.run([sys.executable, "-m", "advisor", "trial", "sample_data/plans/llama8b_squad.yaml",
+                          "--model-scale", "medium", "--pack-size", "8192", "--packs-per-step", "16", "--steps", "1",
+                          "--warmup", "1", "--memory-gib", "1", "--quiet"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines() == ["error: the trial ran out of its 1 GiB (--memory-gib): a smaller "
+                                               "--pack-size, --packs-per-step, --micro-batch-size or --model-scale "
+                                               "fits"]

@@ -35,7 +35,9 @@ from advisor.trial.report import check_result
 ROOT = Path(__file__).resolve().parents[2]
 TRIAL_LIMITS = {"steps": 50, "warmup": 10, "pack_size": 8192, "scales": ("small", "medium"), "packs_per_step": 16,
                 "micro_batch_size": 16, "threads": 4, "parameters": 150_000_000}
-HEARTBEAT_SECONDS = 300.0  # pages rerun only when used: a visitor reading another page for minutes is still here
+# the Trial page polls every second and every page run touches it: a job unheard of for this long lost its visitor
+HEARTBEAT_SECONDS = 90.0
+MEMORY_GIB = 2.0  # a trial's own memory on the shared server (its --memory-gib): past it, one message, not the server
 WALL_SECONDS = 900.0  # a CPU trial of the largest allowed size takes a few minutes
 MAX_RESULT_BYTES = 8 << 20
 
@@ -133,7 +135,8 @@ def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), *cli_arguments(cfg),
                              # --force: the job's own temporary folder already holds its plan, lengths and log
                              "--out", str(folder), "--force", "--heartbeat", str(folder / "heartbeat"),
-                             "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS)],
+                             "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS),
+                             "--memory-gib", str(MEMORY_GIB)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return TrialJob(pid=proc.pid, folder=str(folder))
 
