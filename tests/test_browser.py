@@ -411,7 +411,8 @@ def test_three_sessions_one_hostile_in_chromium():
             start = time.perf_counter()
             _edit(calm[0], "GPUs", 32)
             _settle(calm[0], f"a multiple of DP {32 // tp})")
-            log.append(f"session 1 during the hostile search: GPUs -> 32 applied in {time.perf_counter() - start:.2f} s")
+            took = time.perf_counter() - start
+            log.append(f"session 1 during the hostile search: GPUs -> 32 applied in {took:.2f} s")
             hostile.wait_for_selector(READY, timeout=300_000)
             browser.close()
         peak = _peak_rss_mib(server.pid)
