@@ -19,7 +19,7 @@ from numba import njit
 # ---------------------------------------------------------------------------------------------- first fit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # nogil: a dashboard session packing 16M samples never stalls the others
 def _grown(tree, size):
     """The max-tree with twice the leaves (new bins hold 0, as unopened bins do in Megatron-Bridge's tree)."""
     bigger = np.zeros(4 * size, np.int32)
@@ -30,7 +30,7 @@ def _grown(tree, size):
     return bigger, 2 * size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _first_fit_bin(tree, size, s):
     """Leftmost leaf whose room is at least s, or -1."""
     if tree[1] < s:
@@ -41,7 +41,7 @@ def _first_fit_bin(tree, size, s):
     return i - size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _set_room(tree, size, b, room):
     i = b + size
     tree[i] = room
@@ -52,7 +52,7 @@ def _set_room(tree, size, b, room):
         i //= 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _open_bins(tree, size, first, count, room_full, room_last):
     """Open ``count`` bins from ``first`` on, all with ``room_full`` but the last (``room_last``), then fix the
     ancestors level by level: O(count + log bins) instead of O(count log bins)."""
@@ -67,7 +67,7 @@ def _open_bins(tree, size, first, count, room_full, room_last):
         lo, hi = lo // 2, hi // 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _first_fit_items(items, pack_size):
     """First fit in the given order; returns the bin of every item and the bin count.
 
@@ -95,7 +95,7 @@ def _first_fit_items(items, pack_size):
     return bin_of, nbins
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _csr_from_bins(items, bin_of, nbins):
     """Group items by bin, keeping each bin's insertion order (a stable counting sort)."""
     offsets = np.zeros(nbins + 1, np.int64)
@@ -112,7 +112,7 @@ def _csr_from_bins(items, bin_of, nbins):
     return offsets, out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _first_fit_decreasing_hist(counts, pack_size):
     """First fit decreasing, a length group at a time: c identical items fill the first bin with room until it
     has less than v left, then the next; those that fit nowhere open bins of ``pack_size // v`` items each.
@@ -166,14 +166,14 @@ def _first_fit_decreasing_hist(counts, pack_size):
     return _csr_from_events(ev_bin[:nev], ev_len[:nev], ev_n[:nev], nbins)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _resized(a, n):
     out = np.empty(n, a.dtype)
     out[: a.size] = a
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _csr_from_events(ev_bin, ev_len, ev_n, nbins):
     offsets = np.zeros(nbins + 1, np.int64)
     for e in range(ev_bin.size):
@@ -252,7 +252,7 @@ def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 123
 # ---------------------------------------------------------------------------------------------- best fit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _best_fit_decreasing_hist(counts, pack_size, max_bins):
     """Longest first, each item to the open bin with the least room that still fits it (ties: latest bin).
 
@@ -297,7 +297,7 @@ def _best_fit_decreasing_hist(counts, pack_size, max_bins):
     return _csr_from_bins(items, bin_of_item, nbins)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _set_mark(tree, size, leaf, value):
     i = leaf + size
     tree[i] = value
@@ -307,7 +307,7 @@ def _set_mark(tree, size, leaf, value):
         i //= 2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _first_marked_at_least(tree, size, lo):
     """Leftmost marked leaf with index >= lo, or -1."""
     i = lo + size
@@ -338,7 +338,7 @@ def best_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = N
 # ---------------------------------------------------------------------------------------------- column generation
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _price_pattern(duals, lengths, pack_size):
     """Unbounded knapsack: the pack of most total dual value (Gilmore-Gomory pricing), O(pack_size * types)."""
     best = np.zeros(pack_size + 1)

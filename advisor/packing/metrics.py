@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pack_sums(offsets, items):
     n = offsets.size - 1
     fill = np.zeros(n, np.int64)

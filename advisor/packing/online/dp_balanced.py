@@ -15,7 +15,7 @@ from numba import njit
 from advisor.packing.online.groups import Groups
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _schedule_steps(lens, n, cap, max_num_seqs, multiple, main_assert, dp, cp):
     """Every step's packs: next fit, then the trailing packs split until the count is a multiple.
 

@@ -28,7 +28,7 @@ REASONS = {
 }
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cp_needed(s, per_rank, min_cp):
     """``dcp_gpus_needed``: the power of two 2**ceil(log2(s / per_rank)), at least 1 and ``min_cp``."""
     p = 1
@@ -37,7 +37,7 @@ def _cp_needed(s, per_rank, min_cp):
     return max(p, min_cp)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _next_micro_batch(lens, n, ranks, per_rank, min_cp, assign, gsize, gstart, gexec, gpack):
     """One call of ``next_hdp_group_packing_aware`` on the first ``n`` of ``lens`` (sorted, longest first).
 
@@ -128,7 +128,7 @@ def _next_micro_batch(lens, n, ranks, per_rank, min_cp, assign, gsize, gstart, g
     return groups, OK, 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _schedule_steps(order_lens, order_ids, n, ranks, per_rank, min_cp):
     """Every step: ``next_hdp_group_packing_aware`` until no sequence is left (``get_groups_and_subsamples``).
 

@@ -12,7 +12,7 @@ from numba import njit
 from advisor.packing.online.groups import Groups
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _loads(mb_offsets, group_offsets, rank_start, rank_count, cp, item_offsets, items, seqlens, ranks):
     steps = mb_offsets.size - 1
     tokens = np.empty(rank_start.size)
