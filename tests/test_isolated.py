@@ -80,3 +80,27 @@ def test_a_failed_upload_is_charged_and_keeps_the_session():
     assert not raw_data.use_raw_upload(state, b'{"input": 1}\n' * 3, "bad.jsonl", "tiny-bpe", "sft", 512, env="")
     assert state["hist"] is before and "bad.jsonl" in state["upload_error"]
     assert meter.spent(time.monotonic(), 600) > 0  # the child's CPU seconds count against the session
+
+
+def test_a_looping_chat_template_costs_its_visitor_a_message(tmp_path):
+    """An operator's tokenizer whose template loops 10^10 times: each record is refused by the template's box in
+    the child, the visitor is told why, and the server's session keeps its data."""
+    import json
+    import shutil
+
+    folder = tmp_path / "loopy"
+    shutil.copytree(raw_data.BUNDLED / "tiny-bpe", folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for a in range(100000) %}{% for b in range(100000) %}{{ '' }}{% endfor %}"
+                               "{% endfor %}<|im_start|>assistant<|im_end|>")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    state: dict = {}
+    ui.init_state(state)
+    before = state["hist"]
+    start = time.monotonic()
+    chat = (SAMPLE / "raw" / "chat_sample.jsonl").read_bytes()
+    assert not raw_data.use_raw_upload(state, chat, "chat.jsonl", "loopy", "chat", 4096, env=str(tmp_path))
+    assert state["hist"] is before and time.monotonic() - start < 60
+    assert "the chat template exceeded its limits" in state["upload_error"], state["upload_error"]
+    assert "chat.jsonl, line 1" in state["upload_error"] and not _children()

@@ -131,7 +131,9 @@ def run(job: str, args: dict, files: dict[str, bytes], *, limits: Limits = Limit
 
 def _follow(folder: Path, limits: Limits, progress, name: str) -> Outcome:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKENIZERS_PARALLELISM": "false",
-           "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+           "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           # pyarrow's default pool reserves ~1 GiB of address space up front, which RLIMIT_AS would count
+           "ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
     with open(folder / "stderr", "wb") as stderr:  # a file, not a pipe: a chatty child never blocks on it
         proc = subprocess.Popen([sys.executable, "-m", "advisor.ui.isolated", str(folder)], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
