@@ -317,3 +317,14 @@ def test_the_raw_fuzz_generators_make_inputs_every_reader_answers(tmp_path):
                     bad.append((surface, path, how, detail))
     assert not bad, bad[:5]
     assert outcomes["accepted"] > 50 and outcomes["refused"] > 20, outcomes
+
+
+def test_a_data_set_message_shows_a_hostile_file_name_escaped(tmp_path):
+    """A whole-data-set message (no record could be tokenized) names the file as it is shown, never with a raw
+    newline or terminal escape in it."""
+    path = tmp_path / "a\nb\x1b[31m.jsonl"
+    path.write_bytes(b'{"input": 1, "output": 2}\n')
+    with pytest.raises(InputError) as e:
+        tokenize(TokenizeJob(data=str(path), tokenizer=TINY, fmt="sft", settings=SftSettings(), on_bad="skip"))
+    text = str(e.value)
+    assert "\n" not in text and "\x1b" not in text and "no record could be tokenized" in text, text

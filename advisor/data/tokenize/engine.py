@@ -20,6 +20,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
+from advisor.data.guard import display_name
 from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
 from advisor.errors import InputError
@@ -328,7 +329,8 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
         selects, total = _selection(shards, sample, seed)
         known = True
         selected = min(sample, total)
-    name = os.path.basename(job.data.rstrip(os.sep)) or job.data
+    # shown escaped: a file named with a newline or a terminal escape must not reach the user's terminal as is
+    name = display_name(os.path.basename(job.data.rstrip(os.sep)) or job.data)
 
     goal = selected if selected is not None else (total if known else None)
     seen = {"records": 0, "results": 0}  # a running count: results arrive one shard at a time
