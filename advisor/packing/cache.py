@@ -41,14 +41,20 @@ class HistogramCache:
             if key in self.entries:
                 self.entries.move_to_end(key)
                 self.hits += 1
-                return self.entries[key]
+                value = self.entries[key]
+                self._trim()  # values grow after they are stored (an analysis computes its estimate lazily)
+                return value
             self.misses += 1
         value = compute()
         with self._lock:
             self.entries[key] = value
-            while len(self.entries) > self.size or (len(self.entries) > 1 and self._over_budget()):
-                self.entries.popitem(last=False)
+            self._trim()
         return value
+
+    def _trim(self) -> None:
+        """Drop the oldest entries past ``size`` or the byte budget (the newest always stays)."""
+        while len(self.entries) > self.size or (len(self.entries) > 1 and self._over_budget()):
+            self.entries.popitem(last=False)
 
     def peek(self, hist: LengthHistogram, setting):
         """The kept value, or None (nothing computed, nothing counted): a caller that must first ask for the
