@@ -34,7 +34,7 @@ class Budget:
     memory_bytes: int = 3 << 29  # 1.5 GiB: with the server's own ~0.5 GiB and its caches, under 3 GB
     session_cpu_seconds: float = 180.0
     window_seconds: float = 600.0
-    wait_seconds: float = 3.0
+    wait_seconds: float = 20.0  # a visitor waits behind a spinner for a slot rather than retrying by hand
 
 
 class Busy(RuntimeError):

@@ -186,7 +186,8 @@ def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_
     limits = isolated.Limits()
     cpu = [0.0]
     try:
-        with fair.GATE.heavy(fair.meter_of(state), "tokenizing the upload", memory=limits.memory_bytes // 2,
+        # the child's memory is its own (bounded by its RLIMIT_AS): the server only holds the upload and the lengths
+        with fair.GATE.heavy(fair.meter_of(state), "tokenizing the upload", memory=2 * len(data) + (64 << 20),
                              child_cpu=lambda: cpu[0]):
             outcome = isolated.run("tokenize", args, {"upload": data}, limits=limits, progress=progress,
                                    name=name[:80])
