@@ -231,7 +231,8 @@ def test_raw_data_tokenized_in_chromium(app_url):
         page.wait_for_selector(READY, timeout=120_000)
         page.get_by_text("chat", exact=True).click()
         page.wait_for_selector(READY, timeout=120_000)
-        page.get_by_role("button", name="Tokenize", exact=True).click()
+        # enabled once the upload has reached the server: on a loaded machine that can take longer than a click's 30 s
+        page.get_by_role("button", name="Tokenize", exact=True).click(timeout=180_000)
         page.get_by_role("heading", name="chat_sample.jsonl (tiny-bpe, chat)").wait_for(timeout=180_000)
         page.wait_for_selector(READY, timeout=120_000)
         page.get_by_text("300", exact=True).first.wait_for(timeout=60_000)  # the summary counts its samples
