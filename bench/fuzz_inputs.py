@@ -26,8 +26,6 @@ import json
 import os
 import random
 import resource
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -387,23 +385,16 @@ def worker(task_file: str, out_file: str) -> None:
 # ---------------------------------------------------------------------------------------------- the parent
 def run_batch(tasks: list[tuple[int, str]], workdir: Path, cwd: Path, batch_id: int) -> list[tuple[str, int, str, str]]:
     """Run tasks in children until all are done; a hang or a crash is charged to the input being read."""
+    from bench._watch import child_env, run_watched
+
     results, todo, attempt = [], list(tasks), 0
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     while todo:
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps(todo))
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=env,
-                                cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
-        try:
-            _, err = proc.communicate(timeout=BATCH_SECONDS)
-            hung = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, err = proc.communicate()
-            hung = True
-        lines = [json.loads(x) for x in out_file.read_text().splitlines()] if out_file.exists() else []
+        end = run_watched([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=child_env(),
+                          cwd=cwd, out_file=out_file, seconds=BATCH_SECONDS)
+        lines = end.lines
         finished = {x[1] for x in lines if x[0] == "end"}
         results += [(x[0], x[1], x[2], x[3]) for x in lines if x[0] in ("load", "skip", "parse")]
         started = [x[1] for x in lines if x[0] == "start" and x[1] not in finished]
@@ -412,12 +403,10 @@ def run_batch(tasks: list[tuple[int, str]], workdir: Path, cwd: Path, batch_id: 
             done_reads = [x[0] for x in lines if x[0] in ("load", "skip") and x[1] == culprit]
             how = "load" if not done_reads else ("parse" if done_reads[-1] == "skip" or "skip" not in done_reads
                                                  else "skip")
-            what = "hang" if hung else "blow-up"
-            detail = f"{'60 s timeout' if hung else f'child died (exit {proc.returncode})'}: {err.decode()[-300:]}"
-            results.append((how, culprit, what, detail))
+            results.append((how, culprit, "hang" if end.hung else "blow-up", end.detail()))
             finished.add(culprit)
-        elif proc.returncode != 0 and not hung:
-            raise RuntimeError(f"a worker failed outside any input: {err.decode()[-2000:]}")
+        elif end.returncode != 0 and not end.hung:
+            raise RuntimeError(f"a worker failed outside any input: {end.err[-2000:]}")
         todo = [t for t in todo if t[0] not in finished]
     return results
 

@@ -32,8 +32,6 @@ import json
 import os
 import random
 import resource
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -426,44 +424,36 @@ def worker(task_file: str, out_file: str) -> None:
 # ---------------------------------------------------------------------------------------------- the parent
 def run_batch(tasks: list, toks: tuple[str, str], workdir: Path, batch_id: int) -> list[tuple[str, int, str, str]]:
     """Run tasks in children until all are done; a hang or a crash is charged to the read that never ended."""
+    from bench._watch import child_env, run_watched
+
     results, todo, attempt = [], list(tasks), 0
     # RLIMIT_AS counts address space, not memory: pyarrow's mimalloc reserves 1 GiB arenas and glibc 64 MiB per
     # thread, which made a 200 kB Arrow file "blow up" a 2 GiB child with 12 MB of real memory. The system
     # allocator and two arenas keep the limit about what is actually used.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false", "ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2",
-           "PYTHONPATH": str(ROOT)}
+    env = child_env(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", ARROW_DEFAULT_MEMORY_POOL="system",
+                    MALLOC_ARENA_MAX="2")
     while todo:
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps({"todo": todo, "tokenizers": toks}))
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=env,
-                                cwd=workdir, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
-        try:
-            _, err = proc.communicate(timeout=BATCH_SECONDS)
-            hung = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, err = proc.communicate()
-            hung = True
-        lines = [json.loads(x) for x in out_file.read_text().splitlines()] if out_file.exists() else []
+        end = run_watched([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=env,
+                          cwd=workdir, out_file=out_file, seconds=BATCH_SECONDS)
+        lines = end.lines
         finished = {x[1] for x in lines if x[0] == "end"}
         results += [(x[2], x[1], x[3], x[4]) for x in lines if x[0] == "read"]
         open_reads = [x for x in lines if x[0] == "begin" and x[1] not in finished]
         done = {(x[1], x[2]) for x in lines if x[0] == "read"}
         stuck = [x for x in open_reads if (x[1], x[2]) not in done]
+        what = "hang" if end.hung else "blow-up"
         if stuck:
             _, culprit, how = stuck[-1]
-            what = "hang" if hung else "blow-up"
-            detail = f"{'60 s timeout' if hung else f'child died (exit {proc.returncode})'}: {err.decode()[-300:]}"
-            results.append((how, culprit, what, detail))
+            results.append((how, culprit, what, end.detail()))
             finished.add(culprit)
-        elif proc.returncode != 0 or hung:
+        elif end.returncode != 0 or end.hung:
             started = [x[1] for x in lines if x[0] == "start" and x[1] not in finished]
             if not started:
-                raise RuntimeError(f"a worker failed outside any input: {err.decode()[-2000:]}")
-            results.append(("load", started[-1], "hang" if hung else "blow-up", err.decode()[-300:]))
+                raise RuntimeError(f"a worker failed outside any input: {end.err[-2000:]}")
+            results.append(("load", started[-1], what, end.err[-300:]))
             finished.add(started[-1])
         todo = [t for t in todo if t[0] not in finished]
     return results
