@@ -28,8 +28,25 @@ def json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
         return False  # not even that many openers: no scan needed (the common case, and a cheap one)
     import numpy as np  # only when there are that many brackets: the command line starts without it
 
+    depth = 0  # carried across chunks
+    for a, outside in _unquoted(data):
+        at = np.flatnonzero(((a == 91) | (a == 123) | (a == 93) | (a == 125)) & outside)
+        if at.size:
+            running = depth + np.cumsum(np.where((a[at] == 91) | (a[at] == 123), 1, -1), dtype=np.int64)
+            if running.max() > limit:
+                return True
+            depth = int(running[-1])
+    return False
+
+
+def _unquoted(data: bytes):
+    """Each 1 MiB chunk of ``data`` as uint8, with the mask of its bytes outside JSON strings (quotes not escaped
+    by an odd run of backslashes flip the state, carried across chunk edges): the scans count brackets and commas
+    only where they are JSON, never inside text."""
+    import numpy as np
+
     escapes = b"\\" in data
-    depth, in_string, run = 0, False, 0  # carried across chunks: depth, inside a string, trailing backslashes
+    in_string, run = False, 0  # carried across chunks: inside a string, trailing backslashes
     for start in range(0, len(data), _SCAN_CHUNK):
         a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
         quote = a == 34
@@ -37,15 +54,8 @@ def json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
             escaped, run = _escaped(a == 92, run)
             quote &= ~escaped
         flips = np.cumsum(quote, dtype=np.int64)
-        inside = ((flips - quote + in_string) & 1).astype(bool)  # string state just before each byte
-        at = np.flatnonzero(((a == 91) | (a == 123) | (a == 93) | (a == 125)) & ~inside)
-        if at.size:
-            running = depth + np.cumsum(np.where((a[at] == 91) | (a[at] == 123), 1, -1), dtype=np.int64)
-            if running.max() > limit:
-                return True
-            depth = int(running[-1])
+        yield a, ~((flips - quote + in_string) & 1).astype(bool)  # string state just before each byte
         in_string = bool((int(flips[-1]) + in_string) & 1)
-    return False
 
 
 def _escaped(backslash, carried: int):
@@ -82,20 +92,10 @@ def json_elements_over(data: bytes, limit: int = MAX_ELEMENTS) -> bool:
     """
     if data.count(b",") + data.count(b"[") + data.count(b"{") + 1 <= limit:
         return False
-    import numpy as np
 
-    escapes = b"\\" in data
-    count, in_string, run = 1, False, 0
-    for start in range(0, len(data), _SCAN_CHUNK):
-        a = np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, len(data) - start), start)
-        quote = a == 34
-        if escapes:
-            escaped, run = _escaped(a == 92, run)
-            quote &= ~escaped
-        flips = np.cumsum(quote, dtype=np.int64)
-        inside = ((flips - quote + in_string) & 1).astype(bool)
-        count += int((((a == 44) | (a == 91) | (a == 123)) & ~inside).sum())
+    count = 1
+    for a, outside in _unquoted(data):
+        count += int((((a == 44) | (a == 91) | (a == 123)) & outside).sum())
         if count > limit:
             return True
-        in_string = bool((int(flips[-1]) + in_string) & 1)
     return False
