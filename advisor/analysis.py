@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
-from advisor.advice.findings import Finding
 from advisor.advice.rules import check
 from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
+from advisor.findings import Finding
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays, packing_arrays

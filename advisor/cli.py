@@ -404,7 +404,7 @@ def cmd_schedule(args) -> dict:
         return {"source": source, "order": how, "config": cfg.__dict__,
                 "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank, "capacity": run.capacity,
                 "padding_divisor": run.padding_divisor, "summary": s.__dict__,
-                "issues": [i.__dict__ for i in run.issues], "global_batches": steps}
+                "findings": [f.as_dict() for f in run.findings], "global_batches": steps}
     print(f"{source}: {lengths.size:,} samples ({how}); Megatron-LM {cfg.commit} {cfg.scheduler}, DP {cfg.dp} x "
           f"CP {cfg.cp}, global batch {cfg.global_batch_size} samples, micro batch {cfg.micro_batch_size}")
     print(f"  buffer: max_seqlen_per_dp_cp_rank {run.max_seqlen_per_dp_cp_rank:,} (a pack holds {run.capacity:,} "
@@ -418,7 +418,7 @@ def cmd_schedule(args) -> dict:
           f"truncated ({s.truncated_tokens:,} tokens); {s.unused_samples:,} samples left after the last full batch")
     if run.refusals:
         print(f"  REFUSED: {len(run.refusals):,} steps, first step {run.refusals[0].step}: {run.refusals[0].reason}")
-    for i in run.issues:
+    for i in run.findings:
         print(f"  {i.severity}: {i.message} ({i.source})")
     return {}
 

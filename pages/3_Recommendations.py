@@ -4,6 +4,7 @@ import streamlit as st
 
 from advisor.advice.search import FREEDOMS
 from advisor.analysis import ALL_FORMATS
+from advisor.findings import by_severity
 from advisor.ui import state as ui
 from advisor.ui import views
 from advisor.ui.explain import help_text as H
@@ -14,7 +15,7 @@ analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
 stop_on(busy)
 st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
-for severity, group in views.findings_by_severity(analysis.findings).items():
+for severity, group in by_severity(analysis.findings).items():
     st.subheader(f"{severity.title()}s ({len(group)})", help=H("findings"))
     for i, f in enumerate(group):
         with st.expander(ui.plain(f"{f.id}: {f.message}"), expanded=severity == "error"):

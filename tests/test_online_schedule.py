@@ -447,13 +447,13 @@ def test_padding_counts_and_overlong_warning():
     assert run.summary.truncated_samples == 1 and run.summary.truncated_tokens == 50
     assert run.summary.padding_fraction == pytest.approx((224 - 208) / 224)
     assert run.step(0).global_ids[0][0] == ()  # the empty pack 0, as the real next fit leaves it
-    assert any(i.id == "packing.overlong" and "empty pack 0" in i.message for i in run.issues)
+    assert any(i.id == "packing.overlong" and "empty pack 0" in i.message for i in run.findings)
 
 
 def test_checks_follow_megatron_rules():
     issues = check(OnlineConfig(commit="dev", dataset="mock_sft", scheduler="default_dynamic_cp", seq_length=4096,
                                 global_batch_size=8, dp=2, cp=2, min_dynamic_cp=8, te_version="2.8.1",
-                                num_moe_experts=8, calculate_per_token_loss=False)).issues
+                                num_moe_experts=8, calculate_per_token_loss=False)).findings
     errors = {i.id for i in issues if i.severity == "error"}
     assert errors == {"packing.te_version", "packing.moe_dispatcher", "packing.min_dynamic_cp",
                       "packing.dynamic_cp_loss"}
@@ -461,7 +461,7 @@ def test_checks_follow_megatron_rules():
     main = check(OnlineConfig(commit="main", dataset="custom", seq_length=4096, global_batch_size=8, micro_batch_size=2,
                               cp=2))
     assert main.max_seqlen_per_dp_cp_rank == 2048
-    assert {i.id for i in main.issues} >= {"packing.main_not_wired", "packing.mbs_main", "packing.max_seqlen_default"}
+    assert {i.id for i in main.findings} >= {"packing.main_not_wired", "packing.mbs_main", "packing.max_seqlen_default"}
 
 
 @pytest.mark.parametrize("kwargs,where", [

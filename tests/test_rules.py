@@ -6,7 +6,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.advice.findings import apply_fix
 from advisor.advice.rules import check
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -45,7 +44,7 @@ def test_offline_packing_needs_micro_batch_one_and_offers_the_equivalent():
     assert f.severity == "error" and f.message == "offline packing needs micro_batch_size 1 (is 2)"
     # global_batch_size counts samples, so the equivalent keeps it: micro batch 1, packs twice as long
     assert f.fix == {"training": {"micro_batch_size": 1}, "packing": {"pack_size": 8192}}
-    fixed = apply_fix(plan(training={"micro_batch_size": 2, "global_batch_size": 64}), f.fix)
+    fixed = plan(training={"micro_batch_size": 2, "global_batch_size": 64}).changed(f.fix)
     assert "packing.offline_mbs" not in ids(check(fixed)) and fixed.training.global_batch_size == 64
 
 
@@ -208,12 +207,12 @@ def test_a_plan_that_does_not_fit_is_an_error_whose_fixes_fit(long_context):
     fixes = [f for f in a.findings if f.id.startswith("memory.")]
     assert error.fix and len(fixes) == 3
     for f in fixes:  # each applied: the plan fits, the memory findings are gone, seq_length and batch are kept
-        fixed = apply_fix(p, f.fix)
+        fixed = p.changed(f.fix)
         after = analyze(fixed, long_context)
         assert after.estimate.memory.fits, f.fix
         assert not ids(after.findings) & {"memory.exceeds", "memory.alternative"}
         assert fixed.training.seq_length == 131072 and fixed.training.global_batch_size == 64
-        assert apply_fix(fixed, f.fix) == fixed
+        assert fixed.changed(f.fix) == fixed
 
 
 def test_memory_boundary_is_the_gpus_capacity(long_context):
@@ -240,7 +239,7 @@ def test_no_fitting_change_is_an_error_without_a_fix(squad):
 def test_full_recompute_is_not_undone_where_selective_overflows(long_context):
     from advisor.analysis import analyze
 
-    full = apply_fix(long_context_plan(), {"training": {"recompute": "full"}})
+    full = long_context_plan().changed({"training": {"recompute": "full"}})
     f = find(analyze(full, long_context).findings, "long_context.recompute")
     assert not f.fix and "does not fit" in f.reason
     roomy = long_context_plan(gpus=64, cp=32).changed({"training": {"recompute": "full"}})
@@ -267,8 +266,8 @@ def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model,
     for f in memory:
         if not f.fix:
             continue
-        fixed = apply_fix(p, f.fix)
+        fixed = p.changed(f.fix)
         after = analyze(fixed, long_context)
         assert after.estimate.memory.fits, f.fix
         assert fixed.training.seq_length == seq and fixed.training.global_batch_size == 32
-        assert apply_fix(fixed, f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}
+        assert fixed.changed(f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}

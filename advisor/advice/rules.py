@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from advisor.advice.findings import SEVERITIES, Finding
 from advisor.advice.memory_fixes import describe, fitting_fixes
+from advisor.findings import Finding, ordered
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
 from advisor.packing.offline import PackingResult
 from advisor.packing.online.from_plan import online_config
@@ -307,16 +307,12 @@ def rule_performance(plan: Plan, packing: PackingResult | None) -> list[Finding]
     return out
 
 
-SEVERITY_OF_ISSUE = {"error": "error", "warning": "warning", "note": "info"}
-
-
 def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     """Megatron-LM's own defaults and checks of the online scheduler's options (advisor/packing/online/validation.py
     follows arguments.py, model_parallel_config.py and transformer_config.py), and what main cannot do."""
     if plan.packing_mode != "online":
         return []
-    out = [Finding(id=f"online.{i.id}", severity=SEVERITY_OF_ISSUE.get(i.severity, "info"), message=i.message,
-                   reason=i.reason, source=i.source) for i in check_online(online_config(plan)).issues]
+    out = [replace(f, id=f"online.{f.id}") for f in check_online(online_config(plan)).findings]
     if plan.packing.megatron_lm == "main":
         out.append(Finding(
             id="online.main_not_wired", severity="warning",
@@ -386,4 +382,4 @@ def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstima
     found = [f for rule in RULES for f in rule(plan, packing)] + rule_memory(plan, packing, memory)
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]
-    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
+    return ordered(found)

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from advisor.advice.findings import Finding
 from advisor.advice.rules import check
 from advisor.data.lengths import LengthHistogram
+from advisor.findings import Finding
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.plan import Plan, PlanError
 

@@ -115,11 +115,6 @@ def candidates_table(result: SearchResult) -> pd.DataFrame:
     return frame.round({"memory_gib": 1, "tokens_per_second_per_gpu": 0, "≈ samples/step": 0})
 
 
-def findings_by_severity(findings) -> dict[str, list]:
-    """Findings grouped errors, warnings, infos (every group present, so the page shows "Errors (0)")."""
-    return {severity: [f for f in findings if f.severity == severity] for severity in ("error", "warning", "info")}
-
-
 def search_note(analysis: Analysis, result: SearchResult | None = None) -> str | None:
     """Said under the candidates: none that keeps what the user fixed, and when they come from a scale model."""
     from advisor.analysis import SCALE_MODEL_SAMPLES

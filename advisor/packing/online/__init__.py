@@ -8,7 +8,7 @@ from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.inputs import expand_histogram, mock_config_lengths, mock_file_lengths
 from advisor.packing.online.results import Refusal, RunSchedule, RunSummary, StepSchedule
 from advisor.packing.online.schedule import schedule
-from advisor.packing.online.validation import Checked, Issue, check
+from advisor.packing.online.validation import Checked, check
 
-__all__ = ["Checked", "Issue", "OnlineConfig", "Refusal", "RunSchedule", "RunSummary", "StepSchedule", "check",
+__all__ = ["Checked", "OnlineConfig", "Refusal", "RunSchedule", "RunSummary", "StepSchedule", "check",
            "expand_histogram", "mock_config_lengths", "mock_file_lengths", "schedule"]

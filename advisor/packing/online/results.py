@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from advisor.findings import Finding
 from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.groups import Groups
 from advisor.packing.online.loads import per_micro_batch, straggler
-from advisor.packing.online.validation import Issue
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +79,7 @@ class RunSchedule:
     max_seqlen_per_dp_cp_rank: int
     capacity: int  # tokens a pack may hold: max x CP (dp_balanced) or max per rank (dynamic CP)
     padding_divisor: int
-    issues: tuple[Issue, ...]
+    findings: tuple[Finding, ...]
     sample_index: np.ndarray
     seqlens: np.ndarray
     groups: Groups

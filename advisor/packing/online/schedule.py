@@ -11,6 +11,7 @@ import numpy as np
 
 from advisor.data.lengths import check_expandable
 from advisor.errors import InputError, excerpt
+from advisor.findings import Finding
 from advisor.packing.online.config import COMMITS, SOURCE, OnlineConfig
 from advisor.packing.online.dp_balanced import dp_balanced
 from advisor.packing.online.dynamic_cp import dynamic_cp
@@ -18,7 +19,7 @@ from advisor.packing.online.loads import loads, straggler
 from advisor.packing.online.padding import PaddedLengths, padded_lengths, padding_divisor
 from advisor.packing.online.results import Refusal, RunSchedule, RunSummary
 from advisor.packing.online.sampler import sample_indices, steps_in_epoch
-from advisor.packing.online.validation import Issue, check
+from advisor.packing.online.validation import check
 
 # What one simulation may hold, computed from the options before anything is allocated (a 2 GiB process runs the
 # largest of each; measured with bench/fuzz_options.py). Why bounds of their own: --help allows a global batch of
@@ -139,7 +140,7 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
                        len(defects), None if step_ids is None else index)
     return RunSchedule(
         config=cfg, max_seqlen_per_dp_cp_rank=max_seqlen, capacity=capacity, padding_divisor=divisor,
-        issues=checked.issues + found, sample_index=index, seqlens=seqlens, groups=groups, group_tokens=tokens,
+        findings=checked.findings + found, sample_index=index, seqlens=seqlens, groups=groups, group_tokens=tokens,
         group_work=work, num_micro_batches=nmb, seqlen_sum=step_sums.astype(np.float64),
         seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
         step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary,
@@ -199,7 +200,7 @@ def check_cost(cfg: OnlineConfig, steps: int) -> None:
 
 
 def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
-    """(groups, pack capacity, refusals, defects, data-dependent issues) of the configured scheduler."""
+    """(groups, pack capacity, refusals, defects, data-dependent findings) of the configured scheduler."""
     at = f" ({cfg.commit} {COMMITS[cfg.commit]})"
     if cfg.dynamic_cp:
         got = dynamic_cp(seqlens, dp=cfg.dp, cp=cfg.cp, max_seqlen_per_dp_cp_rank=max_seqlen,
@@ -239,14 +240,14 @@ def _summary(cfg: OnlineConfig, lengths: np.ndarray, padded: PaddedLengths, step
         unused_samples=max(0, lengths.size - consumed))
 
 
-def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Issue, ...]:
+def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Finding, ...]:
     """Sequences longer than a pack: next fit gives each a pack of its own, past the buffer (and leaves pack 0
     empty when one opens a global batch)."""
     over = seqlens > capacity
     if not over.any():
         return ()
     opening = int(np.count_nonzero(over[:, 0]))
-    return (Issue(
+    return (Finding(
         severity="warning", id="packing.overlong",
         message=f"{int(over.sum()):,} sequence(s) of up to {int(seqlens.max()):,} padded tokens exceed the pack "
                 f"capacity {capacity:,}" + (f"; {opening} open a global batch, leaving an empty pack 0" if opening
