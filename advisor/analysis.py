@@ -38,10 +38,6 @@ EXPORT_FILE_NAMES = {"python": "packing_config.py", "overrides": "overrides.txt"
                      "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
                      "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
 ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
-# The layout search and the memory grid pack the data once per pack size and padding multiple (14 packings for a
-# search): past this many samples they run on a scale model of the data (same shape; bench/bench_dashboard.py prints
-# how far its estimate is from the full data's). The plan's own analysis, packing and exports use all the data.
-SCALE_MODEL_SAMPLES = 500_000
 
 
 def check_mfu(mfu: float | None) -> float | None:
@@ -116,7 +112,7 @@ class Analysis:
         vary = check_vary(vary)
         if vary not in self._searches:
             # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
-            model = self.hist.scale_model(SCALE_MODEL_SAMPLES)
+            model = self.hist.scale_model()
 
             def estimator(plan: Plan) -> Estimate:
                 return analyze(plan, model, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
@@ -181,7 +177,7 @@ def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: li
     left out. Each cell is an analysis of its own, so reruns hit the cache; past ``SCALE_MODEL_SAMPLES`` samples the
     cells pack a scale model of the data (memory depends on the pack size, not on how many packs there are)."""
     p = analysis.plan
-    model = analysis.hist.scale_model(SCALE_MODEL_SAMPLES)
+    model = analysis.hist.scale_model()
     base = p.pack_size
     sizes = pack_sizes or sorted({max(256, base // 2), base, base * 2})
     cps = cps or [c for c in (1, 2, 4, 8, 16) if p.parallel.gpus % (p.parallel.tp * p.parallel.pp * c) == 0]

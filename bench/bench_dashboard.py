@@ -79,7 +79,8 @@ def pages(name: str, hist, plan) -> None:
 
 def scale_model_error(name: str, hist, plan) -> None:
     """How far the search's scale model is from the full data on the plan itself."""
-    from advisor.analysis import SCALE_MODEL_SAMPLES, analyze
+    from advisor.analysis import analyze
+    from advisor.data.lengths import SCALE_MODEL_SAMPLES
 
     if hist.num_samples <= SCALE_MODEL_SAMPLES:
         return

@@ -282,11 +282,10 @@ def ready_packing(state, progress=None):
 
 def ready_search(state, analysis: Analysis, vary, progress=None):
     """The layout search with these freedoms, or None and why not (a search not yet done is heavy work)."""
-    from advisor.analysis import SCALE_MODEL_SAMPLES
 
     if analysis.has_searched(vary):
         return guarded(lambda: analysis.searched(vary=vary))
-    memory = 4 * analysis_memory(analysis.hist.scale_model(SCALE_MODEL_SAMPLES))  # a few candidates kept at once
+    memory = 4 * analysis_memory(analysis.hist.scale_model())  # a few candidates kept at once
     return heavy(state, "the layout search", lambda: analysis.searched(progress=progress, vary=vary), memory=memory)
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
-from advisor.data.lengths import LengthHistogram, summarize
+from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.cache import HistogramCache, held_arrays
 from advisor.packing.config import PackingConfig
@@ -38,17 +38,15 @@ _SWEEPS = HistogramCache(16)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
 
-SWEEP_SAMPLES = 250_000  # past this the sweep runs on a scale model of the data (bench/bench_dashboard.py measures
-
-
 def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list[str], micro_batch_size: int = 4,
                   seed: int = 1234, pad_seq_to_mult: int = 1, progress=None, overlong: str = "truncate",
                   ) -> pd.DataFrame:
     """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines; computed once
-    per (data, settings) and kept. On more than ``SWEEP_SAMPLES`` samples the curves come from a scale model of the
-    data (same shape, fewer samples): the packs themselves are not shown, and the page's own packing stays exact."""
+    per (data, settings) and kept. On more than ``SCALE_MODEL_SAMPLES`` samples the curves come from a scale model
+    of the data (same shape, fewer samples): the packs themselves are not shown, and the page's own packing stays
+    exact."""
     setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult, overlong)
-    return _SWEEPS.get(hist, setting, lambda: _sweep(hist.scale_model(SWEEP_SAMPLES), pack_sizes, algorithms,
+    return _SWEEPS.get(hist, setting, lambda: _sweep(hist.scale_model(), pack_sizes, algorithms,
                                                      micro_batch_size, seed, pad_seq_to_mult, progress, overlong))
 
 
@@ -117,7 +115,6 @@ def candidates_table(result: SearchResult) -> pd.DataFrame:
 
 def search_note(analysis: Analysis, result: SearchResult | None = None) -> str | None:
     """Said under the candidates: none that keeps what the user fixed, and when they come from a scale model."""
-    from advisor.analysis import SCALE_MODEL_SAMPLES
 
     notes = []
     if result is not None and not result.best:
