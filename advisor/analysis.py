@@ -18,9 +18,9 @@ computes nothing.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
+from advisor import caches
 from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
 from advisor.advice.rules import check
 from advisor.advice.search import SearchResult, check_vary, search
@@ -28,7 +28,7 @@ from advisor.data.lengths import LengthHistogram
 from advisor.findings import Finding
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
-from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays, packing_arrays
+from advisor.packing.cache import PACKING_CACHE_BYTES, packing_arrays
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError, dump_plan
 from advisor.trial.launch import LAUNCH_FORMATS, trial_slurm, trial_torchrun
@@ -56,70 +56,88 @@ def check_overhead(gib: float) -> float:
     return float(gib)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Analysis:
-    """A plan on its data, every part computed on first use and kept."""
+    """A plan on its data, every part computed on first use and kept by the analysis (``_parts``): dashboard
+    sessions share analyses through the cache, so a part may be computed twice at once, never half-stored.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 8}})
+    >>> a = Analysis(plan=plan, hist=LengthHistogram.from_samples([3, 5]))
+    >>> a.computed("packing") is None, a.packing.num_packs, a.computed("packing") is a.packing
+    (True, 1, True)
+    """
 
     plan: Plan
     hist: LengthHistogram
     mfu: float | None = None  # None: the performance model; a number fixes the utilisation
     overhead_gib: float = DEFAULT_OVERHEAD_GIB
+    _parts: dict = field(default_factory=dict, init=False, repr=False)
 
-    @cached_property
+    def _part(self, name, compute):
+        if name not in self._parts:
+            self._parts.setdefault(name, compute())
+        return self._parts[name]
+
+    def computed(self, name: str):
+        """A part if it is computed already (``packing``, ``estimate``, ...), else None: asking costs nothing."""
+        return self._parts.get(name)
+
+    @property
     def packing(self) -> PackingResult | None:
         """Megatron-Bridge's offline packing of the data (None unless the plan packs offline)."""
-        return packing_of(self.plan, self.hist)
+        return self._part("packing", lambda: packing_of(self.plan, self.hist))
 
-    @cached_property
+    @property
     def packing_factor(self) -> float | None:
         """n: samples per pack, which divides the global batch (offline packing only)."""
-        p = self.packing
-        return p.metrics.num_sequences / p.num_packs if p is not None else None
+        return self.packing.packing_factor if self.packing is not None else None
 
-    @cached_property
+    @property
     def global_batch_packs(self) -> int | None:
         """Megatron-Bridge's global_batch_size with offline packing: the plan's samples per step over n."""
         return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else \
             self.plan.training.global_batch_packs
 
-    @cached_property
+    @property
     def estimate(self) -> Estimate:
-        return estimate(self.plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
+        return self._part("estimate", lambda: estimate(self.plan, self.hist, mfu=self.mfu,
+                                                       overhead_gib=self.overhead_gib))
 
-    @cached_property
+    @property
     def findings(self) -> tuple[Finding, ...]:
+        return self._part("findings", self._findings)
+
+    def _findings(self) -> tuple[Finding, ...]:
         try:
             memory = self.estimate.memory
         except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
             memory = None
         return tuple(check(self.plan, self.packing, memory))
 
-    @cached_property
+    @property
     def search(self) -> SearchResult:
         return self.searched()
 
-    @cached_property
-    def _searches(self) -> dict[frozenset[str], SearchResult]:
-        return {}
-
     def has_searched(self, vary=()) -> bool:
         """Whether the search with these freedoms is done (asking costs nothing)."""
-        return check_vary(vary) in self._searches
+        return ("search", check_vary(vary)) in self._parts
 
     def searched(self, progress=None, vary=()) -> SearchResult:
         """The layout search, kept once done per set of freedoms (``vary``: seq_length, batch; see
         advice/search.py); ``progress(stage, fraction)`` hears of each candidate."""
         vary = check_vary(vary)
-        if vary not in self._searches:
+
+        def run() -> SearchResult:
             # every candidate is an analysis of its own: the memory grid, other pages and later searches reuse them
             model = self.hist.scale_model()
 
             def estimator(plan: Plan) -> Estimate:
                 return analyze(plan, model, mfu=self.mfu, overhead_gib=self.overhead_gib).estimate
 
-            self._searches[vary] = search(self.plan, model, mfu=self.mfu, progress=progress, estimator=estimator,
-                                          vary=vary)
-        return self._searches[vary]
+            return search(self.plan, model, mfu=self.mfu, progress=progress, estimator=estimator, vary=vary)
+
+        return self._part(("search", vary), run)
 
     def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False, vary=()) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
@@ -156,10 +174,11 @@ class Analysis:
 def _analysis_arrays(a: Analysis) -> list:
     """What an analysis keeps alive: its packing, and its estimate's micro batches and online schedule (a search
     over a 512-GPU online plan once kept GiBs of them: counted now, so the budget drops the oldest)."""
-    return packing_arrays(a.__dict__.get("packing")) + held_arrays(a.__dict__.get("estimate"))
+    return packing_arrays(a.computed("packing")) + caches.held_arrays(a.computed("estimate"))
 
 
-_ANALYSES = HistogramCache(ANALYSIS_CACHE_SIZE, PACKING_CACHE_BYTES, _analysis_arrays)
+_ANALYSES = caches.bounded("analyses", size=ANALYSIS_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES,
+                           arrays=_analysis_arrays, by_histogram=True)
 
 
 def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,

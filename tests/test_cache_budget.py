@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from advisor.caches import HistogramCache, held_arrays
 from advisor.data.lengths import LengthHistogram
-from advisor.packing.cache import HistogramCache, held_arrays
 
 
 class Lazy:
@@ -17,7 +17,7 @@ class Lazy:
 
 
 def test_values_that_grow_after_storing_are_evicted_on_the_next_use():
-    cache = HistogramCache(64, 10_000, held_arrays)
+    cache = HistogramCache("test", 64, 10_000, held_arrays)
     hists = [LengthHistogram.from_samples([i + 1]) for i in range(5)]
     values = [cache.get(h, "x", Lazy) for h in hists]
     for v in values:

@@ -99,8 +99,8 @@ def test_check_cost_refuses_exactly_what_is_over_a_bound(cfg, steps):
 def test_an_analysis_cache_counts_the_online_schedule_it_keeps():
     """A search over an online plan on 512 GPUs kept GiBs of schedules the cache's byte budget did not see."""
     from advisor.analysis import _analysis_arrays, analyze
+    from advisor.caches import cache_budget
     from advisor.data.ingest import load_lengths
-    from advisor.packing.cache import cache_budget
     from advisor.plan import plan_from_dict
 
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 64, "tp": 2},

@@ -6,7 +6,7 @@ packing settings, so changing the model, layout or GPU re-estimates without pack
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class Estimate:
             "flops": {"model_per_step": self.flops.model_per_step, "computed_per_step": self.flops.computed_per_step,
                       "padding_waste": self.flops.padding_waste, "attention": self.flops.attention,
                       "attention_ratio_thd_over_block": self.flops.attention_ratio},
-            "time": self.time.__dict__,
+            "time": asdict(self.time),
             "packing": None if self.packing is None else self.packing.metadata,
             "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
             "online": None if self.online is None else online_summary(self.online),
@@ -122,7 +122,7 @@ def _left_out(plan: Plan, result: PackingResult) -> dict:
 
 def online_summary(run: RunSchedule) -> dict:
     """The schedule at a glance, as JSON: the summary, the buffer, and what the real scheduler refuses."""
-    return {**run.summary.__dict__, "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
+    return {**asdict(run.summary), "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
             "capacity": run.capacity, "padding_divisor": run.padding_divisor,
             "refused": [{"step": r.step, "reason": r.reason, "source": r.source} for r in run.refusals[:20]]}
 

@@ -45,10 +45,7 @@ def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
 
 def offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBatches:
     """One micro batch per pack (kept on the packing: a change of GPU or layout re-estimates without rebuilding)."""
-    kept = result.__dict__.setdefault("_micro_batches", {})
-    if fixed_length not in kept:
-        kept[fixed_length] = _offline_micro_batches(result, fixed_length)
-    return kept[fixed_length]
+    return result.derived(("micro_batches", fixed_length), lambda: _offline_micro_batches(result, fixed_length))
 
 
 def _offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBatches:

@@ -7,9 +7,10 @@ its tokenizer and packer on the real data set, gives the same packs hours later.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
@@ -86,9 +87,14 @@ def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.nda
     }
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # eq=False: compared by identity (arrays have no single truth)
 class PackingResult:
-    """Packs in CSR form (pack i = ``items[offsets[i]:offsets[i+1]]``, runtime lengths) and what they mean."""
+    """Packs in CSR form (pack i = ``items[offsets[i]:offsets[i+1]]``, runtime lengths) and what they mean.
+
+    ``per_pack`` holds (fill, samples, attention work sum(s^2)) per pack, computed with the metrics and reused by
+    charts and estimates. ``derived`` is what later layers compute from the packs and keep with them (the micro
+    batches of an estimate): owned here, so the packing cache counts it in its byte budget and drops it together.
+    """
 
     config: PackingConfig
     offsets: np.ndarray
@@ -99,6 +105,9 @@ class PackingResult:
     seconds: float
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    per_pack: tuple[np.ndarray, np.ndarray, np.ndarray] = field(repr=False)
+    _derived: dict = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def num_packs(self) -> int:
@@ -120,10 +129,18 @@ class PackingResult:
         """Samples packed with their tail cut (SFT data, or any data padded to a multiple past the cap)."""
         return self.runtime.num_truncated
 
-    @cached_property
-    def per_pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(fill, samples, attention work sum(s^2)) per pack, computed once (charts and estimates reuse it)."""
-        return per_pack(self.offsets, self.items)
+    def derived(self, key: Hashable, compute: Callable[[], object]):
+        """``compute()``'s value, computed once per key and kept with the packs (keys name their layer's concern,
+        e.g. ``("micro_batches", fixed_length)``)."""
+        with self._lock:
+            if key not in self._derived:
+                self._derived[key] = compute()
+            return self._derived[key]
+
+    def derived_values(self) -> list:
+        """Everything kept with the packs so far (for a cache's byte budget)."""
+        with self._lock:
+            return list(self._derived.values())
 
     def pack(self, i: int) -> list[int]:
         return self.items[self.offsets[i]: self.offsets[i + 1]].tolist()
@@ -189,6 +206,6 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
     if progress:
         progress("done", 1.0)
     result = PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
-                           seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes))
-    result.__dict__["per_pack"] = (fill, nseq, work)  # the cached property, already computed for the metrics
+                           seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes),
+                           per_pack=(fill, nseq, work))
     return result

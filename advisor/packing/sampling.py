@@ -8,7 +8,7 @@ the packing's own shuffle; packs scale with the data set's size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -56,7 +56,7 @@ class SampleEstimate:
     level: float
 
     def as_dict(self) -> dict:
-        return {k: (v.__dict__ if isinstance(v, Interval) else v) for k, v in self.__dict__.items()}
+        return asdict(self)  # the intervals become dicts too
 
 
 def _figures(lengths: np.ndarray, cfg: PackingConfig) -> tuple[float, float, float]:

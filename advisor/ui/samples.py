@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from advisor import caches
 from advisor.data.lengths import LengthHistogram
 from advisor.plan import Plan, PlanError, plan_from_dict, schema
 
@@ -41,6 +42,9 @@ def load_sample(name: str) -> LengthHistogram:
     from advisor.data.ingest import load_lengths
 
     return load_lengths(SAMPLE_DIR / SAMPLES[name][0])
+
+
+caches.listed("bundled samples", load_sample)
 
 
 def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:

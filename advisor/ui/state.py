@@ -238,7 +238,7 @@ def ready_analysis(state):
     """The session's analysis with its estimate computed, or None and why not: on big data (over BIG_DATA
     samples) computing it is heavy work the server's gate admits; a kept one is free."""
     analysis = analysis_of(state)
-    if "estimate" in analysis.__dict__ or state["hist"].num_samples <= BIG_DATA:
+    if analysis.computed("estimate") is not None or state["hist"].num_samples <= BIG_DATA:
         return analysis, None
     done, problem = heavy(state, "the analysis of this data", lambda: estimate_of(analysis),
                           memory=analysis_memory(state["hist"]))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from advisor import caches
 from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
-from advisor.packing.cache import HistogramCache, held_arrays
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
 from advisor.plan import Plan
@@ -34,7 +34,7 @@ def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
     return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
 
 
-_SWEEPS = HistogramCache(16)
+_SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
 
@@ -197,11 +197,12 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
 # ------------------------------------------------------------------------------------------ online packing
 def _comparison_arrays(comparison: PackingComparison) -> list:
     """The arrays a comparison holds: its runs' micro batches and schedules (shared ones counted once)."""
-    return held_arrays(comparison, depth=6)
+    return caches.held_arrays(comparison, depth=6)
 
 
 # the last few settings of the Online packing page, within a byte budget: the server's memory is shared
-_COMPARISONS = HistogramCache(8, 768 << 20, _comparison_arrays)
+_COMPARISONS = caches.bounded("packing comparisons", size=8, max_bytes=768 << 20, arrays=_comparison_arrays,
+                              by_histogram=True)
 
 
 def _comparison_key(plan: Plan, hist: LengthHistogram, megatron_lm: str, max_seqlen_per_dp_cp_rank: int | None):

@@ -20,6 +20,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
+from advisor import caches
 from advisor.data.guard import display_name
 from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
@@ -94,21 +95,24 @@ def _excluded_text(excluded) -> str:
 
 
 # ------------------------------------------------------------------------------------------- one shard
-_TOKENIZERS: dict = {}
+# A process tokenizes with one or two tokenizers; four kept (a transformers tokenizer holds ~100 MB of vocabulary)
+_TOKENIZERS = caches.bounded("tokenizers", size=4)
 # tokenizer classes whose transformers loading keeps tokenizer.json as written; any other (Qwen2Tokenizer,
 # GemmaTokenizer, ...) is rebuilt by transformers 5 from its vocabulary, as Megatron-Bridge's AutoTokenizer sees it
 GENERIC_CLASSES = (None, "", "PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def _tokenizer(path: str):
-    if path not in _TOKENIZERS:
-        from advisor.data.tokenize.tokenizer import load_tokenizer
+    return _TOKENIZERS.get(path, lambda: _load_tokenizer(path))
 
-        tok = load_tokenizer(path)
-        if tok.kind == "huggingface" and tok.tokenizer_class not in GENERIC_CLASSES:
-            tok = load_tokenizer(path, use_transformers=True)  # exact for model-specific classes (seconds to load)
-        _TOKENIZERS[path] = tok
-    return _TOKENIZERS[path]
+
+def _load_tokenizer(path: str):
+    from advisor.data.tokenize.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(path)
+    if tok.kind == "huggingface" and tok.tokenizer_class not in GENERIC_CLASSES:
+        tok = load_tokenizer(path, use_transformers=True)  # exact for model-specific classes (seconds to load)
+    return tok
 
 
 def _lengths_of(records: list[dict], job: TokenizeJob):

@@ -39,6 +39,8 @@ from collections.abc import Callable, ItemsView, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
+from advisor import caches
+
 MAX_TEMPLATE_CHARS = 1 << 19  # 512 Ki characters: real templates are 1-40 KiB
 MIN_OUT_CHARS = 1 << 20  # every record may render this much, whatever its size
 MAX_OUT_CHARS = 1 << 25  # 32 Mi characters: far beyond MAX_TOKENS' worth of useful text per sample
@@ -483,6 +485,9 @@ def _environment_class() -> type:
     return LimitedEnvironment
 
 
+caches.listed("template sandbox class", _environment_class)
+
+
 @functools.lru_cache(maxsize=1)
 def _environment():
     """Our environment, configured from the one transformers builds (trim_blocks, lstrip_blocks, its
@@ -502,6 +507,9 @@ def _environment():
     env.globals["lipsum"] = _lipsum(theirs.globals["lipsum"])
     env.finalize = _finalize
     return env
+
+
+caches.listed("template sandbox environment", _environment)
 
 
 def _finalize(value: Any) -> Any:
@@ -527,6 +535,9 @@ def compile_template(source: str):
     if len(source) > MAX_TEMPLATE_CHARS:
         raise TemplateLimit(f"its source has {len(source):,} characters; the cap is {MAX_TEMPLATE_CHARS:,}")
     return _environment().from_string(source)
+
+
+caches.listed("chat templates compiled", compile_template)
 
 
 # ------------------------------------------------------------------------------------------- rendering

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from advisor import caches
 from advisor.data.lengths import LengthHistogram
-from advisor.packing.cache import PACKING_CACHE_BYTES, HistogramCache, held_arrays
+from advisor.packing.cache import PACKING_CACHE_BYTES
 from advisor.packing.online.config import OnlineConfig
 from advisor.packing.online.inputs import expand_histogram
 from advisor.packing.online.results import RunSchedule
@@ -48,7 +49,8 @@ def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
 
 
 SCHEDULE_CACHE_BYTES = PACKING_CACHE_BYTES // 2  # a 512-GPU schedule holds hundreds of MB of per-rank arrays
-SCHEDULES = HistogramCache(SCHEDULE_CACHE_SIZE, SCHEDULE_CACHE_BYTES, held_arrays)
+SCHEDULES = caches.bounded("online schedules", size=SCHEDULE_CACHE_SIZE, max_bytes=SCHEDULE_CACHE_BYTES,
+                           arrays=caches.held_arrays, by_histogram=True)
 # None: every step of the epoch (the command line). A server sharing its memory sets a sample budget, and an epoch
 # over it is simulated as a scale model (schedule's max_samples): about 150 bytes a sample are held while scheduling.
 _SAMPLE_BUDGET: list[int | None] = [None]
