@@ -32,7 +32,7 @@ from advisor.limits import MAX_JSON_DEPTH, json_too_deep
 
 MAX_LENGTH = 2**24  # tokens in one sample: 16M, far above any context length trained today
 MAX_COUNT = 2**40  # samples on one histogram row
-MAX_TOKENS = 2**63  # sum of length x count must stay below: then every int64 sum downstream is exact
+MAX_TOTAL_TOKENS = 2**63  # sum of length x count must stay below: then every int64 sum downstream is exact
 MAX_DEPTH = MAX_JSON_DEPTH  # JSON nesting: a lengths file needs 3 ([{"input_ids": [...]}])
 MAX_COLUMNS = 10_000  # fields on a CSV's first line: pyarrow builds a column per field
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a 100M-row CSV of lengths; larger inputs should be histograms
@@ -452,8 +452,8 @@ def npy_array(data: bytes, header: NpyHeader) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- totals
-def check_totals(lengths: np.ndarray, counts: np.ndarray, source, *, max_tokens: int = MAX_TOKENS) -> None:
-    """Refuse when samples x length sum to ``max_tokens`` (2**63) or more, before int64 sums could wrap.
+def check_totals(lengths: np.ndarray, counts: np.ndarray, source, *, max_total: int = MAX_TOTAL_TOKENS) -> None:
+    """Refuse when samples x length sum to ``max_total`` (2**63) or more, before int64 sums could wrap.
 
     A float estimate answers nearly always; an exact Python-int sum is done only near the limit.
 
@@ -465,11 +465,11 @@ def check_totals(lengths: np.ndarray, counts: np.ndarray, source, *, max_tokens:
     lengths = np.asarray(lengths)
     counts = np.asarray(counts)
     approx = float(np.dot(lengths.astype(np.float64), counts.astype(np.float64)))
-    if approx < max_tokens / 4:
+    if approx < max_total / 4:
         return
     exact = sum(int(n) * int(c) for n, c in zip(lengths.tolist(), counts.tolist(), strict=True))
-    if exact >= max_tokens:
-        raise InputError(source, None, f"holds {exact:,} tokens (length x count summed), beyond {max_tokens - 1:,}: "
+    if exact >= max_total:
+        raise InputError(source, None, f"holds {exact:,} tokens (length x count summed), beyond {max_total - 1:,}: "
                          "the counts cannot be right")
 
 

@@ -19,7 +19,7 @@ from advisor.model.flops import FlopsCoefficients
 from advisor.model.micro_batches import MicroBatches
 from advisor.model.perf.calibration import EFFICIENCY
 from advisor.model.perf.step import StepWork, step_time
-from advisor.packing.algorithms import permutation
+from advisor.packing.permutation import permutation
 from advisor.plan import Plan
 
 

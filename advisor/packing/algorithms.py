@@ -1,9 +1,10 @@
 """Bin-packing algorithms over a histogram of runtime lengths, returning packs in CSR form.
 
 Megatron-Bridge's two (first_fit_shuffle, first_fit_decreasing) are reproduced exactly: the same packs, as
-multisets, in the same order. Two more are here to compare with: best_fit_decreasing, and Krell et al.'s
-shortest-pack-first histogram packing; ``exact_fill_decreasing`` is the strongest of them (see its docstring).
-Kernels are compiled with numba: Megatron-Bridge's pure-Python segment tree takes ~9 s for 1M samples.
+multisets, in the same order. Two more greedy ones are here to compare with: best_fit_decreasing, and Krell et
+al.'s shortest-pack-first histogram packing. Kernels are compiled with numba: Megatron-Bridge's pure-Python
+segment tree takes ~9 s for 1M samples. ``ALGORITHMS`` holds these and ``column_generation`` (near-optimal, with
+a lower bound; its own module), keyed by the plan's ``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
 
 Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v = 0..pack_size) and returns
 ``(offsets, items)``: pack i holds ``items[offsets[i]:offsets[i+1]]``, in the order the algorithm placed them.
@@ -11,10 +12,15 @@ Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v 
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
+from typing import get_args
 
 import numpy as np
 from numba import njit
+
+from advisor.packing.column_generation import column_generation
+from advisor.packing.permutation import shuffled_lengths
+from advisor.plan.schema import Algorithm
 
 # ---------------------------------------------------------------------------------------------- first fit
 
@@ -200,42 +206,6 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     return _first_fit_decreasing_hist(np.ascontiguousarray(counts, dtype=np.int64), pack_size)
 
 
-def shuffled_lengths(counts: np.ndarray, seed: int | None) -> np.ndarray:
-    """The order Megatron-Bridge's ``first_fit_shuffle`` packs in.
-
-    It lists lengths in ascending order from the histogram, then calls ``np.random.shuffle`` on that list after
-    ``np.random.seed(seed)`` (offline.py). numpy's legacy shuffle draws the same swaps for a list and a 1-D
-    array, so shuffling the array with a ``RandomState(seed)`` gives the same permutation without touching the
-    caller's global RNG state.
-    """
-    items = np.repeat(np.arange(counts.size, dtype=np.int32), counts)
-    return items[permutation(items.size, seed)]
-
-
-_PERMUTATIONS: dict = {}  # (n, seed) -> permutation; four kept (64 MB each at 16M samples)
-_PERMUTATIONS_LOCK = threading.Lock()
-
-
-def permutation(n: int, seed: int | None) -> np.ndarray:
-    """The positions ``np.random.RandomState(seed).shuffle`` moves n items to (``permutation(n)`` makes the same
-    swaps on ``arange(n)``). The swaps depend only on n and the seed, not on the values, so a new pack size (which
-    changes the runtime lengths, not their count) reuses them: drawing 16M swaps takes 0.7 s."""
-    if seed is None:  # numpy seeds itself from the OS: a fresh draw each time, nothing to reuse
-        return np.random.RandomState(None).permutation(n)
-    key = (n, seed)
-    with _PERMUTATIONS_LOCK:  # dashboard sessions pack in threads of one process
-        perm = _PERMUTATIONS.get(key)
-    if perm is None:
-        perm = np.random.RandomState(seed).permutation(n)
-        perm = perm.astype(np.int32) if n < 2**31 else perm
-        perm.setflags(write=False)  # shared by every caller: nobody may shuffle it in place
-        with _PERMUTATIONS_LOCK:
-            while len(_PERMUTATIONS) >= 4:
-                _PERMUTATIONS.pop(next(iter(_PERMUTATIONS)))
-            _PERMUTATIONS[key] = perm
-    return perm
-
-
 def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234):
     """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order.
 
@@ -335,111 +305,7 @@ def best_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = N
     return _best_fit_decreasing_hist(counts, pack_size, max(1, int(counts.sum())))
 
 
-# ---------------------------------------------------------------------------------------------- column generation
-
-
-@njit(cache=True, nogil=True)
-def _price_pattern(duals, lengths, pack_size):
-    """Unbounded knapsack: the pack of most total dual value (Gilmore-Gomory pricing), O(pack_size * types)."""
-    best = np.zeros(pack_size + 1)
-    last = np.full(pack_size + 1, -1, np.int64)
-    for t in range(duals.size):
-        w, val = lengths[t], duals[t]
-        if val <= 0:
-            continue
-        for c in range(w, pack_size + 1):
-            if best[c - w] + val > best[c] + 1e-12:
-                best[c] = best[c - w] + val
-                last[c] = t
-    c = np.argmax(best)
-    value = best[c]
-    pattern = np.zeros(duals.size, np.int64)
-    while c > 0 and last[c] >= 0:
-        t = last[c]
-        pattern[t] += 1
-        c -= lengths[t]
-    return value, pattern
-
-
-def column_generation(counts: np.ndarray, pack_size: int, seed: int | None = None, *, time_limit: float = 30.0,
-                      progress=None, stats: dict | None = None):
-    """Near-optimal packing of a histogram: Gilmore-Gomory column generation, then rounding.
-
-    Solves the LP relaxation of bin packing over pack patterns (HiGHS, warm-started; patterns priced by a
-    knapsack over the duals), packs floor(x) copies of each pattern, and first-fit-decreases what is left. The
-    LP optimum is a lower bound on packs for *any* algorithm, tighter than L2: on SQuAD@384 it proves no
-    packing beats 99.00 % (L2 suggests 99.85 %). Stops early once Farley's bound shows the LP cannot improve
-    the rounded bound. ``stats`` (if given) receives ``lp_bound`` and ``iterations``.
-
-    >>> offsets, items = column_generation(np.array([0, 0, 3, 2, 0]), 4)   # 2,2,2,3,3 into packs of 4
-    >>> sorted(sorted(items[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:]))
-    [[2], [2, 2], [3], [3]]
-    """
-    import time
-
-    import highspy
-
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    lengths = np.nonzero(counts)[0]
-    lengths = lengths[lengths > 0]
-    if lengths.size == 0:
-        return first_fit_decreasing(counts, pack_size)
-    demand = counts[lengths].astype(np.float64)
-    n = lengths.size
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    inf = highspy.kHighsInf
-    h.addRows(n, demand, np.full(n, inf), 0, np.array([0], np.int32), np.array([], np.int32), np.array([], float))
-    patterns: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def add(idx, mult):
-        h.addCol(1.0, 0.0, inf, idx.size, idx.astype(np.int32), mult.astype(np.float64))
-        patterns.append((idx, mult))
-
-    for t, v in enumerate(lengths):  # start from packs of one length each
-        add(np.array([t]), np.array([min(pack_size // v, counts[v])]))
-    start, iterations, bound = time.perf_counter(), 0, 0.0
-    while True:
-        h.run()
-        z = h.getInfo().objective_function_value
-        duals = np.abs(np.asarray(h.getSolution().row_dual))  # >= rows of a minimisation: duals >= 0
-        value, pattern = _price_pattern(duals, lengths.astype(np.int64), pack_size)
-        iterations += 1
-        bound = max(bound, z / max(value, 1.0))  # Farley: the LP optimum is at least z / max pattern value
-        if value <= 1 + 1e-9 or np.ceil(bound - 1e-9) >= np.ceil(z - 1e-9) or time.perf_counter() - start > time_limit:
-            break
-        if progress is not None and iterations % 50 == 0:
-            progress("column generation", min(0.99, bound / z))
-        idx = np.nonzero(pattern)[0]
-        add(idx, pattern[idx])
-    if value <= 1 + 1e-9:
-        bound = z
-    x = np.floor(np.asarray(h.getSolution().col_value) + 1e-9).astype(np.int64)
-    if stats is not None:
-        stats.update(lp_bound=float(bound), iterations=iterations)
-    avail = counts.copy()
-    pack_lists: list[np.ndarray] = []
-    pack_sizes: list[np.ndarray] = []
-    for p in np.nonzero(x)[0]:
-        idx, mult = patterns[p]
-        # a covering LP may over-produce a length; take only whole copies that the samples left can fill, and
-        # leave the rest to first fit decreasing below
-        copies = int(min(x[p], (avail[lengths[idx]] // mult).min()))
-        if copies == 0:
-            continue
-        avail[lengths[idx]] -= copies * mult
-        one = np.repeat(lengths[idx][::-1], mult[::-1]).astype(np.int32)
-        pack_lists.append(np.tile(one, copies))
-        pack_sizes.append(np.full(copies, one.size, np.int64))
-    zeros = avail[0]
-    avail[0] = 0
-    rest_offsets, rest_items = first_fit_decreasing(avail, pack_size)
-    sizes = np.concatenate(pack_sizes + [np.diff(rest_offsets)])
-    items = np.concatenate(pack_lists + [rest_items]) if pack_lists else rest_items
-    if zeros:  # length-0 samples join the first pack, as first fit would put them
-        items = np.concatenate([items[: sizes[0]], np.zeros(zeros, np.int32), items[sizes[0]:]])
-        sizes[0] += zeros
-    return np.concatenate([[0], np.cumsum(sizes)]), items
+# ---------------------------------------------------------------------------------------------- shortest pack first
 
 
 def shortest_pack_first(counts: np.ndarray, pack_size: int, seed: int | None = None,
@@ -497,11 +363,31 @@ def shortest_pack_first(counts: np.ndarray, pack_size: int, seed: int | None = N
     return np.concatenate([[0], np.cumsum(sizes_arr)]), items_arr
 
 
-ALGORITHMS = {
+# ---------------------------------------------------------------------------------------------- the registry
+Packer = Callable[..., tuple[np.ndarray, np.ndarray]]  # (counts, pack_size, seed) -> (offsets, items)
+
+# Keyed by the plan's ``Algorithm`` names, the one vocabulary: a plan can name only these, and each has a packer.
+ALGORITHMS: dict[Algorithm, Packer] = {
     "first_fit_shuffle": first_fit_shuffle,
     "first_fit_decreasing": first_fit_decreasing,
     "best_fit_decreasing": best_fit_decreasing,
     "shortest_pack_first": shortest_pack_first,
     "column_generation": column_generation,
 }
-MEGATRON_BRIDGE_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing")
+MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = ("first_fit_shuffle", "first_fit_decreasing")  # reproduced exactly
+
+
+def _check_vocabulary() -> None:
+    """Refuse to import when the registry and the plan's ``Algorithm`` disagree: a plan could then name an
+    algorithm nothing packs with, or a packer exist that no plan can choose. Not an ``assert``: ``python -O``
+    would skip it."""
+    names = set(get_args(Algorithm))
+    problems = [f"{what} {sorted(found)}" for what, found in (
+        ("no packer in ALGORITHMS for", names - set(ALGORITHMS)),
+        ("ALGORITHMS has names the plan does not:", set(ALGORITHMS) - names),
+        ("MEGATRON_BRIDGE_ALGORITHMS has names the plan does not:", set(MEGATRON_BRIDGE_ALGORITHMS) - names)) if found]
+    if problems:
+        raise RuntimeError("the packing algorithms and advisor.plan.schema.Algorithm differ: " + "; ".join(problems))
+
+
+_check_vocabulary()

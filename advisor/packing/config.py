@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.packing.algorithms import ALGORITHMS
+from advisor.plan.schema import Algorithm
 
-MB_DEFAULT_ALGORITHM = "first_fit_shuffle"  # prepare_gpt_sft_packed_data's default; the builder passes no other
+# prepare_gpt_sft_packed_data's default; the builder passes no other
+MB_DEFAULT_ALGORITHM: Algorithm = "first_fit_shuffle"
 MB_DEFAULT_SEED = 1234  # GPTSFTDatasetConfig.seed (data/builders/gpt_sft.py, 0.6.2)
 OVERLONG = ("truncate", "skip")
 
@@ -25,7 +27,7 @@ class PackingConfig:
     """
 
     pack_size: int
-    algorithm: str = MB_DEFAULT_ALGORITHM
+    algorithm: Algorithm = MB_DEFAULT_ALGORITHM  # checked against ALGORITHMS below: a dataclass does not check types
     seed: int | None = MB_DEFAULT_SEED
     pad_seq_to_mult: int | None = 1
     max_seq_length: int | None = None

@@ -35,7 +35,8 @@ PACKING_MODES = ("offline", "in-batch", "online", "none", "auto")
 RECOMPUTE = ("none", "selective", "full")
 PEFT = ("none", "lora")
 CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine spells all_gather with an underscore
-# the names of advisor.packing.algorithms.ALGORITHMS (a test keeps them equal: the plan sits below packing)
+# the packing algorithms' names, the one vocabulary: advisor.packing.algorithms refuses to import unless its
+# ALGORITHMS has exactly these (the check is there because the plan sits below packing)
 Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
                     "column_generation"]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
