@@ -50,7 +50,8 @@ class BoundedCache:
             self.misses += 1
         value = compute()  # outside the lock: a long computation never blocks another session's hit
         with self._lock:
-            self.entries[key] = value
+            # computed twice at once: every caller shares the first value stored (one array, not two copies)
+            value = self.entries.setdefault(key, value)
             self.entries.move_to_end(key)
             self._trim()
         return value

@@ -20,7 +20,7 @@ from numba import njit
 
 from advisor.packing.column_generation import column_generation
 from advisor.packing.permutation import shuffled_lengths
-from advisor.plan.schema import Algorithm
+from advisor.vocabulary import MEGATRON_BRIDGE_ALGORITHMS, Algorithm  # re-exported: the two reproduced exactly
 
 # ---------------------------------------------------------------------------------------------- first fit
 
@@ -374,7 +374,6 @@ ALGORITHMS: dict[Algorithm, Packer] = {
     "shortest_pack_first": shortest_pack_first,
     "column_generation": column_generation,
 }
-MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = ("first_fit_shuffle", "first_fit_decreasing")  # reproduced exactly
 
 
 def _check_vocabulary() -> None:
@@ -387,7 +386,7 @@ def _check_vocabulary() -> None:
         ("ALGORITHMS has names the plan does not:", set(ALGORITHMS) - names),
         ("MEGATRON_BRIDGE_ALGORITHMS has names the plan does not:", set(MEGATRON_BRIDGE_ALGORITHMS) - names)) if found]
     if problems:
-        raise RuntimeError("the packing algorithms and advisor.plan.schema.Algorithm differ: " + "; ".join(problems))
+        raise RuntimeError("the packing algorithms and advisor.vocabulary.Algorithm differ: " + "; ".join(problems))
 
 
 _check_vocabulary()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.packing.algorithms import ALGORITHMS
-from advisor.plan.schema import Algorithm
+from advisor.vocabulary import Algorithm
 
 # prepare_gpt_sft_packed_data's default; the builder passes no other
 MB_DEFAULT_ALGORITHM: Algorithm = "first_fit_shuffle"

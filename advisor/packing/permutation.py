@@ -6,15 +6,15 @@ runtime lengths, same count) or a new GPU (same micro batches) reuses them inste
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-__all__ = ["MAX_CACHED", "clear", "permutation", "shuffled_lengths"]
+from advisor import caches
+
+__all__ = ["MAX_CACHED", "permutation", "shuffled_lengths"]
 
 MAX_CACHED = 4  # permutations kept: an int32 one of 16M samples is 64 MB, so at most 256 MB
-_cache: dict[tuple[int, int], np.ndarray] = {}  # (n, seed) -> permutation, least recently used first
-_lock = threading.Lock()  # dashboard sessions pack in threads of one process
+# (n, seed) -> permutation; locked, as dashboard sessions pack in threads of one process
+_PERMUTATIONS = caches.bounded("shuffle permutations", size=MAX_CACHED, arrays=lambda perm: [perm])
 
 
 def shuffled_lengths(counts: np.ndarray, seed: int | None) -> np.ndarray:
@@ -42,25 +42,11 @@ def permutation(n: int, seed: int | None) -> np.ndarray:
     """
     if seed is None:  # numpy seeds itself from the OS: a fresh draw each time, nothing to reuse
         return np.random.RandomState(None).permutation(n)
-    key = (n, seed)
-    with _lock:
-        perm = _cache.pop(key, None)
-        if perm is not None:
-            _cache[key] = perm  # back in as the most recently used
-            return perm
-    perm = np.random.RandomState(seed).permutation(n)  # outside the lock: 0.7 s that other sessions need not wait
+    return _PERMUTATIONS.get((n, seed), lambda: _drawn(n, seed))
+
+
+def _drawn(n: int, seed: int) -> np.ndarray:
+    perm = np.random.RandomState(seed).permutation(n)  # 0.7 s at 16M, drawn outside the cache's lock
     perm = perm.astype(np.int32) if n < 2**31 else perm
     perm.setflags(write=False)  # shared by every caller: nobody may shuffle it in place
-    with _lock:
-        if key in _cache:  # another thread drew the same one meanwhile: share its array
-            return _cache[key]
-        while len(_cache) >= MAX_CACHED:
-            _cache.pop(next(iter(_cache)))
-        _cache[key] = perm
     return perm
-
-
-def clear() -> None:
-    """Forget every cached permutation (for tests, and to give the memory back)."""
-    with _lock:
-        _cache.clear()

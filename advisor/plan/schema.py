@@ -27,18 +27,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.vocabulary import (
+    Algorithm,
+    CpCommType,
+    DataFormat,
+    MegatronLmBranch,
+    OnlineScheduler,
+    PackingMode,
+    Peft,
+    Recompute,
+    Task,
+)
 
 __all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from_dict"]
 
-TASKS = ("llm-sft", "vlm-sft", "pretrain")
-PACKING_MODES = ("offline", "in-batch", "online", "none", "auto")
-RECOMPUTE = ("none", "selective", "full")
-PEFT = ("none", "lora")
-CP_COMM_TYPES = ("p2p", "a2a", "all_gather", "a2a+p2p")  # Transformer Engine spells all_gather with an underscore
-# the packing algorithms' names, the one vocabulary: advisor.packing.algorithms refuses to import unless its
-# ALGORITHMS has exactly these (the check is there because the plan sits below packing)
-Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
-                    "column_generation"]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
 # The SFT recipes' dataset seed, which seeds the offline packing shuffle: MB 0.6.2 recipes/utils/dataset_utils.py
@@ -171,7 +173,7 @@ class ParallelSpec(_Section):
     etp: int = _int(1, 1024, "expert tensor parallel size (MoE)", 1)
     vpp: int | None = Field(None, ge=1, le=1024, description="virtual pipeline stages per rank; needs pp > 1")
     sp: bool = Field(False, description="sequence parallelism (with TP > 1)")
-    cp_comm_type: Literal["p2p", "a2a", "all_gather", "a2a+p2p"] = Field(
+    cp_comm_type: CpCommType = Field(
         "p2p", description="how CP ranks exchange K/V (Transformer Engine)")
     hierarchical_cp_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
         None, max_length=4, description="for a2a+p2p: [a2a size, p2p size], multiplying to cp")
@@ -194,7 +196,7 @@ class ParallelSpec(_Section):
         return int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
 
 class TrainingSpec(_Section):
-    task: Literal["llm-sft", "vlm-sft", "pretrain"] = Field("llm-sft", description="what is trained")
+    task: Task = Field("llm-sft", description="what is trained")
     seq_length: int = _int(1, MAX_TOKENS, "sequence length, tokens (samples longer are truncated)", 4096)
     micro_batch_size: int = _int(1, 4096, "rows per micro batch (1 with offline packing: a row is a pack)", 1)
     global_batch_size: int | None = Field(128, ge=1, le=1 << 24, description=(
@@ -204,12 +206,12 @@ class TrainingSpec(_Section):
     global_batch_packs: int | None = Field(None, ge=1, le=1 << 24, description=(
         "PACKS per optimizer step: Megatron-Bridge's global_batch_size with offline packing, as an MB config "
         "writes it (a multiple of DP); exclusive with global_batch_size"))
-    recompute: Literal["none", "selective", "full"] = Field("selective", description="activation recompute")
+    recompute: Recompute = Field("selective", description="activation recompute")
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
     grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
                                                         "default; performance recipes turn it off: half the bytes)")
     precision: Literal["bf16"] = Field("bf16", description="training precision")
-    peft: Literal["none", "lora"] = Field("none", description="parameter-efficient fine-tuning")
+    peft: Peft = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank", 16)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
     epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
@@ -232,7 +234,7 @@ class TrainingSpec(_Section):
 
 
 class PackingSpec(_Section):
-    mode: Literal["offline", "in-batch", "online", "none", "auto"] = Field(
+    mode: PackingMode = Field(
         "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training; online: "
                             "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler)")
     pack_size: int | None = Field(None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; "
@@ -244,9 +246,9 @@ class PackingSpec(_Section):
     pad_seq_to_mult: int | None = Field(None, ge=1, le=65536, description="pad each sequence to a multiple of "
                                                                           "this; null = the CP/SP rule")
     # online mode (Megatron-LM): which commit's scheduler, which scheduler, and the per-rank buffer
-    megatron_lm: Literal["main", "dev"] = Field("dev", description="online: Megatron-LM branch whose scheduler "
+    megatron_lm: MegatronLmBranch = Field("dev", description="online: Megatron-LM branch whose scheduler "
                                                                    "runs (main d98e8a64 has it but does not call it)")
-    scheduler: Literal["dp_balanced", "default_dynamic_cp"] = Field(
+    scheduler: OnlineScheduler = Field(
         "dp_balanced", description="online: --sequence-packing-scheduler (default_dynamic_cp: dev only)")
     max_seqlen_per_dp_cp_rank: int | None = Field(None, ge=1, le=MAX_TOKENS, description="online: tokens a "
                                                   "DP x CP rank holds per micro batch; null = Megatron-LM's default")
@@ -256,7 +258,7 @@ class DataSpec(_Section):
     lengths: str | None = Field(None, max_length=4096, description="lengths file; a relative path is read from "
                                                                    "the plan file's folder")
     column: str | None = Field(None, max_length=256, description="column or field holding the lengths")
-    format: Literal["sft", "chat"] = Field(
+    format: DataFormat = Field(
         "sft", description="what the lengths are (python -m advisor tokenize records it): sft = GPTSFTDataset, "
                            "which truncates to the max length; chat = GPTSFTChatDataset, which does not, so offline "
                            "packing skips samples longer than the pack (create_hist)")

@@ -30,9 +30,9 @@ from typing import Any, Literal, get_args
 
 from advisor.plan import PlanError
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
-from advisor.plan.schema import Algorithm
 from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS
 from advisor.ui.state import analysis_of, set_plan
+from advisor.vocabulary import Algorithm, Recompute
 
 Kind = Literal["number", "select", "toggle", "radio"]
 BATCH_UNITS = ("samples", "packs")
@@ -127,7 +127,7 @@ def _pad_write(state, value) -> dict:
 
 
 def _recompute_options(state) -> list[str]:
-    return ["none", "selective", "full"]
+    return list(get_args(Recompute))
 
 
 def _model_field(name: str) -> Control:

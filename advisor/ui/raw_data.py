@@ -13,10 +13,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 from advisor.data.guard import open_parquet
 from advisor.data.lengths import check_expandable
 from advisor.errors import InputError
+from advisor.vocabulary import DataFormat
 
 BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "tokenizers"
 ENV = "ADVISOR_TOKENIZER_DIRS"  # os.pathsep-separated folders: tokenizer folders, or folders of them
@@ -25,6 +27,7 @@ MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the comm
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
 MAX_BATCH_MB = 4  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
+FORMATS: tuple[DataFormat, ...] = get_args(DataFormat)  # the raw formats the upload tokenizes
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
 MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 

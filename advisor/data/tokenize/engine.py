@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
+from typing import get_args
 
 import numpy as np
 
@@ -25,9 +26,10 @@ from advisor.data.guard import display_name
 from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
 from advisor.errors import InputError
+from advisor.vocabulary import DataFormat
 
 ENGINES = ("local", "ray")
-FORMATS = ("sft", "chat")
+FORMATS: tuple[DataFormat, ...] = get_args(DataFormat)
 MAX_EXAMPLES = 3  # locations kept per kind of problem: the first is shown, the count is exact
 
 

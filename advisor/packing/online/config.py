@@ -7,13 +7,16 @@ The alternative, a plan's full ModelParallelConfig, carries hundreds of fields t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from advisor.errors import InputError, excerpt
 from advisor.limits import MAX_GPUS, MAX_TOKENS
+from advisor.vocabulary import MegatronLmBranch, OnlineScheduler
 
 COMMITS = {"main": "d98e8a64", "dev": "d48bd6be"}
 # megatron/core/datasets/data_schedule.py scheduler_map (dev) / PackingSchedulerEnum (main)
-SCHEDULERS = {"main": ("dp_balanced",), "dev": ("dp_balanced", "default_dynamic_cp")}
+SCHEDULERS: dict[MegatronLmBranch, tuple[OnlineScheduler, ...]] = {"main": ("dp_balanced",),
+                                                                   "dev": get_args(OnlineScheduler)}
 # mock_sft: dev's MockSFTDataset (one sequence a sample); sft: SFTDataset with one conversation a line;
 # custom: a dataset that hands the scheduler the lengths as given (padded_seq_len, as VarlenDataset does)
 DATASETS = ("mock_sft", "sft", "custom")

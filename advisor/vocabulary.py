@@ -1,0 +1,27 @@
+"""The names the plan, the engine, the command line and the pages share: one ``Literal`` per concept, read with
+``typing.get_args`` wherever a tuple is needed (as torchtitan's configs do), so a name is typed exactly once.
+
+Kept apart from the plan's pydantic model so the lower layers (packing, the tokenizer's engine) and the command
+line's parser use them without importing pydantic (``advisor pack`` of a small file starts in well under a second).
+
+>>> get_args(Algorithm)[:2] == MEGATRON_BRIDGE_ALGORITHMS
+True
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Task = Literal["llm-sft", "vlm-sft", "pretrain"]
+PackingMode = Literal["offline", "in-batch", "online", "none", "auto"]
+Recompute = Literal["none", "selective", "full"]
+Peft = Literal["none", "lora"]
+CpCommType = Literal["p2p", "a2a", "all_gather", "a2a+p2p"]  # Transformer Engine spells all_gather with an underscore
+# the packing algorithms: the first two are Megatron-Bridge's own (reproduced exactly), the others the advisor's;
+# advisor.packing.algorithms refuses to import unless its registry has exactly these
+Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
+                    "column_generation"]
+MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)[:2]
+MegatronLmBranch = Literal["main", "dev"]
+OnlineScheduler = Literal["dp_balanced", "default_dynamic_cp"]  # Megatron-LM's --sequence-packing-scheduler
+DataFormat = Literal["sft", "chat"]  # GPTSFTDataset (truncates) and GPTSFTChatDataset (skips overlong samples)
