@@ -6,7 +6,7 @@ from advisor.plan import dump_plan
 from advisor.ui import charts, links, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, explained, progress
+from pages._frame import errors, explained, number, progress
 
 st.title("Sequence packing advisor")
 st.caption("Plan packed-sequence and long-context training on Megatron-Bridge / Megatron-LM from your data's "
@@ -25,10 +25,7 @@ with left:
         st.session_state["last_upload"] = (upload.name, upload.size)
         ui.use_upload(st.session_state, upload.getvalue(), upload.name)
     with st.expander("Or draw Megatron-LM's mock lognormal"):
-        mean = st.number_input("mean_seq_len", 16, 1_000_000, 2048, help=H("lognormal"))
-        sigma = st.number_input("lognormal_sigma", 0.01, 5.0, 1.1, help=H("lognormal"))
-        lo = st.number_input("min_seq_len", 1, 1_000_000, 128, help=H("lognormal"))
-        hi = st.number_input("max_seq_len", 2, 1_000_000, 8192, help=H("lognormal"))
+        mean, sigma, lo, hi = (number(f, help=H("lognormal")) for f in ui.LOGNORMAL_INPUTS)
         if st.button("Draw"):
             ui.use_lognormal(st.session_state, mean, sigma, int(lo), int(hi))
     with st.expander("Or from raw data: JSONL or Parquet and a tokenizer"):
@@ -36,7 +33,7 @@ with left:
         tokenizer = st.selectbox("Tokenizer (installed on the server)", list(raw_data.tokenizer_choices()),
                                  help=H("raw_tokenizer"))
         fmt = st.radio("Format", raw_data.FORMATS, horizontal=True, help=H("raw_format"))
-        max_len = int(st.number_input("max_seq_length (sft)", 16, 1 << 20, 4096, help=H("raw_max_seq_length")))
+        max_len = int(number(ui.RAW_MAX_SEQ_LENGTH, help=H("raw_max_seq_length")))
         if st.button("Tokenize", disabled=raw is None, help=H("raw_tokenize")):
             with progress("tokenizing") as bar:
                 raw_data.use_raw_upload(st.session_state, raw.getvalue(), raw.name, tokenizer, fmt, max_len,

@@ -73,5 +73,4 @@ if result:
         st.warning(ui.plain(w))
     if kernel_note:
         st.info(ui.plain(kernel_note))
-    st.write(f"Parity: loss {result['loss_parity']['max_abs_diff']:.2e}, gradients "
-             f"{result['grad_parity']['max_rel_diff']:.2e} (bounds 1e-5 and 1e-4)")
+    st.write(ui.plain(trial_view.parity_text(result)))

@@ -28,6 +28,13 @@ def control(name: str, where=st):
     return where.selectbox(c.label, controls.options(st.session_state, name), **kw)
 
 
+def number(spec, where=st, **kw):
+    """A number input with the bounds and default of ``spec`` (advisor/ui/samples.py Number), which the server
+    checks again: integers stay integers."""
+    cast = int if all(float(v).is_integer() for v in (spec.lo, spec.hi, spec.default)) else float
+    return where.number_input(spec.label, cast(spec.lo), cast(spec.hi), cast(spec.default), **kw)
+
+
 def explained(fig, key: str, where=st) -> None:
     """A chart and, under it, what it shows (advisor/ui/explain.py)."""
     where.plotly_chart(fig, width="stretch")

@@ -200,3 +200,24 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
     at.number_input(key=CONTROLS["parallel.gpus"].key).set_value(7).run()
     assert at.error and at.session_state["plan"].parallel.gpus == 16
     assert at.number_input(key=CONTROLS["parallel.gpus"].key).value == 16
+
+
+def test_the_lognormal_draw_takes_the_bounds_it_shows_and_keeps_the_data_on_a_refusal():
+    from advisor.data.megatron_mock import lognormal_lengths
+    from advisor.ui import state as ui
+
+    at = run("app.py")
+    inputs = {n.label: n for n in at.number_input}
+    for spec in ui.LOGNORMAL_INPUTS:  # the page draws each with the bounds the server checks
+        assert (inputs[spec.label].min, inputs[spec.label].max, inputs[spec.label].value) == \
+            (spec.lo, spec.hi, spec.default)
+    state: dict = {}
+    assert ui.use_lognormal(state, 1000, 0.5, 100, 4000, samples=1000)
+    drawn = state["hist"]
+    assert drawn.num_samples == 1000 and drawn.lengths.min() >= 100 and drawn.lengths.max() <= 4000
+    assert drawn.total_tokens == int(lognormal_lengths(1000, 1000, 0.5, 100, 4000).sum())  # Megatron-LM's draw
+    sigma = ui.LOGNORMAL_INPUTS[1]
+    assert not ui.use_lognormal(state, 1000, sigma.hi * 2, 100, 4000, samples=1000)
+    assert state["hist"] is drawn and f"lognormal_sigma {sigma.hi * 2:g} is outside" in state["upload_error"]
+    assert not ui.use_lognormal(state, 1000, 0.5, 5000, 4000, samples=1000)
+    assert state["hist"] is drawn and "min_seq_len 5000 is over max_seq_len 4000" in state["upload_error"]

@@ -7,11 +7,13 @@ server to compute (the engine's own limits are wider).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from advisor import caches
 from advisor.data.lengths import LengthHistogram
+from advisor.data.megatron_mock import MAX_SIGMA
 from advisor.plan import Plan, PlanError, plan_from_dict, schema
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
@@ -32,6 +34,7 @@ DEFAULT_SAMPLE = "SQuAD 1.1 (real, 88k)"
 
 
 MAX_GPUS = schema.MAX_GPUS  # the Memory page's GPU control goes as far as a plan may
+
 
 
 MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sequences, packs and sweeps stop at 1M tokens (the engine takes 2^24)
@@ -70,3 +73,24 @@ def within_budget(plan: Plan, source: str = "plan") -> Plan:
         raise PlanError(source, problems)
     return plan
 
+
+@dataclass(frozen=True, kw_only=True)
+class Number:
+    """A number a visitor types on the home page, with the bounds the server checks it against too."""
+
+    label: str
+    lo: float
+    hi: float
+    default: float
+
+    def holds(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+
+# Megatron-LM's mock lognormal (megatron/training/datasets/sft_dataset.py MockSFTDataset); its own defaults are
+# mean 2048, sigma 1.1, [100, 4096]
+LOGNORMAL_INPUTS = (Number(label="mean_seq_len", lo=16, hi=MAX_DASHBOARD_PACK, default=2048),
+                    Number(label="lognormal_sigma", lo=0.01, hi=MAX_SIGMA, default=1.1),
+                    Number(label="min_seq_len", lo=1, hi=MAX_DASHBOARD_PACK, default=128),
+                    Number(label="max_seq_len", lo=2, hi=MAX_DASHBOARD_PACK, default=8192))
+RAW_MAX_SEQ_LENGTH = Number(label="max_seq_length (sft)", lo=16, hi=MAX_DASHBOARD_PACK, default=4096)

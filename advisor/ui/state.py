@@ -22,8 +22,10 @@ from advisor.ui import text
 from advisor.ui.links import plan_from_query
 from advisor.ui.samples import (  # noqa: F401 - the pages reach these through the session module
     DEFAULT_SAMPLE,
+    LOGNORMAL_INPUTS,
     MAX_DASHBOARD_PACK,
     MAX_GPUS,
+    RAW_MAX_SEQ_LENGTH,
     SAMPLES,
     default_plan,
     load_sample,
@@ -133,9 +135,11 @@ def _parse_upload(data: bytes, name: str) -> LengthHistogram:
 
 def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: int = LOGNORMAL_SAMPLES) -> bool:
     """Megatron-LM's mock lognormal (seed 0), as a data set."""
-    if not (0 < sigma <= 10 and 1 <= lo <= hi <= 1 << 24 and 0 < mean <= 1 << 24 and 1 <= samples <= 10_000_000):
-        state["upload_error"] = (f"lognormal: need 0 < sigma <= 10, 1 <= min <= max <= 2^24 and a positive mean "
-                                 f"(got mean {mean:g}, sigma {sigma:g}, min {lo}, max {hi})")
+    values = (mean, sigma, lo, hi)
+    bad = [f"{f.label} {v:g} is outside {f.lo:g}..{f.hi:g}" for f, v in zip(LOGNORMAL_INPUTS, values, strict=True)
+           if not f.holds(v)] + ([f"min_seq_len {lo} is over max_seq_len {hi}"] if lo > hi else [])
+    if bad or not 1 <= samples <= 10_000_000:
+        state["upload_error"] = "lognormal: " + "; ".join(bad or [f"{samples} samples is outside 1..10,000,000"])
         return False
     hist = LengthHistogram.from_samples(lognormal_lengths(samples, mean, sigma, lo, hi),
                                         source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])")

@@ -56,3 +56,17 @@ def results_chart(result: dict) -> go.Figure:
                             f"{predicted})", yaxis_title="real tokens/s, min-max over steps",
                       margin=dict(t=50, b=40))
     return fig
+
+
+def parity_text(result: dict) -> str:
+    """The parity line: packed against each sample alone, with the bounds the run checked (its own trial.json's).
+
+    >>> parity_text({"loss_parity": {"max_abs_diff": 2e-7, "bound": 1e-5},
+    ...              "grad_parity": {"max_rel_diff": 3e-6, "bound": 1e-4}})
+    'Parity: loss 2.00e-07 (bound 1e-05), gradients 3.00e-06 (bound 0.0001)'
+    """
+    parts = []
+    for what, key, diff in (("loss", "loss_parity", "max_abs_diff"), ("gradients", "grad_parity", "max_rel_diff")):
+        p = result[key]
+        parts.append(f"{what} {p[diff]:.2e}" + (f" (bound {p['bound']:g})" if "bound" in p else ""))
+    return "Parity: " + ", ".join(parts)
