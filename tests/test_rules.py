@@ -58,7 +58,7 @@ def test_global_batch_in_packs(squad):
     p = plan(training={"seq_length": 384, "global_batch_size": 64}, packing={"pack_size": 384})
     result = pack(squad, PackingConfig(pack_size=384))
     f = find(check(p, result), "packing.global_batch")
-    n = result.metrics.num_sequences / result.num_packs
+    n = result.packing_factor
     packs = p.global_batch_packs(n)
     assert packs % p.parallel.dp == 0 and packs == max(8, round(64 / n / 8) * 8)
     assert f"{packs} packs ≈ {packs * n:.0f} samples per step (64 samples requested)" in f.message and not f.fix

@@ -31,8 +31,7 @@ class PackingRun:
             s = e.online.summary
             per_step = (s.micro_batches_min, s.micro_batches_mean, s.micro_batches_max)
         else:
-            n = e.plan.micro_batches_per_step(e.packing.metrics.num_sequences / e.packing.num_packs
-                                              if e.packing is not None else None)
+            n = e.plan.micro_batches_per_step(e.packing.packing_factor if e.packing is not None else None)
             per_step = (n, float(n), n)
         return {"way": self.label, "micro_batches_min": per_step[0], "micro_batches_mean": per_step[1],
                 "micro_batches_max": per_step[2], "padding": padding, "straggler": t.straggler_factor,

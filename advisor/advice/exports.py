@@ -154,7 +154,7 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
             specs["pad_cu_seqlens"] = True
         if new_packing_api(version):
             dataset["enable_offline_packing"] = True
-            if (k.pack_size or t.seq_length) < t.seq_length:
+            if plan.pack_size < t.seq_length:
                 specs["max_single_sequence_length"] = k.pack_size
     elif mode == "in-batch":
         dataset["enable_in_batch_packing" if new_packing_api(version) else "pack_sequences_in_batch"] = True

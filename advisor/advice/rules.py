@@ -126,7 +126,7 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
     if p.cp == 1:
         return []
     out = []
-    size = plan.packing.pack_size or t.seq_length
+    size = plan.pack_size
     for name, value, section, most in (("seq_length", t.seq_length, "training", MAX_TOKENS),
                                        ("pack_size", size, "packing", MAX_PACK)):
         if value % (2 * p.cp):

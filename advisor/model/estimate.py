@@ -143,7 +143,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
     mb, result = (online_micro_batches(run), None) if run is not None else _micro_batches(plan, hist, mode)
     capacity = plan.hardware.capacity_gib * GIB
     peak = plan.hardware.peak_tflops * 1e12
-    n = result.metrics.num_sequences / result.num_packs if result is not None else None
+    n = result.packing_factor if result is not None else None
     num_microbatches = plan.micro_batches_per_step(n) if run is None else \
         max(1, round(run.summary.micro_batches_mean))
     memory = estimate_memory(plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB,

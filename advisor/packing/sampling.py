@@ -63,7 +63,7 @@ def _figures(lengths: np.ndarray, cfg: PackingConfig) -> tuple[float, float, flo
     """(packs, packing factor, efficiency %) of packing these lengths."""
     result = pack(LengthHistogram.from_samples(lengths, source="sample"), cfg)
     m = result.metrics  # its efficiency is unrounded (the metadata rounds to 0.01 %, the width of an interval)
-    return float(result.num_packs), float(m.num_sequences / result.num_packs), float(m.packing_efficiency)
+    return float(result.num_packs), result.packing_factor, float(m.packing_efficiency)
 
 
 def _student_t(p: float, dof: int) -> float:

@@ -65,7 +65,7 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
             rows.append({"pack_size": size, "algorithm": algorithm,
                          "packing_efficiency": res.metrics.packing_efficiency,
                          "padding_fraction": res.metrics.padding_fraction,
-                         "packing_factor": res.metrics.num_sequences / res.num_packs,
+                         "packing_factor": res.packing_factor,
                          "straggler_ratio": res.metrics.straggler_ratio})
         counts = runtime_lengths(hist, PackingConfig(pack_size=size)).counts
         for b in (pad_to_sequence_length(counts, size), pad_to_longest_in_batch(counts, size, micro_batch_size, seed)):
