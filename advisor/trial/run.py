@@ -224,7 +224,9 @@ def model_config(plan: Plan, scale: str = "small") -> TrialModelConfig:
 
 
 def trial_plan(plan: Plan, cfg: TrialModelConfig) -> Plan:
-    """The same layout on one GPU, for the trial's model: what the estimator is asked about."""
+    """The trial's small model as a plan on one GPU with a global batch of one sample: what the estimator is asked
+    about once ``predicted_step`` sets the GPU and the data-parallel world. The user's TP, PP and CP are not kept:
+    the trial runs data parallel only."""
     return plan_from_dict({"model": {"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
                                      "num_attention_heads": cfg.num_heads, "num_query_groups": cfg.num_kv_heads,
                                      "kv_channels": cfg.head_dim, "ffn_hidden_size": cfg.ffn_hidden_size,
