@@ -39,8 +39,6 @@ def test_hostile_names_are_refused_by_the_plan(section, field, value):
     assert err.value.problems[0].startswith(place), err.value.problems
 
 
-@pytest.mark.xfail(strict=True, reason="advisor/plan/schema.py joins a validator's problems with '; ' and splits them "
-                   "again (line 546): a value holding '; ' becomes several problems, the value cut in two")
 def test_a_value_holding_a_semicolon_is_one_problem():
     with pytest.raises(PlanError) as err:
         plan_from_dict({"model": "a; b"})

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.advice.search import search
-from advisor.analysis import EXPORT_FILE_NAMES, SCALE_MODEL_SAMPLES, analyze, memory_grid
-from advisor.data.lengths import LengthHistogram
+from advisor.analysis import EXPORT_FILE_NAMES, analyze, memory_grid
+from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram
+from advisor.findings import by_severity
 from advisor.model.estimate import estimate
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -96,11 +97,11 @@ def test_the_plans_own_packing_is_the_sweeps_point_at_its_size(squad):
 
 
 def test_a_sweep_over_many_samples_runs_on_their_scale_model(wikipedia):
-    assert wikipedia.num_samples > views.SWEEP_SAMPLES
+    assert wikipedia.num_samples > SCALE_MODEL_SAMPLES
     sweep = views.packing_sweep(wikipedia, [256, 512], ["first_fit_decreasing"])
-    model = wikipedia.scale_model(views.SWEEP_SAMPLES)
+    model = wikipedia.scale_model(SCALE_MODEL_SAMPLES)
     assert sweep.attrs["scale_model"] and sweep.attrs["samples"] == model.num_samples
-    assert abs(model.num_samples - views.SWEEP_SAMPLES) <= 1
+    assert abs(model.num_samples - SCALE_MODEL_SAMPLES) <= 1
     for size in (256, 512):
         row = sweep[(sweep.pack_size == size) & (sweep.algorithm == "first_fit_decreasing")].iloc[0]
         real = _runtime_tokens(model, size)
@@ -204,14 +205,14 @@ def _findings_pool(squad, long_context):
     return [f for plan, hist in plans for f in analyze(plan, hist).findings]
 
 
-def test_findings_by_severity_partitions_without_loss(squad, long_context):
+def test_by_severity_partitions_without_loss(squad, long_context):
     pool = _findings_pool(squad, long_context)
     assert {f.severity for f in pool} == {"error", "warning", "info"}, "the pool has every severity"
 
     @settings(max_examples=100, deadline=None)
     @given(st.lists(st.sampled_from(pool), max_size=30))
     def partitions(findings):
-        groups = views.findings_by_severity(findings)
+        groups = by_severity(findings)
         assert list(groups) == ["error", "warning", "info"]
         for severity, group in groups.items():
             assert group == [f for f in findings if f.severity == severity]  # same findings, same order
