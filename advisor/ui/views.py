@@ -9,7 +9,7 @@ import pandas as pd
 from advisor import caches
 from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.advice.search import SearchResult
-from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
+from advisor.analysis import EXPORTS, Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import PackingConfig
@@ -135,14 +135,13 @@ def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, v
     """What ``python -m advisor export`` prints for the same plan, and a file name for it; a plan whose data cannot
     be estimated (fewer samples than a micro batch, say) gets one commented line saying why."""
     try:
-        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORT_FILE_NAMES[fmt]
+        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORTS[fmt].file_name
     except ValueError as e:
         return f"# cannot export: {e}\n", "error.txt"
 
 
 def code_language(fmt: str) -> str:
-    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
-            "slurm": "bash"}.get(fmt, "text")
+    return EXPORTS[fmt].language if fmt in EXPORTS else "text"
 
 
 # ------------------------------------------------------------------------------------------------ worked examples
