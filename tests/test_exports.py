@@ -202,10 +202,12 @@ def test_the_packing_simulated_is_the_recipes_unless_the_plan_says(squad):
     plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64}})
     assert plan.packing.seed is None and analyze(plan, squad).packing.config.seed == 5678
     assert "seed" not in python_snippet(plan, "0.6.2", N) and "dataset.seed" not in overrides(plan, "0.6.2", N)
-    from advisor.cli import MB_RECIPE_SEED
-    from advisor.plan.schema import MB_RECIPE_SEED as PLAN_SEED
+    from advisor.cli import build_parser
+    from advisor.plan.schema import MB_RECIPE_SEED
 
-    assert MB_RECIPE_SEED == PLAN_SEED == plan.packing_seed  # the CLI's schedule default is the plan's
+    cli = build_parser("schedule").parse_args(["schedule", "l.csv", "--seq-length", "8", "--dp", "1", "--cp", "1",
+                                               "--global-batch-size", "1"])
+    assert cli.seed == MB_RECIPE_SEED == plan.packing_seed  # the CLI's schedule default is the plan's
 
 
 @pytest.mark.slow  # the command line or the real wheel in subprocesses
