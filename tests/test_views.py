@@ -289,3 +289,21 @@ def test_the_comparison_table_is_the_comparisons_rows(squad):
         assert shown["memory GiB"].endswith("(does not fit)") == (not run.estimate.memory.fits)
         mean, low, high = _numbers(shown["micro batches / step"])  # "19.33 (17-22)"
         assert low <= mean <= high and (low, high) == (r["micro_batches_min"], r["micro_batches_max"])
+
+
+def test_the_sweeps_baselines_skip_overlong_chat_samples_as_the_packs_do():
+    """Chat data (GPTSFTChatDataset) skips samples past the max length: the no-packing baselines see the same data
+    as the packs, as the command line's ``pack`` does."""
+    from advisor.packing.baselines import pad_to_sequence_length
+    from advisor.packing.config import PackingConfig
+    from advisor.packing.offline import runtime_lengths
+
+    hist = LengthHistogram.from_samples([100, 200, 300, 5000, 9000])
+    sweep = views.packing_sweep(hist, [1024], ["first_fit_decreasing"], overlong="skip")
+    padded = sweep[sweep.algorithm == "no packing: pad to sequence length"].iloc[0]
+    kept = LengthHistogram.from_samples([100, 200, 300])  # nothing past 1024 left: skipping leaves these three
+    counts = runtime_lengths(kept, PackingConfig(pack_size=1024)).counts
+    assert padded.packing_efficiency == pytest.approx(pad_to_sequence_length(counts, 1024).efficiency)
+    truncated = views.packing_sweep(hist, [1024], ["first_fit_decreasing"], overlong="truncate")
+    assert truncated[truncated.algorithm == "no packing: pad to sequence length"].iloc[0].packing_efficiency > \
+        padded.packing_efficiency  # the two cut samples fill their rows

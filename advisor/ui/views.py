@@ -67,7 +67,7 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
                          "padding_fraction": res.metrics.padding_fraction,
                          "packing_factor": res.packing_factor,
                          "straggler_ratio": res.metrics.straggler_ratio})
-        for b in without_packing(hist, PackingConfig(pack_size=size, seed=seed), micro_batch_size):
+        for b in without_packing(hist, PackingConfig(pack_size=size, seed=seed, overlong=overlong), micro_batch_size):
             rows.append({"pack_size": size, "algorithm": f"no packing: {b.name}", "packing_efficiency": b.efficiency,
                          "padding_fraction": b.padding_fraction, "packing_factor": 1.0, "straggler_ratio": None})
     if progress is not None:
