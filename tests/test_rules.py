@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -158,6 +159,11 @@ def test_truncation_and_stragglers(squad):
     short = pack(squad, PackingConfig(pack_size=256))
     f = find(check(p, short), "data.truncated")
     assert f.message.startswith(f"{short.runtime.num_truncated:,} samples longer than 256 are truncated")
+    tokens = int((squad.lengths * squad.counts).sum())  # the data's own tokens, from the histogram
+    lost = int((np.maximum(squad.lengths - 256, 0) * squad.counts).sum())
+    share = lost / (lost + short.runtime.real_tokens)  # of what the packs would hold untruncated
+    assert f"{lost:,} tokens lost, {share:.2%} of the data's" in f.message
+    assert abs(share - lost / tokens) < 0.001  # the histogram's share, within the one label token per sample
     fits = pack(squad, PackingConfig(pack_size=384))
     assert "data.truncated" not in ids(check(plan(training={"seq_length": 384}), fits))
     assert "data.stragglers" in ids(check(p, short)) or short.metrics.straggler_ratio <= 1.5

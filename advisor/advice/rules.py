@@ -234,10 +234,11 @@ def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     out = []
     if packing is not None and packing.runtime.num_truncated:
         r = packing.runtime
+        lost = r.tokens_truncated / max(1, r.real_tokens + r.tokens_truncated)  # a share of the data's tokens
         out.append(Finding(
             id="data.truncated", severity="warning",
             message=f"{r.num_truncated:,} samples longer than {packing.config.effective_max_seq_length} are truncated "
-                    f"({r.tokens_truncated:,} tokens lost, {r.tokens_truncated / max(1, r.real_tokens):.2%})",
+                    f"({r.tokens_truncated:,} tokens lost, {lost:.2%} of the data's)",
             reason="The dataset cuts samples at max_seq_length before packing; their tails are never trained on.",
             source="Megatron-Bridge 0.6.2 data/packing/offline.py (tokenize_dataset)"))
     if packing is not None and packing.runtime.num_skipped:
