@@ -27,4 +27,9 @@ OnlineScheduler = Literal["dp_balanced", "default_dynamic_cp"]  # Megatron-LM's 
 # every export: Megatron-Bridge (python snippet, CLI overrides, packed data paths), Megatron-LM arguments, the plan
 # itself, a report, and the trial's launch scripts; advisor/analysis.py EXPORTS gives each its file and language
 ExportFormat = Literal["python", "overrides", "megatron-lm", "paths", "plan", "markdown", "torchrun", "slurm"]
+# training precision of the linear layers' GEMMs (Transformer Engine recipes: fp8 = Float8CurrentScaling, DelayedScaling
+# or Float8BlockScaling by Fp8Recipe; mxfp8 = MXFP8BlockScaling; nvfp4 = NVFP4BlockScaling), and Megatron-Core's
+# fp8_recipe names for fp8 (megatron/core/transformer/transformer_config.py)
+Precision = Literal["bf16", "fp8", "mxfp8", "nvfp4"]
+Fp8Recipe = Literal["tensorwise", "delayed", "blockwise"]
 DataFormat = Literal["sft", "chat"]  # GPTSFTDataset (truncates) and GPTSFTChatDataset (skips overlong samples)

@@ -1,64 +1,95 @@
 """Fit the step-time model's constants on published runs and print every row, predicted against measured.
 
-    python bench/calibrate.py            # the stored constants, then a refit, row by row
-    python bench/calibrate.py --csv F    # another table with the same columns
+    python bench/calibrate.py            # the stored constants row by row, a refit, the table per system and
+                                         # precision, and the fit with each system left out
+    python bench/calibrate.py --csv F    # other tables with the same columns (repeat --csv)
+    python bench/calibrate.py --quick    # the stored constants only
 
 The fitted constants are pasted into advisor/model/perf/calibration.py (EFFICIENCY); tests/test_perf_model.py
-checks that they are the fit's result.
+checks that they are the fit's result and that the errors are what the README says.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from advisor.model.perf.calibration import CALIBRATION_CSV, EFFICIENCY, fit, load_measurements
+from advisor.model.perf.calibration import CALIBRATION_CSVS, EFFICIENCY, fit, load_measurements, residuals
 from advisor.model.perf.step import step_time
 
 
 def table(rows, eff) -> np.ndarray:
-    print(f"{'run':<28} {'layout':<24} {'measured s':>10} {'predicted s':>11} {'error':>7}   largest terms")
+    print(f"{'run':<46} {'layout':<30} {'measured s':>10} {'predicted s':>11} {'error':>7}   largest terms")
     errors = []
     for r in rows:
         t = step_time(r.plan, r.work, eff)
         p = r.plan.parallel
-        layout = f"TP{p.tp} PP{p.pp}" + (f" VP{p.vpp}" if p.vpp else "") + f" CP{p.cp}" + (f" EP{p.ep}" if p.ep > 1
-                                                                                          else "")
+        layout = (f"TP{p.tp} PP{p.pp}" + (f" VP{p.vpp}" if p.vpp else "") + f" CP{p.cp}"
+                  + (f" EP{p.ep}" if p.ep > 1 else "") + (" FSDP" if p.fsdp else ""))
         err = t.step_seconds / r.step_seconds - 1
         errors.append(err)
         top = sorted(t.breakdown.items(), key=lambda kv: -kv[1])[:4]
-        print(f"{r.name:<28} {layout:<24} {r.step_seconds:>10.2f} {t.step_seconds:>11.2f} {err:>+7.1%}   "
+        print(f"{r.name:<46} {layout:<30} {r.step_seconds:>10.2f} {t.step_seconds:>11.2f} {err:>+7.1%}   "
               + ", ".join(f"{k} {v:.2f}" for k, v in top))
     e = np.abs(errors)
-    print(f"|error|: median {np.median(e):.1%}, max {e.max():.1%}, mean signed {np.mean(errors):+.1%} "
-          f"over {len(errors)} rows")
+    print(f"|error|: median {np.median(e):.1%}, 90th percentile {np.percentile(e, 90):.1%}, max {e.max():.1%}, "
+          f"mean signed {np.mean(errors):+.1%} over {len(errors)} rows")
     return np.array(errors)
+
+
+def by_group(rows, errors) -> None:
+    """The fit per system and precision: rows, median and max |error| (a Markdown table, as in the README)."""
+    groups = defaultdict(list)
+    for r, e in zip(rows, errors, strict=True):
+        groups[(r.system, r.precision)].append(e)
+    print("| system | precision | rows | median abs error | max abs error | mean signed |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for (system, precision), errs in sorted(groups.items()):
+        a = np.abs(errs)
+        print(f"| {system} | {precision} | {len(a)} | {np.median(a):.1%} | {a.max():.1%} | {np.mean(errs):+.1%} |")
+    dense = [abs(e) for r, e in zip(rows, errors, strict=True) if not r.plan.model.num_moe_experts]
+    moe = [abs(e) for r, e in zip(rows, errors, strict=True) if r.plan.model.num_moe_experts]
+    print(f"dense models: {len(dense)} rows, median {np.median(dense):.1%}, 90th percentile "
+          f"{np.percentile(dense, 90):.1%}; MoE models: {len(moe)} rows, median {np.median(moe):.1%}, 90th "
+          f"percentile {np.percentile(moe, 90):.1%}")
+
+
+def leave_one_out(rows, key, label) -> None:
+    """Fitted without a group's rows, judged on them: how the model does on a system (or model) it has not seen."""
+    print(f"\nleave one {label} out (fit without its rows, error on them):")
+    print(f"| {label} | rows | median abs error | max abs error | constants fitted without it |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for value in sorted({key(r) for r in rows}):
+        train = [r for r in rows if key(r) != value]
+        held = [r for r in rows if key(r) == value]
+        eff = fit(train)
+        errs = np.abs(np.expm1(residuals(held, eff)))
+        constants = ", ".join(f"{k} {getattr(eff, k):.3f}" for k in ("gemm", "gemm_fp4", "tp_overlap",
+                                                                      "grouped", "moe_overhead"))
+        print(f"| {value} | {len(held)} | {np.median(errs):.1%} | {errs.max():.1%} | {constants} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=CALIBRATION_CSV)
+    ap.add_argument("--csv", type=Path, action="append", help="a table of published runs (default: both shipped)")
+    ap.add_argument("--quick", action="store_true", help="the stored constants only, no refit")
     args = ap.parse_args()
-    rows = load_measurements(args.csv)
+    rows = load_measurements(args.csv or CALIBRATION_CSVS)
     print(f"stored constants: {EFFICIENCY}")
-    table(rows, EFFICIENCY)
+    errors = table(rows, EFFICIENCY)
+    by_group(rows, errors)
+    if args.quick:
+        return
     start = time.perf_counter()
     refit = fit(rows)
-    print(f"\nrefit in {time.perf_counter() - start:.2f} s: {refit}")
-    table(rows, refit)
-    # leave-one-model-out: fitted without a model's rows, judged on them (how the model does on a model it has
-    # not seen)
-    print("\nleave one model out (fit without the model, error on its rows):")
-    for model in sorted({r.plan.model.preset for r in rows}):
-        train = [r for r in rows if r.plan.model.preset != model]
-        held = [r for r in rows if r.plan.model.preset == model]
-        eff = fit(train)
-        errs = [step_time(r.plan, r.work, eff).step_seconds / r.step_seconds - 1 for r in held]
-        print(f"  {model:<16} gemm {eff.gemm:.3f} tp_overlap {eff.tp_overlap:.3f}   "
-              + ", ".join(f"{e:+.1%}" for e in errs))
+    print(f"\nrefit in {time.perf_counter() - start:.1f} s: {refit}")
+    by_group(rows, np.expm1(residuals(rows, refit)))
+    leave_one_out(rows, lambda r: r.system, "system")
+    leave_one_out(rows, lambda r: r.plan.model.preset, "model")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from advisor.model.estimate import estimate
 from advisor.model.parameters import padded_vocab_size
-from advisor.model.perf.calibration import EFFICIENCY, fit, load_measurements, residuals
+from advisor.model.perf.calibration import EFFICIENCY, fit, fitted_names, load_measurements, residuals
 from advisor.model.perf.step import StepWork, step_time
 from advisor.plan import plan_from_dict
 from advisor.plan.io import dump_plan
@@ -76,14 +76,22 @@ def test_lora_twin_is_faster_by_the_weight_gradients_it_skips(tmp_path):
     assert lora["mfu"] / full["mfu"] == pytest.approx(1 / ratio, rel=1e-6)
 
 
-def test_shipped_constants_are_the_fit_and_its_error_is_what_the_readme_says():
+@pytest.mark.slow  # a refit over the 101 published rows takes ~25 s
+def test_shipped_constants_are_the_fit():
     rows = load_measurements()
-    assert len(rows) == 12
     refit = fit(rows)
-    assert refit.gemm == pytest.approx(EFFICIENCY.gemm, abs=0.005)
-    assert refit.tp_overlap == pytest.approx(EFFICIENCY.tp_overlap, abs=0.02)
+    for name in fitted_names(rows):
+        assert getattr(refit, name) == pytest.approx(getattr(EFFICIENCY, name), abs=0.01), name
+
+
+def test_the_calibration_error_is_what_the_readme_says():
+    rows = load_measurements()
+    assert len(rows) == 101
     err = np.abs(np.expm1(residuals(rows, EFFICIENCY)))
-    assert np.median(err) <= 0.05 and err.max() <= 0.12  # README: median 3.3 %, max 11.6 %
+    dense = np.array([e for r, e in zip(rows, err, strict=True) if not r.plan.model.num_moe_experts])
+    assert np.median(err) <= 0.10 and np.median(dense) <= 0.08 and np.percentile(dense, 90) <= 0.15
+    dgxc = err[:18]  # NVIDIA's H100 runs, BF16 then FP8
+    assert np.median(dgxc) <= 0.08
 
 
 def test_breakdown_adds_up_and_mfu_is_an_output(chat):
@@ -103,11 +111,49 @@ def test_an_explicit_mfu_keeps_the_fixed_utilisation_formula(chat):
     assert t.step_seconds == pytest.approx(est.flops.computed_per_step / (8 * peak * 0.5) * t.straggler_factor)
 
 
-def test_small_steps_across_nodes_cannot_hide_the_gradient_sync(chat):
-    one_node = estimate(_sft(training={"global_batch_size": 64}), chat).time.breakdown
-    two_nodes = estimate(_sft(parallel={"gpus": 16}, training={"global_batch_size": 64}), chat).time.breakdown
-    assert one_node["dp_comm"] < 0.05 * sum(one_node.values())  # NVLink, behind the last backward
-    assert two_nodes["dp_comm"] > 0.2 * sum(two_nodes.values())  # 8B gradients in FP32 over 50 GB/s NICs
+def test_a_data_parallel_group_with_one_rank_per_node_waits_on_one_nic():
+    """TP 8 leaves each DP group one rank per node: its ring crosses the nodes on that rank's rail alone, so a
+    short step cannot hide the gradient reduce-scatter (1B parameters a GPU in FP32 over one 50 GB/s NIC)."""
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
+                           "training": {"seq_length": 4096, "global_batch_size": 2, "recompute": "none"}})
+    t = step_time(plan, StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
+    assert t.breakdown["dp_comm"] > 0.2 * t.step_seconds
+    one_node = step_time(plan.changed({"parallel": {"gpus": 8}, "training": {"global_batch_size": 1}}),
+                         StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
+    assert one_node.breakdown["dp_comm"] == 0.0  # no data parallelism at all
+
+
+def test_full_nodes_scale_flat_at_fixed_work_per_gpu(chat):
+    """A DP group holding all 8 GPUs of each node uses all 8 rails (NCCL builds one ring per rail): from 8 to 32
+    GPUs at fixed work per GPU the step stays within 1 % (it rose 21 % when every cross-node ring paid one NIC)."""
+    steps = [estimate(_sft(parallel={"gpus": g}, training={"global_batch_size": 32 * g}), chat).time.step_seconds
+             for g in (8, 16, 32)]
+    assert max(steps) / min(steps) < 1.01
+
+
+# nccl-tests bus bandwidths that NVIDIA's NCCL maintainers published, against the model's (ring, large messages)
+NCCL_BUS_BANDWIDTH = [
+    # 8 x H100 on NVLink: ~370 GB/s with the ring (S. Jeaugey, NVIDIA/nccl-tests#212)
+    ("H100-80GB", 8, 1, 370e9),
+    # DGX A100 nodes, all 8 GPUs each, 8 x 200 Gb/s InfiniBand: 192 GB/s all-reduce (NVIDIA/nccl#812)
+    ("A100-80GB", 16, 1, 192e9),
+    # one 400 Gb/s ConnectX-7 NIC: 48-49 GB/s (NVIDIA/nccl-tests#267): a group with one rank per node
+    ("H100-80GB", 16, 8, 48.5e9),
+]
+
+
+@pytest.mark.parametrize("gpu,ranks,stride,published", NCCL_BUS_BANDWIDTH)
+def test_collective_bandwidth_matches_published_nccl_tests(gpu, ranks, stride, published):
+    from advisor.model.perf.hardware import gpu_of
+    g = gpu_of(plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": gpu}}))
+    assert g.ring(ranks, stride).bandwidth == pytest.approx(published, rel=0.03)
+
+
+def test_an_nvl72_rack_keeps_64_ranks_on_nvlink():
+    from advisor.model.perf.hardware import gpu_of
+    g = gpu_of(plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "GB200"}}))
+    assert g.ring(64, 1) is g.nvlink and g.ring(72 * 2, 1).name.startswith("network")
+    assert g.ring(64, 1).bandwidth == pytest.approx(900e9 * 0.82)
 
 
 def test_the_bubble_is_pp_minus_one_over_vpp_micro_batches():

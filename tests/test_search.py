@@ -100,8 +100,11 @@ def test_many_gpus_and_short_sequences_compare_at_the_work_the_plan_runs(gpus, s
     assert result.best, "TP 4 and TP 8 keep the packs on fewer DP ranks"
     _keeps(result, plan, base.effective_samples_per_step)
     assert all(c.plan.parallel.cp <= 2 for c in result.best[:1])
-    assert result.best[0].tokens_per_second_per_gpu > base.tokens_per_second_per_gpu
-    assert result.recommended == result.best[0].plan
+    # with the gradient sync on all of each node's rails (a TP 2 DP group holds 4 ranks a node) TP 2 itself may be
+    # the fastest: the recommendation is then the user's plan, never a slower one
+    faster = result.best[0].tokens_per_second_per_gpu > base.tokens_per_second_per_gpu
+    assert result.recommended == (result.best[0].plan if faster else plan)
+    assert result.best[0].tokens_per_second_per_gpu > 0.9 * base.tokens_per_second_per_gpu
 
 
 def test_recommended_is_never_slower_than_a_viable_plan():

@@ -156,10 +156,10 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
         rows = max(run.summary.micro_batches_mean, 1.0) * p.dp
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
     samples_per_step = rows * mean(mb.samples)
-    attention = {"thd": rows * coef.core * mean(mb.attention_thd),
+    attention = {"thd": rows * float(coef.attention(mean(mb.real_tokens), mean(mb.attention_thd))),
                  # the same samples without packing, each padded to seq_length (BSHD: b x s^2 per micro batch)
-                 "padded": samples_per_step * coef.core * float(t.seq_length) ** 2,
-                 "block_mask": rows * coef.core * mean(mb.attention_block)}
+                 "padded": samples_per_step * float(coef.attention(t.seq_length, float(t.seq_length) ** 2)),
+                 "block_mask": rows * float(coef.attention(mean(mb.computed_tokens), mean(mb.attention_block)))}
     flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
                           computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
                           attention=attention, attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)))

@@ -15,19 +15,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from advisor.model.parameters import moe_layer_pattern, padded_vocab_size
 from advisor.plan import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
 class FlopsCoefficients:
-    """FLOPs = linear x tokens + core x sum(L^2), for one model."""
+    """FLOPs = linear x tokens + core x sum(L^2) + window_core x min(sum(L^2), 2 w tokens), for one model: the last
+    term is the sliding-window layers' attention (w tokens: a sequence of L > w tokens attends to about 2 w L of the
+    L^2 scale, Megatron-Bridge training/utils/flop_utils.py), 0 without a window."""
 
     linear: float
     core: float
+    window_core: float = 0.0
+    window: int = 0
 
-    def __call__(self, tokens: float, seqlen_squared_sum: float) -> float:
-        return self.linear * tokens + self.core * seqlen_squared_sum
+    def __call__(self, tokens, seqlen_squared_sum):
+        return self.linear * tokens + self.attention(tokens, seqlen_squared_sum)
+
+    def attention(self, tokens, seqlen_squared_sum):
+        """The core attention term alone (numbers or numpy arrays)."""
+        if not self.window:
+            return self.core * seqlen_squared_sum
+        windowed = np.minimum(seqlen_squared_sum, 2.0 * self.window * tokens)
+        return self.core * seqlen_squared_sum + self.window_core * windowed
 
 
 def flops_coefficients(model: ModelSpec, tp: int = 1) -> FlopsCoefficients:
@@ -52,6 +65,13 @@ def flops_coefficients(model: ModelSpec, tp: int = 1) -> FlopsCoefficients:
     mlp = h * (model.ffn_hidden_size * ffn_expansion * dense_layers + moe_ffn * topk * ffn_expansion * moe_layers
                + shared * ffn_expansion * moe_layers)
     attention = (h * (q + 2 * kv) + q * h) * len(pattern)
-    linear = 3 * 2 * (mlp + attention + h * vocab)
-    core = 3 * 2 * q / 2 * 2 * len(pattern)
-    return FlopsCoefficients(linear=float(linear), core=float(core))
+    # attention sinks (softmax_type learnable): one more logit per query and head, through the same softmax
+    sinks = model.num_attention_heads * len(pattern) if model.softmax_type == "learnable" else 0
+    linear = 3 * 2 * (mlp + attention + h * vocab + sinks)
+    per_layer = 3 * 2 * q / 2 * 2
+    windowed = 0
+    if model.window_size:
+        k = model.window_attn_skip_freq
+        windowed = sum(1 for i in range(1, len(pattern) + 1) if not k or i % k)
+    return FlopsCoefficients(linear=float(linear), core=float(per_layer * (len(pattern) - windowed)),
+                             window_core=float(per_layer * windowed), window=model.window_size or 0)

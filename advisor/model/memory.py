@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.model.numerics import numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
 from advisor.plan import Plan
 
@@ -124,9 +125,13 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
     there is no s^2 score tensor to recompute. Sequence parallelism splits everything over TP; without it the
     norm and projection inputs (8h) stay whole on every TP rank. Full recompute keeps each layer's input (2h).
     Megatron-Bridge's own formula, h (18 + 4F/h), is the same count for GeLU MHA with dropout masks.
+    In FP8, MXFP8 and NVFP4 the four linear layers keep the quantized copy of their input (QKV input, attention
+    output, MLP input, FC2 input: ``Numerics.saved_input_bytes`` instead of 2 bytes an element); attention's q, k, v
+    and the gated MLP's FC1 output stay BF16 (advisor/model/numerics.py).
     """
     m, p, t = plan.model, plan.parallel, plan.training
     h, tp = m.hidden_size, p.tp
+    x = numerics_of(plan).saved_input_bytes
     if t.recompute == "full":
         return 2 * h / (tp if p.sp else 1)
     q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
@@ -137,11 +142,11 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
         if moe:
             width = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk + (
                 m.moe_shared_expert_intermediate_size or 0)
-            mlp_in = 2 * h * m.moe_router_topk
+            mlp_in = x * h * m.moe_router_topk
         else:
-            width, mlp_in = m.ffn_hidden_size, 2 * h
-        whole = 2 * h + 2 * h + 2 * h + 2 * h  # norm inputs, QKV input, MLP-norm output (= MLP input, dense)
-        split = 2 * (q + 2 * kv) + 2 * q + (mlp_in - 2 * h) + mlp_factor * width
+            width, mlp_in = m.ffn_hidden_size, x * h
+        whole = 2 * h + x * h + 2 * h + x * h  # norm inputs, QKV input, MLP-norm output (= MLP input, dense)
+        split = 2 * (q + 2 * kv) + x * q + (mlp_in - x * h) + (mlp_factor - 2 + x) * width
         total += (whole + split) / tp if (p.sp or tp == 1) else whole + split / tp
     return total / len(pattern)
 
@@ -190,9 +195,10 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
     stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0),
               "last": (last, act_last, logits)}
-    name = max(stages, key=lambda k: _state_bytes(plan, stages[k][0], routed) + stages[k][1] + stages[k][2])
+    name = max(stages, key=lambda k: sum(_state_split(plan, stages[k][0], routed, dense_layers)) + stages[k][1]
+               + stages[k][2])
     params, act, lg = stages[name]
-    w, g, o = _state_split(plan, params, routed)
+    w, g, o = _state_split(plan, params, routed, dense_layers)
     mb = megatron_bridge_memory(plan, num_microbatches)
     return MemoryEstimate(weights=w, gradients=g, optimizer=o, activations=act, logits=lg, overhead=overhead_bytes,
                           stage=name if p.pp > 1 else "only", tokens_per_micro_batch=int(tokens_per_micro_batch),
@@ -204,22 +210,40 @@ def _with(plan: Plan, **training) -> Plan:
     return plan.model_copy(update={"training": plan.training.model_copy(update=training)})
 
 
-def _state_split(plan: Plan, dense: float, routed: float) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes: bf16 weights, fp32 gradients, fp32 master + two Adam moments sharded
-    over DP x CP (experts over their own data-parallel group) with the distributed optimizer. LoRA freezes the
-    base: only the adapters have gradients and optimizer states."""
-    t, p = plan.training, plan.parallel
-    dense_shard = p.dp * p.cp if t.distributed_optimizer else 1
-    expert_shard = _expert_shard(plan) if t.distributed_optimizer else 1
-    weights = 2 * (dense + routed)
+def _state_split(plan: Plan, dense: float, routed: float, layers: float | None = None) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes of ``dense`` parameters (of which ``layers`` are the transformer layers'
+    linear weights, the rest embeddings and the vision encoder) and ``routed`` expert parameters on one GPU.
+
+    Weights: BF16, except the layers' linear weights in FP8 or FP4, which keep the precision's compute copy and its
+    transpose or columnwise copy (``Numerics.weight_bytes`` + ``weight_copy_bytes``: FP8 parameters with
+    fp8_param_gather; blockwise keeps BF16 parameters and caches their FP8 casts). Gradients: the DDP buffer's dtype,
+    FP32 with grad_reduce_in_fp32, else the parameters' BF16 (Megatron-Core distributed_data_parallel.py). FP32
+    master weights and two Adam moments, 12 bytes, sharded over DP x CP (experts over their own data-parallel group)
+    with the distributed optimizer. Megatron FSDP (optim_grads_params) shards weights and gradients too, and holds
+    two layers' gathered parameters and one layer's gradients whole (fsdp_double_buffer). LoRA freezes the base:
+    only the adapters have gradients and optimizer states."""
+    t, p, m = plan.training, plan.parallel, plan.model
+    num = numerics_of(plan)
+    layers = dense if layers is None else min(layers, dense)
+    dense_shard = p.dp * p.cp if (t.distributed_optimizer or p.fsdp) else 1
+    expert_shard = _expert_shard(plan) if (t.distributed_optimizer or p.fsdp) else 1
+    grad = 4 if t.grad_reduce_in_fp32 else 2
+    kept = num.weight_bytes + num.weight_copy_bytes  # bytes a quantized weight takes
+    if p.fsdp:
+        counts = count_parameters(m, p.tp)
+        biggest = max(d / p.tp + r / (p.ep * p.etp) for d, r in zip(counts.dense_by_layer, counts.routed_by_layer,
+                                                                      strict=True))
+        weights = ((2 * (dense - layers) + num.weight_bytes * layers) / dense_shard
+                   + num.weight_bytes * routed / expert_shard + 2 * biggest * kept)
+        trainable = (dense / dense_shard + routed / expert_shard) if t.peft != "lora" else 0.0
+        gradients = grad * trainable + grad * biggest * (t.peft != "lora")
+    else:
+        weights = 2 * (dense - layers) + kept * (layers + routed)
+        gradients = grad * (dense + routed)
     if t.peft == "lora":
         adapters = lora_parameters(plan) / (p.pp * p.tp)
-        return weights + 2 * adapters, 4 * adapters, 12 * adapters / dense_shard
-    return weights, 4 * (dense + routed), 12 * dense / dense_shard + 12 * routed / expert_shard
-
-
-def _state_bytes(plan: Plan, dense: float, routed: float) -> float:
-    return sum(_state_split(plan, dense, routed))
+        return weights + 2 * adapters, grad * adapters, 12 * adapters / dense_shard
+    return weights, gradients, 12 * dense / dense_shard + 12 * routed / expert_shard
 
 
 def _differences(plan: Plan, tokens: int) -> tuple[str, ...]:

@@ -94,7 +94,7 @@ def count_parameters(model: ModelSpec, tp: int = 1, megatron_bridge: bool = Fals
     h = model.hidden_size
     n, g = model.num_attention_heads, model.query_groups
     q_ratio = model.head_dim * n / h
-    attention = 2 * h * h * ((1 + g / n) * q_ratio)
+    attention = 2 * h * h * ((1 + g / n) * q_ratio) + (n if model.softmax_type == "learnable" else 0)  # + sinks
     norms = 4 * h if megatron_bridge or model.normalization == "LayerNorm" else 2 * h
     factor = ffn_factor(model)
     dense_mlp = factor * h * model.ffn_hidden_size

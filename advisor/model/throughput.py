@@ -61,7 +61,7 @@ def rank_straggler(rank_tokens: np.ndarray, rank_work: np.ndarray, coef: FlopsCo
     >>> rank_straggler(np.array([[2.0, 2.0]]), np.array([[4.0, 0.0]]), FlopsCoefficients(linear=1.0, core=1.0))
     1.5
     """
-    cost = coef.linear * rank_tokens + coef.core * rank_work
+    cost = coef(rank_tokens, rank_work)
     busy = cost.sum(axis=1) > 0
     if not busy.any():
         return 1.0
@@ -75,7 +75,7 @@ def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, glob
     or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor (simulated
     from the micro batches dealt in random order, unless the schedule gives it: ``straggler``). ``global_batch``
     may be a mean (online packing's micro batches per step vary)."""
-    costs = coef.linear * mb.computed_tokens + coef.core * mb.attention_computed
+    costs = coef(mb.computed_tokens, mb.attention_computed)
     factor = straggler if straggler is not None else straggler_factor(costs, int(global_batch), dp, seed)
     if model_flops is None:
         model_flops = global_batch * coef(float(mb.real_tokens.mean()), float(mb.attention_thd.mean()))

@@ -34,6 +34,21 @@ MODEL_PRESETS: dict[str, dict] = {
     "qwen3-30b-a3b": dict(hidden_size=2048, num_layers=48, num_attention_heads=32, num_query_groups=4,
                           ffn_hidden_size=6144, vocab_size=_QWEN_VOCAB, kv_channels=128, num_moe_experts=128,
                           moe_router_topk=8, moe_ffn_hidden_size=768, **_QWEN3),
+    # Qwen/Qwen3-235B-A22B config.json: 94 layers, 64 query and 4 KV heads of 128, 128 experts of 1536, top 8
+    "qwen3-235b-a22b": dict(hidden_size=4096, num_layers=94, num_attention_heads=64, num_query_groups=4,
+                            ffn_hidden_size=12288, vocab_size=_QWEN_VOCAB, kv_channels=128, num_moe_experts=128,
+                            moe_router_topk=8, moe_ffn_hidden_size=1536, **_QWEN3),
+    # openai/gpt-oss-120b config.json (36 layers alternating sliding_attention, window 128, and full attention; 64
+    # query and 8 KV heads of 64; 128 experts of 2880, top 4; attention sinks; YaRN factor 32 on rope_theta 150000)
+    # as Megatron-Bridge 0.6.2 models/gpt_oss/gpt_oss_bridge.py builds it: window (127, 0) with
+    # window_attn_skip_freq 2, softmax_type learnable, linear biases, gated quick-GELU
+    "gpt-oss-120b": dict(hidden_size=2880, num_layers=36, num_attention_heads=64, num_query_groups=8,
+                         ffn_hidden_size=2880, vocab_size=201088, kv_channels=64, num_moe_experts=128,
+                         moe_router_topk=4, moe_ffn_hidden_size=2880, rotary_base=150000, norm_epsilon=1e-5,
+                         position_embedding_type="yarn", rope_scaling_factor=32.0, add_bias_linear=True,
+                         activation="quick_gelu", window_size=128, window_attn_skip_freq=2, softmax_type="learnable",
+                         approximated="biases left out of the parameter count; the offset and clamp of the gated "
+                                      "quick-GELU and the YaRN original length left to the recipe"),
     "mixtral-8x7b": dict(hidden_size=4096, num_layers=32, num_attention_heads=32, num_query_groups=8,
                          ffn_hidden_size=14336, vocab_size=32000, kv_channels=128, num_moe_experts=8,
                          moe_router_topk=2, moe_ffn_hidden_size=14336, rotary_base=1000000,
@@ -64,24 +79,59 @@ MODEL_PRESETS: dict[str, dict] = {
                                       spatial_merge_size=2)),
 }
 
-# Memory as nvidia-smi reports it (GiB); dense tensor-core peaks (TFLOP/s, no sparsity); HBM bandwidth (TB/s);
-# NVLink bandwidth per GPU and direction (GB/s, half the bidirectional figure NVIDIA quotes); scale-out network per
-# GPU (GB/s: one NIC per GPU in DGX systems); streaming multiprocessors (GEMM wave quantization).
-# Sources: NVIDIA A100 (2021), H100 (2023), H200 (2024) and DGX B200 (2025) datasheets; DGX A100 (8 x 200 Gb/s HDR),
-# DGX H100/H200 and DGX B200 (8 x 400 Gb/s ConnectX-7) user guides. A100 has no FP8 tensor cores.
+# One row per GPU, as the plan's hardware.gpu names it (the names of the shared MB performance CSV's `system` column):
+# memory_gib: usable memory (nvidia-smi for the GPUs measured here; the datasheet's GB in GiB for the others);
+# bf16/fp8/fp4_tflops: dense tensor-core peaks (datasheets quote FP8, FP4 and BF16 "with sparsity": half of that),
+# None where the GPU has no such tensor cores; hbm_tbps: HBM bandwidth; nvlink_gbps: NVLink per GPU and direction
+# (half the bidirectional figure NVIDIA quotes); nics_per_node x nic_gbps (GB/s per NIC, 400 Gb/s = 50) serve
+# gpus_per_node GPUs, rail-aligned (one NIC per GPU in every system here); nvlink_domain: GPUs one NVLink switch
+# fabric joins (8 on HGX/DGX boards, 72 in an NVL72 rack); sms: streaming multiprocessors (GEMM waves);
+# compute_capability: what Transformer Engine checks a recipe against (transformer_engine/pytorch/quantization.py).
 GPU_PRESETS: dict[str, dict] = {
-    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tbps=1.555, nvlink_gbps=300.0,
-                      network_gbps=25.0, sms=108),
-    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tbps=2.039, nvlink_gbps=300.0,
-                      network_gbps=25.0, sms=108),
-    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tbps=3.35, nvlink_gbps=450.0,
-                      network_gbps=50.0, sms=132),
-    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tbps=4.8, nvlink_gbps=450.0,
-                       network_gbps=50.0, sms=132),
-    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_tbps=8.0, nvlink_gbps=900.0,
-                 network_gbps=50.0, sms=148),
+    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=1.555,
+                      nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
+                      compute_capability=8.0),
+    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=2.039,
+                      nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
+                      compute_capability=8.0),
+    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=3.35,
+                      nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
+                      compute_capability=9.0),
+    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=4.8,
+                       nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
+                       compute_capability=9.0),
+    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, hbm_tbps=8.0,
+                 nvlink_gbps=900.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=148,
+                 compute_capability=10.0),
+    "B300": dict(memory_gib=268.2, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=13500.0, hbm_tbps=8.0,
+                 nvlink_gbps=900.0, nics_per_node=8, nic_gbps=100.0, gpus_per_node=8, nvlink_domain=8, sms=160,
+                 compute_capability=10.3),
+    "GB200": dict(memory_gib=173.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0, hbm_tbps=8.0,
+                  nvlink_gbps=900.0, nics_per_node=4, nic_gbps=50.0, gpus_per_node=4, nvlink_domain=72, sms=148,
+                  compute_capability=10.0),
+    "GB300": dict(memory_gib=268.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=15000.0, hbm_tbps=8.0,
+                  nvlink_gbps=900.0, nics_per_node=4, nic_gbps=100.0, gpus_per_node=4, nvlink_domain=72, sms=160,
+                  compute_capability=10.3),
 }
-GPUS_PER_NODE = 8  # HGX/DGX boards: the NVLink domain of the TP, CP and (small) DP groups
+# Where each row comes from (the README's hardware table prints these)
+GPU_SOURCES: dict[str, str] = {
+    "A100-40GB": "NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s; "
+                 "DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand",
+    "A100-80GB": "NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; otherwise as A100-40GB",
+    "H100-80GB": "NVIDIA H100 datasheet (2023), SXM: 1,979 / 3,958 TFLOP/s BF16 / FP8 with sparsity, 80 GB HBM3 at "
+                 "3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7",
+    "H200-141GB": "NVIDIA H200 datasheet (2024): H100's tensor cores, 141 GB HBM3e at 4.8 TB/s; DGX H200: 8 x 400 "
+                  "Gb/s ConnectX-7",
+    "B200": "NVIDIA DGX B200 datasheet (2025): 72 / 144 PFLOP/s FP8 / FP4 with sparsity for 8 GPUs, 1,440 GB HBM3e "
+            "at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7",
+    "B300": "NVIDIA HGX B300 datasheet (2025), per 8 GPUs: 108 PFLOP/s FP4 dense, 72 FP8 and 36 BF16 with sparsity, "
+            "2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8",
+    "GB200": "NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 with "
+             "sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 Gb/s "
+             "ConnectX-7",
+    "GB300": "NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 with "
+             "sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8",
+}
 
 # Each preset's Hugging Face repository, whose tokenizer Megatron-LM's HuggingFaceTokenizer loads (the Megatron-LM
 # export writes it as the default of a TOKENIZER_MODEL placeholder); presets without one get a required placeholder
@@ -90,5 +140,6 @@ HF_REPOS: dict[str, str] = {
     "llama3.1-405b": "meta-llama/Llama-3.1-405B", "qwen3-8b": "Qwen/Qwen3-8B", "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "nemotron4-340b": "nvidia/Nemotron-4-340B-Base", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
-    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct",
+    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct", "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
 }

@@ -26,15 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
+from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.vocabulary import (
     Algorithm,
     CpCommType,
     DataFormat,
+    Fp8Recipe,
     MegatronLmBranch,
     OnlineScheduler,
     PackingMode,
     Peft,
+    Precision,
     Recompute,
     Task,
 )
@@ -98,20 +101,20 @@ class ModelSpec(_Section):
         1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer")
     # What Megatron-LM's arguments need to build the same network (Megatron-Bridge's bridges read them from the HF
     # config.json: models/llama/llama_bridge.py, qwen/qwen3_bridge.py, nemotron/nemotron_bridge.py, 0.6.2)
-    position_embedding_type: Literal["rope", "mrope", "learned_absolute", "none"] = Field(
-        "rope", description="position embedding (mrope: Qwen2-VL's multimodal RoPE)")
+    position_embedding_type: Literal["rope", "mrope", "yarn", "learned_absolute", "none"] = Field(
+        "rope", description="position embedding (mrope: Qwen2-VL's multimodal RoPE; yarn: YaRN-scaled RoPE)")
     rotary_base: int = _int(1, 10**9, "RoPE base theta (HF rope_theta)", 10000)
     rotary_percent: float = Field(1.0, gt=0, le=1, description="share of head channels RoPE rotates (HF "
                                                                "partial_rotary_factor)")
-    rope_scaling_factor: float | None = Field(None, ge=1, le=1024, description="Llama 3.x RoPE scaling factor (HF "
-                                                                                "rope_scaling.factor); null = none")
+    rope_scaling_factor: float | None = Field(None, ge=1, le=1024, description="RoPE scaling factor, Llama 3.x's or "
+                                              "YaRN's (HF rope_scaling.factor); null = none")
     mrope_section: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
         None, max_length=4, description="mrope: channels per temporal/height/width section")
     norm_epsilon: float = Field(1e-5, gt=0, le=0.1, description="normalization epsilon (HF rms_norm_eps/norm_eps)")
     layernorm_zero_centered_gamma: bool = Field(False, description="LayerNorm with 1 + gamma (Nemotron's "
                                                                     "LayerNorm1p)")
-    activation: Literal["silu", "squared_relu", "gelu"] = Field("silu", description="MLP activation (gated with "
-                                                                                    "gated_linear_unit: SwiGLU)")
+    activation: Literal["silu", "squared_relu", "gelu", "quick_gelu"] = Field(
+        "silu", description="MLP activation (gated with gated_linear_unit: SwiGLU; quick_gelu: GPT-OSS's gated one)")
     qk_layernorm: bool = Field(False, description="normalization of queries and keys (Qwen3)")
     add_bias_linear: bool = Field(False, description="biases in the linear layers")
     add_qkv_bias: bool = Field(False, description="biases in the QKV projection only (Qwen2)")
@@ -124,6 +127,10 @@ class ModelSpec(_Section):
                                                                                          "scale (DeepSeek-V3)")
     vision: VisionSpec | None = Field(None, description="vision encoder (VLM presets)")
     window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
+    window_attn_skip_freq: int | None = Field(None, ge=1, le=4096, description="with window_size: every k-th layer "
+                                              "attends fully (Megatron's window_attn_skip_freq); null = all windowed")
+    softmax_type: Literal["vanilla", "off-by-one", "learnable"] = Field(
+        "vanilla", description="attention softmax; learnable = a learned sink logit per head (GPT-OSS)")
     mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
     family: str = Field("gpt", max_length=64, pattern=NAME, description="model family (some cannot pack: "
                                                                        "qwen3-omni)")
@@ -183,6 +190,8 @@ class ParallelSpec(_Section):
         False, description="the output layer and loss take a layer's place on the last pipeline stage (Megatron)")
     tp_comm_overlap: bool = Field(False, description="overlap TP communication with GEMMs (Transformer Engine "
                                                      "userbuffers; needs sp; Megatron-Bridge's default is off)")
+    fsdp: bool = Field(False, description="Megatron FSDP (use_megatron_fsdp): weights, gradients and optimizer "
+                                          "state sharded over DP x CP, gathered layer by layer")
 
     @property
     def dp(self) -> int:
@@ -210,7 +219,10 @@ class TrainingSpec(_Section):
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
     grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
                                                         "default; performance recipes turn it off: half the bytes)")
-    precision: Literal["bf16"] = Field("bf16", description="training precision")
+    precision: Precision = Field("bf16", description="precision of the linear layers' GEMMs (attention stays BF16; "
+                                 "mxfp8 and nvfp4 need Blackwell)")
+    fp8_recipe: Fp8Recipe | None = Field(None, description="precision fp8 only: FP8 scaling (null = tensorwise, "
+                                         "current scaling)")
     peft: Peft = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank", 16)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
@@ -483,6 +495,10 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
                                                                      hardware.bf16_tflops is None):
         out.append(f"hardware.gpu: unknown gpu {hardware.gpu[:40]!r}; presets: {', '.join(GPU_PRESETS)} "
                    "(or give memory_gib and bf16_tflops)")
+    if hardware is not None and t is not None:
+        out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
+    if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
+        out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:
         if m.num_attention_heads % p.tp:
             out.append(f"model.num_attention_heads {m.num_attention_heads} is not divisible by parallel.tp {p.tp}")

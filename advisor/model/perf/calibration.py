@@ -1,11 +1,18 @@
-"""The step-time model's three efficiency constants and the published runs they are fitted on.
+"""The step-time model's fitted constants and the published runs they are fitted on.
 
-Alternatives: a constant per model or per layout (fits anything, predicts nothing) or no fit (datasheet peaks:
-40 % too fast). Here: two constants shared by every run (GEMM efficiency and the hidden share of TP communication;
-attention's efficiency comes from kernel benchmarks), fitted once on H100 BF16 pre-training runs NVIDIA published
-(``sample_data/published_step_times.csv``, from NVIDIA/dgxc-benchmarking v25.04.02) by least squares on
-log(predicted / measured). ``python bench/calibrate.py`` refits and prints every row; the result is pasted below.
-Packed fine-tuning runs are never used here: they are what the model is judged on.
+Alternatives: a constant per model, layout or system (fits anything, predicts nothing) or no fit (datasheet peaks:
+40 % too fast). Here: five constants shared by every run: the GEMM efficiency of BF16 and FP8 (one figure) and of
+NVFP4, the hidden share of TP communication, and for MoE layers the grouped GEMMs' share of that efficiency and a
+fixed overhead per layer and micro batch; attention's efficiency comes from kernel benchmarks. They are fitted by
+least squares on log(predicted / measured) over two published tables of pre-training runs:
+
+- ``sample_data/published_step_times.csv``: NVIDIA/dgxc-benchmarking v25.04.02, H100, NeMo 25.02, BF16 and FP8;
+- ``sample_data/mb_performance_pretrain.csv``: Megatron-Bridge's performance summary, 25.11 to 26.02.01 containers,
+  H100, B200, B300, GB200 and GB300, BF16, FP8 (current scaling), MXFP8 and NVFP4.
+
+``python bench/calibrate.py`` refits and prints every row, the fit per system and precision and the errors with
+each system left out; the result is pasted below. Fine-tuning runs and later tables are never used here: they are
+what the model is judged on.
 """
 
 from __future__ import annotations
@@ -21,22 +28,40 @@ import numpy as np
 from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, plan_from_dict
 
-BOUNDS = {"gemm": (0.3, 1.0), "tp_overlap": (0.0, 1.0)}
+BOUNDS = {"gemm": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
+          "grouped": (0.3, 1.0), "moe_overhead": (0.0, 0.05)}
 # Not fitted: pre-training rows (all 4k-8k, one sequence per row) cannot tell GEMM from attention efficiency, and a
 # free fit trades one for the other (it pushed attention to 100 % of peak). Taken from kernel benchmarks instead:
 # FlashAttention-3 (Shah et al. 2024, H100 SXM5 BF16, causal, head dim 128, 4k-16k) runs forward at ~620 and
 # backward at ~510 TFLOP/s; with backward 2.5x the forward FLOPs that is 3.5 / (1/0.63 + 2.5/0.52) = 0.55 of peak.
 ATTENTION_EFFICIENCY = 0.55
-# fitted by `python bench/calibrate.py` on the 12 rows of sample_data/published_step_times.csv: |error| median 3.3 %,
-# max 11.6 % (Grok-1, the one MoE model: its all-to-all and routing imbalance are the least modelled)
-EFFICIENCY = Efficiency(gemm=0.64, attention=ATTENTION_EFFICIENCY, tp_overlap=0.49)
-CALIBRATION_CSV = Path(__file__).resolve().parents[3] / "sample_data" / "published_step_times.csv"
+# On B200 FlashAttention-4 reaches 1,605 TFLOP/s forward in BF16, 1.3x cuDNN 9.13 (Zadouri, Dao et al. 2026,
+# together.ai/blog/flashattention-4), which Transformer Engine runs: cuDNN's forward ~1,235 = 0.55 of 2,250; with
+# backward at Hopper's 0.82 of forward (510/620), 3.5 / (1/0.55 + 2.5/0.45) = 0.47 of peak
+ATTENTION_EFFICIENCY_BLACKWELL = 0.47
+# fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
+EFFICIENCY = Efficiency(gemm=0.562, gemm_fp4=0.344, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.849, grouped=0.733,
+                        moe_overhead=0.004)
+SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
+CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
+MB_CALIBRATION_CSV = SAMPLE_DATA / "mb_performance_pretrain.csv"
+CALIBRATION_CSVS = (CALIBRATION_CSV, MB_CALIBRATION_CSV)
 
 
 # The CSV leaves VP blank for Nemotron-4 340B, but its source (dgxc-benchmarking v25.04.02 nemotron/README.md, H100
 # table: TP 8, PP 8, VP 12) and NeMo's model_configs_h100.csv give 12: without it the 8-stage pipeline's bubble
 # would be 7/16 of the step, which the measured 494 TFLOP/s per GPU rules out.
 SOURCE_VPP = {"nemotron4-340b": "12"}
+# Megatron-Bridge's table names Llama 3 models; the presets are Llama 3.1's, the same network (the RoPE scaling
+# aside, which costs nothing)
+MODEL_OF = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
+# models whose recipes count the embedding and the loss as pipeline layers (126 + 2 and 94 + 2 layers divide by
+# PP x VP): Megatron-Bridge 0.6.2 recipes/llama/h100/llama3.py (405B), recipes/qwen/h100/qwen3_moe.py (235B)
+PIPELINE_SLOTS = ("llama3.1-405b", "qwen3-235b-a22b")
+# NeMo 25.02's performance scripts ran FP8 with delayed scaling (bf16_with_fp8_mixed); the dgxc README names no
+# recipe. Megatron-Bridge's table says FP8-CS: current scaling, tensorwise
+FP8_RECIPE = {"published_step_times.csv": "delayed", "mb_performance_pretrain.csv": "tensorwise"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,43 +73,64 @@ class Measurement:
     work: StepWork
     step_seconds: float
     source: str
+    system: str = "H100-80GB"
+    precision: str = "bf16"
 
 
-def _plan(row: dict) -> Plan:
-    """The benchmark's settings: NeMo's performance recipes run TP with sequence parallelism and TP communication
-    overlap, the distributed optimizer with BF16 gradient reduction (grad_reduce_in_fp32 False), no recompute
-    (recompute_layers 0 in NeMo's scripts/performance/recommended_model_configs/model_configs_h100.csv), expert
-    TP = TP (Megatron-Core's default), and Llama 3.1 405B's 126 layers with the embedding and loss counted as
-    pipeline layers."""
+def _parallel(row: dict, model: str, moe: bool) -> dict:
+    """The layout as published. Both tables' recipes run TP with sequence parallelism; dense models overlap TP
+    communication (NeMo's and Megatron-Bridge's comm-overlap configs), Megatron-Bridge's MoE recipes do not
+    (perf_recipes/qwen/h100/qwen3_moe.py, tp_comm_overlap=False) and set expert TP 1 (Qwen3-MoE, GPT-OSS); NeMo's
+    Grok-1 keeps Megatron-Core's default expert TP = TP."""
     tp, pp, ep = int(row["tp"]), int(row["pp"]), int(row["ep"])
+    mb = "fsdp" in row
     parallel = {"gpus": int(row["gpus"]), "tp": tp, "pp": pp, "cp": int(row["cp"]), "ep": ep,
-                "etp": tp if ep > 1 else 1, "sp": tp > 1, "tp_comm_overlap": tp > 1}
+                "etp": (1 if mb else tp) if ep > 1 else 1, "sp": tp > 1,
+                "tp_comm_overlap": tp > 1 and not (mb and moe), "fsdp": row.get("fsdp") == "yes"}
     vpp = row["vpp"] or SOURCE_VPP.get(row["model"])
-    if vpp:
+    if vpp and pp > 1:
         parallel["vpp"] = int(vpp)
-    if row["model"] == "llama3.1-405b":
+    if model in PIPELINE_SLOTS:
         parallel.update(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-    return plan_from_dict({
-        "model": row["model"], "parallel": parallel,
-        "training": {"task": "pretrain", "seq_length": int(row["seq_length"]),
-                     "micro_batch_size": int(row["micro_batch_size"]),
-                     "global_batch_size": int(row["global_batch_size"]), "recompute": "none",
-                     "grad_reduce_in_fp32": False},
-        "packing": {"mode": "none"}})
+    return parallel
 
 
-def load_measurements(path: Path = CALIBRATION_CSV) -> list[Measurement]:
-    """Rows of the published-runs CSV as plans and work (pre-training: full sequences, one causal mask each)."""
+def plan_of_row(row: dict, table: str) -> Plan:
+    """The benchmark's settings: the layout as published, the precision (FP8 with the table's recipe), the
+    distributed optimizer with BF16 gradient reduction (grad_reduce_in_fp32 False in both tables' scripts), no
+    recompute (NeMo's model_configs_h100.csv recompute_layers 0; Megatron-Bridge's perf recipes set none but for
+    Llama 3 8B FSDP on H100), full sequences of pre-training."""
+    model = MODEL_OF.get(row["model"], row["model"])
+    precision = row["precision"].lower()
+    moe = model in ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "grok1-314b")
+    training = {"task": "pretrain", "seq_length": int(row["seq_length"]),
+                "micro_batch_size": int(row["micro_batch_size"]),
+                "global_batch_size": int(row["global_batch_size"]), "recompute": "none",
+                "grad_reduce_in_fp32": False, "precision": precision}
+    if precision == "fp8":
+        training["fp8_recipe"] = FP8_RECIPE[table]
+    return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe), "training": training,
+                           "packing": {"mode": "none"},
+                           "hardware": {"gpu": row.get("system") or row.get("gpu") or "H100-80GB"}},
+                          f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
+
+
+def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS) -> list[Measurement]:
+    """Rows of the published-runs tables as plans and work (pre-training: full sequences, one causal mask each)."""
     out = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            plan = _plan(row)
-            t = plan.training
-            work = StepWork(tokens=t.micro_batch_size * t.seq_length,
-                            seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
-                            micro_batches=t.global_batch_size / (t.micro_batch_size * plan.parallel.dp))
-            out.append(Measurement(name=f"{row['model']} {row['gpus']} GPUs", plan=plan, work=work,
-                                   step_seconds=float(row["step_seconds"]), source=row["source"]))
+    for path in [paths] if isinstance(paths, Path) else paths:
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                plan = plan_of_row(row, path.name)
+                t = plan.training
+                work = StepWork(tokens=t.micro_batch_size * t.seq_length,
+                                seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
+                                micro_batches=t.global_batch_size / (t.micro_batch_size * plan.parallel.dp))
+                release = f"{row['release']} " if row.get("release") else ""
+                out.append(Measurement(
+                    name=f"{release}{row['model']} {plan.hardware.gpu} {t.precision} {row['gpus']}", plan=plan,
+                    work=work, step_seconds=float(row["step_seconds"]), source=row["source"],
+                    system=plan.hardware.gpu, precision=t.precision))
     return out
 
 
@@ -94,7 +140,7 @@ def residuals(rows: Sequence[Measurement], eff: Efficiency) -> np.ndarray:
 
 
 def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, steps: float = 0.05, iters: int = 400) -> np.ndarray:
-    """The textbook downhill simplex (reflect, expand, contract, shrink): three variables, no scipy needed."""
+    """The textbook downhill simplex (reflect, expand, contract, shrink): a few variables, no scipy needed."""
     simplex = [x0] + [x0 + steps * np.eye(len(x0))[i] for i in range(len(x0))]
     values = [f(x) for x in simplex]
     for _ in range(iters):
@@ -118,21 +164,36 @@ def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, steps: float 
             else:
                 simplex = [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex]
                 values = [f(x) for x in simplex]
-        if max(values) - min(values) < 1e-12:
+        if max(values) - min(values) < 1e-10:
             break
     return simplex[int(np.argmin(values))]
 
 
+def fitted_names(rows: Sequence[Measurement]) -> list[str]:
+    """The constants the rows can determine: a format's GEMM efficiency only with rows in that format (leaving
+    every FP4 row out, say, leaves gemm_fp4 at its stored value), TP overlap only with rows that overlap TP."""
+    formats = {r.plan.training.precision for r in rows}
+    names = ["gemm"]  # BF16 and FP8 GEMMs share it: fitted apart they came out 0.589 and 0.552, and apart the
+    # BF16 figure rested on a few MoE rows once H100's were left out (gemm 0.38)
+    if "nvfp4" in formats:
+        names.append("gemm_fp4")
+    if any(r.plan.parallel.tp_comm_overlap for r in rows):
+        names.append("tp_overlap")
+    if any(r.plan.model.num_moe_experts for r in rows):
+        names += ["grouped", "moe_overhead"]
+    return names
+
+
 def fit(rows: Sequence[Measurement], start: Efficiency = EFFICIENCY) -> Efficiency:
     """The fitted constants minimizing the sum of squared log errors over ``rows``, within physical bounds."""
-    names = list(BOUNDS)
+    names = fitted_names(rows)
+    fixed = {k: getattr(start, k) for k in ("attention", "attention_blackwell", *BOUNDS) if k not in names}
 
     def make(x: np.ndarray) -> Efficiency:
-        return Efficiency(attention=ATTENTION_EFFICIENCY,
-                          **{n: float(np.clip(v, *BOUNDS[n])) for n, v in zip(names, x, strict=True)})
+        return Efficiency(**fixed, **{n: float(np.clip(v, *BOUNDS[n])) for n, v in zip(names, x, strict=True)})
 
     def loss(x: np.ndarray) -> float:
-        outside = sum(max(0.0, lo - v, v - hi) for v, (lo, hi) in zip(x, BOUNDS.values(), strict=True))
+        outside = sum(max(0.0, BOUNDS[n][0] - v, v - BOUNDS[n][1]) for n, v in zip(names, x, strict=True))
         return float(np.sum(residuals(rows, make(x)) ** 2)) + 10 * outside
 
     best = _nelder_mead(loss, np.array([getattr(start, n) for n in names]))

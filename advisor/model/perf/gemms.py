@@ -31,6 +31,8 @@ class Gemm:
     k: float  # input width
     trains: bool  # its weight gets a gradient (False: frozen under LoRA)
     count: float = 1.0  # identical GEMMs (local experts)
+    quantized: bool = True  # runs in the plan's precision (Transformer Engine's linears); False: BF16 (the router,
+    # LoRA's adapters, the output layer)
 
     def flops(self, wgrad: bool = True) -> float:
         """Forward and dgrad, plus wgrad when the weight trains and ``wgrad``: 2 m n k each."""
@@ -59,7 +61,7 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
         # expert tokens / TP x topk x EP x ETP / experts rows, each expert's width split by ETP
         shard = tokens / tp
         per_expert = shard * m.moe_router_topk * p.ep * p.etp / m.num_moe_experts
-        out += [Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base),
+        out += [Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base, quantized=False),
                 Gemm(name="expert_fc1", m=per_expert, n=up * f / p.etp, k=h, trains=base, count=local),
                 Gemm(name="expert_fc2", m=per_expert, n=h, k=f / p.etp, trains=base, count=local)]
         if m.moe_shared_expert_intermediate_size:
@@ -92,9 +94,9 @@ def lora_gemms(base: list[Gemm], rank: int, tp: int) -> list[Gemm]:
             continue
         column = g.name in COLUMN_PARALLEL
         out += [Gemm(name=f"{g.name}_lora_a", m=g.m, n=rank / tp if column else rank, k=g.k, trains=True,
-                     count=g.count),
+                     count=g.count, quantized=False),
                 Gemm(name=f"{g.name}_lora_b", m=g.m, n=g.n if column else g.n / tp, k=rank, trains=True,
-                     count=g.count)]
+                     count=g.count, quantized=False)]
     return out
 
 
@@ -102,4 +104,5 @@ def output_gemm(plan: Plan, tokens: float) -> Gemm:
     """The output layer (vocabulary projection) on the last pipeline stage, split over TP; frozen under LoRA."""
     m, p = plan.model, plan.parallel
     vocab = padded_vocab_size(m.vocab_size, p.tp)
-    return Gemm(name="output_layer", m=tokens, n=vocab / p.tp, k=m.hidden_size, trains=plan.training.peft != "lora")
+    return Gemm(name="output_layer", m=tokens, n=vocab / p.tp, k=m.hidden_size, trains=plan.training.peft != "lora",
+                quantized=False)

@@ -2,23 +2,32 @@
 
 Alternatives: a per-cluster measured profile (exact, needs the cluster) or peak numbers alone (what a datasheet
 gives). Here: datasheet peaks times the efficiencies that published benchmarks reach, named where they are set.
+
+Collectives are hierarchical. A group of ranks ``stride`` apart in Megatron's rank order (TP innermost, then CP, DP,
+PP) holds ``local`` ranks in each NVLink domain (8 GPUs on HGX/DGX boards, 72 in an NVL72 rack). Inside one domain
+it runs over NVLink; across domains NCCL builds one ring per rail, so a domain's traffic leaves through the NICs of
+the ``local`` ranks it holds (each GPU has its own NIC in every system here) and the group's bus bandwidth is
+min(NVLink, local x NIC). The other groups of the same layout use the domain's other NICs at the same time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from advisor.plan import Plan
-from advisor.plan.presets import GPUS_PER_NODE
 
-# Achievable fractions of the datasheet bandwidths for large transfers. Why not 1: NCCL's bus bandwidth on 8 H100s
-# over NVLink reaches ~360 of 450 GB/s per direction, ~45 of 50 GB/s over 400 Gb/s InfiniBand (nccl-tests results
-# NVIDIA publishes); streaming kernels reach 80-90 % of HBM (BabelStream-style figures on H100).
-NVLINK_EFFICIENCY = 0.8
-NETWORK_EFFICIENCY = 0.9
+# Achievable fractions of the datasheet bandwidths for large transfers, from nccl-tests bus bandwidths NVIDIA's NCCL
+# maintainers published: 8 x H100 over NVLink reach ~370 of 450 GB/s per direction with the ring ("protocol overhead
+# ~20 %", S. Jeaugey, NVIDIA/nccl-tests#212, 2024); a ring all-reduce over DGX A100 nodes with 8 x 200 Gb/s
+# InfiniBand measures 192 GB/s of the NICs' 200 (NVIDIA/nccl#812, 2023), and one 400 Gb/s ConnectX-7 NIC 48-49 of
+# 50 GB/s (NVIDIA/nccl-tests#267, 2025). Streaming kernels reach 80-90 % of HBM (BabelStream-style figures on H100).
+NVLINK_EFFICIENCY = 0.82
+NETWORK_EFFICIENCY = 0.96
 HBM_EFFICIENCY = 0.8
-NVLINK_LATENCY = 10e-6  # seconds per collective inside a node (NCCL small-message latency)
-NETWORK_LATENCY = 25e-6  # across nodes
+NVLINK_LATENCY = 10e-6  # seconds per collective inside an NVLink domain (NCCL small-message latency)
+NETWORK_LATENCY = 25e-6  # across domains
+# bytes per element of a GEMM operand by the precision its tensor cores run (fp8/mxfp8: one byte; nvfp4: half)
+OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +37,20 @@ class Link:
     name: str
 
 
+def ranks_per_domain(ranks: int, stride: int, domain: int) -> int:
+    """Ranks of a group of ``ranks`` ranks ``stride`` apart that share one NVLink domain of ``domain`` GPUs, rounded
+    down to a divisor of ``ranks`` (Megatron's groups split evenly: 64 GPUs of a 72-GPU rack hold whole groups).
+
+    >>> ranks_per_domain(16, 1, 8), ranks_per_domain(16, 8, 8), ranks_per_domain(32, 8, 72), ranks_per_domain(4, 2, 8)
+    (8, 1, 8, 4)
+    """
+    fit = domain // stride if stride < domain else 1
+    local = max(1, min(ranks, fit))
+    while ranks % local:
+        local -= 1
+    return local
+
+
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
     """
@@ -35,27 +58,52 @@ class Gpu:
     >>> g = gpu_of(plan_from_dict({"model": "llama3.1-8b"}))
     >>> g.peak / 1e12, g.sms, g.link(8).name, g.link(16).name
     (989.0, 132, 'nvlink', 'network')
+    >>> round(g.ring(16, 1).bandwidth / 1e9), round(g.ring(16, 8).bandwidth / 1e9)   # 8 rails, then one
+    (369, 48)
     """
 
     name: str
     peak: float  # dense BF16 FLOP/s
+    peaks: dict = field(default_factory=dict)  # dense FLOP/s by tensor-core precision: bf16, fp8, fp4 (None: none)
     hbm: float  # achievable HBM bytes/s
     sms: int
     nvlink: Link
-    network: Link
-    per_node: int = GPUS_PER_NODE
+    network: Link  # one GPU's NIC (its rail)
+    domain: int = 8  # GPUs one NVLink fabric joins
+    compute_capability: float = 9.0
 
     def link(self, span: int) -> Link:
-        """The link a group of ranks spread over ``span`` consecutive GPUs uses: NVLink inside a node, the network
-        (one NIC per GPU) as soon as the group leaves it."""
-        return self.nvlink if span <= self.per_node else self.network
+        """The link of point-to-point transfers between ranks ``span`` consecutive GPUs apart (pipeline stages, a
+        ring's neighbours): NVLink inside the domain, the sender's NIC as soon as the pair leaves it."""
+        return self.nvlink if span <= self.domain else self.network
+
+    def ring(self, ranks: int, stride: int = 1) -> Link:
+        """The bus bandwidth of a ring collective (all-gather, reduce-scatter, all-reduce) over ``ranks`` ranks
+        ``stride`` GPUs apart: NVLink inside one domain; across domains min(NVLink, NIC x ranks each domain holds),
+        the node's rails working in parallel (NCCL builds one ring per rail)."""
+        local = ranks_per_domain(ranks, stride, self.domain)
+        if local >= ranks:
+            return self.nvlink
+        bandwidth = min(self.nvlink.bandwidth, local * self.network.bandwidth)
+        return Link(bandwidth=bandwidth, latency=self.network.latency, name=f"network x{local}")
+
+    def flops(self, precision: str) -> float:
+        """Dense tensor-core FLOP/s at ``precision`` (bf16, fp8, fp4)."""
+        value = self.peaks.get(precision)
+        if not value:
+            raise ValueError(f"{self.name} has no {precision} tensor cores")
+        return value
 
 
 def gpu_of(plan: Plan) -> Gpu:
     row = plan.hardware.table
-    return Gpu(name=plan.hardware.gpu, peak=row["bf16_tflops"] * 1e12, hbm=row["hbm_tbps"] * 1e12 * HBM_EFFICIENCY,
-               sms=int(row["sms"]),
+    per_gpu_nic = row["nics_per_node"] * row["nic_gbps"] / row["gpus_per_node"]
+    peaks = {"bf16": row["bf16_tflops"] * 1e12}
+    peaks.update({p: row[f"{p}_tflops"] * 1e12 for p in ("fp8", "fp4") if row.get(f"{p}_tflops")})
+    return Gpu(name=plan.hardware.gpu, peak=peaks["bf16"], peaks=peaks, hbm=row["hbm_tbps"] * 1e12 * HBM_EFFICIENCY,
+               sms=int(row["sms"]), domain=int(row["nvlink_domain"]),
+               compute_capability=float(row["compute_capability"]),
                nvlink=Link(bandwidth=row["nvlink_gbps"] * 1e9 * NVLINK_EFFICIENCY, latency=NVLINK_LATENCY,
                            name="nvlink"),
-               network=Link(bandwidth=row["network_gbps"] * 1e9 * NETWORK_EFFICIENCY, latency=NETWORK_LATENCY,
+               network=Link(bandwidth=per_gpu_nic * 1e9 * NETWORK_EFFICIENCY, latency=NETWORK_LATENCY,
                             name="network"))

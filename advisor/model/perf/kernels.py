@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from advisor.model.perf.hardware import Gpu
+from advisor.model.perf.hardware import OPERAND_BYTES, Gpu
 
 # Hopper/Blackwell BF16 GEMMs run 128 x 256 output tiles, one per SM at a time: a GEMM of 133 tiles on 132 SMs
 # takes two waves, the second almost empty (why small or TP-split GEMMs run below the big ones' efficiency). For
@@ -41,10 +41,12 @@ def _waves(m: float, n: float, sms: int, tm: int, tn: int, count: float = 1.0) -
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, count: float = 1.0) -> float:
-    """[m, k] x [k, n] in BF16, ``count`` of them in one grouped kernel (Megatron's grouped GEMM runs a rank's
-    local experts together): compute at ``efficiency`` of peak (times the tiles' efficiency) or moving the
-    operands, whichever is slower, and never under one kernel launch.
+def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, count: float = 1.0,
+                 fmt: str = "bf16") -> float:
+    """[m, k] x [k, n] with operands in ``fmt`` (bf16, fp8, fp4; the output in BF16), ``count`` of them in one
+    grouped kernel (Megatron's grouped GEMM runs a rank's local experts together): compute at ``efficiency`` of
+    the format's peak (times the tiles' efficiency) or moving the operands, whichever is slower, and never under
+    one kernel launch.
 
     >>> from advisor.model.perf.hardware import gpu_of
     >>> from advisor.plan import plan_from_dict
@@ -54,13 +56,13 @@ def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, coun
     """
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
-    compute = count * 2.0 * m * n * k / (gpu.peak * efficiency * tile_efficiency(m, n, gpu.sms, count))
-    memory = count * 2.0 * (m * k + k * n + m * n) / gpu.hbm
+    compute = count * 2.0 * m * n * k / (gpu.flops(fmt) * efficiency * tile_efficiency(m, n, gpu.sms, count))
+    memory = count * (OPERAND_BYTES[fmt] * (m * k + k * n) + 2.0 * m * n) / gpu.hbm
     return max(compute, memory, KERNEL_FLOOR_SECONDS)
 
 
 def attention_seconds(q_width: float, seqlen_squared_sum: float, tokens: float, gpu: Gpu, efficiency: float,
-                      chunks: int = 1) -> tuple[float, float]:
+                      chunks: int = 1, window: int | None = None) -> tuple[float, float]:
     """Forward and backward seconds of causal variable-length attention (THD) over sum(s_i^2) on one GPU.
 
     ``q_width``: query heads x head dim on this GPU. Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it
@@ -77,9 +79,23 @@ def attention_seconds(q_width: float, seqlen_squared_sum: float, tokens: float, 
     if seqlen_squared_sum <= 0 or tokens <= 0:
         return 0.0, 0.0
     mean_length = seqlen_squared_sum / tokens / chunks  # work-weighted: long sequences carry the s^2 work
+    if window:  # a sliding window: each query sees at most ``window`` keys, a band of about 2 x window x tokens
+        seqlen_squared_sum = windowed_work(seqlen_squared_sum, tokens, window)
+        mean_length = min(mean_length, window)
     block = mean_length / (mean_length + ATTENTION_BLOCK)  # (s^2/2) / (s^2/2 + 64 s)
     forward = max(KERNEL_FLOOR_SECONDS, 2.0 * q_width * seqlen_squared_sum / (gpu.peak * efficiency * block))
     return forward, ATTENTION_BACKWARD_RATIO * forward
+
+
+def windowed_work(seqlen_squared_sum: float, tokens: float, window: int) -> float:
+    """The sum(s^2) equivalent of causal attention under a sliding window of ``window`` tokens: a sequence of s > w
+    tokens has w (w + 1) / 2 + (s - w) w causal pairs (Megatron-Bridge training/utils/flop_utils.py), about 2 w s
+    of the s^2 scale; bounded by the unwindowed work.
+
+    >>> windowed_work(4096.0 ** 2, 4096, 128) / 4096.0 ** 2
+    0.0625
+    """
+    return min(seqlen_squared_sum, 2.0 * window * tokens)
 
 
 def stream_seconds(num_bytes: float, gpu: Gpu) -> float:

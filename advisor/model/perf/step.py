@@ -7,6 +7,13 @@ does not hide it, the pipeline's fill and drain, the gradient sync beyond the ba
 
 Step = m x (slowest stage per micro batch) x straggler + (pp - 1)/vpp x (mean stage) + exposed pipeline sends
      + exposed data-parallel sync + optimizer, where m is the micro batches per data-parallel rank.
+
+Precision (``advisor.model.numerics``): the linear layers' GEMMs run at the format's peak and fitted efficiency, their
+inputs and output gradients are cast first (``quantize``: bytes over HBM, plus the recipe's amax reductions), and the
+weights are cast once a step; attention, the router and the output layer stay BF16. Megatron FSDP
+(``parallel.fsdp``): each layer's parameters are all-gathered before its forward and again before its backward and
+its gradients reduce-scattered after it, every micro batch, prefetched behind the neighbouring layer's compute
+(Megatron-Core's megatron_fsdp); only what the compute cannot hide is exposed (``fsdp_comm``).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from advisor.model.memory import lora_parameters
+from advisor.model.numerics import Numerics, numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
 from advisor.model.perf import collectives as cc
 from advisor.model.perf.gemms import layer_gemms, output_gemm
@@ -38,8 +46,22 @@ class Efficiency:
     """The fitted constants (``calibration``): everything else is a datasheet figure or a count."""
 
     gemm: float  # fraction of dense BF16 peak that large GEMMs sustain
-    attention: float  # fraction of peak that flash attention sustains on long sequences
+    attention: float  # fraction of peak that flash attention sustains on long sequences (Hopper and before)
     tp_overlap: float  # share of TP communication hidden behind GEMMs with tp_comm_overlap on
+    gemm_fp8: float = 0.0  # fraction of dense FP8 peak that large FP8 (and MXFP8) GEMMs sustain; 0: as BF16
+    gemm_fp4: float = 0.0  # fraction of dense FP4 peak that large NVFP4 GEMMs sustain; 0: as FP8
+    attention_blackwell: float = 0.0  # flash attention on Blackwell (compute capability 10); 0: as ``attention``
+    grouped: float = 1.0  # the experts' grouped GEMMs run at this share of a dense GEMM's efficiency
+    moe_overhead: float = 0.0  # seconds per MoE layer and micro batch, forward and backward, beyond its kernels'
+    # work: the dispatcher's host synchronisation on the tokens per expert, routing and permutation launches
+
+    def gemm_for(self, fmt: str) -> float:
+        """The GEMM efficiency of a tensor-core format."""
+        fp8 = self.gemm_fp8 or self.gemm
+        return {"bf16": self.gemm, "fp8": fp8, "fp4": self.gemm_fp4 or fp8}[fmt]
+
+    def attention_for(self, gpu: Gpu) -> float:
+        return (self.attention_blackwell or self.attention) if gpu.compute_capability >= 10 else self.attention
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,9 +82,12 @@ class Phase:
     attention: float = 0.0
     memory_bound: float = 0.0
     recompute: float = 0.0
+    quantize: float = 0.0
     tp_comm: float = 0.0
     cp_comm: float = 0.0
     moe_all_to_all: float = 0.0
+    moe_dispatch: float = 0.0
+    fsdp_comm: float = 0.0
 
     @property
     def total(self) -> float:
@@ -116,34 +141,37 @@ def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: flo
     if p.cp_comm_type == "p2p":
         return ring(cp, tp * cp, attn_fwd, attn_bwd)
     if p.cp_comm_type == "a2a":
-        t = cc.all_to_all(qkvo_bytes, cp, gpu.link(tp * cp))
+        t = cc.all_to_all_spread(qkvo_bytes, cp, tp, gpu)
         return t, t
     if p.cp_comm_type == "all_gather":
-        t = cc.all_gather(cp * kv_bytes, cp, gpu.link(tp * cp))
+        t = cc.all_gather(cp * kv_bytes, cp, gpu.ring(cp, tp))
         return t, 2 * t
     a, b = (p.hierarchical_cp_sizes or [cp, 1])[:2]
-    t = cc.all_to_all(qkvo_bytes, a, gpu.link(tp * a))
+    t = cc.all_to_all_spread(qkvo_bytes, a, tp, gpu)
     fwd, bwd = ring(b, tp * cp, attn_fwd, attn_bwd) if b > 1 else (0.0, 0.0)
     return t + fwd, t + bwd
 
 
-def _tp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, tokens: float, moe: bool) -> tuple[float, float]:
+def _tp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, tokens: float, moe: bool, num: Numerics) -> tuple[float, float]:
     """Exposed TP seconds of one layer, forward and backward. Per TP region (attention; a dense MLP) forward runs an
     all-gather before the column-parallel GEMM and a reduce-scatter after the row-parallel one (TP without SP: two
     all-reduces, the same bytes); backward mirrors them and all-gathers the input again for the weight gradient
     (Transformer Engine keeps the sequence-parallel shard), so 1.5x, unless the weights are frozen. A MoE layer's
-    MLP is outside TP: its experts all-gather their routed tokens over expert TP only (token_dispatcher.py)."""
+    MLP is outside TP: its experts all-gather their routed tokens over expert TP only (token_dispatcher.py). In FP8
+    and FP4 Transformer Engine casts the sequence-parallel input before gathering it, so the gathers move the
+    quantized bytes; the reduce-scatters stay BF16."""
     m, p, t = plan.model, plan.parallel, plan.training
     act = tokens * m.hidden_size * BF16
+    gathered = act * num.saved_input_bytes / BF16 if p.sp else act
     bwd_share = 1.5 if t.peft != "lora" else 1.0
     fwd = 0.0
     if p.tp > 1:
-        link = gpu.link(p.tp)
+        link = gpu.ring(p.tp)
         regions = 1 if moe else 2
-        fwd += regions * (cc.all_gather(act, p.tp, link) + cc.reduce_scatter(act, p.tp, link))
+        fwd += regions * (cc.all_gather(gathered, p.tp, link) + cc.reduce_scatter(act, p.tp, link))
     if moe and p.etp > 1:
         routed = act / p.tp * m.moe_router_topk * p.etp
-        fwd += cc.all_gather(routed, p.etp, gpu.link(p.etp)) + cc.reduce_scatter(routed, p.etp, gpu.link(p.etp))
+        fwd += cc.all_gather(routed, p.etp, gpu.ring(p.etp)) + cc.reduce_scatter(routed, p.etp, gpu.ring(p.etp))
     hidden = eff.tp_overlap if p.tp_comm_overlap else 0.0
     return fwd * (1 - hidden), fwd * bwd_share * (1 - hidden)
 
@@ -151,30 +179,108 @@ def _tp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, tokens: float, moe: bool) ->
 def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: bool) -> tuple[Phase, Phase]:
     """Forward and backward (recompute included) of one layer for the mean micro batch, on one GPU."""
     m, p, t = plan.model, plan.parallel, plan.training
+    num = numerics_of(plan)
     tokens = work.tokens / p.cp
     gemms = layer_gemms(plan, tokens, moe)
-    fwd_gemm = sum(gemm_seconds(g.m, g.n, g.k, gpu, eff.gemm, g.count) for g in gemms)
-    bwd_gemm = sum(gemm_seconds(g.m, g.k, g.n, gpu, eff.gemm, g.count)
-                   + (gemm_seconds(g.k, g.n, g.m, gpu, eff.gemm, g.count) if g.trains else 0.0) for g in gemms)
+
+    def run(g, mm, nn, kk) -> float:
+        fmt = num.gemm if g.quantized else "bf16"
+        grouped = eff.grouped if g.name.startswith("expert_") else 1.0
+        return gemm_seconds(mm, nn, kk, gpu, eff.gemm_for(fmt) * grouped, g.count, fmt)
+
+    fwd_gemm = sum(run(g, g.m, g.n, g.k) for g in gemms)
+    bwd_gemm = sum(run(g, g.m, g.k, g.n) + (run(g, g.k, g.n, g.m) if g.trains else 0.0) for g in gemms)
+    # casts: each quantized GEMM's input in forward, its output gradient in backward (rowwise and columnwise copies)
+    cast = [g for g in gemms if g.quantized and num.quantized]
+    q_fwd = stream_seconds(num.quantize_bytes * sum(g.count * g.m * g.k for g in cast), gpu)
+    q_bwd = stream_seconds(num.quantize_bytes * sum(g.count * g.m * g.n for g in cast), gpu)
+    if num.amax_reduction == "tp" and p.tp > 1 and p.sp:  # the amax of a sequence-parallel input, over TP
+        regions = 1 if moe else 2
+        q_fwd += regions * gpu.ring(p.tp).latency
+        q_bwd += regions * gpu.ring(p.tp).latency
     q_width = m.head_dim * m.num_attention_heads / p.tp
-    attn_f, attn_b = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, eff.attention)
+    attn_f, attn_b = _attention(plan, gpu, eff, work, q_width, tokens)
     mem = stream_seconds(_elementwise_bytes(plan, moe) * tokens, gpu)
-    tp_f, tp_b = _tp_comm(plan, gpu, eff, tokens, moe)
+    tp_f, tp_b = _tp_comm(plan, gpu, eff, tokens, moe, num)
     cp_f, cp_b = _cp_comm(plan, gpu, tokens, attn_f, attn_b)
     a2a = 0.0
     if moe and p.ep > 1:
         routed = tokens / p.tp * m.moe_router_topk * m.hidden_size * BF16
         a2a = 2 * cc.all_to_all_spread(routed, p.ep, p.etp, gpu)  # dispatch and combine
-    fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, tp_comm=tp_f, cp_comm=cp_f, moe_all_to_all=a2a)
+    dispatch = eff.moe_overhead / 3 if moe else 0.0  # a third in forward, two in backward, as the work
+    fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, quantize=q_fwd, tp_comm=tp_f, cp_comm=cp_f,
+                moe_all_to_all=a2a, moe_dispatch=dispatch)
     if t.recompute == "full":
         recompute = fwd.total  # the layer's forward runs again before its backward
     elif t.recompute == "selective":
         recompute = attn_f  # core attention recomputed (Megatron's selective default)
     else:
         recompute = 0.0
-    bwd = Phase(gemm=bwd_gemm, attention=attn_b, memory_bound=2 * mem, tp_comm=tp_b, cp_comm=cp_b,
-                moe_all_to_all=a2a, recompute=recompute)
+    bwd = Phase(gemm=bwd_gemm, attention=attn_b, memory_bound=2 * mem, quantize=q_bwd, tp_comm=tp_b, cp_comm=cp_b,
+                moe_all_to_all=a2a, moe_dispatch=2 * dispatch, recompute=recompute)
+    if p.fsdp:
+        fwd, bwd = _fsdp_layer(plan, gpu, num, fwd, bwd, moe)
     return fwd, bwd
+
+
+def _attention(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: float,
+               tokens: float) -> tuple[float, float]:
+    """Flash attention of one layer, the mean over full and sliding-window layers (window_attn_skip_freq k: every
+    k-th layer attends fully, Megatron-Core's transformer_config.py); a learnable softmax offset (attention sinks)
+    adds one logit per query and head, nothing measurable."""
+    m, p = plan.model, plan.parallel
+    efficiency = eff.attention_for(gpu)
+    full = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency)
+    if not m.window_size:
+        return full
+    windowed = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency,
+                                 window=m.window_size)
+    share = windowed_layer_share(m)
+    return tuple(share * w + (1 - share) * f for w, f in zip(windowed, full, strict=True))
+
+
+def windowed_layer_share(model) -> float:
+    """The share of layers under the sliding window: all of them, or all but every k-th with window_attn_skip_freq
+    k (layer i, counted from 1, attends fully when i % k == 0)."""
+    if not model.window_size:
+        return 0.0
+    k = model.window_attn_skip_freq
+    if not k:
+        return 1.0
+    return sum(1 for i in range(1, model.num_layers + 1) if i % k) / model.num_layers
+
+
+def _layer_parameters(plan: Plan, moe: bool) -> tuple[float, float]:
+    """One layer's parameters on one GPU before FSDP sharding: (dense, over TP; routed experts, over EP x ETP)."""
+    m, p = plan.model, plan.parallel
+    c = count_parameters(m, p.tp)
+    pattern = moe_layer_pattern(m)
+    picks = [i for i, x in enumerate(pattern) if x == moe] or [0]
+    dense = sum(c.dense_by_layer[i] for i in picks) / len(picks) / p.tp
+    routed = sum(c.routed_by_layer[i] for i in picks) / len(picks) / (p.ep * p.etp)
+    return dense, routed
+
+
+def _fsdp_layer(plan: Plan, gpu: Gpu, num: Numerics, fwd: Phase, bwd: Phase, moe: bool) -> tuple[Phase, Phase]:
+    """Megatron FSDP (optim_grads_params) around one layer, per micro batch: all-gather its parameters (in the
+    precision's compute copy: FP8 with fp8_param_gather) before forward and again before backward, reduce-scatter
+    its gradients after backward, over the DP x CP ranks (experts over their data-parallel group); each is
+    prefetched behind the neighbouring layer's compute, so only the excess is exposed."""
+    p, t = plan.parallel, plan.training
+    dense, routed = _layer_parameters(plan, moe)
+    ranks = p.dp * p.cp
+    expert_ranks = max(1, p.dp * p.cp * p.tp // (p.ep * p.etp))
+    link, expert_link = gpu.ring(ranks, p.tp), gpu.ring(expert_ranks, p.ep * p.etp)
+    grad_bytes = 4 if t.grad_reduce_in_fp32 else BF16
+    trains = t.peft != "lora"
+    gather = (cc.all_gather(dense * num.weight_bytes, ranks, link)
+              + cc.all_gather(routed * num.weight_bytes, expert_ranks, expert_link))
+    scatter = (cc.reduce_scatter(dense * grad_bytes, ranks, link)
+               + cc.reduce_scatter(routed * grad_bytes, expert_ranks, expert_link)) if trains else 0.0
+    busy_f = fwd.total
+    busy_b = bwd.total
+    return (fwd + Phase(fsdp_comm=max(0.0, gather - busy_f)),
+            bwd + Phase(fsdp_comm=max(0.0, gather + scatter - busy_b)))
 
 
 def output_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork) -> tuple[Phase, Phase]:
@@ -186,18 +292,19 @@ def output_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork) -> tupl
     loss = stream_seconds(logits * LOSS_BYTES_PER_LOGIT / 2, gpu)
     tp = 0.0
     if p.tp > 1 and p.sp:
-        tp = cc.all_gather(tokens * plan.model.hidden_size * BF16, p.tp, gpu.link(p.tp))
+        tp = cc.all_gather(tokens * plan.model.hidden_size * BF16, p.tp, gpu.ring(p.tp))
     fwd = Phase(gemm=gemm_seconds(g.m, g.n, g.k, gpu, eff.gemm), memory_bound=loss, tp_comm=tp)
     bwd = Phase(gemm=gemm_seconds(g.m, g.k, g.n, gpu, eff.gemm)
                 + (gemm_seconds(g.k, g.n, g.m, gpu, eff.gemm) if g.trains else 0.0), memory_bound=loss, tp_comm=tp)
     return fwd, bwd
 
 
-def _trainable_per_gpu(plan: Plan) -> tuple[float, float]:
+def _trainable_per_gpu(plan: Plan, frozen: bool = False) -> tuple[float, float]:
     """Trainable parameters on the busiest GPU (the last stage: its layers and the output layer), split into those
-    reduced over the data-parallel x CP group and the experts' (reduced over the expert data-parallel group)."""
+    reduced over the data-parallel x CP group and the experts' (reduced over the expert data-parallel group);
+    ``frozen``: every parameter there, LoRA's frozen base included."""
     m, p, t = plan.model, plan.parallel, plan.training
-    if t.peft == "lora":
+    if t.peft == "lora" and not frozen:
         return lora_parameters(plan) / (p.pp * p.tp), 0.0
     c = count_parameters(m, p.tp)
     # the last stage holds the output layer; with one stage it holds the input embedding too (unless tied)
@@ -206,30 +313,52 @@ def _trainable_per_gpu(plan: Plan) -> tuple[float, float]:
     return dense, c.routed / p.pp / (p.ep * p.etp)
 
 
-def _dp_sync(plan: Plan, gpu: Gpu, fwd_window: float, bwd_window: float) -> tuple[float, float]:
+def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
+             bwd_window: float) -> tuple[float, float, float]:
     """Exposed seconds of the gradient reduce-scatter (all-reduce without the distributed optimizer) and parameter
-    all-gather, and the optimizer step. Megatron-Bridge's recipes overlap both with the last micro batch's backward and
-    the first one's forward (overlap_grad_reduce, overlap_param_gather)."""
+    all-gather, the optimizer step, and the weights' cast to the precision's compute copy. Megatron-Bridge's recipes
+    overlap both with the last micro batch's backward and the first one's forward (overlap_grad_reduce,
+    overlap_param_gather); the parameters are gathered in their compute precision (fp8_param_gather). Under Megatron
+    FSDP the gathers and reduce-scatters run layer by layer (``_fsdp_layer``): here only the first layer's gather
+    and the last one's reduce-scatter, which nothing hides."""
     p, t = plan.parallel, plan.training
     dense, routed = _trainable_per_gpu(plan)
+    # the cast of the weights, once a step: of the local shard where the optimizer keeps quantized parameters
+    # (fp8/fp4_param_gather), of every weight on the GPU where Transformer Engine caches its casts (blockwise)
+    stored = sum(_trainable_per_gpu(plan, frozen=True))
+    shard = p.dp * p.cp if (t.distributed_optimizer or p.fsdp) else 1
+    cast = 0.0
+    if num.quantized:
+        cast = stream_seconds(num.quantize_bytes * (stored / shard if num.weight_bytes < BF16 else stored), gpu)
     grad_bytes = 4 if t.grad_reduce_in_fp32 else BF16
     ranks = p.dp * p.cp
     expert_ranks = max(1, p.dp * p.cp * p.tp // (p.ep * p.etp))
-    link = gpu.link(p.tp * p.cp * p.dp)
+    # the DP x CP group holds the ranks of one TP rank (TP apart); the expert data-parallel group the ranks of one
+    # EP x expert-TP position (megatron/core/parallel_state.py rank order tp-cp-ep-dp-pp)
+    link = gpu.ring(ranks, p.tp)
+    expert_link = gpu.ring(expert_ranks, p.ep * p.etp)
     if t.distributed_optimizer:
         grads = (cc.reduce_scatter(dense * grad_bytes, ranks, link)
-                 + cc.reduce_scatter(routed * grad_bytes, expert_ranks, link))
-        params = cc.all_gather(dense * BF16, ranks, link) + cc.all_gather(routed * BF16, expert_ranks, link)
+                 + cc.reduce_scatter(routed * grad_bytes, expert_ranks, expert_link))
+        params = (cc.all_gather(dense * num.weight_bytes, ranks, link)
+                  + cc.all_gather(routed * num.weight_bytes, expert_ranks, expert_link))
         bucket = min(dense, max(BUCKET_PARAMETERS, 1e6 * ranks))
         tail = cc.reduce_scatter(bucket * grad_bytes, ranks, link)
         local = dense / ranks + routed / expert_ranks
     else:
-        grads = cc.all_reduce(dense * grad_bytes, ranks, link) + cc.all_reduce(routed * grad_bytes, expert_ranks, link)
+        grads = (cc.all_reduce(dense * grad_bytes, ranks, link)
+                 + cc.all_reduce(routed * grad_bytes, expert_ranks, expert_link))
         params, local = 0.0, dense + routed
         tail = cc.all_reduce(min(dense, max(BUCKET_PARAMETERS, 1e6 * ranks)) * grad_bytes, ranks, link)
+    if p.fsdp:  # the rest of FSDP's traffic is in the layers' phases
+        layer, layer_routed = _layer_parameters(plan, moe=any(moe_layer_pattern(plan.model)))
+        first = (cc.all_gather(layer * num.weight_bytes, ranks, link)
+                 + cc.all_gather(layer_routed * num.weight_bytes, expert_ranks, expert_link))
+        last = cc.reduce_scatter(layer * grad_bytes, ranks, link) if t.peft != "lora" else 0.0
+        return first + last, stream_seconds((dense / ranks + routed / expert_ranks) * OPTIMIZER_BYTES, gpu), cast
     # the last bucket starts only when the backward ends: exposed at least by its own transfer
     exposed = max(tail if ranks > 1 else 0.0, grads - bwd_window) + max(0.0, params - fwd_window)
-    return exposed, stream_seconds(local * OPTIMIZER_BYTES, gpu)
+    return exposed, stream_seconds(local * OPTIMIZER_BYTES, gpu), cast
 
 
 def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
@@ -277,9 +406,13 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     # Megatron-Core reduces gradients in buckets only where it is on the critical path: the first stage, after its
     # last backward (distributed_data_parallel.py turns bucketing off on later stages)
     windows = (first_f.total, first_b.total) if p.pp > 1 else (last_f.total, last_b.total)
-    dp, optimizer = _dp_sync(plan, gpu, fwd_window=windows[0], bwd_window=windows[1])
+    num = numerics_of(plan)
+    dp, optimizer, cast = _dp_sync(plan, gpu, num, fwd_window=windows[0], bwd_window=windows[1])
+    if num.amax_reduction == "step":  # delayed scaling: the amaxes reduced once a micro batch over DP x TP x CP
+        cast += mb * gpu.ring(p.dp * p.cp * p.tp).latency
     steady = slowest * mb
     breakdown = {f.name: getattr(steady, f.name) for f in fields(Phase)}
+    breakdown["quantize"] += cast
     breakdown.update(pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer,
                      straggler=steady.total * (work.straggler - 1))
     return StepTime(step_seconds=sum(breakdown.values()), breakdown=breakdown, stage_seconds=slowest.total)
