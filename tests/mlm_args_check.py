@@ -9,7 +9,7 @@ Megatron-Core's dataclasses (``ArgumentGroupFactory(TransformerConfig)``), so th
 tree must sit beside it: ``.cache/megatron-lm-d48bd6be`` (or ``ADVISOR_MLM_TREE``), made from a Megatron-LM clone with
 ``git archive d48bd6be megatron | tar -x -C .cache/megatron-lm-d48bd6be``. The packages' own ``__init__`` files run
 (CPU torch is real); only the triton kernel module (``megatron.core.transformer.moe.ops.paged_stash``) is stubbed,
-Python 3.11 gets ``typing.override`` from typing_extensions, and torch's CUDA capability queries answer H100's 9.0
+Python 3.11 gets ``typing.override`` from typing_extensions, and torch's CUDA capability queries answer the plan GPU's
 (``validate_args`` asks them; ``WORLD_SIZE`` is the plan's GPUs, and no process group is needed). Prints one JSON
 object per argument list: the parsed values the tests check, and what ``validate_args`` said.
 """
@@ -41,7 +41,9 @@ CHECKED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads"
            "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
            "moe_router_topk_scaling_factor", "attention_dropout", "hidden_dropout", "bf16", "tokenizer_type",
            "tokenizer_model", "seq_length", "tensor_model_parallel_size", "context_parallel_size", "sft",
-           "train_iters", "global_batch_size", "micro_batch_size", "sequence_parallel")
+           "train_iters", "global_batch_size", "micro_batch_size", "sequence_parallel", "fp8", "fp8_recipe",
+           "fp8_param_gather", "fp8_amax_history_len", "fp4", "fp4_recipe", "fp4_param_gather", "use_megatron_fsdp",
+           "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu")
 
 
 def missing_reason() -> str | None:
@@ -104,11 +106,14 @@ def main() -> None:
     arguments = load_arguments()
     import torch
 
-    # validate_args asks the GPU's compute capability (grouped GEMM, FSDP checks): the plans' H100, 9.0
-    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(major=9, minor=0, name="H100")
     results = []
     for item in argvs:
+        # validate_args asks the GPU's compute capability (TP/CP connections, grouped GEMM, FSDP checks): the
+        # plan's GPU (H100's 9.0 unless the item says)
+        major, minor = item.get("capability", (9, 0))
+        torch.cuda.get_device_capability = lambda *a, _c=(major, minor), **k: _c
+        torch.cuda.get_device_properties = lambda *a, _m=major, _n=minor, **k: types.SimpleNamespace(
+            major=_m, minor=_n, name="GPU")
         sys.argv = ["pretrain_gpt.py", *item["argv"]]
         os.environ["WORLD_SIZE"] = str(item["world_size"])  # parse_args reads it, validate_args divides it
         os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)

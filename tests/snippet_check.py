@@ -6,29 +6,35 @@
 and with ``specs`` the version's real ``PackedSequenceSpecs`` with a tokenizer name and, from 0.6, tokenizer
 workers set, as a recipe leaves them; with ``none`` no specs) and record every attribute set. The snippet runs on
 one such ``cfg``, the overrides are applied key by key (values read as YAML, as Hydra reads them) on another.
-Every attribute set on ``cfg.model``, ``cfg.train``, ``cfg.dataset`` and ``cfg.ddp``, every override key and every
-attribute of the final specs object is checked against that version's dataclass fields (read from the wheels'
-source). Prints one JSON object.
+Every attribute set on ``cfg.model``, ``cfg.train``, ``cfg.dataset``, ``cfg.ddp`` and ``cfg.mixed_precision``, every
+override key and every attribute of the final specs object is checked against that version's dataclass fields (read
+from the wheels' source). A mixed-precision recipe the snippet asks ``get_mixed_precision_config`` for must be one
+the version registers (training/mixed_precision.py, read with ``ast``): the stub module standing in for it records
+the name. Prints one JSON object.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
+import types
 
 from tests.conftest import MB_STUBS
 from tests.mb_reference import ACTIVE, class_fields, load_module
 
 VERSION = ACTIVE["megatron-bridge"]
 CLASSES = {
-    "0.6.2": {"model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+    "0.6.2": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+              "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
               "train": ("megatron.bridge.training.config", "TrainingConfig"),
               "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
               "dataset:llm-sft": ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig"),
               "dataset:vlm-sft": ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig"),
               "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
               "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs")},
-    "0.3.1": {"model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+    "0.3.1": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+              "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
               "train": ("megatron.bridge.training.config", "TrainingConfig"),
               "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
               "dataset:llm-sft": ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
@@ -63,6 +69,35 @@ class _Section:
         raise AttributeError(f"cfg.{self._name}.{key} was read, not set (the recipe-like config has no value)")
 
 
+def registered_recipes() -> set[str]:
+    """The mixed-precision recipe names the version registers: its functions decorated with ``@register``."""
+    from tests.mb_reference import _roots
+
+    for root in _roots():
+        path = root / "megatron" / "bridge" / "training" / "mixed_precision.py"
+        if path.is_file():
+            tree = ast.parse(path.read_text())
+            return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+                    and any(isinstance(d, ast.Name) and d.id == "register" for d in node.decorator_list)}
+    return set()
+
+
+def _mixed_precision_stub(log: list, recipes: set[str]) -> None:
+    """``megatron.bridge.training.mixed_precision`` for the snippet: ``get_mixed_precision_config`` checks the name
+    and returns a recorded section (the real module imports torch and Megatron-Core)."""
+    def get_mixed_precision_config(name):
+        log.append(("mixed_precision", "<recipe>", name))
+        if name.replace("-", "_") not in recipes:
+            raise ValueError(f"unknown mixed-precision recipe {name!r}")
+        return _Section("mixed_precision", log, {})
+
+    module = types.ModuleType("megatron.bridge.training.mixed_precision")
+    module.get_mixed_precision_config = get_mixed_precision_config
+    for parent in ("megatron", "megatron.bridge", "megatron.bridge.training"):
+        sys.modules.setdefault(parent, types.ModuleType(parent))
+    sys.modules[module.__name__] = module
+
+
 def _load_specs_class():
     module, name = CLASSES["specs"]
     stubs = dict(MB_STUBS)
@@ -82,7 +117,7 @@ def recipe_config(task: str, specs_cls, with_specs: bool, log: list):
         if VERSION.startswith("0.6"):
             dataset["enable_offline_packing"] = with_specs
     cfg = type("Cfg", (), {})()
-    for section in ("model", "train", "ddp"):
+    for section in ("model", "train", "ddp", "mixed_precision"):
         setattr(cfg, section, _Section(section, log, {}))
     cfg.dataset = _Section("dataset", log, dataset)
     return cfg
@@ -131,19 +166,23 @@ def main() -> None:
     task, snippet_path, overrides_path = sys.argv[1:4]
     with_specs = (sys.argv[4] if len(sys.argv) > 4 else "specs") == "specs"
     specs_cls = _load_specs_class()
-    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp")}
+    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision")}
     fields["dataset"] = class_fields(*CLASSES[f"dataset:{task}"])
     spec_fields = class_fields(*CLASSES["specs"])
     log: list = []
     cfg = recipe_config(task, specs_cls, with_specs, log)
+    recipes = registered_recipes()
+    _mixed_precision_stub(log, recipes)
     exec(open(snippet_path).read(), {"cfg": cfg})  # noqa: S102 - the advisor's own export, under test
-    unknown = [f"cfg.{s}.{k}" for s, k, _ in log if k not in fields[s]]
+    unknown = [f"cfg.{s}.{k}" for s, k, _ in log if k != "<recipe>" and k not in fields[s]]
     specs = _specs_of(cfg, spec_fields)
     specs_obj = next((cfg.dataset._values[k] for k in SPEC_FIELDS if cfg.dataset._values.get(k) is not None), None)
     over_cfg = recipe_config(task, specs_cls, with_specs, [])
     bad_overrides, unapplied = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
     print(json.dumps({
-        "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log], "unknown": unknown,
+        "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log if k != "<recipe>"], "unknown": unknown,
+        "precision_recipes": [v for _, k, v in log if k == "<recipe>"], "recipes_registered": sorted(recipes),
+        "mixed_precision": {k: v for s, k, v in log if s == "mixed_precision" and k != "<recipe>"},
         "specs_class": specs["class"] if specs else None,
         "specs_is_real": isinstance(specs_obj, specs_cls),
         "specs": specs["fields"] if specs else None, "specs_not_fields": specs["not_fields"] if specs else None,

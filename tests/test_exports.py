@@ -13,6 +13,7 @@ from advisor.advice.exports import export, megatron_lm_args, mock_lengths_csv, o
 from advisor.advice.rules import check
 from advisor.analysis import analyze
 from advisor.data.ingest import load_lengths
+from advisor.model.numerics import numerics_of
 from advisor.plan import dump_plan, plan_from_dict
 from tests.conftest import ROOT, SAMPLE, slow_after
 
@@ -39,6 +40,13 @@ PLANS = {
                                         "account_for_embedding_in_pipeline_split": True,
                                         "account_for_loss_in_pipeline_split": True},
                            "training": {"global_batch_size": 64, "grad_reduce_in_fp32": False}},
+    "pretrain-mxfp8-fsdp": {"model": "llama3.1-70b", "parallel": {"gpus": 64, "fsdp": True},
+                            "training": {"task": "pretrain", "global_batch_size": 256, "precision": "mxfp8",
+                                         "grad_reduce_in_fp32": False}, "hardware": {"gpu": "GB200"}},
+    "offline-fp8-tensorwise": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
+                               "training": {"global_batch_size": 64, "precision": "fp8"}},
+    "offline-nvfp4": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "hardware": {"gpu": "GB300"},
+                      "training": {"global_batch_size": 64, "precision": "nvfp4"}},
     "offline-custom": {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "num_query_groups": 2,
                                  "ffn_hidden_size": 4096, "vocab_size": 32000, "normalization": "LayerNorm"},
                        "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_size": 64}},
@@ -95,6 +103,16 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
                 "cfg.model.tp_comm_overlap", "cfg.model.virtual_pipeline_model_parallel_size"} <= set(out["set"])
     if name == "offline-custom":
         assert {"cfg.model.hidden_size", "cfg.model.num_query_groups", "cfg.model.normalization"} <= set(out["set"])
+    num = numerics_of(plan)
+    if num.quantized:  # the version's own recipe, named as it registers it, and the fields the export adds
+        assert out["precision_recipes"] == [num.mb_recipe] and num.mb_recipe in out["recipes_registered"]
+        assert out["mixed_precision"].get("grad_reduce_in_fp32", True) is plan.training.grad_reduce_in_fp32
+        if num.name == "fp8 tensorwise":
+            assert out["mixed_precision"]["first_last_layers_bf16"] is False
+    else:
+        assert out["precision_recipes"] == []
+    if plan.parallel.fsdp:
+        assert {"cfg.ddp.use_megatron_fsdp", "cfg.ddp.data_parallel_sharding_strategy"} <= set(out["set"])
 
 
 def test_api_generations_differ_where_they_should():

@@ -22,9 +22,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=RE
 LAYOUTS = {"llama3.1-405b": {"gpus": 64, "tp": 8, "pp": 2, "sp": True}, "nemotron4-340b": {"gpus": 64, "tp": 8,
            "pp": 4, "sp": True}, "deepseek-v3": {"gpus": 64, "tp": 2, "ep": 8}, "grok1-314b": {"gpus": 64, "tp": 8,
            "ep": 8, "sp": True}, "qwen3-30b-a3b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True},
-           "mixtral-8x7b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True}}
+           "mixtral-8x7b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True}, "qwen3-235b-a22b": {"gpus": 64, "tp": 2,
+           "ep": 8, "sp": True, "pp": 2, "account_for_embedding_in_pipeline_split": True,
+           "account_for_loss_in_pipeline_split": True}, "gpt-oss-120b": {"gpus": 64, "ep": 8}}
 
 
+PRECISIONS = [("fp8/tensorwise", {"precision": "fp8"}, {"tp": 2, "sp": True}),
+              ("fp8/delayed", {"precision": "fp8", "fp8_recipe": "delayed"}, {}),
+              ("fp8/blockwise", {"precision": "fp8", "fp8_recipe": "blockwise"}, {}),
+              ("mxfp8/fsdp", {"precision": "mxfp8"}, {"fsdp": True}),
+              ("mxfp8", {"precision": "mxfp8"}, {}),
+              ("nvfp4", {"precision": "nvfp4"}, {"tp": 2, "sp": True})]
 OWN_TOKENIZER = "/models/tokenizer"  # what a user sets where a preset names no Hugging Face repository
 
 
@@ -53,6 +61,11 @@ def plans() -> dict:
         layout = LAYOUTS.get(name, {"gpus": 16, "tp": 2, "sp": True})
         out[name] = plan_from_dict({"model": name, "parallel": layout, "packing": {"mode": "none"},
                                     "training": {"seq_length": 4096, "global_batch_size": 256, "epochs": 1}})
+    # the precisions and Megatron FSDP (Megatron-LM's parser does not look at the GPU: H100's 9.0 is stubbed in)
+    for name, training, parallel in PRECISIONS:
+        out[name] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, **parallel},
+                                    "training": {"seq_length": 4096, "global_batch_size": 256, **training},
+                                    "hardware": {"gpu": "B200"}})
     # the reviewer's plan: Llama 3.1 8B chat SFT on 16 H100s, TP 2 + SP, offline packing, CP 2
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
@@ -69,7 +82,8 @@ def parsed(tmp_path_factory):
         text = megatron_lm_args(p, num_samples=100_000)
         env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if MAX_CONNECTIONS in text else {}  # as the export asks
         items.append({"argv": shell_argv(text, None if p.model.preset in HF_REPOS else OWN_TOKENIZER),
-                      "world_size": p.parallel.gpus, "env": env})
+                      "world_size": p.parallel.gpus, "env": env,
+                      "capability": divmod(round(p.hardware.table["compute_capability"] * 10), 10)})
     path = tmp_path_factory.mktemp("mlm") / "argv.json"
     path.write_text(json.dumps(items))
     proc = subprocess.run([sys.executable, "-m", "tests.mlm_args_check", str(path)], capture_output=True, text=True,
@@ -78,7 +92,10 @@ def parsed(tmp_path_factory):
     return dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True)), cases
 
 
-@pytest.mark.parametrize("name", [*MODEL_PRESETS, "llama3.1-8b/cp"])
+CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp"]
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_megatron_lm_parses_the_presets_architecture(parsed, name):
     results, cases = parsed
     plan, out = cases[name], results[name]
@@ -96,8 +113,9 @@ def test_megatron_lm_parses_the_presets_architecture(parsed, name):
                                                                            m.qk_layernorm)
     assert a["position_embedding_type"] == m.position_embedding_type
     assert (a["rotary_base"], a["rotary_percent"]) == (m.rotary_base, m.rotary_percent)
-    assert a["use_rope_scaling"] is bool(m.rope_scaling_factor)
-    if m.rope_scaling_factor:
+    yarn = m.position_embedding_type == "yarn"  # YaRN's factor is --rotary-scaling-factor
+    assert a["use_rope_scaling"] is bool(m.rope_scaling_factor and not yarn)
+    if m.rope_scaling_factor and not yarn:
         assert a["rope_scaling_factor"] == m.rope_scaling_factor
     assert a["mrope_section"] == m.mrope_section
     assert a["untie_embeddings_and_output_weights"] is not m.share_embeddings_and_output_weights
@@ -118,8 +136,37 @@ def test_megatron_lm_parses_the_presets_architecture(parsed, name):
         assert a["train_iters"] == -(-100_000 // 256)
 
 
-@pytest.mark.parametrize("name", [*MODEL_PRESETS, "llama3.1-8b/cp"])
+@pytest.mark.parametrize("name", CASES)
 def test_megatron_lm_validate_args(parsed, name):
     """validate_args runs on CPU (it reads WORLD_SIZE, no process group); its verdict on each export."""
     results, _ = parsed
+    if name == "nvfp4":  # validate_args asks Transformer Engine's version, and none is installed here
+        assert results[name]["validate_args"].startswith("ValueError: --fp4-format requires Transformer Engine")
+        return
     assert results[name]["validate_args"] == "ok", results[name]["validate_args"]
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in PRECISIONS])
+def test_megatron_lm_runs_the_plans_precision_and_fsdp(parsed, name):
+    results, cases = parsed
+    plan, a = cases[name], results[name]["parsed"]
+    t = plan.training
+    fp4 = t.precision == "nvfp4"
+    assert (a["fp4"], a["fp4_recipe"] if fp4 else None) == (("e2m1", "nvfp4") if fp4 else (None, None))
+    if t.precision == "fp8":
+        assert (a["fp8"], a["fp8_recipe"]) == ("hybrid", t.fp8_recipe or "tensorwise")
+    elif t.precision == "mxfp8":
+        assert (a["fp8"], a["fp8_recipe"]) == ("e4m3", "mxfp8")
+    else:
+        assert a["fp8"] is None
+    assert a["fp8_param_gather"] is (t.precision in ("mxfp8", "fp8") and t.fp8_recipe != "blockwise")
+    assert a["use_megatron_fsdp"] is plan.parallel.fsdp
+    if plan.parallel.fsdp:
+        assert a["data_parallel_sharding_strategy"] == "optim_grads_params"
+
+
+def test_megatron_lm_builds_gpt_oss_attention(parsed):
+    results, _ = parsed
+    a = results["gpt-oss-120b"]["parsed"]
+    assert tuple(a["window_size"]) == (127, 0) and a["window_attn_skip_freq"] == 2
+    assert (a["softmax_type"], a["quick_geglu"]) == ("learnable", True)

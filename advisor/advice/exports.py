@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from advisor.data.lengths import LengthHistogram
+from advisor.model.numerics import numerics_of
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
 from advisor.plan.presets import HF_REPOS
@@ -53,6 +54,8 @@ class Settings:
     ddp: dict
     specs: dict | None
     mode: str
+    mixed_precision: dict | None = None  # the MixedPrecisionConfig fields the plan's precision sets (None: BF16)
+    precision_recipe: str | None = None  # Megatron-Bridge's recipe name for it (get_mixed_precision_config)
 
 
 # Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
@@ -161,7 +164,33 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         dataset["enable_in_batch_packing" if new_packing_api(version) else "pack_sequences_in_batch"] = True
     if mode != "none" and (t.cuda_graphs or p.pp > 1 or p.ep > 1):
         dataset["dataset_kwargs"] = {"pad_to_max_length": True}  # CUDA graphs replay fixed shapes
-    return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode)
+    if p.fsdp:  # Megatron-Bridge's perf recipes (llama3_70b on GB200/GB300): ZeRO-3 sharding, not DDP's no_shard
+        ddp.update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+    num = numerics_of(plan)
+    mixed = dict(RECIPE_FIELDS[num.name]) if num.quantized else None
+    if mixed is not None and not new_packing_api(version):  # 0.3.1's MixedPrecisionConfig has no fp4_param_gather
+        mixed.pop("fp4_param_gather", None)
+    if mixed is not None and not t.grad_reduce_in_fp32:
+        mixed["grad_reduce_in_fp32"] = False
+    return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode,
+                    mixed_precision=mixed, precision_recipe=num.mb_recipe if num.quantized else None)
+
+
+# The MixedPrecisionConfig fields each of Megatron-Bridge's recipes sets (training/mixed_precision.py, 0.3.1 to 0.6.2):
+# bf16_with_fp8_current_scaling_mixed, bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_subchannel_scaling_mixed,
+# bf16_with_mxfp8_mixed, bf16_with_nvfp4_mixed. Current scaling keeps the first and last layer in BF16 unless told
+# otherwise; Megatron-Bridge's performance recipes (perf_recipes/_common.py _perf_precision) turn that off, and the
+# advisor's estimate runs every layer in FP8, so the export does too.
+RECIPE_FIELDS: dict[str, dict] = {
+    "fp8 tensorwise": {"fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True,
+                       "first_last_layers_bf16": False},
+    "fp8 delayed": {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0, "fp8_amax_history_len": 1024,
+                    "fp8_amax_compute_algo": "max", "fp8_param_gather": True},
+    "fp8 blockwise": {"fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
+    "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True,
+              "reuse_grad_buf_for_mxfp8_param_ag": True},
+    "nvfp4": {"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp8_param_gather": False, "fp4_param_gather": True},
+}
 
 
 def _py(value) -> str:
@@ -181,6 +210,8 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
     if s.specs is not None:
         module = "megatron.bridge.data.packing" if new else "megatron.bridge.data.datasets.packed_sequence"
         lines.append(f"from {module} import PackedSequenceSpecs")
+    if s.mixed_precision is not None:
+        lines.append("from megatron.bridge.training.mixed_precision import get_mixed_precision_config")
     lines.append("")
     for section, values in (("model", s.model), ("train", s.train), ("ddp", s.ddp), ("dataset", s.dataset)):
         for name, value in values.items():
@@ -198,7 +229,12 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
         lines += [f"{target}.{k} = {_py(v)}" for k, v in s.specs.items()]
     if plan.training.epochs and "train_iters" not in s.train:
         lines.append("# training.epochs: give the lengths (--lengths or data.lengths) to have train_iters written")
-    if not plan.training.grad_reduce_in_fp32:
+    if s.mixed_precision is not None:
+        lines.append(f"cfg.mixed_precision = get_mixed_precision_config({_py(s.precision_recipe)})")
+        recipe = RECIPE_FIELDS[numerics_of(plan).name]
+        lines += [f"cfg.mixed_precision.{k} = {_py(v)}" for k, v in s.mixed_precision.items()
+                  if k not in recipe or k == "first_last_layers_bf16"]
+    elif not plan.training.grad_reduce_in_fp32:
         # MixedPrecisionConfig.setup copies its grad_reduce_in_fp32 onto cfg.ddp, so cfg.ddp alone would be undone
         lines += ["# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
                   "# 'bf16_mixed' first through get_mixed_precision_config) set grad_reduce_in_fp32 = False"]
@@ -224,6 +260,8 @@ def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: flo
     if s.specs is not None:
         target = "offline_packing_specs" if new_packing_api(version) else "packed_sequence_specs"
         out += [f"dataset.{target}.{k}={_dotlist(v)}" for k, v in s.specs.items()]
+    if s.mixed_precision is not None:  # the named recipe's fields, on the recipe's MixedPrecisionConfig object
+        out += [f"mixed_precision.{k}={_dotlist(v)}" for k, v in s.mixed_precision.items()]
     return "\n".join(out) + "\n"
 
 
@@ -265,9 +303,9 @@ def mlm_architecture(plan: Plan) -> list[str]:
     ['--normalization RMSNorm', '--norm-epsilon 1e-06', '--qk-layernorm', '--rotary-base 1000000']
     """
     m = plan.model
-    if m.gated_linear_unit and m.activation != "silu":
+    if m.gated_linear_unit and m.activation not in ("silu", "quick_gelu"):
         raise ValueError(f"model.activation {m.activation} with gated_linear_unit: Megatron-LM has only --swiglu "
-                         "(gated SiLU) among gated MLPs")
+                         "and --quick-geglu among gated MLPs")
     if not m.gated_linear_unit and m.activation == "silu":
         raise ValueError("model.activation silu without gated_linear_unit: Megatron-LM has no plain SiLU MLP "
                          "(--swiglu, --squared-relu, or GELU by default)")
@@ -280,20 +318,29 @@ def mlm_architecture(plan: Plan) -> list[str]:
         args.append("--apply-layernorm-1p")
     if m.qk_layernorm:
         args.append("--qk-layernorm")
-    args.append({"silu": "--swiglu", "squared_relu": "--squared-relu", "gelu": ""}[m.activation])
+    args.append({"silu": "--swiglu", "squared_relu": "--squared-relu", "gelu": "", "quick_gelu": "--quick-geglu"}
+                [m.activation])
     if not m.add_bias_linear:
         args.append("--disable-bias-linear")
     if m.add_qkv_bias:
         args.append("--add-qkv-bias")
     args.append(f"--position-embedding-type {m.position_embedding_type}")
-    if m.position_embedding_type in ("rope", "mrope"):
+    if m.position_embedding_type in ("rope", "mrope", "yarn"):
         args.append(f"--rotary-base {m.rotary_base}")
         if m.rotary_percent != 1:
             args.append(_flag("rotary-percent", m.rotary_percent))
-        if m.rope_scaling_factor:
+        if m.rope_scaling_factor and m.position_embedding_type == "yarn":
+            args.append(_flag("rotary-scaling-factor", m.rope_scaling_factor))
+        elif m.rope_scaling_factor:
             args += ["--use-rope-scaling", _flag("rope-scaling-factor", m.rope_scaling_factor)]
         if m.position_embedding_type == "mrope" and m.mrope_section:
             args.append("--mrope-section " + " ".join(map(str, m.mrope_section)))
+    if m.window_size:  # Megatron's window is (left, right) tokens besides the query's own: W tokens = (W - 1, 0)
+        args.append(f"--window-size {m.window_size - 1},0")
+        if m.window_attn_skip_freq:
+            args.append(f"--window-attn-skip-freq {m.window_attn_skip_freq}")
+    if m.softmax_type != "vanilla":
+        args.append(f"--softmax-type {m.softmax_type}")
     if not m.share_embeddings_and_output_weights:
         args.append("--untie-embeddings-and-output-weights")
     if m.num_moe_experts:
@@ -319,6 +366,35 @@ def mlm_architecture(plan: Plan) -> list[str]:
     args += ["--attention-dropout 0", "--hidden-dropout 0", "--bf16", "--tokenizer-type HuggingFaceTokenizer",
              f"--tokenizer-model {_tokenizer_placeholder(m.preset)}"]
     return [a for a in args if a]
+
+
+def mlm_precision(plan: Plan) -> list[str]:
+    """Megatron-LM's FP8 / FP4 arguments for the plan's precision, as Megatron-Bridge's recipe of the same name sets
+    them (``RECIPE_FIELDS``): --fp8-format (hybrid, or e4m3 for MXFP8) and --fp8-recipe, or --fp4-format e2m1 with
+    --fp4-recipe nvfp4; the parameters kept and gathered in the low precision where the recipe does (Megatron-LM
+    allows that only with the distributed optimizer or FSDP). megatron/core/transformer/transformer_config.py.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> mlm_precision(plan_from_dict({"model": "llama3.1-8b", "training": {"precision": "fp8"}}))
+    ['--fp8-format hybrid', '--fp8-recipe tensorwise', '--fp8-param-gather']
+    """
+    num = numerics_of(plan)
+    if not num.quantized:
+        return []
+    f = RECIPE_FIELDS[num.name]
+    sharded = plan.training.distributed_optimizer or plan.parallel.fsdp
+    if "fp4" in f:
+        return [f"--fp4-format {f['fp4']}", f"--fp4-recipe {f['fp4_recipe']}"] + (
+            ["--fp4-param-gather"] if sharded and f["fp4_param_gather"] else [])
+    args = [f"--fp8-format {f['fp8']}", f"--fp8-recipe {f['fp8_recipe']}"]
+    if "fp8_amax_history_len" in f:
+        args += [f"--fp8-amax-history-len {f['fp8_amax_history_len']}",
+                 f"--fp8-amax-compute-algo {f['fp8_amax_compute_algo']}"]
+    if sharded and f["fp8_param_gather"]:
+        args.append("--fp8-param-gather")
+        if f.get("reuse_grad_buf_for_mxfp8_param_ag") and not plan.parallel.fsdp:
+            args.append("--reuse-grad-buf-for-mxfp8-param-ag")
+    return args
 
 
 def _tokenizer_placeholder(preset: str | None) -> str:
@@ -350,7 +426,8 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     gbs = max(unit, round(asked / unit) * unit)
     head = [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
         if gbs != asked else []
-    if (p.tp > 1 or p.cp > 1) and plan.hardware.gpu != "B200":  # validate_args asserts it below Blackwell
+    blackwell = plan.hardware.table["compute_capability"] >= 10
+    if (p.tp > 1 or p.cp > 1) and not blackwell and not p.fsdp:  # validate_args asserts it below Blackwell
         head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")
     args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
             f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
@@ -383,6 +460,10 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if t.distributed_optimizer:
         args.append("--use-distributed-optimizer")
+    if p.fsdp:  # Megatron FSDP asserts the fsdp_dtensor checkpoint format; ZeRO-3 as Megatron-Bridge's recipes run it
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                 "--ckpt-format fsdp_dtensor"]
+    args += mlm_precision(plan)
     if not t.grad_reduce_in_fp32:
         args.append("--grad-reduce-in-bf16")
     if plan.packing_mode == "online":

@@ -17,6 +17,7 @@ from dataclasses import replace
 from advisor.advice.memory_fixes import describe, fitting_fixes
 from advisor.findings import Finding, ordered
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
+from advisor.model.numerics import numerics_of, quantized_widths
 from advisor.packing.offline import PackingResult
 from advisor.packing.online.from_plan import online_config
 from advisor.packing.online.validation import check as check_online
@@ -308,6 +309,71 @@ def rule_performance(plan: Plan, packing: PackingResult | None) -> list[Finding]
     return out
 
 
+TE_SOURCE = "Transformer Engine transformer_engine/common/recipe/__init__.py, pytorch/utils.py, pytorch/constants.py"
+
+
+def rule_precision(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    """What the plan's FP8 or FP4 recipe needs of the layer widths and the GPU, and what the export sets. (Which GPUs
+    run a precision at all is the plan's own check: advisor/plan/precisions.py.)"""
+    t = plan.training
+    num = numerics_of(plan)
+    if not num.quantized:
+        return []
+    out = []
+    bad = {name: width for name, width in quantized_widths(plan).items() if width % num.divisor}
+    if bad:
+        widths = ", ".join(f"{k} {v}" for k, v in bad.items())
+        out.append(Finding(
+            id="precision.divisibility", severity="error",
+            message=f"{num.name} needs every GEMM width on a GPU divisible by {num.divisor}: {widths}",
+            reason="Transformer Engine refuses FP8 GEMMs whose last dimension is not a multiple of 16 "
+                   "(assert_dim_for_fp8_exec); MXFP8 scales blocks of 32 values and NVFP4 blocks of 16 along both "
+                   "dimensions. Change TP (or expert TP), or train in BF16.",
+            source=TE_SOURCE, fix={"training": {"precision": "bf16", "fp8_recipe": None}}))
+    if t.precision == "fp8" and t.fp8_recipe == "blockwise" and plan.hardware.table["compute_capability"] >= 10:
+        out.append(Finding(
+            id="precision.blockwise_on_blackwell", severity="warning",
+            message="FP8 blockwise scaling on Blackwell runs emulated through MXFP8: use mxfp8",
+            reason="Float8BlockScaling targets Hopper; on Blackwell Transformer Engine emulates it with MXFP8 "
+                   "kernels for compatibility and recommends MXFP8 itself (Megatron-Bridge's mixed_precision.py: "
+                   "'blockwise (for Hopper only)').",
+            source="Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst; Megatron-Bridge "
+                   "training/mixed_precision.py",
+            fix={"training": {"precision": "mxfp8", "fp8_recipe": None}}))
+    what = {"fp8 tensorwise": "bf16_with_fp8_current_scaling_mixed with first_last_layers_bf16 = False (the recipe "
+                              "keeps the first and last layer in BF16; Megatron-Bridge's performance recipes and this "
+                              "estimate run every layer in FP8)"}.get(num.name, num.mb_recipe)
+    out.append(Finding(
+        id="precision.recipe", severity="info",
+        message=f"{num.name}: the export sets Megatron-Bridge's mixed-precision recipe {what}",
+        reason="The linear layers' GEMMs run in the recipe's format with their inputs cast first; attention, the "
+               "router, the output layer and the residual stream stay BF16, the optimizer keeps FP32 master "
+               "weights. The estimate counts the casts and the quantized copies layers keep for backward.",
+        source="Megatron-Bridge training/mixed_precision.py; " + TE_SOURCE))
+    return out
+
+
+def rule_fsdp(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    p = plan.parallel
+    if not p.fsdp:
+        return []
+    out = []
+    if p.dp * p.cp == 1:
+        out.append(Finding(
+            id="fsdp.nothing_to_shard", severity="warning", message="Megatron FSDP with DP x CP = 1 shards nothing",
+            reason="FSDP shards weights, gradients and optimizer state over the data-parallel (and CP) ranks; with "
+                   "one it only adds the per-layer gathers.", source="Megatron-Core megatron_fsdp",
+            fix={"parallel": {"fsdp": False}}))
+    if (p.tp > 1 or p.cp > 1) and plan.hardware.table["compute_capability"] < 10:
+        out.append(Finding(
+            id="fsdp.connections", severity="info",
+            message="Megatron FSDP with TP or CP > 1 before Blackwell: CUDA_DEVICE_MAX_CONNECTIONS pulls both ways",
+            reason="Sequence parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 and FSDP wants it larger (Megatron-LM "
+                   "warns; Megatron-Bridge asserts FSDP runs without 1): one of them loses its overlap.",
+            source="Megatron-LM megatron/training/arguments.py; Megatron-Bridge training/config.py"))
+    return out
+
+
 def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     """Megatron-LM's own defaults and checks of the online scheduler's options (advisor/packing/online/validation.py
     follows arguments.py, model_parallel_config.py and transformer_config.py), and what main cannot do."""
@@ -374,7 +440,7 @@ def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimat
 
 
 RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
-         rule_compatibility, rule_performance, rule_online)
+         rule_compatibility, rule_performance, rule_precision, rule_fsdp, rule_online)
 
 
 def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstimate | None = None) -> list[Finding]:
