@@ -11,8 +11,9 @@ st.title("Memory & FLOPs")
 for where, name in zip(st.columns(7), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",
                                        "parallel.cp", "training.micro_batch_size"), strict=True):
     control(name, where)
-for where, name in zip(st.columns(5), ("training.seq_length", "training.batch_unit", "training.batch",
-                                       "parallel.sp", "training.recompute"), strict=True):
+for where, name in zip(st.columns(7), ("training.seq_length", "training.batch_unit", "training.batch",
+                                       "parallel.sp", "training.recompute", "training.precision", "parallel.fsdp"),
+                       strict=True):
     control(name, where)
 if st.toggle("Custom model fields", key="custom_model", help=H("custom_model")):
     for where, field in zip(st.columns(len(controls.CUSTOM_FIELDS)), controls.CUSTOM_FIELDS, strict=True):

@@ -14,7 +14,10 @@ from advisor.ui.controls import CONTROLS, apply, current
 EDITS = {"parallel.gpus": [1, 2, 6, 7, 8, 16, 64], "parallel.tp": [1, 2, 3, 4, 8], "parallel.cp": [1, 2, 3, 4],
          "parallel.pp": [1, 2, 4], "training.seq_length": [128, 384, 1000, 1024, 4096],
          "packing.pack_size": [128, 384, 512], "training.recompute": ["none", "selective", "full"],
-         "packing.algorithm": ["first_fit_shuffle", "first_fit_decreasing"], "parallel.sp": [True, False]}
+         "packing.algorithm": ["first_fit_shuffle", "first_fit_decreasing"], "parallel.sp": [True, False],
+         # mxfp8 and nvfp4 are refused on H100 and applied on B200, whichever comes first
+         "training.precision": ["bf16", "fp8", "mxfp8", "nvfp4"], "hardware.gpu": ["H100-80GB", "B200"],
+         "parallel.fsdp": [True, False]}
 
 
 def _expected(plan, name: str, value):
@@ -44,3 +47,17 @@ def test_consecutive_edits_apply_or_leave_the_plan_and_control_as_they_were(edit
         else:
             assert wanted is None and state["plan"] is before, (name, value)
             assert state[control.key] == control.read(state) and state["plan_error"]
+
+
+def test_another_precision_drops_the_fp8_recipe():
+    state: dict = {}
+    ui.init_state(state)
+    state["plan"] = state["plan"].changed({"training": {"precision": "fp8", "fp8_recipe": "delayed"},
+                                           "hardware": {"gpu": "B200"}})
+    current(state, "training.precision")
+    state[CONTROLS["training.precision"].key] = "mxfp8"
+    assert apply(state, "training.precision")
+    assert (state["plan"].training.precision, state["plan"].training.fp8_recipe) == ("mxfp8", None)
+    state[CONTROLS["hardware.gpu"].key] = "H100-80GB"  # H100 has no MXFP8: refused, the plan and control stay
+    assert not apply(state, "hardware.gpu")
+    assert state["plan"].hardware.gpu == "B200" and "mxfp8" in state["plan_error"]

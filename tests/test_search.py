@@ -246,3 +246,26 @@ def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_ch
     result = search(over, chat, top=3)
     assert not result.baseline.fits and result.baseline.why == "your plan (does not fit in memory)"
     assert result.recommended == result.best[0].plan != over
+
+
+def test_precision_gpu_and_fsdp_stay_fixed_unless_freed(chat):
+    plan = _plan(hardware={"gpu": "B200"})
+    fixed = search(plan, chat, top=20)
+    assert all((c.plan.hardware.gpu, c.plan.training.precision, c.plan.parallel.fsdp) == ("B200", "bf16", False)
+               for c in fixed.best)
+    freed = search(plan, chat, top=40, vary={"precision", "fsdp"})
+    precisions = {c.plan.training.precision for c in freed.best}
+    assert {"fp8", "mxfp8", "nvfp4"} & precisions and all(c.plan.hardware.gpu == "B200" for c in freed.best)
+    # the GEMMs run at twice or four times the BF16 peak: the best candidate is a low precision, and faster
+    assert freed.best[0].plan.training.precision != "bf16"
+    assert freed.best[0].tokens_per_second_per_gpu > fixed.baseline.tokens_per_second_per_gpu
+    assert "precision bf16->" in freed.best[0].why
+
+
+def test_a_freed_gpu_is_searched_over_the_presets(chat):
+    plan = _plan()
+    result = search(plan, chat, top=50, vary={"gpu"})
+    gpus = {c.plan.hardware.gpu for c in result.best}
+    assert len(gpus) > 2 and all(c.plan.training.precision == "bf16" for c in result.best)
+    # Blackwell runs the same samples faster per GPU than H100
+    assert result.best[0].plan.hardware.gpu in ("B200", "B300", "GB200", "GB300")

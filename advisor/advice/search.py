@@ -6,9 +6,11 @@ seq_length and the samples per step, +70 %, so its "gain" trained another run), 
 Every candidate is the user's plan with only layout and batch settings changed (``Plan.changed``: the model, its
 preset overrides included, is the baseline's), checked by the rules (no error-level finding) and the memory estimate
 (it fits), then ranked by estimated real tokens per second per GPU. What the user fixed stays fixed unless they free it
-(``vary``): ``seq_length`` (a pack may be smaller than it, never larger), the precision, and the work of a step, the
-effective samples per step (packs x n with offline packing), within ±5 % of the samples the user asked for (of what
-their packs hold when they count packs; their own plan may miss that, and a finding says so). Candidates are compared
+(``vary``): ``seq_length`` (a pack may be smaller than it, never larger), the work of a step, the effective samples
+per step (packs x n with offline packing), within ±5 % of the samples the user asked for (of what their packs hold
+when they count packs; their own plan may miss that, and a finding says so), the GPU (``gpu``: every preset, at the
+same GPU count), the precision (``precision``: BF16, FP8 with current scaling, MXFP8 and NVFP4 where the GPU runs
+them) and Megatron FSDP (``fsdp``: on and off). Candidates are compared
 at equal work; the user's own layout is the baseline, never a candidate. Packing is cached per (pack size, padding
 multiple), so a search over 1M samples packs a handful of times, not once per candidate.
 """
@@ -23,8 +25,9 @@ from advisor.data.lengths import LengthHistogram
 from advisor.findings import Finding
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.plan import Plan, PlanError
+from advisor.plan.presets import GPU_PRESETS
 
-Freedom = Literal["seq_length", "batch"]  # what ``recommend --vary`` may free; everything else the user set stays
+Freedom = Literal["seq_length", "batch", "gpu", "precision", "fsdp"]  # what ``recommend --vary`` may free
 FREEDOMS: tuple[str, ...] = get_args(Freedom)
 BATCH_TOLERANCE = 0.05  # the effective samples per step a candidate may differ from the user's by
 
@@ -132,6 +135,32 @@ def check_vary(vary) -> frozenset[str]:
     return vary
 
 
+# the precisions the search tries when freed: Megatron-Bridge's recipes for each format (FP8 with current scaling)
+SEARCH_PRECISIONS = ({"precision": "bf16", "fp8_recipe": None}, {"precision": "fp8", "fp8_recipe": None},
+                     {"precision": "mxfp8", "fp8_recipe": None}, {"precision": "nvfp4", "fp8_recipe": None})
+
+
+def _hardware_variants(plan: Plan, vary: frozenset[str]) -> list[dict]:
+    """The GPU, precision and FSDP settings to try: the plan's own, or each preset / precision / both FSDP settings
+    where freed (a precision the GPU cannot run is left to the plan's check, which refuses it)."""
+    gpus = list(GPU_PRESETS) if "gpu" in vary else [None]
+    precisions = SEARCH_PRECISIONS if "precision" in vary else [None]
+    fsdps = [False, True] if "fsdp" in vary else [None]
+    out = []
+    for gpu in gpus:
+        for precision in precisions:
+            for fsdp in fsdps:
+                change: dict = {}
+                if gpu is not None:
+                    change["hardware"] = {"gpu": gpu, "memory_gib": None, "bf16_tflops": None}
+                if precision is not None:
+                    change["training"] = dict(precision)
+                if fsdp is not None:
+                    change["parallel"] = {"fsdp": fsdp}
+                out.append(change)
+    return out
+
+
 def _variants(plan: Plan, vary: frozenset[str]):
     """Changes to try, all on the plan's GPU count: pack sizes up to seq_length (past it only when seq_length is
     free), TP, CP, micro batch. The batch is set afterwards, once the candidate's packing factor is known."""
@@ -163,7 +192,8 @@ def _variants(plan: Plan, vary: frozenset[str]):
                         change["packing"]["pack_size"] = size
                         if "seq_length" in vary and size > t.seq_length:
                             change["training"]["seq_length"] = size
-                    yield change
+                    for hardware in _hardware_variants(plan, vary):
+                        yield {k: {**change.get(k, {}), **hardware.get(k, {})} for k in {*change, *hardware}}
 
 
 def _target_samples(plan: Plan, base: Candidate) -> float | None:
@@ -212,7 +242,8 @@ def _layout(plan: Plan) -> tuple:
     """What makes two plans the same layout for the search (the batch's unit aside)."""
     p, t = plan.parallel, plan.training
     return (p.tp, p.pp, p.cp, p.sp, p.cp_comm_type, plan.pack_size, t.seq_length, t.micro_batch_size, t.recompute,
-            plan.pad_seq_to_mult, plan.packing.max_seqlen_per_dp_cp_rank)
+            plan.pad_seq_to_mult, plan.packing.max_seqlen_per_dp_cp_rank, plan.hardware.gpu, t.precision,
+            t.fp8_recipe, p.fsdp)
 
 
 def _why(c: Candidate, base: Candidate) -> str:
@@ -225,7 +256,10 @@ def _why(c: Candidate, base: Candidate) -> str:
     for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("SP", a.parallel.sp, b.parallel.sp),
                         ("CP", a.parallel.cp, b.parallel.cp), ("pack size", a.pack_size, b.pack_size),
                         ("seq_length", a.training.seq_length, b.training.seq_length),
-                        ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size)):
+                        ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size),
+                        ("GPU", a.hardware.gpu, b.hardware.gpu),
+                        ("precision", a.training.precision, b.training.precision),
+                        ("FSDP", a.parallel.fsdp, b.parallel.fsdp)):
         if x != y:
             parts.append(f"{label} {y}->{x}")
     got, own = c.effective_samples_per_step, base.effective_samples_per_step

@@ -187,7 +187,9 @@ def recommend_text(r: RecommendResult) -> None:
     for label, c in [("yours", r.search.baseline)] + [(f"#{i + 1}", c) for i, c in enumerate(r.search.best)]:
         s = c.summary()
         mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"
-        lines.append(f"  {label:>5}: TP {s['tp']} CP {s['cp']} DP {s['dp']} pack {s['pack_size']} seq "
+        lines.append(f"  {label:>5}: {c.plan.hardware.gpu} {c.plan.training.precision}"
+                     f"{' FSDP' if c.plan.parallel.fsdp else ''} TP {s['tp']} CP {s['cp']} DP {s['dp']} pack "
+                     f"{s['pack_size']} seq "
                      f"{s['seq_length']}, {c.plan.batch_text(_packing_factor(c))}: {mem}, "
                      f"{s['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU ({s['why']})")
     _lines(*lines)

@@ -27,7 +27,8 @@ from advisor.cli.arguments import (
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 
 _VARY_HELP = ("what the search may change besides the layout, comma-separated: seq_length (packs longer than it), "
-              "batch (the samples per step beyond ±5 %%); by default both stay as the plan has them")
+              "batch (the samples per step beyond ±5 %%), gpu (every GPU preset), precision (bf16, fp8, mxfp8, "
+              "nvfp4), fsdp (Megatron FSDP on and off); by default all stay as the plan has them")
 
 
 def _input_args(p: argparse.ArgumentParser) -> None:

@@ -101,9 +101,8 @@ def quantized_widths(plan: Plan) -> dict[str, int]:
     the divisibility rule."""
     m, p = plan.model, plan.parallel
     q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
-    up = 2 if m.gated_linear_unit else 1
     out = {"hidden_size": m.hidden_size, "qkv / tp": (q + 2 * kv) // p.tp, "query width / tp": q // p.tp,
-           "ffn_hidden_size / tp": up * m.ffn_hidden_size // p.tp if not m.num_moe_experts else 0}
+           "ffn_hidden_size / tp": m.ffn_hidden_size // p.tp if not m.num_moe_experts else 0}
     if m.num_moe_experts:
         f = m.moe_ffn_hidden_size or m.ffn_hidden_size
         out["moe_ffn_hidden_size / etp"] = f // p.etp

@@ -151,8 +151,10 @@ def attention_flops_bars(est: Estimate) -> go.Figure:
 
 # what each step-time term models, in the order a step runs them (advisor/model/perf/step.py)
 STEP_TERMS = {"gemm": "GEMMs", "attention": "attention", "memory_bound": "norms, activations, loss",
-              "recompute": "recompute", "tp_comm": "TP comm (exposed)", "cp_comm": "CP comm (exposed)",
-              "moe_all_to_all": "MoE all-to-all", "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline sends",
+              "recompute": "recompute", "quantize": "FP8/FP4 casts", "tp_comm": "TP comm (exposed)",
+              "cp_comm": "CP comm (exposed)", "moe_all_to_all": "MoE all-to-all",
+              "moe_dispatch": "MoE dispatch overhead", "fsdp_comm": "FSDP gathers (exposed)",
+              "pp_bubble": "pipeline bubble", "pp_p2p": "pipeline sends",
               "dp_comm": "DP sync (exposed)", "optimizer": "optimizer", "straggler": "straggler wait",
               "compute": "compute (fixed MFU)"}
 

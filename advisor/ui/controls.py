@@ -32,7 +32,7 @@ from advisor.plan import PlanError
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS
 from advisor.ui.state import analysis_of, set_plan
-from advisor.vocabulary import Algorithm, Recompute
+from advisor.vocabulary import Algorithm, Precision, Recompute
 
 Kind = Literal["number", "select", "toggle", "radio"]
 BATCH_UNITS = ("samples", "packs")
@@ -126,6 +126,12 @@ def _pad_write(state, value) -> dict:
     return {} if int(value) == state["plan"].pad_seq_to_mult else {"packing": {"pad_seq_to_mult": int(value)}}
 
 
+def _precision_write(state, value) -> dict:
+    """Another precision drops an FP8 recipe, which applies to fp8 only (the plan refuses it elsewhere)."""
+    t = state["plan"].training
+    return {"training": {"precision": value, "fp8_recipe": t.fp8_recipe if value == "fp8" else None}}
+
+
 def _recompute_options(state) -> list[str]:
     return list(get_args(Recompute))
 
@@ -158,6 +164,11 @@ _ALL = [
     Control(name="training.recompute", label="recompute", kind="select", help="recompute",
             read=lambda s: s["plan"].training.recompute, write=lambda s, v: {"training": {"recompute": v}},
             options=_recompute_options),
+    Control(name="training.precision", label="precision", kind="select", help="precision",
+            read=lambda s: s["plan"].training.precision, write=_precision_write,
+            options=lambda s: list(get_args(Precision))),
+    Control(name="parallel.fsdp", label="Megatron FSDP", kind="toggle", help="fsdp",
+            read=lambda s: s["plan"].parallel.fsdp, write=lambda s, v: {"parallel": {"fsdp": bool(v)}}),
     Control(name="training.batch_unit", label="global batch counts", kind="radio", help="batch_unit",
             read=_batch_unit, write=_batch_unit_write, options=_batch_unit_options),
     Control(name="training.batch", label="global batch", kind="number", help="global_batch", lo=1, hi=1 << 24,

@@ -116,7 +116,16 @@ HELP: dict[str, Explanation] = {
                 "changed fields keeps them as overrides.", "advisor/plan/presets.py"),
     "custom_model": _e("Edit the architecture fields (Megatron TransformerConfig names) of the model.",
                        "advisor/plan/schema.py"),
-    "gpu": _e("The GPU: its memory and dense BF16 peak set what fits and the step time.", "advisor/plan/presets.py"),
+    "gpu": _e("The GPU: its memory, its dense peaks per precision, HBM, NVLink (8 GPUs a board, 72 in an NVL72 rack) "
+              "and NICs set what fits and the step time.", "advisor/plan/presets.py"),
+    "precision": _e("The precision of the linear layers' GEMMs: bf16; fp8 (Transformer Engine current scaling, or "
+                    "training.fp8_recipe delayed / blockwise); mxfp8 and nvfp4 on Blackwell only. Attention, the "
+                    "router and the output layer stay BF16; the step pays for casting each GEMM input, and layers "
+                    "keep the quantized copy of their inputs for backward.", "advisor/model/numerics.py"),
+    "fsdp": _e("Megatron FSDP (Megatron-Bridge use_megatron_fsdp, optim_grads_params): weights, gradients and "
+               "optimizer state sharded over the data-parallel ranks, each layer's weights gathered before its "
+               "forward and backward and its gradients reduce-scattered after, behind the neighbouring layer's "
+               "compute.", "advisor/model/perf/step.py"),
     "gpus": _e("GPUs in the job: tensor x pipeline x context x data parallel sizes.", "Megatron-Core parallel_state"),
     "tp": _e("Tensor parallelism: each layer's matrices split over TP GPUs (fast links needed, usually one node).",
              "Megatron-Core tensor_parallel"),
@@ -142,7 +151,8 @@ HELP: dict[str, Explanation] = {
                        "units: N packs ≈ M samples.", MB_DOCS),
     "vary": _e("What the search may change besides the layout. By default it keeps your seq_length and the samples "
                "per step (within 5 %), so its gains compare runs that do the same work; free them to let it try "
-               "longer packs or another batch.", "advisor/advice/search.py"),
+               "longer packs or another batch. It also keeps your GPU, precision and FSDP setting unless you free "
+               "gpu, precision or fsdp.", "advisor/advice/search.py"),
     "memory": _e("Memory on the most loaded GPU: weights, gradients, optimizer states, activations of one micro "
                  "batch, logits, and a fixed overhead, against the GPU's memory.", "advisor/model/memory.py"),
     "step_time": _e("Seconds per optimizer step from the performance model: every layer's GEMMs by shape, attention "
