@@ -1,9 +1,10 @@
 """The step-time model's fitted constants and the published runs they are fitted on.
 
 Alternatives: a constant per model, layout or system (fits anything, predicts nothing) or no fit (datasheet peaks:
-40 % too fast). Here: five constants shared by every run: the GEMM efficiency of BF16 and FP8 (one figure) and of
-NVFP4, the hidden share of TP communication, and for MoE layers the grouped GEMMs' share of that efficiency and a
-fixed overhead per layer and micro batch; attention's efficiency comes from kernel benchmarks. They are fitted by
+40 % too fast). Here: six constants shared by every run: the GEMM efficiency of BF16 and FP8 (one figure) on Hopper
+and on Blackwell, and of NVFP4, the hidden share of TP communication, and for MoE layers the grouped GEMMs' share of
+that efficiency and a fixed overhead per layer and micro batch; attention's efficiency comes from kernel benchmarks.
+They are fitted by
 least squares on log(predicted / measured) over two published tables of pre-training runs:
 
 - ``sample_data/published_step_times.csv``: NVIDIA/dgxc-benchmarking v25.04.02, H100, NeMo 25.02, BF16 and FP8;
@@ -28,7 +29,7 @@ import numpy as np
 from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, plan_from_dict
 
-BOUNDS = {"gemm": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
+BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
           "grouped": (0.3, 1.0), "moe_overhead": (0.0, 0.05)}
 # Not fitted: pre-training rows (all 4k-8k, one sequence per row) cannot tell GEMM from attention efficiency, and a
 # free fit trades one for the other (it pushed attention to 100 % of peak). Taken from kernel benchmarks instead:
@@ -40,8 +41,8 @@ ATTENTION_EFFICIENCY = 0.55
 # backward at Hopper's 0.82 of forward (510/620), 3.5 / (1/0.55 + 2.5/0.45) = 0.47 of peak
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
-EFFICIENCY = Efficiency(gemm=0.562, gemm_fp4=0.344, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.849, grouped=0.733,
+EFFICIENCY = Efficiency(gemm=0.644, gemm_blackwell=0.563, gemm_fp4=0.372, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.289, grouped=0.56,
                         moe_overhead=0.004)
 SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
 CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
@@ -173,8 +174,11 @@ def fitted_names(rows: Sequence[Measurement]) -> list[str]:
     """The constants the rows can determine: a format's GEMM efficiency only with rows in that format (leaving
     every FP4 row out, say, leaves gemm_fp4 at its stored value), TP overlap only with rows that overlap TP."""
     formats = {r.plan.training.precision for r in rows}
-    names = ["gemm"]  # BF16 and FP8 GEMMs share it: fitted apart they came out 0.589 and 0.552, and apart the
-    # BF16 figure rested on a few MoE rows once H100's were left out (gemm 0.38)
+    blackwell = {r.plan.hardware.table["compute_capability"] >= 10 for r in rows}
+    # BF16 and FP8 GEMMs share an efficiency per architecture: fitted apart they came out 0.589 and 0.552, and
+    # apart the BF16 figure rested on a few MoE rows once H100's were left out (0.38). An architecture without
+    # rows takes the other's (leaving H100 out, Hopper's GEMMs run at Blackwell's fitted share)
+    names = (["gemm"] if False in blackwell else []) + (["gemm_blackwell"] if True in blackwell else [])
     if "nvfp4" in formats:
         names.append("gemm_fp4")
     if any(r.plan.parallel.tp_comm_overlap for r in rows):
@@ -188,6 +192,12 @@ def fit(rows: Sequence[Measurement], start: Efficiency = EFFICIENCY) -> Efficien
     """The fitted constants minimizing the sum of squared log errors over ``rows``, within physical bounds."""
     names = fitted_names(rows)
     fixed = {k: getattr(start, k) for k in ("attention", "attention_blackwell", *BOUNDS) if k not in names}
+    if "gemm" not in names:  # no Hopper rows: Hopper as Blackwell
+        names[names.index("gemm_blackwell")] = "gemm"
+        fixed.pop("gemm")
+        fixed["gemm_blackwell"] = 0.0
+    elif "gemm_blackwell" not in names:  # no Blackwell rows: Blackwell as Hopper
+        fixed["gemm_blackwell"] = 0.0
 
     def make(x: np.ndarray) -> Efficiency:
         return Efficiency(**fixed, **{n: float(np.clip(v, *BOUNDS[n])) for n, v in zip(names, x, strict=True)})

@@ -45,20 +45,21 @@ LOSS_BYTES_PER_LOGIT = 16
 class Efficiency:
     """The fitted constants (``calibration``): everything else is a datasheet figure or a count."""
 
-    gemm: float  # fraction of dense BF16 peak that large GEMMs sustain
+    gemm: float  # fraction of the dense peak (BF16 or FP8) that large GEMMs sustain, Hopper and before
     attention: float  # fraction of peak that flash attention sustains on long sequences (Hopper and before)
     tp_overlap: float  # share of TP communication hidden behind GEMMs with tp_comm_overlap on
-    gemm_fp8: float = 0.0  # fraction of dense FP8 peak that large FP8 (and MXFP8) GEMMs sustain; 0: as BF16
+    gemm_blackwell: float = 0.0  # the same on Blackwell (compute capability 10), whose datasheet peaks are boost
+    # clocks a 1,000-1,400 W part does not hold under dense GEMMs; 0: as ``gemm``
     gemm_fp4: float = 0.0  # fraction of dense FP4 peak that large NVFP4 GEMMs sustain; 0: as FP8
     attention_blackwell: float = 0.0  # flash attention on Blackwell (compute capability 10); 0: as ``attention``
-    grouped: float = 1.0  # the experts' grouped GEMMs run at this share of a dense GEMM's efficiency
+    grouped: float = 1.0  # a rank's local experts in one grouped GEMM run at this share of a dense GEMM's efficiency
     moe_overhead: float = 0.0  # seconds per MoE layer and micro batch, forward and backward, beyond its kernels'
     # work: the dispatcher's host synchronisation on the tokens per expert, routing and permutation launches
 
-    def gemm_for(self, fmt: str) -> float:
-        """The GEMM efficiency of a tensor-core format."""
-        fp8 = self.gemm_fp8 or self.gemm
-        return {"bf16": self.gemm, "fp8": fp8, "fp4": self.gemm_fp4 or fp8}[fmt]
+    def gemm_for(self, fmt: str, gpu: Gpu | None = None) -> float:
+        """The GEMM efficiency of a tensor-core format (BF16 and FP8 share one) on ``gpu``'s architecture."""
+        base = self.gemm_blackwell or self.gemm if gpu is not None and gpu.compute_capability >= 10 else self.gemm
+        return self.gemm_fp4 or base if fmt == "fp4" else base
 
     def attention_for(self, gpu: Gpu) -> float:
         return (self.attention_blackwell or self.attention) if gpu.compute_capability >= 10 else self.attention
@@ -185,8 +186,8 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
 
     def run(g, mm, nn, kk) -> float:
         fmt = num.gemm if g.quantized else "bf16"
-        grouped = eff.grouped if g.name.startswith("expert_") else 1.0
-        return gemm_seconds(mm, nn, kk, gpu, eff.gemm_for(fmt) * grouped, g.count, fmt)
+        grouped = eff.grouped if g.name.startswith("expert_") and g.count > 1 else 1.0  # a grouped kernel
+        return gemm_seconds(mm, nn, kk, gpu, eff.gemm_for(fmt, gpu) * grouped, g.count, fmt)
 
     fwd_gemm = sum(run(g, g.m, g.n, g.k) for g in gemms)
     bwd_gemm = sum(run(g, g.m, g.k, g.n) + (run(g, g.k, g.n, g.m) if g.trains else 0.0) for g in gemms)
@@ -293,9 +294,10 @@ def output_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork) -> tupl
     tp = 0.0
     if p.tp > 1 and p.sp:
         tp = cc.all_gather(tokens * plan.model.hidden_size * BF16, p.tp, gpu.ring(p.tp))
-    fwd = Phase(gemm=gemm_seconds(g.m, g.n, g.k, gpu, eff.gemm), memory_bound=loss, tp_comm=tp)
-    bwd = Phase(gemm=gemm_seconds(g.m, g.k, g.n, gpu, eff.gemm)
-                + (gemm_seconds(g.k, g.n, g.m, gpu, eff.gemm) if g.trains else 0.0), memory_bound=loss, tp_comm=tp)
+    e = eff.gemm_for("bf16", gpu)
+    fwd = Phase(gemm=gemm_seconds(g.m, g.n, g.k, gpu, e), memory_bound=loss, tp_comm=tp)
+    bwd = Phase(gemm=gemm_seconds(g.m, g.k, g.n, gpu, e)
+                + (gemm_seconds(g.k, g.n, g.m, gpu, e) if g.trains else 0.0), memory_bound=loss, tp_comm=tp)
     return fwd, bwd
 
 
