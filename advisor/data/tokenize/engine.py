@@ -114,6 +114,12 @@ def _tokenizer(path: str):
     return _TOKENIZERS.get(path, lambda: _load_tokenizer(path))
 
 
+def job_tokenizer(job: TokenizeJob):
+    """The tokenizer a job's workers encode with (loaded once per process; transformers' own for a model-specific
+    class), for the driver's questions: its special ids, its template."""
+    return _tokenizer(job.tokenizer)
+
+
 def _load_tokenizer(path: str):
     from advisor.data.tokenize.tokenizer import load_tokenizer
 
