@@ -31,7 +31,6 @@ from advisor.packing.offline import PackingResult, pack
 from advisor.prepare import cache as token_cache
 from advisor.prepare.fill import assign_slots, runtime_of
 from advisor.prepare.metadata import metadata_name, metadata_text
-from advisor.prepare.parquet import ROW_GROUP
 from advisor.prepare.shards import ShardSpec, file_names, save_plan, write_local, write_ray
 from advisor.safe_write import discard_folder, publish_folder, staging_folder, write_text
 from advisor.vocabulary import Algorithm
@@ -47,7 +46,8 @@ class PrepareOptions:
     """How to pack (Megatron-Bridge's ``PackedSequenceSpecs`` and dataset seed, its defaults) and where to run.
 
     ``max_seq_length``: the dataset's (``max_single_sequence_length or seq_length``), default the pack size.
-    ``rows_per_file``: packs per file before a split is written as numbered shards (rounded up to 500s).
+    ``rows_per_file``: packs per file before a split is written as numbered shards (a multiple of the 500-row row
+    groups keeps every file's row groups full).
     """
 
     pack_size: int
@@ -119,6 +119,8 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
     say = progress or (lambda what, done: None)
     if (train is None) == (from_cache is None):
         raise InputError("prepare", None, "give either the raw data (and its tokenizer) or --from-cache, not both")
+    if not isinstance(options.rows_per_file, int) or options.rows_per_file < 1:
+        raise InputError("prepare", "rows_per_file", f"must be a positive whole number, not {options.rows_per_file!r}")
     if options.engine not in ENGINES:
         raise InputError("prepare", "engine", f"{options.engine!r} is not one of {', '.join(ENGINES)}")
     cfg = options.packing()
@@ -251,8 +253,7 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     slot_record = assign_slots(runtime.runtime, packing, cfg.seed, options.algorithm == "first_fit_shuffle")
     plan_dir = os.path.join(staging, ".work", "plan", split)
     save_plan(plan_dir, slot_record, runtime.target[slot_record], packing.offsets)
-    rows = max(ROW_GROUP, -(-options.rows_per_file // ROW_GROUP) * ROW_GROUP)
-    names = file_names(split, options.pack_size, packing.num_packs, rows)
+    names = file_names(split, options.pack_size, packing.num_packs, options.rows_per_file)
     eod = meta.get("eod")
     specs = [ShardSpec(path=os.path.join(staging, name), first=a, last=b, plan_dir=plan_dir, cache_dir=cache.folder,
                        pad_id=eod if isinstance(eod, int) else None, mask_kind=meta["mask_kind"])

@@ -3,7 +3,7 @@ tasks on a cluster), each by ``write_shard`` so both engines write the same byte
 
 Alternative: one process writing one file, as Megatron-Bridge does (its whole data set in one ``pa.table``). Here
 a split of more than ``rows_per_file`` packs becomes ``training_{S}_{k:05d}.idx.parquet`` files of
-``rows_per_file`` packs each (a multiple of the 500-row row groups, so the row groups are those of one file);
+``rows_per_file`` packs each (100,000 by default: 200 full row groups of 500);
 Bridge's reader takes a glob of them (``_resolve_parquet_paths`` sorts the names). The slot plan (which record in
 which slot, stored with how many tokens) is written beside the cache as ``.npy`` and read memory-mapped by each
 writer.
