@@ -312,8 +312,8 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
     ``sequences``), and the lengths (-1 where a record cannot be built, as in ``sft_lengths``).
 
     The pieces are ``sft_lengths``' pieces with their ids kept: each cut piece keeps its first tokens ("right")
-    or its last ("left", ``GPTSFTDataset._truncation``); then virtual tokens (EOS ids), BOS, the context, the
-    answer and EOS.
+    or its last ("left", ``GPTSFTDataset._truncation``); then BOS, virtual tokens (EOS ids: ``_process_example``
+    puts them before the context first and BOS before them after), the context, the answer and EOS.
 
         >>> from advisor.data.tokenize.tokenizer import _example_folder, load_tokenizer
         >>> tok = load_tokenizer(_example_folder())
@@ -345,7 +345,7 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
     flat, offsets = tok.mb_ids(pieces)
     keys = [key if key is not None else "<template>" for _, key, _ in parts]
     per_record = sum(1 for _, key, _ in parts if key is not None)
-    head = [eos] * s.virtual_tokens + ([bos] if s.add_bos else [])
+    head = ([bos] if s.add_bos else []) + [eos] * s.virtual_tokens  # BOS goes before the virtual tokens
     tail = [eos] if s.add_eos else []
     ids_out: list[np.ndarray] = []
     mask_out: list[np.ndarray] = []
