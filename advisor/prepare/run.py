@@ -196,6 +196,10 @@ def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptio
     os.makedirs(parts)
     job = replace(job, settings=settings, tokens_dir=parts)
     tok = job_tokenizer(job)
+    if job.fmt == "chat":
+        # loaded here, before the pool forks: every worker inherits it instead of importing transformers itself
+        # (seconds each, which on a small data set is most of the run)
+        tok.transformers_tokenizer()
     result = tokenize(job, engine=options.engine, workers=options.workers, address=options.address,
                       progress=lambda text, done: say(f"{split}: {text}", 0.6 * done))
     files, _ = data_files_and_notes(job.data)
