@@ -77,7 +77,7 @@ def assign_slots(runtime: np.ndarray, packing: PackingResult, seed: int, shuffle
         >>> res = pack(LengthHistogram.from_samples(runtime + 1), PackingConfig(pack_size=4,
         ...            algorithm="first_fit_decreasing"))
         >>> res.packs(), assign_slots(runtime, res, 1234, False).tolist()
-        ([[3, 1], [3], [2]], [0, 1, 2, 3])
+        ([[3, 1], [3], [2]], [2, 1, 0, 3])
     """
     items = packing.items
     rs = np.random.RandomState(seed)

@@ -15,8 +15,10 @@ METADATA_NAME = "{pack_size}_metadata.jsonl"
 
 
 def metadata_name(pack_size: int) -> str:
-    """>>> metadata_name(2048)
-    '2048_metadata.jsonl'
+    """The metadata file's name.
+
+        >>> metadata_name(2048)
+        '2048_metadata.jsonl'
     """
     return METADATA_NAME.format(pack_size=pack_size)
 

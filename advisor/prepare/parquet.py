@@ -11,6 +11,7 @@ alternative, Bridge's one table of every pack, holds the data set in memory) giv
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,10 +42,14 @@ def table_of(rows: Rows) -> pa.Table:
 
 def write_rows(path: str, groups: Iterable[Rows]) -> int:
     """Write the row groups (each at most ROW_GROUP rows) into a new Parquet file at ``path``; returns the rows.
-    ``path`` is in a staging folder the caller made: nothing else can be there."""
+    ``path`` is in a staging folder the caller made: nothing else can be there. The next group is built in a
+    thread while Arrow encodes this one (both release the GIL)."""
     rows = 0
-    with pq.ParquetWriter(path, SCHEMA) as writer:
-        for group in groups:
+    it = iter(groups)
+    with pq.ParquetWriter(path, SCHEMA) as writer, ThreadPoolExecutor(1) as builder:
+        pending = builder.submit(next, it, None)
+        while (group := pending.result()) is not None:
+            pending = builder.submit(next, it, None)
             table = table_of(group)
             writer.write_table(table, row_group_size=ROW_GROUP)
             rows += table.num_rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from advisor.data.tokenize.sequences import PAD_MASK, ROLLED
 
@@ -41,27 +42,48 @@ def build_rows(ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, stored: np
         >>> r.ids.tolist(), r.mask.tolist(), r.seq_start.tolist()
         ([7, 8, 5, 6, 0], [1, 0, 1, 0, 0], [0, 2])
     """
-    n_slots = slot_record.size
-    target = slot_target.astype(np.int64)
-    copy = np.minimum(stored[slot_record], target)
-    if (copy < target).any() and pad_id is None:
+    slot_record = np.ascontiguousarray(slot_record, dtype=np.int64)
+    target = np.ascontiguousarray(slot_target, dtype=np.int64)
+    if pad_id is None and (stored[slot_record] < target).any():
         raise ValueError("pad_seq_to_mult pads records with the tokenizer's eod (EOS) token, and it has none")
-    total = int(target.sum())
-    out_start = np.zeros(n_slots + 1, np.int64)
+    out_start = np.zeros(slot_record.size + 1, np.int64)
     np.cumsum(target, out=out_start[1:])
-    slot_of = np.repeat(np.arange(n_slots), target)
-    pos = np.arange(total, dtype=np.int64) - out_start[:-1][slot_of]
-    real = pos < copy[slot_of]
-    src = starts[slot_record][slot_of] + pos
-    out_ids = np.full(total, pad_id if pad_id is not None else 0, np.int64)
-    out_ids[real] = ids[src[real]]
-    padded = np.full(total, PAD_MASK[mask_kind], np.int8)
-    padded[real] = mask[src[real]]
-    if ROLLED[mask_kind]:  # loss_mask = [x[1:] + [False] for x in loss_mask]: shift left, each record's last is 0
-        padded[:-1] = padded[1:]
-        padded[out_start[1:] - 1] = 0
-    pack_of_slot_end = pack_offsets.astype(np.int64)
-    offsets = out_start[pack_of_slot_end].astype(np.int32)
-    seq_start = out_start[:-1] - out_start[np.repeat(pack_of_slot_end[:-1], np.diff(pack_of_slot_end))]
-    return Rows(ids=out_ids, mask=padded, offsets=offsets - offsets[0], seq_start=seq_start,
-                start_offsets=(pack_of_slot_end - pack_of_slot_end[0]).astype(np.int32))
+    out_ids = np.empty(int(out_start[-1]), np.int64)
+    out_mask = np.empty(int(out_start[-1]), np.int8)
+    # a memmap is an ndarray subclass: viewed as a plain array for numba, still reading the file's pages
+    _gather(ids.view(np.ndarray), mask.view(np.ndarray), np.ascontiguousarray(starts, dtype=np.int64),
+            np.ascontiguousarray(stored, dtype=np.int64), slot_record, target, 0 if pad_id is None else pad_id,
+            PAD_MASK[mask_kind], ROLLED[mask_kind], out_ids, out_mask)
+    pack_offsets = np.asarray(pack_offsets, dtype=np.int64)
+    offsets = out_start[pack_offsets]
+    seq_start = out_start[:-1] - np.repeat(offsets[:-1], np.diff(pack_offsets))
+    return Rows(ids=out_ids, mask=out_mask, offsets=(offsets - offsets[0]).astype(np.int32), seq_start=seq_start,
+                start_offsets=(pack_offsets - pack_offsets[0]).astype(np.int32))
+
+
+@njit(cache=True, nogil=True)  # nogil: the next row group is gathered while Arrow encodes this one
+def _gather(ids, mask, starts, stored, slot_record, target, pad_id, pad_mask, roll, out_ids, out_mask):
+    """Each slot's record copied (its first ``min(stored, target)`` tokens), padded to ``target`` with ``pad_id``
+    and ``pad_mask``; with ``roll`` the mask is shifted left by one and the slot's last position is 0
+    (``fill_packing_strategy``'s ``x[1:] + [False]``, after ``_pre_pad_data_point``)."""
+    o = 0
+    for s in range(slot_record.size):
+        r = slot_record[s]
+        a = starts[r]
+        t = target[s]
+        c = min(stored[r], t)
+        for j in range(c):
+            out_ids[o + j] = ids[a + j]
+        for j in range(c, t):
+            out_ids[o + j] = pad_id
+        if roll:
+            for j in range(t - 1):
+                out_mask[o + j] = mask[a + j + 1] if j + 1 < c else pad_mask
+            if t > 0:
+                out_mask[o + t - 1] = 0
+        else:
+            for j in range(c):
+                out_mask[o + j] = mask[a + j]
+            for j in range(c, t):
+                out_mask[o + j] = pad_mask
+        o += t

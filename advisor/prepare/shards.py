@@ -25,6 +25,7 @@ from advisor.prepare.parquet import ROW_GROUP, write_rows
 from advisor.prepare.rows import Rows, build_rows
 
 PLAN_ARRAYS = ("slot_record", "slot_target", "pack_offsets")
+REMAP_GROUPS = 16  # row groups read through one mapping of the cache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,17 +66,18 @@ def _groups(spec: ShardSpec) -> Iterator[Rows]:
     offsets = np.load(os.path.join(spec.cache_dir, "offsets.npy"))
     starts, stored = offsets[:-1], np.diff(offsets)
     pack_offsets = plan["pack_offsets"]
-    for a in range(spec.first, spec.last, ROW_GROUP):
+    ids = mask = None
+    for k, a in enumerate(range(spec.first, spec.last, ROW_GROUP)):
+        if k % REMAP_GROUPS == 0:
+            # mapped afresh every few row groups: the pages the gathers touched leave this process, so its memory
+            # stays bounded by those row groups, not by the cache's size
+            ids = np.load(os.path.join(spec.cache_dir, "ids.npy"), mmap_mode="r")
+            mask = np.load(os.path.join(spec.cache_dir, "mask.npy"), mmap_mode="r")
         b = min(a + ROW_GROUP, spec.last)
         s0, s1 = int(pack_offsets[a]), int(pack_offsets[b])
-        # opened per row group and dropped after it: the pages a gather touched leave this process (the memory
-        # stays bounded by a row group, not by the cache's size)
-        ids = np.load(os.path.join(spec.cache_dir, "ids.npy"), mmap_mode="r")
-        mask = np.load(os.path.join(spec.cache_dir, "mask.npy"), mmap_mode="r")
         yield build_rows(ids, mask, starts, stored, np.asarray(plan["slot_record"][s0:s1]),
                          np.asarray(plan["slot_target"][s0:s1]), np.asarray(pack_offsets[a:b + 1]) - s0,
                          pad_id=spec.pad_id, mask_kind=spec.mask_kind)
-        del ids, mask
 
 
 def write_shard(spec: ShardSpec) -> int:

@@ -28,7 +28,14 @@ from typing import Literal
 import numpy as np
 
 from advisor.data.tokenize.sft import RecordProblem
-from advisor.data.tokenize.template import MAX_TEMPLATE_CHARS, STRIKES, TemplateLimit, render_chat, select_template
+from advisor.data.tokenize.template import (
+    MAX_TEMPLATE_CHARS,
+    STRIKES,
+    TemplateLimit,
+    render_chat,
+    render_prefixes,
+    select_template,
+)
 from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, _first_line, native
 from advisor.errors import InputError, excerpt
 
@@ -183,23 +190,31 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     return lengths, problems
 
 
-def render_boxed(source: str, conversation: list[dict], tools, special_tokens: dict) -> str | RecordProblem:
+def render_boxed(source: str, conversation: list[dict], tools, special_tokens: dict,
+                 prefixes: list[int] | None = None) -> str | dict[int, str] | RecordProblem:
     """The conversation rendered as ``hf.apply_chat_template(conversation, tools=tools, tokenize=False)`` renders
     it, in a box (a template may loop or grow without end: template.py), or the problem (index -1) that stops it.
-    A template that ran out of time or steps on STRIKES records in a row is not rendered again in this process."""
+    With ``prefixes``, the renders of ``conversation[:m]`` for each m instead ({m: text}). A template that ran out
+    of time or steps on STRIKES records in a row is not rendered again in this process."""
     if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
         return RecordProblem(-1, f"the chat template exceeded its limits (out of time or steps on {STRIKES} records "
                                  "in a row before this one; not rendered again)")
+
+    def render():
+        if prefixes is None:
+            return render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+        return render_prefixes(source, conversation, prefixes, tools=tools, special_tokens=special_tokens)
+
     try:
         try:
-            text = render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+            text = render()
         except TemplateLimit as e:
             if not e.costly:
                 raise
             # the deadline is wall-clock time: a busy machine or a garbage collection can stall a render of
             # microseconds past it (seen once in 400k renders with five processes on two cores); a template that
             # is really slow runs out again
-            text = render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+            text = render()
         _STRIKES.pop(source, None)
         return text
     except TemplateLimit as e:

@@ -106,16 +106,15 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         if not tools and schemas is not None:
             tools = schemas
         chosen = select_template(own, s.chat_template, tools)
-        text = render_boxed(chosen, conversation, tools, special_tokens)
-        if isinstance(text, RecordProblem):
-            problems.append(RecordProblem(i, text.reason))
+        r = _Record(i, conversation, tools)
+        # with a mask to build, the conversation's first parts are rendered too, in one call (inputs prepared once)
+        wanted = r.prefixes() if bounds is not None else []
+        texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)])
+        if isinstance(texts, RecordProblem):
+            problems.append(RecordProblem(i, texts.reason))
             continue
-        r = _Record(i, conversation, tools, text)
-        if bounds is not None:
-            failed = r.render_prefixes(chosen, special_tokens)
-            if failed:
-                problems.append(RecordProblem(i, failed))
-                continue
+        r.text = texts.pop(len(conversation))
+        r.prefix_texts = texts
         work.append(r)
 
     full_ids, panicked = _encode(backend, [r.text for r in work], source_name)
@@ -157,26 +156,21 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
 class _Record:
     """One conversation on its way: its renders, then the prefix lengths its loss mask needs."""
 
-    def __init__(self, index: int, conversation: list[dict], tools, text: str):
-        self.index, self.conversation, self.tools, self.text = index, conversation, tools, text
+    def __init__(self, index: int, conversation: list[dict], tools):
+        self.index, self.conversation, self.tools = index, conversation, tools
+        self.text = ""  # the whole conversation rendered
         self.prefix_texts: dict[int, str] = {}  # messages rendered -> text (the whole conversation excluded)
         self.prefix_len: dict[int, int] = {}  # messages rendered -> common token prefix with the whole rendering
         self.turns: list[int] = [k for k, t in enumerate(conversation) if t.get("role") == ASSISTANT]
         self.last_turn_start: int | None = None
         self.ids: np.ndarray | None = None  # the whole rendering's token ids
 
-    def render_prefixes(self, source: str, special_tokens: dict) -> str | None:
-        """Render the conversation before and through each assistant turn (``_assistant_mask_from_conversation_
-        turns``; the last turn's "before" is also ``_infer_final_assistant_start``'s). Returns why not, or None."""
+    def prefixes(self) -> list[int]:
+        """How many messages to render for the loss mask: the conversation before and through each assistant turn
+        (``_assistant_mask_from_conversation_turns``; the last turn's "before" is also
+        ``_infer_final_assistant_start``'s)."""
         n = len(self.conversation)
-        wanted = sorted({k for k in self.turns if k > 0} | {k + 1 for k in self.turns if k + 1 < n})
-        for m in wanted:
-            text = render_boxed(source, self.conversation[:m], self.tools, special_tokens)
-            if isinstance(text, RecordProblem):
-                return (f"the conversation's first {m} message(s) cannot be rendered on their own, which "
-                        f"Megatron-Bridge's loss mask needs ({text.reason})")
-            self.prefix_texts[m] = text
-        return None
+        return sorted({k for k in self.turns if k > 0} | {k + 1 for k in self.turns if k + 1 < n})
 
     def spans(self, size: int) -> list[tuple[int, int]]:
         """(before, through) per assistant turn: common prefix lengths with the whole rendering."""
