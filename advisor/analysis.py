@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import get_args
 
 from advisor import caches
 from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
@@ -30,13 +31,33 @@ from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, packing_arrays
 from advisor.packing.offline import PackingResult
-from advisor.plan import Plan, PlanError, dump_plan
-from advisor.trial.launch import LAUNCH_FORMATS, trial_slurm, trial_torchrun
+from advisor.plan import Plan, PlanError
+from advisor.trial.launch import trial_slurm, trial_torchrun
+from advisor.vocabulary import ExportFormat
 
-ALL_FORMATS = FORMATS + LAUNCH_FORMATS
-EXPORT_FILE_NAMES = {"python": "packing_config.py", "overrides": "overrides.txt", "megatron-lm": "megatron_lm_args.sh",
-                     "paths": "packed_paths.txt", "plan": "plan.yaml", "markdown": "report.md",
-                     "torchrun": "trial_torchrun.sh", "slurm": "trial.sbatch"}
+
+@dataclass(frozen=True, kw_only=True)
+class ExportKind:
+    """How an export is saved and shown."""
+
+    file_name: str
+    language: str  # the code block's highlighting on the page
+
+
+# every export format (advisor/vocabulary.py ExportFormat), in the order the CLI and the page offer them
+EXPORTS: dict[ExportFormat, ExportKind] = {
+    "python": ExportKind(file_name="packing_config.py", language="python"),
+    "overrides": ExportKind(file_name="overrides.txt", language="text"),
+    "megatron-lm": ExportKind(file_name="megatron_lm_args.sh", language="bash"),
+    "paths": ExportKind(file_name="packed_paths.txt", language="text"),
+    "plan": ExportKind(file_name="plan.yaml", language="yaml"),
+    "markdown": ExportKind(file_name="report.md", language="markdown"),
+    "torchrun": ExportKind(file_name="trial_torchrun.sh", language="bash"),
+    "slurm": ExportKind(file_name="trial.sbatch", language="bash"),
+}
+ALL_FORMATS: tuple[ExportFormat, ...] = tuple(EXPORTS)
+if set(ALL_FORMATS) != set(get_args(ExportFormat)) or not set(FORMATS) <= set(ALL_FORMATS):
+    raise RuntimeError("advisor/analysis.py EXPORTS and advisor/vocabulary.py ExportFormat differ")
 ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
 
 
@@ -151,8 +172,6 @@ class Analysis:
             return trial_torchrun()
         if fmt == "slurm":
             return trial_slurm(target.plan)
-        if fmt == "plan":
-            return dump_plan(target.plan)
         if fmt == "markdown":
             return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
                           result)

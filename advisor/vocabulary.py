@@ -24,4 +24,7 @@ Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decre
 MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)[:2]
 MegatronLmBranch = Literal["main", "dev"]
 OnlineScheduler = Literal["dp_balanced", "default_dynamic_cp"]  # Megatron-LM's --sequence-packing-scheduler
+# every export: Megatron-Bridge (python snippet, CLI overrides, packed data paths), Megatron-LM arguments, the plan
+# itself, a report, and the trial's launch scripts; advisor/analysis.py EXPORTS gives each its file and language
+ExportFormat = Literal["python", "overrides", "megatron-lm", "paths", "plan", "markdown", "torchrun", "slurm"]
 DataFormat = Literal["sft", "chat"]  # GPTSFTDataset (truncates) and GPTSFTChatDataset (skips overlong samples)

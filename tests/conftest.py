@@ -124,3 +124,10 @@ def open_page(page: str, state: dict | None = None, timeout: int = 300):
         at.switch_page(page)
         at.run()
     return at
+
+
+def slow_after(values, fast: int = 1) -> list:
+    """Values for ``pytest.mark.parametrize``: the first ``fast`` run in the fast tier (``-m "not slow"``), the
+    others, the same check on more inputs, only in the full suite."""
+    return [v if i < fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
+            for i, v in enumerate(values)]

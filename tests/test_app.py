@@ -12,6 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT, open_page
 
+pytestmark = pytest.mark.slow  # every test runs a page in Streamlit's AppTest, seconds each
+
 PAGES = ["app.py", "pages/1_Packing.py", "pages/6_Online_packing.py", "pages/2_Memory_and_FLOPs.py",
          "pages/3_Recommendations.py",
          "pages/4_Trial.py"]
@@ -109,7 +111,7 @@ def test_share_link_reopens_the_plan():
 
 def test_custom_model_fields_drive_the_estimate():
     at = run("pages/2_Memory_and_FLOPs.py")
-    base = at.metric[0].value
+    base, plan_32 = at.metric[0].value, at.session_state["plan"]
     at.toggle(key="custom_model").set_value(True).run()
     assert not at.exception
     layers = next(n for n in at.number_input if n.label == "num_layers")
@@ -117,7 +119,11 @@ def test_custom_model_fields_drive_the_estimate():
     assert not at.exception
     assert at.session_state["plan"].model.num_layers == 64
     assert at.session_state["plan"].model.preset == "llama3.1-8b"  # an override of the preset, kept as one
-    assert at.metric[0].value != base
+    from advisor.model.estimate import estimate
+
+    for before, plan in ((base, plan_32), (at.metric[0].value, at.session_state["plan"])):  # the page's own figure
+        gib = estimate(plan, at.session_state["hist"]).memory.total / 2**30
+        assert before.startswith(f"{gib:.1f} of "), (before, gib)
 
 
 def test_a_hostile_share_link_shows_a_message_and_the_default_plan():

@@ -22,6 +22,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # Chromium driving a served dashboard
+
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = ROOT / "tests" / "screenshots"
 READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
@@ -74,7 +76,6 @@ def app_url():
     proc.wait(timeout=20)
 
 
-@pytest.mark.slow
 def test_dashboard_in_chromium(app_url, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -152,7 +153,6 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         browser.close()
 
 
-@pytest.mark.slow
 def test_wikipedia_sample_in_chromium(app_url):
     """The 16.3M-sample Wikipedia histogram: pick it, open Packing, change the pack size, every chart draws."""
     from playwright.sync_api import sync_playwright
@@ -187,7 +187,6 @@ def test_wikipedia_sample_in_chromium(app_url):
         browser.close()
 
 
-@pytest.mark.slow
 def test_the_tour_in_chromium(app_url):
     """The Tour from the sidebar: every step, one screenshot each, and a step's link opens its page."""
     from playwright.sync_api import sync_playwright
@@ -213,7 +212,6 @@ def test_the_tour_in_chromium(app_url):
         browser.close()
 
 
-@pytest.mark.slow
 def test_raw_data_tokenized_in_chromium(app_url):
     """Home page, "from raw data": a chat JSONL and the bundled tokenizer become the data set."""
     from playwright.sync_api import sync_playwright
@@ -252,7 +250,6 @@ def _edit(page, label: str, value: int) -> None:
     box.press("Enter")
 
 
-@pytest.mark.slow
 def test_consecutive_edits_all_apply_in_chromium(app_url):
     """Issue 19: every second edit of a plan-bound control used to snap back in a real browser (AppTest did not see
     it). Each edit here must show in the control and in the figures computed from it, one after another."""
@@ -342,7 +339,6 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow
 def test_three_sessions_one_hostile_in_chromium():
     """Issue 25: one visitor's crafted link (the 16.3M-sample Wikipedia sample on the Online packing page at CP 2 and
     a tiny batch, then the layout search) runs while two others edit their plans. The two see every edit applied,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from advisor.analysis import analyze, memory_grid
 from advisor.model.estimate import estimate
@@ -27,6 +28,7 @@ def test_figures_carry_the_numbers(squad):
     assert sum(fill.data[0].y) == result.num_packs
 
 
+@pytest.mark.slow  # packs the 16.3M-sample Wikipedia sample
 def test_chart_payloads_stay_small_at_any_data_size(wikipedia):
     from advisor.packing.cache import packing_for
 
@@ -44,8 +46,14 @@ def test_memory_figures(squad):
     advisor_total = sum(t.y[0] for t in bar.data if t.x[0] == "advisor")
     assert abs(advisor_total - est.memory.total / 2**30) < 1e-9
     grid = pd.DataFrame(memory_grid(analyze(plan, squad), [256, 384], [1, 2]))
-    heat = charts.memory_heatmap(grid)
-    assert heat.layout.xaxis.type == "category" and len(grid) == 4
+    heat = charts.memory_heatmap(grid).data[0]
+    assert list(heat.y) == ["1", "2"] and list(heat.x) == ["256", "384"]
+    for row in grid.itertuples():  # each cell is its layout's own estimate, in GiB
+        cell = plan.changed({"parallel": {"cp": row.cp}, "training": {"seq_length": row.pack_size},
+                             "packing": {"pack_size": row.pack_size}})
+        gib = estimate(cell, squad).memory.total / 2**30
+        i, j = list(heat.y).index(str(row.cp)), list(heat.x).index(str(row.pack_size))
+        assert heat.z[i][j] == pytest.approx(gib) and heat.text[i][j].startswith(f"{gib:.0f}")
 
 
 def test_marks_on_log_axes_sit_at_the_value(squad):

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, SAMPLE
 
 
@@ -13,18 +15,32 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def test_pack_json_has_megatron_bridge_keys_and_counts():
-    proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "384", "--json",
-               "--algorithm", "first_fit_decreasing")
+def test_pack_json_is_megatron_bridges_metadata_of_the_packing():
+    """The JSON against the packing computed here: Megatron-Bridge's metadata keys and values, the counts recomputed
+    from the histogram file itself; progress on stderr only, so stdout is the JSON alone."""
+    import numpy as np
+
+    from advisor.data.ingest import load_lengths
+    from advisor.packing.config import PackingConfig
+    from advisor.packing.offline import pack
+
+    data = SAMPLE / "squad_v1.1_len384_hist.csv"
+    proc = run("pack", str(data), "--pack-size", "384", "--json", "--algorithm", "first_fit_decreasing")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    for key in ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency", "pack_size",
-                "min_packed_seqlen", "num_sequences", "num_packs", "num_truncated", "padding_fraction"):
-        assert key in out
-    assert out["packing_efficiency"] == 97.83 and out["num_sequences"] == 88641
-    assert "packing" in proc.stderr  # progress goes to stderr, never into the JSON
+    hist = load_lengths(data)
+    result = pack(hist, PackingConfig(pack_size=384, algorithm="first_fit_decreasing"))
+    assert {k: out[k] for k in result.metadata} == result.metadata
+    runtime = np.minimum(hist.lengths, 384) - 1  # stored tokens minus the trailing one
+    packs = out["num_packs"]
+    assert out["num_sequences"] == hist.counts.sum() and packs == result.num_packs
+    assert out["packing_factor"] == round(hist.counts.sum() / packs, 2)
+    assert out["dataset_max_seqlen"] == runtime.max() and out["num_truncated"] == 0
+    assert out["padding_fraction"] == pytest.approx(1 - (runtime * hist.counts).sum() / (packs * 384), rel=1e-12)
+    assert proc.stderr.splitlines()[-1].endswith("] done") and "{" not in proc.stderr
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_pack_human_summary_and_truncation():
     """The summary counts exactly the samples longer than the pack, and the tokens cut from them (Megatron-Bridge
     keeps the first pack-size tokens of each), recomputed here from the histogram itself."""
@@ -49,6 +65,7 @@ def test_bad_file_is_one_message_and_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_bad_setting_is_one_message(tmp_path):
     proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "128", "--max-seq-length", "256")
     assert proc.returncode == 2 and "cannot exceed the pack size" in proc.stderr
@@ -60,6 +77,7 @@ def test_lengths_summary_json():
     assert out["num_samples"] == 16279552 and out["max"] == 512
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_all_samples_of_one_token_do_not_crash(tmp_path):
     ones = tmp_path / "ones.csv"
     ones.write_text("seq_len\n1\n1\n1\n")
@@ -68,6 +86,7 @@ def test_all_samples_of_one_token_do_not_crash(tmp_path):
     assert json.loads(proc.stdout)["num_packs"] == 1
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
     two = tmp_path / "two.csv"
     two.write_text("5\n9\n")  # runtime 4 and 8; pad_seq_to_mult only pre-pads for packing
@@ -87,6 +106,7 @@ def _long_context_plan(tmp_path, **training):
     return str(path)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_export_refuses_a_plan_that_does_not_fit_unless_forced(tmp_path):
     plan = _long_context_plan(tmp_path)
     est = json.loads(run("estimate", plan, "--json", "--quiet").stdout)["memory"]

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import ROOT, SAMPLE, slow_after
 
 SQUAD = SAMPLE / "squad_v1.1_len384_hist.csv"
 
@@ -34,6 +34,7 @@ def override_plan(tmp_path):
     return plan
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_overrides_survive_export_and_recommend_from_any_folder(override_plan, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -49,6 +50,7 @@ def test_overrides_survive_export_and_recommend_from_any_folder(override_plan, t
     assert est.returncode == 0, est.stderr
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_the_global_batch_fix_is_gone_and_the_export_writes_packs(override_plan):
     out = json.loads(advisor("recommend", override_plan, "--json", "--quiet").stdout)
     gbs = next(f for f in out["findings"] if f["id"] == "packing.global_batch")
@@ -81,7 +83,7 @@ BAD_PLANS = {
 }
 
 
-@pytest.mark.parametrize("name", list(BAD_PLANS))
+@pytest.mark.parametrize("name", slow_after(list(BAD_PLANS)))
 def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
     text, field = BAD_PLANS[name]
     plan = tmp_path / "bad.yaml"
@@ -91,13 +93,15 @@ def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
     assert field in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("option,value", [("--mfu", "0"), ("--mfu", "-1"), ("--mfu", "nan"), ("--mfu", "50"),
-                                          ("--mfu", "abc"), ("--overhead-gib", "-1000"), ("--overhead-gib", "inf")])
+@pytest.mark.parametrize("option,value", slow_after([("--mfu", "0"), ("--overhead-gib", "inf"), ("--mfu", "-1"),
+                                                     ("--mfu", "nan"), ("--mfu", "50"), ("--mfu", "abc"),
+                                                     ("--overhead-gib", "-1000")]))
 def test_bad_options_exit_2(option, value):
     proc = advisor("estimate", SAMPLE / "plans" / "llama8b_squad.yaml", option, value, "--quiet")
     assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_bad_output_paths_and_versions_exit_2(tmp_path):
     plan = SAMPLE / "plans" / "llama8b_squad.yaml"
     for target in (tmp_path, tmp_path / "missing" / "l.csv"):
@@ -113,6 +117,7 @@ def test_schema_command_prints_the_bundled_schema():
     assert json.loads(proc.stdout) == json.loads((SAMPLE / "plans" / "plan.schema.json").read_text())
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_review_findings_stay_fixed(tmp_path):
     """Each line here was a finding of an independent review of the plan and the exports."""
     plan = SAMPLE / "plans" / "llama8b_squad.yaml"
@@ -139,6 +144,7 @@ def test_review_findings_stay_fixed(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
     plan = tmp_path / "p.yaml"
     plan.write_text(yaml.safe_dump({"model": {"preset": "llama3.1-8b", "num_layers": 16}, "parallel": {"gpus": 8},
@@ -150,6 +156,7 @@ def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
     assert "cfg.model.num_layers = 16" in snippet
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_second_review_findings_stay_fixed(tmp_path):
     """Each line was a finding of the second independent review."""
     import numpy as np

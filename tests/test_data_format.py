@@ -46,6 +46,7 @@ def _mb_metadata(mb_algorithms, histogram: list[int], pack_size: int, seed: int 
         np.random.set_state(state)
 
 
+@pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
 def test_chat_like_sample_at_8k_equals_megatron_bridge(mb_algorithms, chat):
     results = {}
     for fmt, truncate in (("chat", False), ("sft", True)):
@@ -107,6 +108,7 @@ def test_the_plans_format_drives_estimate_exports_and_findings(chat):
     assert cp.packing.num_skipped == 0 and cp.packing.num_truncated > 0
 
 
+@pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
 def test_pack_command_format_and_its_counts():
     sample = "sample_data/chat_like_hist.csv"
     chat_, sft = (json.loads(run("pack", sample, "--pack-size", "8192", "--format", f, "--json", "--quiet").stdout)
@@ -120,6 +122,7 @@ def test_pack_command_format_and_its_counts():
     assert clash.returncode == 2 and "contradicts --format chat" in clash.stderr
 
 
+@pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
 def test_tokenize_records_the_format_a_plan_reads(tok, tmp_path):  # noqa: F811 - the fixture
     lengths = tmp_path / "chat_lengths.csv"
     proc = advisor("tokenize", CHAT_SAMPLE, "--tokenizer", tok, "--format", "chat", "-o", lengths, "--json",

@@ -24,21 +24,34 @@ def _plan(**over):
     return plan_from_dict(raw)
 
 
-def test_cli_estimate_json_has_the_documented_keys():
-    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(SAMPLE / "plans" / "llama8b_squad.yaml"),
-                           "--json", "--quiet"], capture_output=True, text=True, cwd=ROOT)
+def test_cli_estimate_json_is_the_estimate_of_the_plan_file():
+    """The command's JSON against the estimate computed here from the same plan file and lengths."""
+    from advisor.data.ingest import load_lengths
+    from advisor.plan import load_plan
+
+    path = SAMPLE / "plans" / "llama8b_squad.yaml"
+    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
+    plan = load_plan(path)
+    est = estimate(plan, load_lengths(SAMPLE / "squad_v1.1_len384_hist.csv"))
     mem = out["memory"]
-    assert mem["total_bytes"] == pytest.approx(sum(mem["breakdown"].values()))
-    assert mem["fits"] is True
-    assert mem["megatron_bridge"]["weight_and_optimizer_bytes"] > 0 and mem["megatron_bridge"]["activation_bytes"] > 0
+    assert mem["total_bytes"] == pytest.approx(est.memory.total) == pytest.approx(sum(mem["breakdown"].values()))
+    assert mem["capacity_bytes"] == est.memory.capacity and mem["fits"] == (mem["total_bytes"] <= est.memory.capacity)
+    assert mem["megatron_bridge"]["total_bytes"] == pytest.approx(est.memory.megatron_bridge.total_bytes)
     att = out["flops"]["attention"]
-    assert att["thd"] < att["block_mask"] < att["padded"]
-    assert out["flops"]["model_per_step"] > 0
-    assert out["time"]["step_seconds"] > 0 and out["time"]["tokens_per_second_per_gpu"] > 0
+    packs = est.packing
+    lengths = packs.items.astype(np.int64)
+    fills = np.add.reduceat(lengths, packs.offsets[:-1])
+    assert att["thd"] / att["block_mask"] == pytest.approx((lengths**2).sum() / (fills**2).sum(), rel=1e-9)
+    assert out["flops"]["model_per_step"] == pytest.approx(est.flops.model_per_step)
+    assert out["time"]["step_seconds"] == pytest.approx(est.time.step_seconds)
+    assert out["time"]["tokens_per_second_per_gpu"] == pytest.approx(est.time.tokens_per_second_per_gpu)
+    assert out["packing"] == packs.metadata and out["plan"]["dp"] == 2 == plan.parallel.gpus // (2 * 2)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_cli_estimate_refuses_a_bad_plan(tmp_path):
     bad = tmp_path / "p.yaml"
     bad.write_text("model: llama3.1-8b\nparallel: {gpus: 6, tp: 4}\n")

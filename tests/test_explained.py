@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from advisor.analysis import analyze
 from advisor.ui import explain, views
 from advisor.ui import state as ui
 from tests.conftest import ROOT, open_page
@@ -26,6 +27,7 @@ def _help_of(element) -> str:
     return getattr(element, "help", None) or getattr(getattr(element, "proto", None), "help", "") or ""
 
 
+@pytest.mark.slow  # AppTest
 @pytest.mark.parametrize("page", PAGES)
 def test_every_metric_control_and_chart_is_explained(page):
     at = open_page(page, {"trial_result": TRIAL_RESULT})
@@ -59,23 +61,67 @@ def test_worked_examples_are_the_engines_numbers(squad):
     with_cp = plan.changed({"parallel": {"cp": 2}})
     assert f"pad_seq_to_mult {with_cp.pad_seq_to_mult} " in views.cp_example_text(with_cp)
     e = explain.attention_example([100, 200, 300])
-    assert e["thd"] < e["padded"] < e["block_mask"]
+    assert (e["thd"], e["block_mask"], e["padded"]) == (100**2 + 200**2 + 300**2, 600**2, 3 * 300**2)
     cp_plan = plan.changed({"parallel": {"cp": 2, "tp": 4, "gpus": 8}})
     cp = explain.cp_padding_example(1001, cp_plan.pad_seq_to_mult, cp_plan.parallel.cp)
     assert cp == {"length": 1001, "multiple": 8, "padded": 1008, "chunks": 4, "chunk_tokens": 252}
     assert "chunks" not in views.cp_example_text(plan)  # CP 1: nothing is cut
     from advisor.ui.samples import default_plan
 
-    vlm = default_plan("VLM-like (100k)")
-    assert "no division by n" in views.global_batch_example_text(vlm, 2.0)
+    vlm = default_plan("VLM-like (100k)")  # in-batch packing: the batch stays in samples, whatever n is
+    assert views.global_batch_example_text(vlm, 2.0) == views.global_batch_example_text(vlm, 5.0)
+    assert f"({vlm.training.global_batch_size:,} samples per step)" in views.global_batch_example_text(vlm, 2.0)
 
 
-def test_every_tour_step_computes_its_figures_and_links_a_page():
+def _tour_expectations(index: int, hist, plan, a) -> list[str]:
+    """Fragments each tour step must show, computed here from the step's sample and plan, not from the tour."""
+    import numpy as np
+
+    if index == 0:
+        size = plan.pack_size
+        real = int((np.maximum(np.minimum(hist.lengths, size) - 1, 0) * hist.counts).sum())
+        efficiency = 100 * real / (hist.num_samples * size)  # every sample padded to the pack size
+        return [f"{hist.num_samples:,} samples", f"longest {int(hist.lengths.max()):,}",
+                f"{efficiency:.1f} % of the computed tokens are data"]
+    if index == 1:
+        p = a.packing
+        data_share = 100 * p.metrics.real_tokens / (p.num_packs * plan.pack_size)
+        return [f"{p.num_packs:,} packs", f"{data_share:.2f} % of the row is data"]
+    if index == 2:
+        return [views.global_batch_example_text(plan, a.packing_factor)]
+    if index == 3:
+        return [f"attention = {a.estimate.flops.attention_ratio:.2f}."]
+    if index == 4:
+        fill_work = np.add.reduceat(a.packing.items.astype(np.int64) ** 2, a.packing.offsets[:-1])
+        return [f"{fill_work.max() / fill_work.mean():.2f}x the mean attention work",
+                f"waits x{a.estimate.time.straggler_factor:.2f}"]
+    if index == 5:
+        return [views.cp_example_text(plan), f"pad_seq_to_mult: {plan.pad_seq_to_mult}."]
+    if index == 6:
+        m = a.estimate.memory
+        return [f"{m.total / 2**30:.1f} GiB per GPU", "(fits)" if m.total <= m.capacity else "(does not fit)"]
+    if index == 7:
+        return [f"{f.id}: {f.message}" for f in a.findings if f.id.startswith(("long_context", "cp."))][:4]
+    if index == 8:
+        t = a.estimate.time
+        return [f"Step {t.step_seconds:.2f} s", f"MFU {t.mfu:.0%}"]
+    if index == 9:
+        return [f"Recommended here: {views.packing_comparison(plan, hist).recommended}."]
+    export = a.export("python")
+    return [f"cfg.train.global_batch_size = {a.global_batch_packs}"] + \
+        [line for line in export.splitlines() if "Specs(" in line]
+
+
+def test_every_tour_step_shows_its_samples_figures_and_links_a_page():
     from advisor.ui import tour
 
     for i, step in enumerate(tour.STEPS):
-        lines = tour.step_figures(i)
-        assert lines and all(isinstance(line, str) and line for line in lines), step.title
+        hist, plan = ui.load_sample(step.sample), tour.step_plan(step)
+        shown = "\n".join(tour.step_figures(i))
+        expected = _tour_expectations(i, hist, plan, analyze(plan, hist))
+        assert expected, step.title
+        for fragment in expected:
+            assert fragment in shown, (step.title, fragment, shown)
         assert (ROOT / step.page).exists()
         state: dict = {}
         ui.init_state(state)
@@ -83,6 +129,7 @@ def test_every_tour_step_computes_its_figures_and_links_a_page():
         assert state["data_name"] == step.sample and state["plan"] == tour.step_plan(step)
 
 
+@pytest.mark.slow  # AppTest
 def test_the_tour_walks_forward_and_opens_a_page():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300).run()
     at.switch_page("pages/5_Tour.py").run()

@@ -14,7 +14,7 @@ from advisor.advice.rules import check
 from advisor.analysis import analyze
 from advisor.data.ingest import load_lengths
 from advisor.plan import dump_plan, plan_from_dict
-from tests.conftest import ROOT, SAMPLE
+from tests.conftest import ROOT, SAMPLE, slow_after
 
 PLANS = {
     "offline-cp-sp": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 4, "cp": 2, "sp": True},
@@ -59,8 +59,8 @@ def run_check(version, name, tmp_path, recipe="specs", **size):
     return plan, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("version", ["0.3.1", "0.6.2"])
-@pytest.mark.parametrize("name", list(PLANS))
+@pytest.mark.parametrize("version", slow_after(["0.6.2", "0.3.1"]))
+@pytest.mark.parametrize("name", slow_after(list(PLANS)))  # a subprocess each
 def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path):
     plan, out = run_check(version, name, tmp_path)
     assert out["version"] == version
@@ -137,6 +137,7 @@ def test_megatron_lm_args_and_mock_lengths_round_trip(tmp_path, squad):
     assert back.lengths.tolist() == squad.lengths.tolist() and back.counts.tolist() == squad.counts.tolist()
 
 
+@pytest.mark.slow  # the command line or the real wheel in subprocesses
 def test_cli_recommend_json_and_export_recommended():
     plan_file = str(SAMPLE / "plans" / "llama8b_squad.yaml")
     proc = subprocess.run([sys.executable, "-m", "advisor", "recommend", plan_file, "--json", "--quiet"],
@@ -184,6 +185,7 @@ def test_pad_seq_to_mult_follows_the_recipes_offline_and_validate_in_batch(layou
     assert plan.changed({"packing": {"pad_seq_to_mult": 8}}).pad_seq_to_mult == 8  # the plan's own wins
 
 
+@pytest.mark.slow  # the command line or the real wheel in subprocesses
 @pytest.mark.parametrize("version", ["0.3.1", "0.6.2"])
 def test_a_recipe_without_specs_gets_them_and_an_explicit_seed_is_written(version, tmp_path):
     plan = plan_from_dict({**REVIEWER, "packing": {"seed": 42}})
@@ -200,12 +202,15 @@ def test_the_packing_simulated_is_the_recipes_unless_the_plan_says(squad):
     plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64}})
     assert plan.packing.seed is None and analyze(plan, squad).packing.config.seed == 5678
     assert "seed" not in python_snippet(plan, "0.6.2", N) and "dataset.seed" not in overrides(plan, "0.6.2", N)
-    from advisor.cli import MB_RECIPE_SEED
-    from advisor.plan.schema import MB_RECIPE_SEED as PLAN_SEED
+    from advisor.cli import build_parser
+    from advisor.plan.schema import MB_RECIPE_SEED
 
-    assert MB_RECIPE_SEED == PLAN_SEED == plan.packing_seed  # the CLI's schedule default is the plan's
+    cli = build_parser("schedule").parse_args(["schedule", "l.csv", "--seq-length", "8", "--dp", "1", "--cp", "1",
+                                               "--global-batch-size", "1"])
+    assert cli.seed == MB_RECIPE_SEED == plan.packing_seed  # the CLI's schedule default is the plan's
 
 
+@pytest.mark.slow  # the command line or the real wheel in subprocesses
 def test_epochs_become_train_iters_in_packs_or_samples(squad, tmp_path):
     plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64, "epochs": 2}})
     analysis = analyze(plan, squad)

@@ -84,6 +84,7 @@ def test_child_process_cpu_is_charged_too():
     assert 7.5 <= meter.spent(time.monotonic(), 60) < 8
 
 
+@pytest.mark.slow  # AppTest
 def test_a_session_over_budget_keeps_its_page_and_is_told_why(monkeypatch):
     """The Online packing page on a plan not computed yet: refused with the budget's message, the plan kept."""
     monkeypatch.setattr(fair, "GATE", fair.Gate(fair.Budget(session_cpu_seconds=1.0)))

@@ -24,6 +24,8 @@ from advisor.data.ingest import load_lengths, parse_lengths
 from advisor.data.lengths import LengthHistogram
 from advisor.errors import InputError
 
+pytestmark = pytest.mark.slow  # long fuzzing: every format, thousands of generated files
+
 MOCK_SAMPLES = 2000  # draws stay quick; the cap itself is tested in test_hostile_inputs
 QUICK = settings(max_examples=250, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 LONG = settings(max_examples=500, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -234,7 +236,6 @@ def test_every_format_reads_or_refuses_cleanly(fmt, data, fuzz_dir):
     read_both_ways(data.draw(strategy), name, fuzz_dir)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(FILES))
 @LONG
 @given(data=st.data())

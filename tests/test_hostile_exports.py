@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advisor.advice.exports import FORMATS, export, megatron_lm_args, overrides, python_snippet
+from advisor.advice.exports import export, megatron_lm_args, python_snippet
 from advisor.analysis import ALL_FORMATS, analyze
 from advisor.data.lengths import LengthHistogram
 from advisor.plan import PlanError, plan_from_dict
+from advisor.plan.io import plan_from_text
 from advisor.trial.launch import trial_slurm, trial_torchrun
 
 HOSTILE = ["x'); import os; os.system('id') #", 'a"\nimport os\n', "$(rm -rf ~)", "`id`", "; reboot", "a\nb",
@@ -33,7 +34,15 @@ def test_hostile_names_are_refused_by_the_plan(section, field, value):
         raw["hardware"] = {"gpu": value, "memory_gib": 80, "bf16_tflops": 900}
     with pytest.raises(PlanError) as err:
         plan_from_dict(raw)
-    assert f"{section}.{field}" in str(err.value) or section in str(err.value)
+    # the problem names the field (an unknown preset is the model itself), and quotes the value, never runs it
+    place = "model: unknown preset " if field == "preset" else f"{section}.{field}: "
+    assert err.value.problems[0].startswith(place), err.value.problems
+
+
+def test_a_value_holding_a_semicolon_is_one_problem():
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": "a; b"})
+    assert len(err.value.problems) == 1 and "'a; b'" in err.value.problems[0], err.value.problems
 
 
 @pytest.mark.parametrize("version", HOSTILE + ["0.6", "0.6.2.1", "v0.6.2", "0.6.2 ", "1e3"])
@@ -77,7 +86,24 @@ def test_every_export_parses_as_its_language(fmt):
             assert key.replace(".", "").replace("_", "").isalnum() and "\n" not in value
     elif fmt in ("megatron-lm", "torchrun", "slurm"):
         body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-        shlex.split(body.replace("\\\n", " "))
+        words = shlex.split(body.replace("\\\n", " "))
+        if fmt == "megatron-lm":  # options and their values, each one word
+            p = analysis.plan.parallel
+            assert words[words.index("--context-parallel-size") + 1] == str(p.cp)
+            assert words[words.index("--tensor-model-parallel-size") + 1] == str(p.tp)
+        else:
+            assert "torchrun" in words, words[:10]
+    elif fmt == "plan":
+        assert plan_from_text(text, "plan.yaml") == analysis.plan  # YAML that reads back as the same plan
+    elif fmt == "paths":
+        paths = [line.split()[1] for line in text.splitlines() if line.startswith(("train:", "val:", "metadata:"))]
+        assert len(paths) == 3 and all(p.startswith("<dataset_root>/packed/") and " " not in p for p in paths)
+        assert f"_pad_seq_to_mult{analysis.plan.pad_seq_to_mult}_" in paths[0]
+    else:  # markdown: every table row has the header's cells, every code fence is closed
+        lines = text.splitlines()
+        assert sum(line.startswith("```") for line in lines) % 2 == 0
+        rows = [line for line in lines if line.startswith("|")]
+        assert rows and len({row.count("|") for row in rows}) == 1, rows
 
 
 def test_mock_config_in_megatron_lm_args_is_one_shell_word():
@@ -85,4 +111,3 @@ def test_mock_config_in_megatron_lm_args_is_one_shell_word():
     words = shlex.split(args.replace("\\\n", " "))
     i = words.index("--sft-mock-dataset-config-json")
     assert words[i + 1] == '{"mode": "file", "path": "it\'s here; rm -rf ~.csv"}'
-    assert FORMATS and overrides(plan_from_dict(BASE), "0.6.2", 2.0)

@@ -127,6 +127,7 @@ class _Layer(torch.nn.Module):
         return x + self.down(SwiGLU.apply(self.up(self.norm2(x))))
 
 
+@pytest.mark.slow  # PyTorch autograd on a real layer
 def test_activation_formula_against_bytes_saved_for_backward():
     """The formula's per-layer bytes (no TP, selective recompute) against what autograd really keeps (bf16)."""
     torch.manual_seed(0)

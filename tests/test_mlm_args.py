@@ -17,7 +17,8 @@ from tests.conftest import ROOT
 from tests.mlm_args_check import missing_reason
 
 REASON = missing_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+# Megatron-LM's argument parser takes ~15 s to load
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 LAYOUTS = {"llama3.1-405b": {"gpus": 64, "tp": 8, "pp": 2, "sp": True}, "nemotron4-340b": {"gpus": 64, "tp": 8,
            "pp": 4, "sp": True}, "deepseek-v3": {"gpus": 64, "tp": 2, "ep": 8}, "grok1-314b": {"gpus": 64, "tp": 8,
            "ep": 8, "sp": True}, "qwen3-30b-a3b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True},

@@ -17,7 +17,7 @@ from advisor.model.estimate import estimate
 from advisor.model.flops import flops_coefficients
 from advisor.packing.online.from_plan import dataset_order, online_config, schedule_of
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT, SAMPLE, open_page
+from tests.conftest import ROOT, SAMPLE, open_page, slow_after
 
 CHAT = SAMPLE / "chat_like_hist.csv"
 
@@ -35,6 +35,7 @@ def _plan(**over):
     return plan_from_dict(raw)
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_schedule_json_lists_every_global_batch(tmp_path):
     lengths = tmp_path / "lengths.csv"
     rng = np.random.default_rng(0)
@@ -59,6 +60,7 @@ def test_schedule_json_lists_every_global_batch(tmp_path):
     assert s["micro_batches_min"] <= s["micro_batches_mean"] <= s["micro_batches_max"] and s["straggler_factor"] >= 1
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
     lengths = tmp_path / "short.csv"  # 8 short samples a step: they fit one pack, fewer than DP 4 packs
     lengths.write_text("length\n" + "\n".join(["100"] * 64) + "\n")
@@ -73,11 +75,11 @@ def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
     assert all(step["refused"] is None and step["num_micro_batches"] == 1 for step in runs["dev"]["global_batches"])
 
 
-@pytest.mark.parametrize("args, message", [
+@pytest.mark.parametrize("args, message", slow_after([
     (["--megatron-lm", "main", "--scheduler", "default_dynamic_cp"], "is not a scheduler of Megatron-LM main"),
     (["--global-batch-size", "30"], "is not a multiple of micro_batch_size x dp"),
     (["--dp", "0"], "must be from 1"),
-])
+]))
 def test_bad_schedule_options_exit_2_with_one_message(args, message):
     base = {"--seq-length": "4096", "--dp": "4", "--cp": "2", "--global-batch-size": "32"}
     for flag, value in zip(args[::2], args[1::2], strict=True):
@@ -87,6 +89,7 @@ def test_bad_schedule_options_exit_2_with_one_message(args, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_a_lengths_file_keeps_its_order_and_a_histogram_gets_the_exports_shuffle(tmp_path, chat):
     listed = tmp_path / "listed.csv"
     listed.write_text("length\n" + "\n".join(["4000"] * 16 + ["100"] * 16) + "\n")
@@ -122,6 +125,7 @@ def test_online_plan_estimate_uses_the_schedule_and_megatron_lm_flops(chat):
     assert est.to_dict()["online"]["micro_batches_mean"] == run.summary.micro_batches_mean
 
 
+@pytest.mark.slow  # the command line in subprocesses
 def test_online_exports(tmp_path, chat):
     plan = _plan(packing={"max_seqlen_per_dp_cp_rank": 12000})
     path = tmp_path / "online.yaml"
@@ -169,6 +173,7 @@ def test_the_comparison_names_a_winner_and_why(chat):
     assert online["straggler"] > offline["straggler"]  # packs dealt in arrival order against shuffled packs
 
 
+@pytest.mark.slow  # AppTest
 def test_the_online_page_draws_and_sets_the_plan():
     at = open_page("pages/6_Online_packing.py")
     assert not at.exception and not at.error

@@ -39,6 +39,7 @@ def test_each_simulated_step_is_the_full_runs_step(n, gbs, budget, seed, commit)
         assert model.scale == 1.0 and np.array_equal(ids, np.arange(full.summary.steps))
 
 
+@pytest.mark.slow  # an online epoch of the 16.3M-sample Wikipedia sample
 def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
     """16.3M real samples: past what one simulation holds (schedule.py run_cost), so the command line simulates
     about half the epoch's steps and the dashboard 2M samples' worth; step time and epoch length agree within the

@@ -157,6 +157,7 @@ def test_main_refuses_what_dev_accepts():
 
 
 # ---------------------------------------------------------------------------------------------- dynamic CP
+@pytest.mark.slow  # hundreds of batches through Megatron-LM's code
 def test_dynamic_cp_matches_oracle_seeded():
     """160 random global batches over DP x CP (non powers of two too), min CP sizes and VPP groups."""
     rng = np.random.default_rng(7)

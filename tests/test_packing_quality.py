@@ -13,7 +13,8 @@ from advisor.packing.offline import pack
 from tests.conftest import scaled
 
 
-@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", [a if a != "column_generation" else pytest.param(a, marks=pytest.mark.slow)
+                                       for a in ALGORITHMS])  # column generation solves LPs: seconds
 def test_every_algorithm_keeps_every_sample_and_respects_the_pack_size(algorithm):
     rng = np.random.default_rng(3)
     counts = np.bincount(rng.integers(0, 300, 5000), minlength=301)
@@ -36,6 +37,7 @@ def test_l2_bound_on_small_cases_and_its_order():
         assert l2 >= counts[51:].sum()  # samples longer than half a pack never share one
 
 
+@pytest.mark.slow  # column generation
 def test_squad_best_packer_reaches_the_lp_bound(squad):
     ffd = pack(squad, PackingConfig(pack_size=384, algorithm="first_fit_decreasing"))
     cg = pack(squad, PackingConfig(pack_size=384, algorithm="column_generation"))
@@ -48,6 +50,7 @@ def test_squad_best_packer_reaches_the_lp_bound(squad):
     assert m.lower_bound_lp > m.lower_bound_l2 + 300
 
 
+@pytest.mark.slow  # column generation on Wikipedia
 def test_wikipedia_best_packer_reaches_l2(wikipedia):
     hist = scaled(wikipedia, 10)
     cg = pack(hist, PackingConfig(pack_size=512, algorithm="column_generation"))

@@ -12,7 +12,7 @@ from advisor.data.lengths import LengthHistogram
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
-from tests.conftest import FakeTokenizer, fake_sft_builder, scaled
+from tests.conftest import FakeTokenizer, fake_sft_builder, scaled, slow_after
 
 
 def _multisets(packs) -> list[list[int]]:
@@ -29,8 +29,8 @@ def _mb_strategy(mb_algorithms, counts: np.ndarray, pack_size: int, algorithm: s
         np.random.set_state(state)
 
 
-@pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
-@pytest.mark.parametrize("seed", [1234, 0, 42])
+@pytest.mark.parametrize("algorithm", slow_after(["first_fit_shuffle", "first_fit_decreasing"]))
+@pytest.mark.parametrize("seed", slow_after([1234, 0, 42]))  # ~1 s each in Megatron-Bridge's Python packer
 def test_squad_histogram_matches_megatron_bridge(mb_algorithms, squad, algorithm, seed):
     cfg = PackingConfig(pack_size=384, algorithm=algorithm, seed=seed)
     ours = pack(squad, cfg)
@@ -39,6 +39,7 @@ def test_squad_histogram_matches_megatron_bridge(mb_algorithms, squad, algorithm
     assert _multisets(ours.packs()) == _multisets(assignments)
 
 
+@pytest.mark.slow  # 163k samples through Megatron-Bridge's Python packer
 @pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
 def test_wikipedia_histogram_matches_megatron_bridge(mb_algorithms, wikipedia, algorithm):
     hist = scaled(wikipedia, 100)  # 163k samples of the same shape: Megatron-Bridge's packer is pure Python
@@ -78,7 +79,7 @@ def _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, m
     return out, json.loads(meta.read_text())[-1]
 
 
-@pytest.mark.parametrize("mult", [1, 2, 4, 8])
+@pytest.mark.parametrize("mult", slow_after([2, 1, 4, 8]))
 @pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing"])
 def test_full_pipeline_with_padding_and_truncation(mb_offline, tmp_path, mult, algorithm):
     rng = np.random.default_rng(mult)

@@ -54,6 +54,7 @@ def _gemm_flops_ratio(plan) -> float:
     return lora / full
 
 
+@pytest.mark.slow  # two command-line runs
 def test_lora_twin_is_faster_by_the_weight_gradients_it_skips(tmp_path):
     full_plan = _sft()
     lora_plan = full_plan.changed({"training": {"peft": "lora"}})

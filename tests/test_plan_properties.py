@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -80,6 +81,7 @@ def test_plans_round_trip_losslessly_through_yaml_json_and_the_link(plan):
         assert written == plan.model.preset or written["preset"] == plan.model.preset
 
 
+@pytest.mark.slow  # 60 plans analysed
 @SETTINGS
 @given(plans())
 def test_every_fix_removes_its_finding_and_is_a_fixed_point(plan):
@@ -128,6 +130,7 @@ def fuzzed_plans(draw) -> dict:
     return base
 
 
+@pytest.mark.slow  # long fuzzing
 @settings(max_examples=300, deadline=None)
 @given(fuzzed_plans())
 def test_fuzzed_plans_fail_only_with_a_plan_error(raw):
@@ -158,6 +161,7 @@ def test_schema_lists_every_section_and_documents_every_field():
             assert field.get("description"), name
 
 
+@pytest.mark.slow  # expands bombs to their bound
 def test_yaml_alias_bomb_and_deep_nesting_are_refused_fast():
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "

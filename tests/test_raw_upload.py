@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from advisor.data.tokenize.chat import ChatSettings, chat_lengths
 from advisor.data.tokenize.tokenizer import load_tokenizer
@@ -22,6 +23,7 @@ def _state():
     return state
 
 
+@pytest.mark.slow  # tokenized in a child process
 def test_a_chat_upload_becomes_the_data_in_file_order():
     state = _state()
     assert raw_data.use_raw_upload(state, CHAT.read_bytes(), "chat_sample.jsonl", "tiny-bpe", "chat", 4096, env="")
@@ -33,6 +35,7 @@ def test_a_chat_upload_becomes_the_data_in_file_order():
     assert state["plan"].data.format == "chat"  # offline packing then skips, not cuts, chats longer than the pack
 
 
+@pytest.mark.slow  # tokenized in a child process
 def test_left_out_records_are_named_by_the_upload_not_the_server_file():
     state = _state()
     data = CHAT.read_bytes() + b'{"messages": [{"role": "narrator", "content": "once"}]}\n'
@@ -55,6 +58,7 @@ def test_parquet_uploads_and_operator_folders(tmp_path):
     assert state["plan"].data.format == "sft"
 
 
+@pytest.mark.slow  # tokenized in a child process
 def test_hostile_uploads_keep_the_data_and_say_why(tmp_path):
     state = _state()
     before = state["hist"]

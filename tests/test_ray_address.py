@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-import time
 
 import pytest
 
@@ -35,10 +34,8 @@ def test_the_client_extra_is_installed():
 
 def test_a_closed_port_is_one_message_at_once(data, capsys):
     port = _closed_port()
-    start = time.perf_counter()
     assert _run(data, "--engine", "ray", "--ray-address", f"ray://127.0.0.1:{port}") == 2
     err = capsys.readouterr().err
-    assert time.perf_counter() - start < 10
     assert err == (f"error: --ray-address ray://127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (Connection "
                    "refused); start the head with `ray start --head` (client port 10001) or check the address\n")
 

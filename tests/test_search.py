@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from advisor.advice.rules import check
 from advisor.advice.search import BATCH_TOLERANCE, _layout, check_vary, search
 from advisor.data.ingest import load_lengths
+from advisor.model.estimate import estimate, packing_of
 from advisor.plan import plan_from_dict
 from tests.conftest import ROOT
 from tests.test_plan_properties import SMALL, plans
@@ -114,6 +117,7 @@ def test_recommended_is_never_slower_than_a_viable_plan():
     assert replace(result, best=slower).recommended == plan
 
 
+@pytest.mark.slow  # online schedules on 64 GPUs, ~10 s
 def test_the_search_keeps_only_its_best_candidates_alive():
     """Every estimate holds its micro batches (an online schedule on 256 GPUs: ~100 MB); 47 held at once took
     1.7 GB. Only the ``top`` best (and the baseline) may outlive their evaluation."""
@@ -137,3 +141,105 @@ def test_the_search_keeps_only_its_best_candidates_alive():
     result = search(plan, squad, top=2, estimator=estimator)
     assert len(made) > 10 and len(result.best) == 2
     assert peak[0] <= 4, f"{peak[0]} of {len(made)} estimates held at once (the baseline, the best 2, the last one)"
+
+
+# ---------------------------------------------------------------------------------------------- layout rules
+def _recording(hist):
+    """An estimator that keeps every estimate the search asks for (the baseline's first), computed as usual."""
+    seen = []
+
+    def estimator(p):
+        est = estimate(p, hist)
+        seen.append(est)
+        return est
+
+    return seen, estimator
+
+
+def _layout_rules_hold(c, plan, hist):
+    """What Megatron needs of a layout, checked here from the plan's numbers, not from the search's."""
+    p, t, m = c.plan.parallel, c.plan.training, c.plan.model
+    assert p.gpus == plan.parallel.gpus and p.pp == plan.parallel.pp
+    assert p.tp * p.pp * p.cp * c.plan.dp == p.gpus, c.summary()
+    assert m.num_attention_heads % p.tp == 0 and m.query_groups % p.tp == 0
+    assert p.sp == (p.tp > 1)  # sequence parallelism wherever TP shards the activations
+    assert p.cp == 1 or t.seq_length % (2 * p.cp) == 0  # two chunks per CP rank
+    assert c.plan.pack_size <= t.seq_length and t.micro_batch_size == 1  # offline packing: a row is a pack
+    assert c.global_batch_packs % c.plan.dp == 0 and c.global_batch_packs >= c.plan.dp
+    assert c.estimate.memory.total <= c.estimate.memory.capacity
+    again = estimate(c.plan, hist)  # the figures the candidate carries are its own plan's
+    assert again.memory.total == c.estimate.memory.total
+    assert again.time.step_seconds == c.estimate.time.step_seconds
+    assert not [f.id for f in check(c.plan, packing_of(c.plan, hist), again.memory) if f.severity == "error"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpus=st.integers(1, 64), model=st.sampled_from(["llama3.1-8b", "qwen3-8b"]),
+       seq_length=st.sampled_from([1024, 2048, 4096]), batch=st.sampled_from([16, 64, 256]))
+def test_every_candidate_is_a_layout_megatron_accepts_on_the_same_gpus(gpus, model, seq_length, batch):
+    plan = plan_from_dict({"model": model, "parallel": {"gpus": gpus},
+                           "training": {"seq_length": seq_length, "global_batch_size": batch}})
+    result = search(plan, SMALL, top=100)
+    for c in result.best:
+        _layout_rules_hold(c, plan, SMALL)
+    layouts = [_layout(c.plan) for c in result.best]
+    assert len(set(layouts)) == len(layouts) and _layout(plan) not in layouts  # each layout once, never the user's
+    assert result.evaluated >= len(result.best)
+
+
+def test_candidates_are_ranked_by_the_tokens_per_second_their_estimate_predicts(chat):
+    plan = _plan(training={"seq_length": 8192, "global_batch_size": 128})
+    result = search(plan, chat, top=10)
+    rates = [c.tokens_per_second_per_gpu for c in result.best]
+    assert len(rates) >= 2 and rates == sorted(rates, reverse=True)
+    for c in result.best[:2]:  # recomputed from the plan alone, and from the step the estimate predicts
+        again = estimate(c.plan, chat)
+        assert c.summary()["step_seconds"] == again.time.step_seconds
+        assert c.summary()["tokens_per_second_per_gpu"] == again.time.tokens_per_second_per_gpu
+        packing = again.packing
+        real_per_pack = packing.metrics.real_tokens / packing.num_packs
+        assert again.time.tokens_per_second_per_gpu == pytest.approx(
+            c.global_batch_packs * real_per_pack / again.time.step_seconds / c.plan.parallel.gpus, rel=1e-9)
+
+
+def test_candidates_over_memory_are_evaluated_counted_and_never_returned(chat):
+    """Qwen3 32B at 8k on 16 GPUs: most layouts need more than 80 GiB; the viable ones are exactly the returned."""
+    plan = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
+                           "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full"}})
+    seen, estimator = _recording(chat)
+    result = search(plan, chat, top=100, estimator=estimator)
+    assert seen[0].plan == plan and result.evaluated == len(seen) - 1  # every candidate counted once
+    over = [e for e in seen[1:] if e.memory.total > e.memory.capacity]
+    assert len(over) >= result.evaluated // 2, "most layouts of a 32B model at 8k do not fit"
+    returned = {_layout(c.plan) for c in result.best}
+    assert not returned & {_layout(e.plan) for e in over}
+    assert result.baseline.global_batch_packs > plan.dp  # so the search holds the 128 samples asked for
+    target = 128
+    cut = result.baseline.estimate.packing.runtime
+    viable = {_layout(e.plan) for e in seen[1:] if e.memory.total <= e.memory.capacity
+              and not [f for f in check(e.plan, e.packing, e.memory) if f.severity == "error"]
+              and e.packing.runtime.tokens_truncated + e.packing.runtime.tokens_skipped
+              <= cut.tokens_truncated + cut.tokens_skipped
+              and abs(e.plan.effective_samples_per_step(e.packing.packing_factor) / target - 1) <= BATCH_TOLERANCE}
+    assert viable and returned == viable
+
+
+def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_changes(chat):
+    fits = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
+                           "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full"}})
+    over = fits.changed({"parallel": {"tp": 4}, "training": {"recompute": "selective"}})
+    for plan in (fits, over):
+        result = search(plan, chat, top=10)
+        assert result.baseline.plan == plan and result.best
+        assert _layout(plan) not in {_layout(c.plan) for c in result.best}
+        p = plan.parallel
+        for c in result.best:
+            q = c.plan.parallel
+            for label, old, new in (("TP", p.tp, q.tp), ("CP", p.cp, q.cp), ("pack size", plan.pack_size,
+                                                                              c.plan.pack_size)):
+                assert (f"{label} {old}->{new}" in c.why) == (old != new), (label, c.why)
+    # the plan that fits is the baseline as it is; the one that does not is explained and never recommended
+    assert search(fits, chat).baseline.why == "your plan"
+    result = search(over, chat, top=3)
+    assert not result.baseline.fits and result.baseline.why == "your plan (does not fit in memory)"
+    assert result.recommended == result.best[0].plan != over

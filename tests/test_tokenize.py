@@ -69,6 +69,7 @@ def advisor(*args):
                           cwd=ROOT, timeout=600)
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_local_engine_gives_the_exact_lengths_in_order_across_shards_and_workers(tok, tmp_path, monkeypatch):
     records = _sft_records(1500)
     data = _jsonl(tmp_path / "sft.jsonl", records)
@@ -85,6 +86,7 @@ def test_local_engine_gives_the_exact_lengths_in_order_across_shards_and_workers
     assert got.lengths.max() <= 300  # GPTSFTDataset cut the named field
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_every_layout_of_the_same_records_gives_the_same_lengths(tok, tmp_path):
     records = _chat_records(300)
     expected, _ = chat_lengths(records, load_tokenizer(tok), ChatSettings())
@@ -112,6 +114,7 @@ def test_every_layout_of_the_same_records_gives_the_same_lengths(tok, tmp_path):
         assert got.lengths.tolist() == expected.tolist(), data
 
 
+@pytest.mark.slow  # starts Ray
 def test_ray_engine_equals_the_local_one_byte_for_byte(tok, tmp_path, monkeypatch):
     pytest.importorskip("ray")
     records = _sft_records(800, seed=3)
@@ -133,6 +136,7 @@ def test_ray_engine_equals_the_local_one_byte_for_byte(tok, tmp_path, monkeypatc
                  engine="ray", workers=1)
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_the_command_writes_a_lengths_file_every_other_command_reads(tok, tmp_path):
     records = _sft_records(400, seed=5)
     data = _jsonl(tmp_path / "sft.jsonl", records)
@@ -177,6 +181,7 @@ def test_skip_counts_what_it_leaves_out_with_the_first_place(tok, tmp_path):
     assert any("output" in e["reason"] for e in out["excluded"])
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_tokenizers_are_local_folders_only(tok, tmp_path):
     data = _jsonl(tmp_path / "d.jsonl", _sft_records(3))
     hub = advisor("tokenize", data, "--tokenizer", "meta-llama/Llama-3.1-8B", "--quiet")
@@ -188,6 +193,7 @@ def test_tokenizers_are_local_folders_only(tok, tmp_path):
     assert missing.returncode == 2 and "tokenizer.json" in missing.stderr
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_a_chat_template_that_raises_names_the_record(tok, tmp_path):
     data = _jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"},
                                                        {"role": "assistant", "content": "yo"}]},
@@ -196,6 +202,7 @@ def test_a_chat_template_that_raises_names_the_record(tok, tmp_path):
     assert proc.returncode == 2 and "line 2" in proc.stderr and "Unknown role narrator" in proc.stderr
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     records = _sft_records(3000, seed=9)
     data = _jsonl(tmp_path / "sft.jsonl", records)
@@ -236,6 +243,7 @@ def test_sample_intervals_cover_the_true_efficiency_in_95_percent_of_200_trials(
     assert covered >= 190, covered
 
 
+@pytest.mark.slow  # tokenizes whole files, a second or more
 def test_damaged_compressed_and_columnar_files_keep_what_can_be_read(tok, tmp_path):
     import zstandard
 

@@ -27,6 +27,7 @@ from advisor.data.tokenize.sft import PromptCompletion, RecordProblem, SftSettin
 from advisor.data.tokenize.tokenizer import Tokenizer, load_tokenizer
 from advisor.errors import InputError
 from tests import mb_sft_oracle as oracle
+from tests.conftest import slow_after
 from tests.tokenizer_fixture import CORPUS, EOS, build_tokenizer
 
 WORDS = CORPUS.read_text(encoding="utf-8").split()
@@ -159,8 +160,8 @@ def _mb_kwargs(case: dict, max_seq_length: int, tok) -> dict:
 # ---------------------------------------------------------------- SFT: prompt templates
 
 
-@pytest.mark.parametrize("variant,include_special", [("bos", True), ("plain", True), ("bos", False)])
-@pytest.mark.parametrize("case", sorted(SFT_CASES))
+@pytest.mark.parametrize("variant,include_special", slow_after([("bos", True), ("plain", True), ("bos", False)]))
+@pytest.mark.parametrize("case", slow_after(sorted(SFT_CASES), fast=4))
 def test_sft_prompt_template_lengths_match_megatron_bridge(mb_tok, folders, work, variant, include_special, case):
     records = sft_records(seed=10 * sorted(SFT_CASES).index(case) + len(variant) + include_special, n=40)
     max_seq_length = random.Random(case).choice([48, 96, 160])
@@ -175,6 +176,7 @@ def test_sft_prompt_template_lengths_match_megatron_bridge(mb_tok, folders, work
         "some records must have been truncated to the limit"
 
 
+@pytest.mark.slow  # loads transformers' tokenizer classes
 def test_model_specific_class_with_use_transformers(mb_tok, tmp_path, work):
     """tokenizer_class Qwen2Tokenizer: transformers 5 rebuilds the pipeline with Qwen's own pre-tokenizer, which
     this byte-level fixture's tokenizer.json does not use; use_transformers encodes with what transformers built."""
@@ -231,6 +233,7 @@ def test_sft_settings_refused_like_megatron_bridge(mb_tok, work):
             SftSettings(**bad)
 
 
+@pytest.mark.slow  # long fuzzing
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=60), min_size=2, max_size=2),
        st.sampled_from(sorted(SFT_CASES)))
@@ -293,7 +296,7 @@ def pc_records(seed: int, n: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("case", sorted(PC_CASES))
+@pytest.mark.parametrize("case", slow_after(sorted(PC_CASES), fast=2))
 def test_prompt_completion_lengths_match_megatron_bridge(mb, mb_tok, folders, work, case):
     pc_kwargs, dataset_kwargs = PC_CASES[case]
     records = pc_records(seed=len(case), n=60)
@@ -359,7 +362,7 @@ def chat_records(seed: int, n: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("loss_mode", ["assistant", "last_turn", "full"])
+@pytest.mark.parametrize("loss_mode", slow_after(["assistant", "last_turn", "full"]))
 def test_chat_template_lengths_match_megatron_bridge(mb_tok, folders, work, loss_mode):
     records = chat_records(seed=11, n=80)
     expected = oracle.mb_lengths(records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True,
@@ -369,6 +372,7 @@ def test_chat_template_lengths_match_megatron_bridge(mb_tok, folders, work, loss
     assert max(x for x in expected if isinstance(x, int)) > 64, "no truncation in the example: collate_fn cuts"
 
 
+@pytest.mark.slow  # more chat templates through Megatron-Bridge
 def test_chat_tool_schemas_of_the_data_set(mb_tok, folders, work):
     """Dataset-level tool_schemas (a JSON string, as offline packing passes them) fill in for records without."""
     records = chat_records(seed=5, n=40)
@@ -386,6 +390,7 @@ GENERATION_TEMPLATE = (
 PLAIN_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
 
 
+@pytest.mark.slow  # more chat templates through Megatron-Bridge
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")  # Bridge warns of conversations with nothing to learn
 def test_chat_template_override(mb_tok, folders, work):
     """TokenizerConfig.chat_template replaces the tokenizer's; a {% generation %} block needs no assistant turn."""
@@ -424,6 +429,7 @@ def test_chat_template_that_raises_is_a_record_problem(mb_tok, folders, work):
                                          "user, assistant, tool")]
 
 
+@pytest.mark.slow  # long fuzzing
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]),
                           st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)),
@@ -475,7 +481,7 @@ def legacy_records(seed: int, n: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("variant", ["bos", "plain"])
+@pytest.mark.parametrize("variant", slow_after(["bos", "plain"]))
 def test_legacy_chat_lengths_match_megatron_bridge(mb_tok, folders, work, variant):
     records = legacy_records(seed=2, n=60)
     expected = oracle.mb_lengths(records, mb_tok(variant), work, chat=True, use_hf_tokenizer_chat_template=False)

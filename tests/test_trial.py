@@ -40,18 +40,21 @@ def result(skewed):
     return run_trial(PLAN, skewed, SMALL, progress=lambda m: None)
 
 
+@pytest.mark.slow  # a real training run
 def test_parity_within_bounds(result):
     out = result.to_dict()
     assert out["loss_parity"]["ok"] and out["loss_parity"]["max_abs_diff"] <= 1e-5
     assert out["grad_parity"]["ok"] and out["grad_parity"]["max_rel_diff"] <= 1e-4
 
 
+@pytest.mark.slow  # a real training run
 def test_the_ways_see_the_same_tokens_and_flops_predict_packing_wins_on_a_skewed_distribution(result):
     out = result.to_dict()  # measured speeds are not asserted: this machine is shared
     assert out["predicted_speedup"] > 1
     assert out["packed"]["real_tokens"] == out["padded"]["real_tokens"] == out["block_masked"]["real_tokens"] > 0
 
 
+@pytest.mark.slow  # a real training run
 def test_same_losses_every_way_and_memory_prediction_within_30_percent(result):
     losses = {}
     for row in result.per_step:
@@ -60,6 +63,7 @@ def test_same_losses_every_way_and_memory_prediction_within_30_percent(result):
     assert 0.7 <= result.memory.ratio <= 1.3
 
 
+@pytest.mark.slow  # a real training run
 def test_statistics_are_those_of_the_repeated_timed_steps(result):
     out = result.to_dict()
     for way in ("packed", "padded", "block_masked"):
@@ -82,6 +86,7 @@ def _numbers(text: str) -> list[float]:
     return [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*\.?\d*", text)]
 
 
+@pytest.mark.slow  # a real training run
 def test_the_cli_prints_the_numbers_the_page_tables(skewed, tmp_path, capsys):
     """The real command, in process: its text against the Trial page's table of the trial.json it wrote."""
     from advisor.cli import main
@@ -168,6 +173,7 @@ def test_statistics_refuse_what_is_not_a_timing():
         stats.speedup([1.0, 2.0], [1.0])
 
 
+@pytest.mark.slow  # writes and reads 16.3M samples
 def test_the_job_runs_the_command_line_with_the_same_settings_and_the_exact_histogram(tmp_path):
     from advisor.cli import build_parser
     from advisor.data.ingest import load_lengths
@@ -184,6 +190,7 @@ def test_the_job_runs_the_command_line_with_the_same_settings_and_the_exact_hist
     assert back.lengths.tolist() == big.lengths.tolist() and back.counts.tolist() == big.counts.tolist()
 
 
+@pytest.mark.slow  # a real training run
 def test_an_older_trial_json_is_refused_with_one_message(result):
     from advisor.trial.jobs import read_results
 
@@ -212,12 +219,14 @@ def test_make_packs_packs_every_sample_once_with_the_plans_algorithm(algorithm):
                                                               zip(offsets[:-1], offsets[1:], strict=True)]
 
 
+@pytest.mark.slow  # a real training run
 def test_a_broken_mask_is_caught(skewed):
     with pytest.raises(ParityError, match="let samples see each other"):
         run_trial(PLAN, skewed, TrialConfig(steps=1, pack_size=256, packs_per_step=1, break_mask=True),
                   progress=lambda m: None)
 
 
+@pytest.mark.slow  # a real training run
 def test_two_runs_with_the_same_seed_give_the_same_losses(skewed, result):
     again = run_trial(PLAN, skewed, SMALL, progress=lambda m: None)
     assert [r["loss"] for r in again.per_step] == [r["loss"] for r in result.per_step]
@@ -307,6 +316,7 @@ def test_a_trial_nobody_follows_stops_itself(skewed, monkeypatch):
     trial_jobs.collect(job)
 
 
+@pytest.mark.slow  # a real training run and AppTest
 def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
 
     at = open_page("pages/4_Trial.py", timeout=120)
@@ -323,6 +333,7 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     assert any("older advisor" in e.value for e in at.error)
 
 
+@pytest.mark.slow  # a real training run
 def test_a_trial_over_its_memory_says_so_in_one_line():
     """The dashboard gives each trial --memory-gib 2: past it the trial stops with one message, exit 2."""
     from tests.conftest import ROOT

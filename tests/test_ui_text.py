@@ -8,6 +8,7 @@ import json
 import re
 import zlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def _link(plan: dict) -> str:
     return base64.urlsafe_b64encode(zlib.compress(json.dumps(plan).encode())).decode()
 
 
+@pytest.mark.slow  # AppTest
 def test_a_crafted_share_link_renders_no_link_markup():
     """A link whose plan names a model '[x](http://e.vil) www.e.vil <b>': the page shows the refusal as text."""
     from streamlit.testing.v1 import AppTest

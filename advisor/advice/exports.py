@@ -14,15 +14,16 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from advisor.data.lengths import LengthHistogram
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
 from advisor.plan.presets import HF_REPOS
+from advisor.vocabulary import ExportFormat
 
 DEFAULT_MB_VERSION = "0.6.2"
-FORMATS = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")
 _VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})", re.ASCII)
 
 
@@ -471,20 +472,22 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None,
 def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None,
            findings=None, est=None, search_result=None, *, num_samples: int | None = None,
            num_packs: int | None = None) -> str:
-    """One export as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n; the data's
-    size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters."""
+    """One export of the plan as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n;
+    the data's size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters."""
     _version(version)
     size = {"num_samples": num_samples, "num_packs": num_packs}
-    if fmt == "python":
-        return python_snippet(plan, version, packing_factor, **size)
-    if fmt == "overrides":
-        return overrides(plan, version, packing_factor, **size)
-    if fmt == "megatron-lm":
-        return megatron_lm_args(plan, num_samples=num_samples, packing_factor=packing_factor)
-    if fmt == "paths":
-        return packed_paths(plan, version, packing_factor=packing_factor or 1.0)
-    if fmt == "plan":
-        return dump_plan(plan)
-    if fmt == "markdown":
-        return markdown_report(plan, findings or [], est, search_result, packing_factor)
-    raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(FORMATS)}")
+    renderers: dict[ExportFormat, Callable[[], str]] = {
+        "python": lambda: python_snippet(plan, version, packing_factor, **size),
+        "overrides": lambda: overrides(plan, version, packing_factor, **size),
+        "megatron-lm": lambda: megatron_lm_args(plan, num_samples=num_samples, packing_factor=packing_factor),
+        "paths": lambda: packed_paths(plan, version, packing_factor=packing_factor or 1.0),
+        "plan": lambda: dump_plan(plan),
+        "markdown": lambda: markdown_report(plan, findings or [], est, search_result, packing_factor),
+    }
+    if fmt not in renderers:
+        raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(FORMATS)}")
+    return renderers[fmt]()
+
+
+# the plan's exports (the trial's launch scripts, the other ExportFormats, are written by advisor/trial/launch.py)
+FORMATS: tuple[ExportFormat, ...] = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")

@@ -59,9 +59,10 @@ from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.megatron_mock import MOCK_SIZE, is_mock_config, mock_histogram
 from advisor.errors import InputError
 
-__all__ = ["DEFAULT_MAX_BYTES", "FORMATS", "MAX_LENGTH", "load_lengths", "parse_lengths"]
+__all__ = ["DEFAULT_MAX_BYTES", "FORMATS", "MAX_LENGTH", "ON_BAD", "load_lengths", "parse_lengths"]
 
 FORMATS = ("csv", "tsv", "json", "jsonl", "npy", "parquet")
+ON_BAD = ("error", "skip")  # a bad row stops the read with one message, or is left out and counted
 SHARD_SUFFIXES = (".parquet", ".pq")
 
 
@@ -104,7 +105,7 @@ def parse_lengths(data: bytes, name: str, *, column: str | None = None, fmt: str
     >>> parse_lengths(b"[7, 8, 7]", "upload.json").counts.tolist()
     [2, 1]
     """
-    if on_bad not in ("error", "skip"):
+    if on_bad not in ON_BAD:
         raise ValueError("on_bad must be 'error' or 'skip'")
     real, name = str(name), display_name(name)
     if not isinstance(data, (bytes, bytearray, memoryview, str)):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.data.guard import MAX_LENGTH, excerpt
+from advisor.data.guard import MAX_LENGTH, excerpt, loads_json, read_file, text_bytes
 from advisor.errors import InputError
 
 MOCK_SEED = 0  # MockSFTLowLevelDataset.seed, hard-coded
@@ -33,6 +33,34 @@ def is_mock_config(obj) -> bool:
     (True, False)
     """
     return isinstance(obj, dict) and "mode" in obj
+
+
+@dataclass(frozen=True, kw_only=True)
+class MockConfig:
+    """A mock config as read, where it came from, and the folder a ``mode: file`` CSV is found from."""
+
+    config: dict
+    source: str
+    base_dir: Path | None
+
+
+def read_mock_config(text: str, max_bytes: int) -> MockConfig | None:
+    """The mock config ``text`` gives, as ``--sft-mock-dataset-config-json`` takes it: inline JSON, or a ``.json``
+    file (read through advisor.data.guard as every input: size, UTF-8, depth and huge integers refused). None when
+    ``text`` is neither, or its JSON has no ``mode``: then it is a lengths file like any other.
+
+    >>> read_mock_config('{"mode": "distribution"}', 1 << 20).source, read_mock_config("lengths.csv", 1 << 20)
+    ('inline JSON', None)
+    """
+    if text.lstrip().startswith("{"):
+        data, source, base_dir = text.encode("utf-8", "surrogateescape"), "inline JSON", None
+    elif text.lower().endswith(".json"):
+        source, base_dir = os.path.basename(text), Path(text).resolve().parent
+        data = text_bytes(read_file(text, source, max_bytes), source)
+    else:
+        return None
+    parsed = loads_json(data, source)
+    return MockConfig(config=parsed, source=source, base_dir=base_dir) if is_mock_config(parsed) else None
 
 
 def default_mock_config(seq_length: int) -> dict:

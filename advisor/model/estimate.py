@@ -23,7 +23,7 @@ from advisor.model.micro_batches import (
 )
 from advisor.model.throughput import TimeEstimate, estimate_time, rank_straggler
 from advisor.packing.cache import packing_for
-from advisor.packing.config import PackingConfig
+from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
 from advisor.packing.offline import PackingResult, runtime_lengths
 from advisor.packing.online.from_plan import schedule_of
 from advisor.packing.online.results import RunSchedule
@@ -38,7 +38,7 @@ def packing_config(plan: Plan) -> PackingConfig:
     size = plan.pack_size
     return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing_seed,
                          pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size),
-                         overlong="skip" if plan.data.format == "chat" else "truncate")
+                         overlong=OVERLONG_OF_FORMAT[plan.data.format])
 
 
 def packing_of(plan: Plan, hist: LengthHistogram) -> PackingResult | None:

@@ -4,11 +4,13 @@ to ``pad_seq_length_to_mult``, 16 by default, and capping it at the sequence len
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from advisor.data.lengths import check_expandable
+from advisor.data.lengths import LengthHistogram, check_expandable
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import runtime_lengths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,3 +64,19 @@ def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_siz
     real = int(items.sum())
     return Baseline(name=f"pad to longest in micro batch of {micro_batch_size}", micro_batches=int(longest.size),
                     token_slots=slots, real_tokens=real, efficiency=_percent(real, slots))
+
+
+def without_packing(hist: LengthHistogram, cfg: PackingConfig, micro_batch_size: int) -> tuple[Baseline, Baseline]:
+    """Both baselines of the data that ``cfg`` would pack: the command line's ``pack`` and the Packing page's sweep.
+
+    Without packing nothing is pre-padded to ``pad_seq_to_mult``: the baselines see the lengths as truncated (or
+    skipped) only, at the dataset's max length.
+
+    >>> [round(b.efficiency, 2) for b in without_packing(LengthHistogram.from_samples([5, 9, 33, 17]),
+    ...                                                  PackingConfig(pack_size=64, pad_seq_to_mult=4), 2)]
+    [23.44, 62.5]
+    """
+    counts = runtime_lengths(hist, replace(cfg, pad_seq_to_mult=1)).counts
+    size = cfg.effective_max_seq_length
+    return (pad_to_sequence_length(counts, size),
+            pad_to_longest_in_batch(counts, size, micro_batch_size, seed=cfg.seed or 0))

@@ -10,7 +10,10 @@ from advisor.vocabulary import Algorithm
 # prepare_gpt_sft_packed_data's default; the builder passes no other
 MB_DEFAULT_ALGORITHM: Algorithm = "first_fit_shuffle"
 MB_DEFAULT_SEED = 1234  # GPTSFTDatasetConfig.seed (data/builders/gpt_sft.py, 0.6.2)
-OVERLONG = ("truncate", "skip")
+# A plan's data.format -> what happens to a sample longer than the max length: GPTSFTDataset (sft) truncates it;
+# GPTSFTChatDataset (chat) does not, so create_hist skips it
+OVERLONG_OF_FORMAT = {"sft": "truncate", "chat": "skip"}
+OVERLONG = tuple(OVERLONG_OF_FORMAT.values())
 
 
 @dataclass(frozen=True, kw_only=True)

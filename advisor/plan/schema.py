@@ -301,7 +301,7 @@ class Plan(_Section):
     def _consistent(self) -> Plan:
         problems = consistency_problems(self.model, self.parallel, self.training, self.packing, self.hardware)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError(_SEPARATOR.join(problems))
         return self
 
     # --------------------------------------------------------------------------------------------- derived
@@ -540,13 +540,19 @@ def _name(part) -> str:
     return text if len(text) <= 40 and text.isprintable() else excerpt(text)
 
 
+# Joins a validator's several problems into one ValueError and splits them again: a control character, because a
+# value the user typed may hold any printable text ("; " once split one unknown preset into two problems), and
+# excerpt() escapes control characters in every value a message quotes.
+_SEPARATOR = "\x1f"
+
+
 def _problem(err: dict, section: str = "") -> str:
     path = ".".join([section] * bool(section) + [_name(x) for x in err["loc"]])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] in ("extra_forbidden",):
         return f"{path}: unknown field"
     if err["type"] in ("value_error", "assertion_error") or not path:
-        return "\n".join(f"{path}: {m}" if path else m for m in msg.split("; "))
+        return "\n".join(f"{path}: {m}" if path else m for m in msg.split(_SEPARATOR))
     return f"{path}: {msg} (got {excerpt(err.get('input'))})"
 
 

@@ -10,8 +10,6 @@ import shlex
 
 from advisor.plan import Plan
 
-LAUNCH_FORMATS = ("torchrun", "slurm")
-
 
 def trial_torchrun(plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
     """The trial on one node's GPUs as data parallelism (NCCL); the plan file name is shell-quoted."""

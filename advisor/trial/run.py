@@ -41,7 +41,8 @@ from advisor.trial.config import DEFAULT, TrialConfig
 from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note, token_loss
 from advisor.trial.report import FORMAT, WAYS, speed_report
 
-__all__ = ["ParityError", "TrialConfig", "TrialResult", "run_trial", "write_outputs", "OUTPUT_NAMES"]
+__all__ = ["ParityError", "TrialConfig", "TrialResult", "leave_process_group", "run_trial", "write_outputs",
+           "OUTPUT_NAMES"]
 
 LOSS_BOUND = 1e-5  # absolute, float32
 GRAD_BOUND = 1e-4  # relative to the largest gradient entry
@@ -616,6 +617,19 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, pro
                        kernel_note=packed_attention_note(st.device.type, samples_per_pack, st.model.num_layers),
                        torch_threads=torch.get_num_threads(),
                        distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {})
+
+
+def leave_process_group() -> None:
+    """Under torchrun, after a trial (however it ended): wait for every rank, then tear down the group ``setup``
+    started. Why: a rank that exits with gloo's threads still running aborts ("terminate called without an active
+    exception") and torchrun reports the run failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 OUTPUT_NAMES = ("trial.json", "steps.csv")  # what write_outputs puts in the --out folder

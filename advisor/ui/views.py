@@ -9,11 +9,11 @@ import pandas as pd
 from advisor import caches
 from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.advice.search import SearchResult
-from advisor.analysis import EXPORT_FILE_NAMES, Analysis, memory_grid
+from advisor.analysis import EXPORTS, Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
-from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
+from advisor.packing.baselines import without_packing
 from advisor.packing.config import PackingConfig
-from advisor.packing.offline import pack, runtime_lengths
+from advisor.packing.offline import pack
 from advisor.plan import Plan
 from advisor.ui.samples import MAX_DASHBOARD_PACK
 
@@ -67,8 +67,7 @@ def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult
                          "padding_fraction": res.metrics.padding_fraction,
                          "packing_factor": res.packing_factor,
                          "straggler_ratio": res.metrics.straggler_ratio})
-        counts = runtime_lengths(hist, PackingConfig(pack_size=size)).counts
-        for b in (pad_to_sequence_length(counts, size), pad_to_longest_in_batch(counts, size, micro_batch_size, seed)):
+        for b in without_packing(hist, PackingConfig(pack_size=size, seed=seed, overlong=overlong), micro_batch_size):
             rows.append({"pack_size": size, "algorithm": f"no packing: {b.name}", "packing_efficiency": b.efficiency,
                          "padding_fraction": b.padding_fraction, "packing_factor": 1.0, "straggler_ratio": None})
     if progress is not None:
@@ -135,14 +134,13 @@ def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, v
     """What ``python -m advisor export`` prints for the same plan, and a file name for it; a plan whose data cannot
     be estimated (fewer samples than a micro batch, say) gets one commented line saying why."""
     try:
-        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORT_FILE_NAMES[fmt]
+        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORTS[fmt].file_name
     except ValueError as e:
         return f"# cannot export: {e}\n", "error.txt"
 
 
 def code_language(fmt: str) -> str:
-    return {"python": "python", "megatron-lm": "bash", "plan": "yaml", "markdown": "markdown", "torchrun": "bash",
-            "slurm": "bash"}.get(fmt, "text")
+    return EXPORTS[fmt].language if fmt in EXPORTS else "text"
 
 
 # ------------------------------------------------------------------------------------------------ worked examples

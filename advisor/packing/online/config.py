@@ -23,6 +23,12 @@ DATASETS = ("mock_sft", "sft", "custom")
 SOURCE = "online packing config"
 
 
+def default_dataset(commit: str) -> str:
+    """The data set a run reads when none is named: dev's mock SFT data set (the lengths file the exports write, in
+    order); main has none, so its samples are taken as given (``custom``)."""
+    return "mock_sft" if commit == "dev" else "custom"
+
+
 def _whole(name: str, value, low: int = 1, high: int | None = None) -> int:
     """A whole number in low..high, or InputError naming the argument."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):

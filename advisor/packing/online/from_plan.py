@@ -11,7 +11,7 @@ import numpy as np
 from advisor import caches
 from advisor.data.lengths import LengthHistogram
 from advisor.packing.cache import PACKING_CACHE_BYTES
-from advisor.packing.online.config import OnlineConfig
+from advisor.packing.online.config import OnlineConfig, default_dataset
 from advisor.packing.online.inputs import expand_histogram
 from advisor.packing.online.results import RunSchedule
 from advisor.packing.online.schedule import schedule
@@ -33,7 +33,7 @@ def online_config(plan: Plan) -> OnlineConfig:
     """
     p, t, k = plan.parallel, plan.training, plan.packing
     return OnlineConfig(
-        commit=k.megatron_lm, scheduler=k.scheduler, dataset="mock_sft" if k.megatron_lm == "dev" else "custom",
+        commit=k.megatron_lm, scheduler=k.scheduler, dataset=default_dataset(k.megatron_lm),
         seq_length=t.seq_length, global_batch_size=t.global_batch_size, micro_batch_size=t.micro_batch_size,
         dp=p.dp, cp=p.cp, tp=p.tp, sequence_parallel=p.sp and p.tp > 1, pp=p.pp, vpp=p.vpp,
         max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank, num_moe_experts=plan.model.num_moe_experts,

@@ -1,0 +1,185 @@
+"""The commands on a plan file: ``estimate`` (memory, FLOPs, step time), ``recommend`` (findings and the layout
+search), ``export`` (snippets, arguments, reports), ``trial`` (a short real run) and ``schema`` (the plan's JSON
+Schema). All go through ``advisor.analysis``, as the dashboard does; each returns its result, never prints.
+"""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from advisor.cli.commands.files import check_output_file, named, write_text
+from advisor.cli.output import Bar, Progress, trial_progress
+
+if TYPE_CHECKING:
+    from advisor.advice.findings import Finding
+    from advisor.advice.search import SearchResult
+    from advisor.analysis import Analysis
+    from advisor.data.lengths import LengthHistogram
+    from advisor.plan import Plan
+
+
+class CommandFailed(Exception):
+    """A command that ran and failed a check of its own (not a bad input): one message and this exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateResult:
+    data: dict  # the --json object
+    plan_file: str
+    analysis: Analysis
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecommendResult:
+    data: dict
+    plan_file: str
+    findings: tuple[Finding, ...]
+    search: SearchResult
+    vary: frozenset[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportResult:
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResult:
+    data: dict  # trial.json's content
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaResult:
+    data: dict
+
+
+def plan_and_lengths(args: Namespace, progress: Progress) -> tuple[Plan, LengthHistogram]:
+    """The plan file and its lengths: ``--lengths`` if given, else the plan's data.lengths (with its column)."""
+    from advisor.data.ingest import load_lengths
+    from advisor.plan import load_plan
+
+    plan = load_plan(args.plan)
+    source = getattr(args, "lengths", None) or plan.data.lengths
+    if not source:
+        raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
+    progress(f"reading {source if len(source) < 200 else 'inline JSON'}")
+    column = plan.data.column if not getattr(args, "lengths", None) else None
+    return plan, load_lengths(source, column=column)
+
+
+def _cost_settings(args: Namespace) -> dict:
+    from advisor.model.memory import DEFAULT_OVERHEAD_GIB
+
+    overhead = getattr(args, "overhead_gib", None)
+    return {"mfu": getattr(args, "mfu", None), "overhead_gib": DEFAULT_OVERHEAD_GIB if overhead is None else overhead}
+
+
+def estimate(args: Namespace) -> EstimateResult:
+    from advisor.analysis import analyze
+
+    progress = Progress(args.quiet)
+    plan, hist = plan_and_lengths(args, progress)
+    progress("estimating")
+    analysis = analyze(plan, hist, **_cost_settings(args))
+    return EstimateResult(data={**analysis.estimate.to_dict(), "plan": analysis.summary()}, plan_file=args.plan,
+                          analysis=analysis)
+
+
+def recommend(args: Namespace) -> RecommendResult:
+    from advisor.analysis import analyze
+
+    progress = Progress(args.quiet)
+    plan, hist = plan_and_lengths(args, progress)
+    progress("searching layouts")
+    analysis = analyze(plan, hist, **_cost_settings(args))
+    with Bar(args.quiet, "layouts") as bar:
+        result = analysis.searched(progress=bar, vary=args.vary)
+    findings = analysis.findings
+    data = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
+            "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
+            "evaluated": result.evaluated, "recommended_plan": result.recommended.to_dict()}
+    return RecommendResult(data=data, plan_file=args.plan, findings=findings, search=result, vary=args.vary)
+
+
+def export(args: Namespace) -> ExportResult:
+    from advisor.advice.exports import mock_lengths_csv
+    from advisor.analysis import analyze
+
+    progress = Progress(args.quiet)
+    plan, hist = plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.lengths_csv:  # refused before the search, not after it
+        check_output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
+    analysis = analyze(plan, hist)
+    if args.recommended:
+        progress("searching layouts")
+    exported = analyze(analysis.searched(vary=args.vary).recommended, hist) if args.recommended else analysis
+    over = [f for f in exported.findings if f.id == "memory.exceeds"]
+    if over and not args.force and args.format != "torchrun":  # the torchrun script does not depend on the plan
+        raise ValueError(f"{over[0].message} (use --force to export anyway)")
+    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
+    if args.lengths_csv:
+        write_text("--lengths-csv", args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed), args.force, inputs)
+        progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
+    return ExportResult(text=text)
+
+
+def _limit_memory(gib: float) -> None:
+    """The process's own heap and mappings (RLIMIT_DATA: torch's tensors count)."""
+    import resource
+
+    limit = int(gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def trial(args: Namespace) -> TrialResult | None:
+    """The trial's result, or None on a rank other than 0 under torchrun (rank 0 reports)."""
+    from pathlib import Path
+
+    from advisor.trial.config import from_cli
+    from advisor.trial.run import OUTPUT_NAMES, ParityError, leave_process_group, run_trial, write_outputs
+
+    progress = Progress(args.quiet)
+    if args.heartbeat or args.wall_seconds:
+        from advisor.trial.jobs import start_watchdog
+
+        start_watchdog(args.heartbeat, args.heartbeat_seconds, args.wall_seconds)
+    if args.memory_gib is not None:
+        _limit_memory(args.memory_gib)
+    plan, hist = plan_and_lengths(args, progress)
+    inputs = (args.plan, args.lengths or plan.data.lengths)
+    if args.out:  # refused before the run, not after it
+        from advisor.safe_write import check_output_folder
+
+        named("--out", check_output_folder, args.out, force=args.force, inputs=inputs, names=OUTPUT_NAMES)
+    cfg = from_cli(args)
+    try:
+        result = run_trial(plan, hist, cfg, progress=(lambda m: None) if args.quiet else trial_progress)
+    except ParityError as e:
+        raise CommandFailed(f"trial failed the packing parity check: {e}", 3) from None
+    except (MemoryError, RuntimeError) as e:  # torch reports an allocation it cannot make as a RuntimeError
+        if args.memory_gib is None or not isinstance(e, MemoryError) and "alloc" not in str(e).lower():
+            raise
+        raise ValueError(f"the trial ran out of its {args.memory_gib:g} GiB (--memory-gib): a smaller --pack-size, "
+                         "--packs-per-step, --micro-batch-size or --model-scale fits") from None
+    finally:
+        leave_process_group()
+    data = result.to_dict()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    if args.out:
+        named("--out", write_outputs, result, Path(args.out), force=args.force, inputs=inputs)
+    return TrialResult(data=data)
+
+
+def schema(args: Namespace) -> SchemaResult:
+    from advisor.plan.schema import json_schema
+
+    return SchemaResult(data=json_schema())

@@ -1,0 +1,132 @@
+"""The ``tokenize`` command: a raw SFT or chat data set's token lengths as Megatron-Bridge tokenizes it (here or on
+a Ray cluster), its lengths file, and with ``--sample`` the whole data set's packing estimated from a sample.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from advisor.cli.commands.files import check_output_file, write_text
+from advisor.cli.output import Progress
+from advisor.errors import InputError
+
+if TYPE_CHECKING:
+    from advisor.data.tokenize.engine import TokenizeJob, TokenizeResult
+    from advisor.packing.sampling import SampleEstimate
+
+RAY_PROBE_SECONDS = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeOutcome:
+    data: dict  # the --json object
+    result: TokenizeResult
+    estimate: SampleEstimate | None
+    output: str | None  # the lengths file written
+
+
+def _job(args: Namespace) -> TokenizeJob:
+    """The job of the options given: the rest keep Megatron-Bridge's defaults (the settings' own)."""
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.engine import TokenizeJob
+    from advisor.data.tokenize.sft import SftSettings
+
+    if args.format == "chat":
+        fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
+        settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
+    else:
+        fields = {"prompt_template": args.prompt_template, "label_key": args.label_key,
+                  "truncation_field": args.truncation_field, "add_bos": args.add_bos, "add_eos": args.add_eos,
+                  "add_sep": args.add_sep, "max_seq_length": args.max_seq_length,
+                  "truncation_method": args.truncation_method}
+        settings = SftSettings(**{k: v for k, v in fields.items() if v is not None})
+    return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt=args.format, settings=settings,
+                       on_bad=args.on_bad)
+
+
+def tokenize(args: Namespace) -> TokenizeOutcome:
+    from advisor.data.lengths import summarize
+    from advisor.data.tokenize.engine import lengths_csv
+    from advisor.data.tokenize.engine import tokenize as run
+
+    progress = Progress(args.quiet)
+    inputs = (args.data, args.tokenizer)
+    if args.output:  # refused before the tokenizing, not after it
+        check_output_file("-o", args.output, args.force, inputs)
+    if args.ray_address:
+        check_ray_address(args.ray_address, args.engine)
+    job = _job(args)
+    try:
+        result = run(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
+                     address=args.ray_address, progress=lambda text, done: progress(text))
+    except ConnectionError as e:  # Ray's "ray client connection timeout" and the like: an OSError, not a bug
+        raise ValueError(f"--ray-address {args.ray_address[:80]}: {str(e)[:200]}") from None
+    if args.output:
+        write_text("-o", args.output, lengths_csv(result, histogram=args.histogram_output), args.force, inputs)
+        progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
+    rate = result.lengths.size / max(result.seconds, 1e-9)
+    data = {"source": result.source, "records": result.total_records, "tokenized": int(result.lengths.size),
+            "engine": result.engine, "workers": result.workers, "seconds": result.seconds,
+            "records_per_second": rate, "records_per_second_per_worker": rate / result.workers,
+            "excluded": [asdict(e) for e in result.excluded], "notes": list(result.notes),
+            "settings": asdict(job.settings),
+            # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
+            "format": result.fmt, "plan_data": {"lengths": args.output, "format": result.fmt},
+            "lengths": summarize(result.histogram()).as_dict()}
+    estimate = _sample_estimate(args, job, result, progress) if args.sample is not None else None
+    if estimate is not None:
+        data["sample_estimate"] = estimate.as_dict()
+    return TokenizeOutcome(data=data, result=result, estimate=estimate, output=args.output)
+
+
+def _sample_estimate(args: Namespace, job: TokenizeJob, result: TokenizeResult, progress: Progress,
+                     ) -> SampleEstimate:
+    """The whole data set's packing at ``--pack-size`` (else the samples' max_seq_length), from the sample."""
+    from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
+    from advisor.packing.sampling import sample_estimate
+
+    pack_size = args.pack_size or getattr(job.settings, "max_seq_length", None)
+    if pack_size is None:
+        raise InputError("tokenize", "--pack-size", "chat samples have no max_seq_length: give the pack size "
+                         "to estimate (--pack-size)")
+    # records left out of the sample are left out of the data set in the same share
+    usable = round(result.total_records * result.lengths.size / max(1, result.selected))
+    progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({args.bootstraps} "
+             "replicates)")
+    cfg = PackingConfig(pack_size=pack_size, overlong=OVERLONG_OF_FORMAT[args.format])
+    return sample_estimate(result.lengths, usable, cfg, bootstraps=args.bootstraps, seed=args.seed)
+
+
+def check_ray_address(address: str, engine: str) -> None:
+    """Refuse a --ray-address that cannot work, in seconds and with what to do: Ray itself waits 30 s on a closed
+    port and then raises a ConnectionError, and without ``ray[client]`` (grpcio) a ray:// address is a traceback.
+
+    >>> check_ray_address("auto", "ray")
+    >>> check_ray_address("ray://h", "ray")
+    Traceback (most recent call last):
+    ...
+    ValueError: --ray-address ray://h: give ray://HOST:PORT (the head's client port, usually 10001) or auto
+    """
+    import importlib.util
+    import socket
+
+    shown = address[:80]
+    if engine != "ray":
+        raise ValueError(f"--ray-address {shown}: only used with --engine ray")
+    if address == "auto":
+        return  # the cluster this machine belongs to: Ray finds it in its own files
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not address.startswith("ray://") or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {shown}: give ray://HOST:PORT (the head's client port, usually 10001) or "
+                         "auto")
+    if importlib.util.find_spec("grpc") is None:
+        raise ValueError(f"--ray-address {shown}: a ray:// address needs Ray's client: pip install "
+                         "'ray[client]==2.60.0' (requirements.txt pins it; it adds grpcio)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_SECONDS).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ValueError(f"--ray-address {shown}: nothing answers at {host[:60]}:{port} ({why}); start the head "
+                         "with `ray start --head` (client port 10001) or check the address") from None

@@ -1,0 +1,46 @@
+"""The plan-bound controls (advisor/ui/controls.py) without Streamlit: any sequence of edits lands in the plan and the
+control, one after another, and a refused edit leaves both as the plan was (the AppTest and browser tests drive the
+same functions through the pages, in the full suite)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor.plan import PlanError
+from advisor.ui import state as ui
+from advisor.ui.controls import CONTROLS, apply, current
+
+EDITS = {"parallel.gpus": [1, 2, 6, 7, 8, 16, 64], "parallel.tp": [1, 2, 3, 4, 8], "parallel.cp": [1, 2, 3, 4],
+         "parallel.pp": [1, 2, 4], "training.seq_length": [128, 384, 1000, 1024, 4096],
+         "packing.pack_size": [128, 384, 512], "training.recompute": ["none", "selective", "full"],
+         "packing.algorithm": ["first_fit_shuffle", "first_fit_decreasing"], "parallel.sp": [True, False]}
+
+
+def _expected(plan, name: str, value):
+    """The plan this edit asks for, built here from the field's path, or None when Megatron's rules refuse it."""
+    section, field = name.split(".")
+    try:
+        return plan.changed({section: {field: value}})
+    except PlanError:
+        return None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(EDITS)).flatmap(lambda n: st.tuples(st.just(n), st.sampled_from(EDITS[n]))),
+                min_size=1, max_size=8))
+def test_consecutive_edits_apply_or_leave_the_plan_and_control_as_they_were(edits):
+    state: dict = {}
+    ui.init_state(state)
+    for name, value in edits:
+        control = CONTROLS[name]
+        before = state["plan"]
+        current(state, name)  # the page draws the control with the plan's value
+        state[control.key] = value  # the visitor's edit
+        wanted = _expected(before, name, value)
+        if apply(state, name):
+            assert wanted is not None and state["plan"] == wanted, (name, value)
+            assert current(state, name) == value and "plan_error" not in state
+        else:
+            assert wanted is None and state["plan"] is before, (name, value)
+            assert state[control.key] == control.read(state) and state["plan_error"]
