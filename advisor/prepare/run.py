@@ -109,6 +109,19 @@ class PrepareResult:
     from_cache: str | None = None
     notes: tuple[str, ...] = field(default=())
 
+    def specs(self) -> dict:
+        """Megatron-Bridge's ``PackedSequenceSpecs`` fields that read this folder: a split's file, or a glob of its
+        shards (never the folder: Bridge's reader would take the validation file into training too)."""
+        out = {"packed_sequence_size": self.options.pack_size, "pad_seq_to_mult": self.options.pad_seq_to_mult}
+        if self.options.max_seq_length:
+            out["max_single_sequence_length"] = self.options.max_seq_length
+        for s in self.splits:
+            spec = s.files[0] if len(s.files) == 1 else f"{s.split}_{self.options.pack_size}_*.idx.parquet"
+            out["packed_train_data_path" if s.split == "training" else "packed_val_data_path"] = \
+                os.path.join(self.out, spec)
+        out["packed_metadata_path"] = os.path.join(self.out, metadata_name(self.options.pack_size))
+        return out
+
 
 def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = None,
             validation: TokenizeJob | None = None, from_cache: str | None = None,

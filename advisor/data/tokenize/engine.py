@@ -160,6 +160,13 @@ def _tokens_of(records: list[dict], job: TokenizeJob):
     return sft_tokens(records, tok, job.settings)
 
 
+def check_settings(job: TokenizeJob) -> None:
+    """The job's settings against its tokenizer, here, before any worker starts: a refusal that holds for every
+    record (no chat template, a loss mask Bridge cannot build, a setting prepare does not build) is one message at
+    once, not one per shard from the workers."""
+    (_tokens_of if job.tokens_dir is not None else _lengths_of)([], job)
+
+
 PART_ARRAYS = ("ids", "mask", "lengths", "truncated")
 
 
@@ -385,6 +392,7 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     if job.tokens_dir is not None and sample is not None:
         raise InputError("tokenize", "sample", "a sample keeps no tokens: tokens_dir needs every record")
     _tokenizer(job.tokenizer)  # a bad tokenizer is one message before any work starts
+    check_settings(job)  # and so are settings no record can be tokenized with
     started = time.perf_counter()
     say = progress or (lambda text, done: None)
     workers = max(1, workers or os.cpu_count() or 1)
