@@ -90,7 +90,8 @@ def assert_same_tokens(expected: list, got, what: str, mask_kind: str = "loss_ma
 
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")
-@pytest.mark.parametrize("loss_mode", ["assistant", "last_turn", "full"])
+@pytest.mark.parametrize("loss_mode", ["assistant", pytest.param("last_turn", marks=pytest.mark.slow),
+                                       pytest.param("full", marks=pytest.mark.slow)])
 def test_chat_ids_and_masks_match_megatron_bridge(folder, mb_tokenizer, work, loss_mode):
     records = chat_records(seed=31, n=60)
     schemas = json.dumps(TOOLS) if loss_mode == "last_turn" else None

@@ -107,14 +107,15 @@ def ours(data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: 
                                                pad_seq_to_mult=pad, **options), **jobs)
 
 
+FURTHER = pytest.mark.slow  # the further cases of a parametrized check: the full suite runs them
 CASES = [  # (format, algorithm, seed, pad_seq_to_mult, loss mode, validation split)
     ("sft", "first_fit_shuffle", 1234, 1, "assistant", True),
-    ("sft", "first_fit_decreasing", 99, 1, "assistant", False),
-    ("sft", "first_fit_shuffle", 3, 4, "assistant", False),
+    pytest.param("sft", "first_fit_decreasing", 99, 1, "assistant", False, marks=FURTHER),
+    pytest.param("sft", "first_fit_shuffle", 3, 4, "assistant", False, marks=FURTHER),
     ("chat", "first_fit_shuffle", 1234, 1, "assistant", True),
-    ("chat", "first_fit_shuffle", 5678, 1, "last_turn", False),
-    ("chat", "first_fit_decreasing", 7, 1, "full", False),
-    ("chat", "first_fit_shuffle", 42, 8, "assistant", False),
+    pytest.param("chat", "first_fit_shuffle", 5678, 1, "last_turn", False, marks=FURTHER),
+    pytest.param("chat", "first_fit_decreasing", 7, 1, "full", False, marks=FURTHER),
+    pytest.param("chat", "first_fit_shuffle", 42, 8, "assistant", False, marks=FURTHER),
 ]
 
 
@@ -142,7 +143,7 @@ def test_identical_to_megatron_bridge(mb, mb_tok, data, tmp_path, fmt, algorithm
 
 
 @pytest.mark.parametrize("fmt", ["sft", "chat"])
-@pytest.mark.parametrize("algorithm", ["best_fit_decreasing", "column_generation"])
+@pytest.mark.parametrize("algorithm", [pytest.param("best_fit_decreasing", marks=FURTHER), "column_generation"])
 def test_better_packers_same_sequences_fewer_packs(mb, mb_tok, data, tmp_path, fmt, algorithm):
     pack_size = 512 if fmt == "chat" else PACK[fmt]
     packs = {}
@@ -187,7 +188,7 @@ def _sequences(rows: list[dict]) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize("fmt", ["sft", "chat"])
+@pytest.mark.parametrize("fmt", [pytest.param("sft", marks=FURTHER), "chat"])
 def test_megatron_bridge_reads_and_collates_every_folder(mb, mb_tok, data, tmp_path, fmt):
     """Bridge's builder reads the advisor's files (one file; numbered shards by glob; column generation's packs)
     and collates every pack; the batches train on exactly the tokens Bridge's own preparation trains on."""
