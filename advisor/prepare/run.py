@@ -143,7 +143,12 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
     try:
         with _ray(options):
             splits = []
-            for split in SPLITS:
+            parts = 2 if (validation is not None or from_cache) else 1  # each split's share of the progress
+            for k, split in enumerate(SPLITS):
+
+                def part(what: str, done: float, k: int = k) -> None:
+                    say(what, min(1.0, (k + done) / parts))
+
                 job = train if split == "training" else validation
                 if from_cache:
                     cache = _cached(from_cache, split, staging, options)
@@ -153,9 +158,9 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
                     continue
                 else:
                     t0 = time.perf_counter()
-                    cache = _tokenized(job, split, staging, options, say)
+                    cache = _tokenized(job, split, staging, options, part)
                     tokenize_seconds += time.perf_counter() - t0
-                splits.append(_pack_and_write(cache, split, staging, options, cfg, say))
+                splits.append(_pack_and_write(cache, split, staging, options, cfg, part))
         names = [f for s in splits for f in s.files]
         meta_name = metadata_name(options.pack_size)
         write_text(os.path.join(staging, meta_name), metadata_text([s.metadata for s in splits]))
