@@ -21,6 +21,15 @@ class InputError(ValueError):
         self.source, self.where, self.what = str(source), where, what
         super().__init__(f"{self.source}, {where}: {what}" if where else f"{self.source}: {what}")
 
+    def __reduce__(self):
+        """Pickled with its three parts: raised in a worker process, it reaches the driver as itself (by default
+        only the message travels, and rebuilding it fails, so the pool reported a dead worker instead).
+
+        >>> import pickle; str(pickle.loads(pickle.dumps(InputError("a.jsonl", "line 3", "not JSON"))))
+        'a.jsonl, line 3: not JSON'
+        """
+        return (type(self), (self.source, self.where, self.what))
+
 
 class PlanError(ValueError):
     r"""An invalid plan: ``problems`` holds one message per problem, each naming the field path.
@@ -32,6 +41,9 @@ class PlanError(ValueError):
     def __init__(self, source: str, problems: list[str]):
         self.source, self.problems = source, problems
         super().__init__(f"{source}: {len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def __reduce__(self):
+        return (type(self), (self.source, self.problems))
 
 
 def excerpt(value, limit: int = EXCERPT) -> str:

@@ -30,6 +30,7 @@ import errno
 import glob
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterable
 
@@ -277,3 +278,58 @@ def _link_new(temp: str, name: str, dir_fd: int, given: str) -> None:
         if os.path.lexists(os.path.join(f"/proc/self/fd/{dir_fd}", name)):
             raise _refuse(given, "exists; pass --force to overwrite it") from None
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = ()) -> str:
+    """A new, empty, hidden folder beside ``path`` to write a whole output folder into, after
+    check_output_folder's checks of ``path`` (an existing folder with data in it only with ``force``). Hand it to
+    ``publish_folder`` when everything is written, or ``discard_folder`` on failure: until then ``path`` is
+    untouched, so a failure leaves nothing half-written.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> tmp = staging_folder(os.path.join(root, "out"))
+    >>> write_text(os.path.join(tmp, "a.txt"), "x"); publish_folder(tmp, os.path.join(root, "out"))
+    >>> sorted(os.listdir(root)), os.listdir(os.path.join(root, "out"))
+    (['out'], ['a.txt'])
+    """
+    full = check_output_folder(path, force=force, inputs=inputs)
+    parent, name = os.path.split(full.rstrip(os.sep))
+    make_folder(parent, force=True)  # parents missing are created one by one, never through a link
+    temp = os.path.join(parent, f".{name[:100]}.{secrets.token_hex(6)}.partial")
+    try:
+        os.mkdir(temp, 0o755)
+    except OSError as e:
+        raise _refuse(path, f"a temporary folder beside it cannot be made ({e.strerror})") from None
+    return temp
+
+
+def publish_folder(temp: str, path: str, *, force: bool = False) -> None:
+    """Give the staged folder ``temp`` the name ``path``: a rename when ``path`` is missing or empty; with ``force``
+    an existing folder is first renamed aside, then removed once ``temp`` holds the name. ``path`` is checked again
+    (time passed since the staging) and never followed through a link."""
+    full = os.path.abspath(path)
+    _no_links_on_the_way(full, path)
+    aside = None
+    if os.path.lexists(full):
+        if not os.path.isdir(full):
+            raise _refuse(path, "exists and is not a folder")
+        if os.listdir(full):
+            if not force:
+                raise _refuse(path, "is a folder that is not empty; pass --force to write into it")
+            parent, name = os.path.split(full)
+            aside = os.path.join(parent, f".{name[:100]}.{secrets.token_hex(6)}.old")
+            os.rename(full, aside)
+    try:
+        os.rename(temp, full)  # replaces an empty folder in one step, fails on one that got data meanwhile
+    except OSError as e:
+        if aside is not None:
+            os.rename(aside, full)  # put the old folder back: the refusal leaves everything as it was
+        raise _refuse(path, f"cannot take the new folder ({e.strerror})") from None
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def discard_folder(temp: str) -> None:
+    """Remove a staging folder (after a failure); links inside are removed, never followed."""
+    shutil.rmtree(temp, ignore_errors=True)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from advisor.advice.search import Candidate
     from advisor.cli.commands.data import LengthsResult, PackResult, ScheduleResult
     from advisor.cli.commands.plan import EstimateResult, ExportResult, RecommendResult, SchemaResult, TrialResult
+    from advisor.cli.commands.prepare import PrepareOutcome
     from advisor.cli.commands.tokenize import TokenizeOutcome
 
 
@@ -262,6 +263,24 @@ def tokenize_text(r: TokenizeOutcome) -> None:
     _lines(*lines)
 
 
+def prepare_text(r: PrepareOutcome) -> None:
+    res = r.result
+    how = f"re-packed from the token cache of {res.from_cache}" if res.from_cache else \
+        f"tokenized in {res.tokenize_seconds:.1f} s"
+    o = res.options
+    lines = [f"{res.out}: {', '.join(res.files)} ({how}; {res.seconds:.1f} s in all)",
+             f"  pack size {o.pack_size}, {o.algorithm}, seed {o.seed}, pad_seq_to_mult {o.pad_seq_to_mult}, "
+             f"max_seq_length {o.max_seq_length or o.pack_size}"]
+    for s in res.splits:
+        lines.append(f"  {s.split}: {s.records_read:,} records read, {s.packed:,} packed, {s.skipped:,} skipped "
+                     f"(longer than max_seq_length), {s.truncated:,} truncated -> {s.packs:,} packs "
+                     f"(lower bound {s.lower_bound:,}); efficiency {s.efficiency:.2f} %, n = {s.packing_factor:.3f}")
+        lines += [f"    left out: {e['count']:,} {e['reason']} (first at {e['first_at']})" for e in s.excluded]
+    fields = ", ".join(f"{k}={v!r}" for k, v in res.specs().items())
+    lines.append(f"  Megatron-Bridge: PackedSequenceSpecs({fields})")
+    _lines(*lines)
+
+
 def schema_text(r: SchemaResult) -> None:
     print(json.dumps(r.data, indent=2))
 
@@ -273,5 +292,5 @@ def warmup_text(times: list[tuple[str, float]]) -> None:
 TEXT: dict[str, Callable[[Any], None]] = {
     "lengths": lengths_text, "pack": pack_text, "estimate": estimate_text, "recommend": recommend_text,
     "export": export_text, "trial": trial_text, "schedule": schedule_text, "tokenize": tokenize_text,
-    "schema": schema_text, "warmup": warmup_text,
+    "prepare": prepare_text, "schema": schema_text, "warmup": warmup_text,
 }

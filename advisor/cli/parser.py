@@ -60,11 +60,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
 
 
-def _pack(p: argparse.ArgumentParser) -> None:
-    from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, OVERLONG, OVERLONG_OF_FORMAT
+def _packing(p: argparse.ArgumentParser) -> None:
+    """Megatron-Bridge's offline packing knobs, its defaults (``pack``, ``prepare``)."""
+    from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED
     from advisor.vocabulary import Algorithm
 
-    _input_args(p)
     p.add_argument("--pack-size", type=whole(1, MAX_PACK), required=True,
                    help=f"packed_sequence_size (at most {MAX_PACK:,})")
     p.add_argument("--algorithm", choices=get_args(Algorithm), default=MB_DEFAULT_ALGORITHM)
@@ -73,6 +73,13 @@ def _pack(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pad-seq-to-mult", type=whole(1, plan_max("packing", "pad_seq_to_mult")), default=1,
                    help="pad each sample to a multiple (CP: 2*CP)")
     p.add_argument("--max-seq-length", type=whole(1, MAX_PACK), help="dataset max length (default: the pack size)")
+
+
+def _pack(p: argparse.ArgumentParser) -> None:
+    from advisor.packing.config import OVERLONG, OVERLONG_OF_FORMAT
+
+    _input_args(p)
+    _packing(p)
     p.add_argument("--format", choices=tuple(OVERLONG_OF_FORMAT), default=None,
                    help="what the lengths are, as a plan's data.format: sft (GPTSFTDataset truncates overlong "
                         "samples; the default) or chat (GPTSFTChatDataset does not, create_hist skips them)")
@@ -183,7 +190,9 @@ def _schedule(p: argparse.ArgumentParser) -> None:
                         "export's when the plan sets no packing.seed)")
 
 
-def _tokenize(p: argparse.ArgumentParser) -> None:
+def _raw_data(p: argparse.ArgumentParser, *, prepare: bool = False) -> None:
+    """Raw records, the tokenizer, Megatron-Bridge's dataset settings and the engine (``tokenize``, ``prepare``:
+    ``prepare`` takes its max length from the packing options, and needs no data with ``--from-cache``)."""
     from typing import get_type_hints
 
     from advisor.data.ingest import ON_BAD
@@ -191,10 +200,10 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
     from advisor.data.tokenize.engine import ENGINES, FORMATS
     from advisor.data.tokenize.sft import SftSettings
 
-    p.add_argument("data", help="JSONL (plain, .gz, .zst), Parquet, a folder or glob of shards, or a "
-                   "datasets.save_to_disk folder")
-    p.add_argument("--tokenizer", required=True, help="a local Hugging Face tokenizer folder or a SentencePiece "
-                   ".model (nothing is downloaded)")
+    p.add_argument("data", nargs="?" if prepare else None, help="JSONL (plain, .gz, .zst), Parquet, a folder or glob "
+                   "of shards, or a datasets.save_to_disk folder" + (" (not with --from-cache)" if prepare else ""))
+    p.add_argument("--tokenizer", required=not prepare, help="a local Hugging Face tokenizer folder or a "
+                   "SentencePiece .model (nothing is downloaded)")
     p.add_argument("--format", choices=FORMATS, default=FORMATS[0],
                    help="sft: GPTSFTDataset (prompt template); chat: GPTSFTChatDataset with the tokenizer's template")
     p.add_argument("--prompt-template", help="sft: the template, label last (default '{input} {output}')")
@@ -203,8 +212,9 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
     for flag in ("bos", "eos", "sep"):
         p.add_argument(f"--add-{flag}", action=argparse.BooleanOptionalAction, default=None,
                        help=f"sft: add the {flag.upper()} token (Megatron-Bridge's default)")
-    p.add_argument("--max-seq-length", type=whole(1, MAX_TOKENS), help="sft: GPTSFTDataset's max_seq_length "
-                   "(default 1024, as Megatron-Bridge's builder)")
+    if not prepare:
+        p.add_argument("--max-seq-length", type=whole(1, MAX_TOKENS), help="sft: GPTSFTDataset's max_seq_length "
+                       "(default 1024, as Megatron-Bridge's builder)")
     p.add_argument("--truncation-method", choices=get_args(get_type_hints(SftSettings)["truncation_method"]),
                    help="sft: which end is cut (default right)")
     p.add_argument("--loss-mode", choices=get_args(get_type_hints(ChatSettings)["loss_mode"]),
@@ -214,6 +224,13 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001, needs ray[client], or auto); "
                    "default a local Ray")
     p.add_argument("--workers", type=whole(1, 4096), help="processes (local) or tasks (ray); default every core")
+    p.add_argument("--on-bad", choices=ON_BAD, default=ON_BAD[0],
+                   help="error (default): stop at an unreadable record, or after the run name the records the "
+                   "template cannot fill; skip: leave such records out and count them")
+
+
+def _tokenize(p: argparse.ArgumentParser) -> None:
+    _raw_data(p)
     p.add_argument("--sample", type=whole(1, 1 << 40), help="tokenize a uniform random sample of this many "
                    "records and estimate the whole data set's packing with bootstrap intervals")
     p.add_argument("--seed", type=seed(), default=0, help="the sample's and the bootstrap's seed")
@@ -226,9 +243,24 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
                    "file, or an existing one with --force)")
     p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
-    p.add_argument("--on-bad", choices=ON_BAD, default=ON_BAD[0],
-                   help="error (default): stop at an unreadable record, or after the run name the records the "
-                   "template cannot fill; skip: leave such records out and count them")
+    _json_quiet(p)
+
+
+def _prepare(p: argparse.ArgumentParser) -> None:
+    from advisor.prepare.run import ROWS_PER_FILE
+
+    _raw_data(p, prepare=True)
+    _packing(p)
+    p.add_argument("--validation", help="the validation split's raw data (same format and settings), written as "
+                   "validation_{S}.idx.parquet")
+    p.add_argument("--from-cache", help="re-pack the token cache of a folder prepare wrote, without tokenizing "
+                   "(instead of DATA and --tokenizer)")
+    p.add_argument("--rows-per-file", type=whole(1, 1 << 40), default=ROWS_PER_FILE,
+                   help=f"packs per Parquet file before a split is written as numbered shards (default "
+                        f"{ROWS_PER_FILE:,})")
+    p.add_argument("-o", "--output", required=True, help="the folder to write (new or empty; any other only with "
+                   "--force, which replaces it)")
+    p.add_argument("--force", action="store_true", help="replace an -o folder that holds files")
     _json_quiet(p)
 
 
@@ -249,6 +281,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
                  "(--sequence-packing-scheduler)", _schedule),
     "tokenize": ("token lengths of a raw SFT or chat data set, exactly as Megatron-Bridge 0.6.2 tokenizes it (on "
                  "this machine or a Ray cluster)", _tokenize),
+    "prepare": ("the packed data set Megatron-Bridge trains on, from raw SFT or chat data (or re-packed from a "
+                "prepared folder's token cache)", _prepare),
     "schema": ("print the plan file's JSON Schema (for editors and validation)", _nothing),
     "warmup": ("compile the packing kernels once (the set-up command runs it)", _nothing),
 }

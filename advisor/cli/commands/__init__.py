@@ -8,7 +8,7 @@ from __future__ import annotations
 from argparse import Namespace
 from collections.abc import Callable
 
-from advisor.cli.commands import data, plan, tokenize
+from advisor.cli.commands import data, plan, prepare, tokenize
 from advisor.cli.commands.plan import CommandFailed
 
 __all__ = ["COMMANDS", "CommandFailed", "run"]
@@ -16,7 +16,7 @@ __all__ = ["COMMANDS", "CommandFailed", "run"]
 COMMANDS: dict[str, Callable[[Namespace], object]] = {
     "lengths": data.lengths, "pack": data.pack, "estimate": plan.estimate, "recommend": plan.recommend,
     "export": plan.export, "trial": plan.trial, "schedule": data.schedule, "tokenize": tokenize.tokenize,
-    "schema": plan.schema, "warmup": data.warmup,
+    "prepare": prepare.prepare, "schema": plan.schema, "warmup": data.warmup,
 }
 
 

@@ -28,7 +28,14 @@ from typing import Literal
 import numpy as np
 
 from advisor.data.tokenize.sft import RecordProblem
-from advisor.data.tokenize.template import MAX_TEMPLATE_CHARS, STRIKES, TemplateLimit, render_chat, select_template
+from advisor.data.tokenize.template import (
+    MAX_TEMPLATE_CHARS,
+    STRIKES,
+    TemplateLimit,
+    render_chat,
+    render_prefixes,
+    select_template,
+)
 from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, _first_line, native
 from advisor.errors import InputError, excerpt
 
@@ -153,7 +160,7 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     texts: list[str] = []
     good: list[int] = []
     for i, rec in enumerate(records):
-        conversation = _conversation(rec)
+        conversation = normalize_conversation(rec)
         if isinstance(conversation, str):
             problems.append(RecordProblem(i, conversation))
             continue
@@ -164,21 +171,9 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
         # rendered as hf.apply_chat_template(conversation, tools=tools, chat_template=s.chat_template,
         # tokenize=False) renders it, in a box: a template may loop or grow without end (template.py)
         source = select_template(own, s.chat_template, tools)
-        if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
-            problems.append(RecordProblem(i, f"the chat template exceeded its limits (out of time or steps on "
-                                             f"{STRIKES} records in a row before this one; not rendered again)"))
-            continue
-        try:
-            text = render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
-            _STRIKES.pop(source, None)
-        except TemplateLimit as e:
-            problems.append(RecordProblem(i, str(e)))
-            if len(_STRIKES) > 64:
-                _STRIKES.clear()  # a process sees a few templates; never let the tally itself grow
-            _STRIKES[source] = _STRIKES.get(source, 0) + 1 if e.costly else 0
-            continue
-        except Exception as e:  # a template may raise anything (raise_exception, TypeError, ...): one record's problem
-            problems.append(RecordProblem(i, f"the chat template failed: {_first_line(e)}"))
+        text = render_boxed(source, conversation, tools, special_tokens)
+        if isinstance(text, RecordProblem):
+            problems.append(RecordProblem(i, text.reason))
             continue
         if needs_assistant and not any(turn.get("role") == "assistant" for turn in conversation):
             problems.append(RecordProblem(i, f"no assistant turn: Megatron-Bridge cannot build the {s.loss_mode!r} "
@@ -195,6 +190,42 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     return lengths, problems
 
 
+def render_boxed(source: str, conversation: list[dict], tools, special_tokens: dict,
+                 prefixes: list[int] | None = None) -> str | dict[int, str] | RecordProblem:
+    """The conversation rendered as ``hf.apply_chat_template(conversation, tools=tools, tokenize=False)`` renders
+    it, in a box (a template may loop or grow without end: template.py), or the problem (index -1) that stops it.
+    With ``prefixes``, the renders of ``conversation[:m]`` for each m instead ({m: text}). A template that ran out
+    of time or steps on STRIKES records in a row is not rendered again in this process."""
+    if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
+        return RecordProblem(-1, f"the chat template exceeded its limits (out of time or steps on {STRIKES} records "
+                                 "in a row before this one; not rendered again)")
+
+    def render():
+        if prefixes is None:
+            return render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
+        return render_prefixes(source, conversation, prefixes, tools=tools, special_tokens=special_tokens)
+
+    try:
+        try:
+            text = render()
+        except TemplateLimit as e:
+            if not e.costly:
+                raise
+            # the deadline is wall-clock time: a busy machine or a garbage collection can stall a render of
+            # microseconds past it (seen once in 400k renders with five processes on two cores); a template that
+            # is really slow runs out again
+            text = render()
+        _STRIKES.pop(source, None)
+        return text
+    except TemplateLimit as e:
+        if len(_STRIKES) > 64:
+            _STRIKES.clear()  # a process sees a few templates; never let the tally itself grow
+        _STRIKES[source] = _STRIKES.get(source, 0) + 1 if e.costly else 0
+        return RecordProblem(-1, str(e))
+    except Exception as e:  # a template may raise anything (raise_exception, TypeError, ...): one record's problem
+        return RecordProblem(-1, f"the chat template failed: {_first_line(e)}")
+
+
 def _needs_assistant(template: str | None, loss_mode: str, tok: Tokenizer) -> bool:
     """Whether each conversation needs an assistant turn for Bridge's loss mask (``build_assistant_loss_mask``);
     raises when no conversation can get one."""
@@ -207,14 +238,14 @@ def _needs_assistant(template: str | None, loss_mode: str, tok: Tokenizer) -> bo
                      "(ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a template")
 
 
-def _conversation(rec) -> list[dict] | str:
+def normalize_conversation(rec) -> list[dict] | str:
     """``normalize_chat_conversation`` (conversation_processing.py): OpenAI-style messages, or why not.
 
     ``messages``, then ``conversation``, then ShareGPT ``conversations``; a ``from``/``value`` turn becomes
     ``role`` (lower-cased, human → user, gpt → assistant) / ``content``; a top-level ``system`` goes first when
     no turn is a system turn.
 
-        >>> _conversation({"system": "Be brief.", "conversations": [{"from": "human", "value": "Hi"}]})
+        >>> normalize_conversation({"system": "Be brief.", "conversations": [{"from": "human", "value": "Hi"}]})
         [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
     """
     if not isinstance(rec, dict):

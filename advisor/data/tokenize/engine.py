@@ -44,6 +44,9 @@ class TokenizeJob:
     settings: object = None
     on_bad: str = "error"
     limits: Limits = Limits()
+    # prepare: each shard's token ids and loss masks are written here by the worker that tokenized it
+    # (``part_paths``), so nothing but lengths travels back and the driver never holds the whole data set
+    tokens_dir: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +66,7 @@ class ShardResult:
     lengths: np.ndarray  # int32, one per record of the shard (or per selected row), -1 where left out
     records: int  # records the shard holds
     problems: tuple[Problem, ...] = ()
+    truncated: int = 0  # records the dataset cut to max_seq_length (tokens jobs only)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +85,8 @@ class TokenizeResult:
     sampled: bool = False
     selected: int = 0  # records read for the lengths: all of them, or the sample (bad ones included)
     fmt: str = "sft"  # the job's format: a plan's data.format (chat lengths are skipped, not cut, past the pack)
+    truncated: int = 0  # records the dataset cut to max_seq_length (tokens jobs: SFT)
+    shards: int = 0  # shards tokenized (tokens jobs: one part in tokens_dir each, numbered from 0)
 
     def histogram(self) -> LengthHistogram:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
@@ -106,6 +112,12 @@ GENERIC_CLASSES = (None, "", "PreTrainedTokenizerFast", "TokenizersBackend")
 
 def _tokenizer(path: str):
     return _TOKENIZERS.get(path, lambda: _load_tokenizer(path))
+
+
+def job_tokenizer(job: TokenizeJob):
+    """The tokenizer a job's workers encode with (loaded once per process; transformers' own for a model-specific
+    class), for the driver's questions: its special ids, its template."""
+    return _tokenizer(job.tokenizer)
 
 
 def _load_tokenizer(path: str):
@@ -137,8 +149,48 @@ def _kind(reason: str) -> str:
     return re.sub(r"\d+", "N", reason.split(", not ")[0].split(": ")[0].split(" (")[0])[:100]
 
 
+def _tokens_of(records: list[dict], job: TokenizeJob):
+    tok = _tokenizer(job.tokenizer)
+    if job.fmt == "chat":
+        from advisor.data.tokenize.chat_tokens import chat_tokens
+
+        return chat_tokens(records, tok, job.settings)
+    from advisor.data.tokenize.sft import sft_tokens
+
+    return sft_tokens(records, tok, job.settings)
+
+
+def check_settings(job: TokenizeJob) -> None:
+    """The job's settings against its tokenizer, here, before any worker starts: a refusal that holds for every
+    record (no chat template, a loss mask Bridge cannot build, a setting prepare does not build) is one message at
+    once, not one per shard from the workers."""
+    (_tokens_of if job.tokens_dir is not None else _lengths_of)([], job)
+
+
+PART_ARRAYS = ("ids", "mask", "lengths", "truncated")
+
+
+def part_paths(folder: str, index: int) -> dict[str, str]:
+    """The files shard ``index`` writes its tokens to: ids (int32) and mask (int8) of its records back to back,
+    lengths (int64 per record, -1 where one was left out: no tokens) and truncated (bool per record).
+
+        >>> sorted(part_paths("/t", 3).values())[0]
+        '/t/part-00003.ids.npy'
+    """
+    return {name: os.path.join(folder, f"part-{index:05d}.{name}.npy") for name in PART_ARRAYS}
+
+
+def _save_part(folder: str, index: int, arrays: dict[str, np.ndarray]) -> None:
+    for name, path in part_paths(folder, index).items():
+        with open(path, "xb") as f:  # a fresh staging folder: a name already there is a bug, never overwritten
+            np.save(f, arrays[name], allow_pickle=False)
+
+
 def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarray | None = None) -> ShardResult:
-    """The lengths of one shard's records (or of its rows ``select``, 0-based), -1 for each one left out."""
+    """The lengths of one shard's records (or of its rows ``select``, 0-based), -1 for each one left out; with
+    ``job.tokens_dir``, their token ids and masks are written there too (``part_paths``)."""
+    keep_tokens = job.tokens_dir is not None
+    token_parts: list = []  # (ids, mask, truncated per row) per read batch
     out: list[np.ndarray] = []
     problems: dict[str, list] = {}
     row = 0
@@ -158,17 +210,36 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         for k in keep:
             if records[k] is None:
                 note(wheres[k], bad_at[wheres[k]].reason, True)
+        truncated = np.zeros(len(keep), bool)
         if good:
-            got, record_problems = _lengths_of([records[k] for _, k in good], job)
+            if keep_tokens:
+                batch, got, record_problems = _tokens_of([records[k] for _, k in good], job)
+                truncated[[j for j, _ in good]] = batch.truncated
+                token_parts.append((batch.ids, batch.mask))
+            else:
+                got, record_problems = _lengths_of([records[k] for _, k in good], job)
             got = np.asarray(got)
             for (j, _), n in zip(good, got, strict=True):
                 lengths[j] = n
             for p in record_problems:
                 note(wheres[good[p.index][1]], p.reason, False)
         out.append(lengths)
+        if keep_tokens:
+            token_parts.append((None, truncated))
         row += len(records)
     lengths = np.concatenate(out) if out else np.zeros(0, np.int32)
-    return ShardResult(index=index, lengths=lengths, records=row,
+    cut = 0
+    if keep_tokens:
+        ids = [a for a, _ in token_parts if a is not None]
+        masks = [b for a, b in token_parts if a is not None]
+        flags = [b for a, b in token_parts if a is None]
+        truncated = np.concatenate(flags) if flags else np.zeros(0, bool)
+        cut = int(truncated.sum())
+        _save_part(job.tokens_dir, index, {
+            "ids": np.concatenate(ids) if ids else np.zeros(0, np.int32),
+            "mask": np.concatenate(masks) if masks else np.zeros(0, np.int8), "lengths": lengths.astype(np.int64),
+            "truncated": truncated})
+    return ShardResult(index=index, lengths=lengths, records=row, truncated=cut,
                        problems=tuple(Problem(kind=k, count=v[0], first=tuple(v[1]), reason=v[2], fatal=v[3])
                                       for k, v in problems.items()))
 
@@ -318,7 +389,10 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
         raise InputError("tokenize", "engine", f"{engine!r} is not one of {', '.join(ENGINES)}")
     if job.fmt not in FORMATS:
         raise InputError("tokenize", "format", f"{job.fmt!r} is not one of {', '.join(FORMATS)}")
+    if job.tokens_dir is not None and sample is not None:
+        raise InputError("tokenize", "sample", "a sample keeps no tokens: tokens_dir needs every record")
     _tokenizer(job.tokenizer)  # a bad tokenizer is one message before any work starts
+    check_settings(job)  # and so are settings no record can be tokenized with
     started = time.perf_counter()
     say = progress or (lambda text, done: None)
     workers = max(1, workers or os.cpu_count() or 1)
@@ -404,7 +478,7 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
         notes.append("Ray's groupby(length) histogram equals the per-sample lengths")
     return TokenizeResult(source=name, sample_index=index.astype(np.int64), lengths=lengths, total_records=records,
                           excluded=excluded, notes=tuple(notes), seconds=seconds, engine=engine, workers=workers,
-                          sampled=sampled)
+                          sampled=sampled, truncated=int(sum(r.truncated for r in results)), shards=len(results))
 
 
 def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:

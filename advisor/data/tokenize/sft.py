@@ -27,6 +27,7 @@ from typing import Literal
 
 import numpy as np
 
+from advisor.data.tokenize.sequences import TokenBatch
 from advisor.data.tokenize.tokenizer import Tokenizer
 from advisor.errors import InputError, excerpt
 
@@ -207,6 +208,24 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
     parts = template.parts(tok.space_sensitive)
     literals = sorted({lit for _, key, lit in parts if key is None})
     literal_len = dict(zip(literals, tok.mb_lengths(literals).tolist(), strict=True))
+    lengths, problems, pieces, good = _template_records(records, template, parts, s)
+    counts = iter(tok.mb_lengths(pieces).tolist())
+    keys = [key if key is not None else "<template>" for _, key, _ in parts]
+    for i in good:
+        lens = [next(counts) if key is not None else literal_len[lit] for _, key, lit in parts]
+        try:
+            lengths[i] = _truncated_total(lens, keys, template.truncation_fields, s)
+        except IndexError:
+            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
+                                             "truncation field appears more than once in the prompt template"))
+    problems.sort(key=lambda p: p.index)
+    return lengths, problems
+
+
+def _template_records(records: Sequence[dict], template: _Template, parts: list, s: SftSettings
+                      ) -> tuple[np.ndarray, list[RecordProblem], list[str], list[int]]:
+    """The value pieces (leading spaces kept) of every record the template can fill, in order; lengths -1 and a
+    problem for each other record."""
     needed = list(dict.fromkeys(template.keys))
     lengths = np.full(len(records), -1, dtype=np.int64)
     problems: list[RecordProblem] = []
@@ -231,56 +250,140 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
         values = {k: rec[k].strip(" ") if k in rec else "" for k in needed}
         pieces.extend(left + values[key] for left, key, _ in parts if key is not None)
         good.append(i)
-    counts = iter(tok.mb_lengths(pieces).tolist())
-    keys = [key if key is not None else "<template>" for _, key, _ in parts]
-    for i in good:
-        lens = [next(counts) if key is not None else literal_len[lit] for _, key, lit in parts]
-        try:
-            lengths[i] = _truncated_total(lens, keys, template.truncation_fields, s)
-        except IndexError:
-            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
-                                             "truncation field appears more than once in the prompt template"))
-    problems.sort(key=lambda p: p.index)
-    return lengths, problems
+    return lengths, problems, pieces, good
 
 
 def _truncated_total(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettings) -> int:
-    """``GPTSFTDataset._multiple_truncation`` then ``_process_example``'s additions, on token counts.
+    """``GPTSFTDataset._multiple_truncation`` then ``_process_example``'s additions, on token counts: the total.
+
+        >>> _truncated_total([10, 3, 5], ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12))
+        12
+    """
+    _cut(lens, keys, fields, s)
+    return s.virtual_tokens + s.add_bos + sum(lens[:-1]) + s.add_sep + lens[-1] + s.add_eos
+
+
+def _cut(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettings) -> bool:
+    """``GPTSFTDataset._multiple_truncation`` on token counts: ``lens`` (one per template piece) is cut in place;
+    returns whether anything was cut.
 
     The label is the last piece. Over ``max_seq_length``, the excess is shared out between the truncation
     fields (any remainder to the first ones); whatever they cannot give is then cut from the pieces in order,
     first to last for "left", last (the label) to first for "right", which also reserves
     ``min(label, tokens_to_generate)``. Then BOS, virtual tokens and SEP go before the answer, EOS after.
 
-        >>> _truncated_total([10, 3, 5], ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12))
-        12
+        >>> lens = [10, 3, 5]
+        >>> _cut(lens, ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12)), lens
+        (True, [3, 3, 5])
     """
     label0 = lens[-1]
     total = (s.virtual_tokens + sum(lens[:-1]) + max(label0, s.tokens_to_generate)
              + s.add_bos + s.add_sep + s.add_eos)
-    if total > s.max_seq_length:
-        excess = total - s.max_seq_length
-        n = len(fields)
-        if n > 0:
-            shares = [excess // n + (1 if j < excess % n else 0) for j in range(n)[::-1]]
-            for j, key in enumerate(keys):
-                if key in fields:
-                    cut = min(shares.pop(), lens[j])  # IndexError when a field repeats, as in Megatron-Bridge
-                    excess -= cut
-                    lens[j] -= cut
-        if excess > 0:
-            if s.truncation_method == "left":
-                order = range(len(lens))
+    if total <= s.max_seq_length:
+        return False
+    excess = total - s.max_seq_length
+    n = len(fields)
+    if n > 0:
+        shares = [excess // n + (1 if j < excess % n else 0) for j in range(n)[::-1]]
+        for j, key in enumerate(keys):
+            if key in fields:
+                cut = min(shares.pop(), lens[j])  # IndexError when a field repeats, as in Megatron-Bridge
+                excess -= cut
+                lens[j] -= cut
+    if excess > 0:
+        if s.truncation_method == "left":
+            order = range(len(lens))
+        else:
+            order = range(len(lens) - 1, -1, -1)
+            excess += min(label0, s.tokens_to_generate)
+        for j in order:
+            if lens[j] >= excess:
+                lens[j] -= excess
+                break
+            excess -= lens[j]
+            lens[j] = 0
+    return True
+
+
+def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
+               ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+    """Each record's ``input_ids`` as ``GPTSFTDataset._process_example`` builds them, with the mask offline packing
+    derives from ``answer_start_idx`` (mask kind ``answer_start``: ``idx >= answer_start_idx - 1``, see
+    ``sequences``), and the lengths (-1 where a record cannot be built, as in ``sft_lengths``).
+
+    The pieces are ``sft_lengths``' pieces with their ids kept: each cut piece keeps its first tokens ("right")
+    or its last ("left", ``GPTSFTDataset._truncation``); then BOS, virtual tokens (EOS ids: ``_process_example``
+    puts them before the context first and BOS before them after), the context, the answer and EOS.
+
+        >>> from advisor.data.tokenize.tokenizer import _example_folder, load_tokenizer
+        >>> tok = load_tokenizer(_example_folder())
+        >>> batch, lengths, _ = sft_tokens([{"input": "Hello", "output": "world"}], tok)
+        >>> batch.ids.tolist(), batch.mask.tolist(), lengths.tolist()  # <s> Hello | <s> world | eos
+        ([0, 3, 0, 4, 1], [0, 1, 1, 1, 1], [5])
+    """
+    s = settings if settings is not None else SftSettings()
+    if s.prompt_completion is not None:
+        raise InputError(SETTINGS, "prompt_completion", "prepare writes prompt-template SFT data; prompt-completion "
+                         "preprocessing is not built yet (its per-token loss mask differs)")
+    if s.add_sep:
+        # build_gpt_sft_split passes no sep_id, so GPTSFTDataset's is None: Bridge would put None into input_ids
+        raise InputError(SETTINGS, "add_sep", "Megatron-Bridge 0.6.2's builder gives GPTSFTDataset no sep_id, so "
+                         "add_sep puts None into every sample; leave it off")
+    eos = tok.special_id("eos")
+    bos = tok.special_id("bos")
+    if (s.add_eos or s.virtual_tokens) and eos is None:
+        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) "
+                         "need")
+    if s.add_bos and bos is None:
+        raise InputError(str(tok.path), None, "the tokenizer has no BOS token, which add_bos needs")
+    template = _Template.of(s)
+    parts = template.parts(tok.space_sensitive)
+    literals = sorted({lit for _, key, lit in parts if key is None})
+    lit_flat, lit_off = tok.mb_ids(literals)
+    literal_ids = {lit: lit_flat[lit_off[j]:lit_off[j + 1]] for j, lit in enumerate(literals)}
+    lengths, problems, pieces, good = _template_records(records, template, parts, s)
+    flat, offsets = tok.mb_ids(pieces)
+    keys = [key if key is not None else "<template>" for _, key, _ in parts]
+    per_record = sum(1 for _, key, _ in parts if key is not None)
+    head = ([bos] if s.add_bos else []) + [eos] * s.virtual_tokens  # BOS goes before the virtual tokens
+    tail = [eos] if s.add_eos else []
+    ids_out: list[np.ndarray] = []
+    mask_out: list[np.ndarray] = []
+    record_len = np.zeros(len(records), dtype=np.int64)
+    truncated = np.zeros(len(records), dtype=bool)
+    for n, i in enumerate(good):
+        at = n * per_record
+        piece_ids = []
+        for _, key, lit in parts:
+            if key is None:
+                piece_ids.append(literal_ids[lit])
             else:
-                order = range(len(lens) - 1, -1, -1)
-                excess += min(label0, s.tokens_to_generate)
-            for j in order:
-                if lens[j] >= excess:
-                    lens[j] -= excess
-                    break
-                excess -= lens[j]
-                lens[j] = 0
-    return s.virtual_tokens + s.add_bos + sum(lens[:-1]) + s.add_sep + lens[-1] + s.add_eos
+                piece_ids.append(flat[offsets[at]:offsets[at + 1]])
+                at += 1
+        lens = [p.size for p in piece_ids]
+        try:
+            truncated[i] = _cut(lens, keys, template.truncation_fields, s)
+        except IndexError:
+            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
+                                             "truncation field appears more than once in the prompt template"))
+            continue
+        kept = [p if k == p.size else (p[p.size - k:] if s.truncation_method == "left" else p[:k]) if k else p[:0]
+                for p, k in zip(piece_ids, lens, strict=True)]
+        context = np.concatenate([np.asarray(head, np.int32)] + kept[:-1]).astype(np.int32, copy=False)
+        ids = np.concatenate([context, kept[-1], np.asarray(tail, np.int32)]).astype(np.int32, copy=False)
+        # fill_packing_strategy: idx >= answer_start_idx - 1, answer_start_idx = len(context_ids)
+        mask = (np.arange(ids.size) >= context.size - 1).astype(np.int8)
+        ids_out.append(ids)
+        mask_out.append(mask)
+        lengths[i] = ids.size
+        record_len[i] = ids.size
+    problems.sort(key=lambda p: p.index)
+    offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
+    np.cumsum(record_len, out=offsets_out[1:])
+    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
+                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8),
+                       offsets=offsets_out, truncated=truncated)
+    return batch, lengths, problems
 
 
 def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings

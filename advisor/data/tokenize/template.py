@@ -582,6 +582,27 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
     ``SECONDS_PER_MB`` per MB of the record). Raises ``TemplateLimit`` over a limit, the template's own errors as
     transformers would.
     """
+    prepared = _prepared(messages, tools, documents, special_tokens)
+    return _render(template, prepared, prepared[0], add_generation_prompt, seconds)
+
+
+def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
+                    special_tokens: Mapping[str, str] | None = None, seconds: float | None = None) -> dict[int, str]:
+    """``render_chat`` of ``messages[:m]`` for each m in ``counts`` (each at least 1), sharing the preparation of
+    the inputs (rebuilt from plain JSON types and measured once, for the whole conversation: each prefix's budget
+    is the whole conversation's, at least its own). Each render has its own deadline and limits.
+
+        >>> render_prefixes("{% for m in messages %}{{ m.content }};{% endfor %}",
+        ...                 [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], [1, 2])
+        {1: 'a;', 2: 'a;b;'}
+    """
+    prepared = _prepared(messages, tools, None, special_tokens)
+    return {m: _render(template, prepared, prepared[0][:m], False, seconds) for m in counts}
+
+
+def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mapping[str, str] | None) -> tuple:
+    """The inputs as transformers' ``apply_chat_template`` prepares them: (chat, tools, documents, variables,
+    size of them all)."""
     from transformers.utils import chat_template_utils as ctu
 
     if len(messages) == 0:
@@ -601,7 +622,14 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
     kwargs = plain(dict(special_tokens or {}))
     chat = ctu._alias_reasoning_fields(plain(chat))
     tools, documents = plain(tools), plain(documents)
-    budget = Budget.for_input(text_size((chat, tools, documents), MAX_OUT_CHARS), seconds)
+    return chat, tools, documents, kwargs, text_size((chat, tools, documents), MAX_OUT_CHARS)
+
+
+def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None) -> str:
+    _, tools, documents, kwargs, size = prepared
+    if len(chat) == 0:
+        raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+    budget = Budget.for_input(size, seconds)
     with _running(budget):
         compiled = compile_template(template)
         pieces, size = [], 0

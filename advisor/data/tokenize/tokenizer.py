@@ -22,6 +22,7 @@ truncation and padding off, named special tokens missing from the file added as 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -107,6 +108,52 @@ class Tokenizer:
             else:
                 out[start:start + len(chunk)] = [len(ids) for ids in self.backend.encode(chunk)]
         return out
+
+    def ids(self, texts: Sequence[str], *, special: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The token ids of each text, back to back (int32), and where each text's start (int64, one more than
+        texts): ``lengths`` with the ids kept. Flat arrays, not lists of lists: a million records stay compact.
+
+            >>> tok = load_tokenizer(_example_folder())
+            >>> flat, offsets = tok.ids(["Hello world", "x"], special=True)
+            >>> flat.tolist(), offsets.tolist()
+            ([0, 3, 4, 0, 5], [0, 3, 5])
+        """
+        parts: list[np.ndarray] = []
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            chunk = list(texts[start:start + ENCODE_CHUNK])
+            if self.kind == "huggingface":
+                encodings = native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
+                                   add_special_tokens=special)
+                lists = [e.ids for e in encodings]
+            else:
+                lists = self.backend.encode(chunk)
+            lengths[start:start + len(chunk)] = [len(x) for x in lists]
+            parts.append(np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32,
+                                     count=int(lengths[start:start + len(chunk)].sum())))
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), offsets
+
+    def mb_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``ids`` as Megatron-Bridge's ``_tokenize`` encodes (see ``mb_lengths``)."""
+        return self.ids(texts, special=self.include_special_tokens and self.kind == "huggingface")
+
+    def special_id(self, name: Literal["bos", "eos"]) -> int | None:
+        """The id Megatron-Core's wrapper gives ``bos_id`` / ``eos_id`` (its ``eod`` too), or None: Hugging Face's
+        named token, bos falling back to cls and eos to sep (``HuggingFaceTokenizer.__init__``); SentencePiece's
+        own (``bos_id()``/``eos_id()``, None when the model has none).
+
+            >>> tok = load_tokenizer(_example_folder())
+            >>> tok.special_id("bos"), tok.special_id("eos")
+            (0, 1)
+        """
+        if self.kind == "sentencepiece":
+            value = self.backend.bos_id() if name == "bos" else self.backend.eos_id()
+            return value if value >= 0 else None
+        content = (self.special.get("bos_token") or self.special.get("cls_token") if name == "bos"
+                   else self.special.get("eos_token") or self.special.get("sep_token"))
+        return None if content is None else self.backend.token_to_id(content)
 
     def mb_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Tokens per text as Megatron-Bridge's ``_tokenize`` (megatron/bridge/data/datasets/utils.py) counts them:

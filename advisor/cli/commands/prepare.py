@@ -1,0 +1,66 @@
+"""The ``prepare`` command: the packed data set Megatron-Bridge trains on, from raw data (``tokenize``'s options
+and job) or from a prepared folder's token cache (``--from-cache``), written by ``advisor.prepare``.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+from advisor.cli.commands.files import named
+from advisor.cli.commands.tokenize import _job, check_ray_address
+from advisor.cli.output import Bar
+from advisor.errors import InputError
+
+if TYPE_CHECKING:
+    from advisor.prepare.run import PrepareResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareOutcome:
+    data: dict  # the --json object
+    result: PrepareResult
+
+
+def prepare(args: Namespace) -> PrepareOutcome:
+    from advisor.prepare.run import PrepareOptions
+    from advisor.prepare.run import prepare as run
+    from advisor.safe_write import check_output_folder
+
+    if args.from_cache and (args.data or args.tokenizer or args.validation):
+        raise InputError("prepare", "--from-cache", "re-packs a prepared folder's tokens: give it without DATA, "
+                         "--tokenizer and --validation (the cache has them)")
+    if not args.from_cache and not (args.data and args.tokenizer):
+        raise InputError("prepare", None, "give DATA and --tokenizer (or --from-cache PREPARED_FOLDER)")
+    if args.ray_address:
+        check_ray_address(args.ray_address, args.engine)
+    options = PrepareOptions(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
+                             pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
+                             rows_per_file=args.rows_per_file, engine=args.engine, workers=args.workers,
+                             address=args.ray_address, force=args.force)
+    jobs = {}
+    if not args.from_cache:
+        # the dataset's max length is the packing's (--max-seq-length, else the pack size): advisor.prepare sets it
+        jobs["train"] = _job(Namespace(**{**vars(args), "max_seq_length": None}))
+        if args.validation:
+            jobs["validation"] = replace(jobs["train"], data=args.validation)
+    inputs = [args.from_cache] if args.from_cache else [args.data, args.tokenizer, args.validation]
+    named("-o", check_output_folder, args.output, force=args.force, inputs=inputs)  # before the work, not after
+    try:
+        with Bar(args.quiet, "prepare") as bar:
+            result = run(args.output, options, from_cache=args.from_cache, progress=bar, **jobs)
+    except ConnectionError as e:  # Ray's "ray client connection timeout" and the like: an OSError, not a bug
+        raise ValueError(f"--ray-address {args.ray_address[:80]}: {str(e)[:200]}") from None
+    return PrepareOutcome(data=_data(result), result=result)
+
+
+def _data(r: PrepareResult) -> dict:
+    splits = []
+    for s in r.splits:
+        d = asdict(s)
+        d["excluded"] = list(s.excluded)
+        splits.append(d)
+    return {"out": r.out, "files": list(r.files), "seconds": r.seconds, "tokenize_seconds": r.tokenize_seconds,
+            "from_cache": r.from_cache, "options": {k: v for k, v in asdict(r.options).items() if k != "force"},
+            "splits": splits, "metadata": [s.metadata for s in r.splits], "packed_sequence_specs": r.specs()}

@@ -1,0 +1,285 @@
+"""Chat records' token ids and loss masks, exactly as Megatron-Bridge 0.6.2's ``GPTSFTChatDataset`` builds them
+with the tokenizer's chat template (``_chat_preprocess`` in megatron/bridge/data/datasets/utils.py, which calls
+``tokenize_chat_example`` in megatron/bridge/data/conversation_processing.py).
+
+Alternative: ``chat.chat_lengths``, the same rendering and encoding keeping only counts (what ``tokenize`` needs).
+Here the ids are kept and the loss mask is built as Bridge builds it (``chat_mask``): for assistant-only and
+last-turn loss, Bridge renders the conversation up to and through each assistant turn and compares the token
+prefixes with the whole rendering. Those prefix renders are done here too (a template may render a message
+differently when it is last); encoding them is skipped when a prefix is the whole text's start and ends with
+a marker token such as ``<|eot_id|>``: added tokens split the text before the model sees it, so the prefix's
+tokens are then the whole text's tokens up to that marker (``_prefix_tokens``; tested against real encodes).
+
+Not built: templates with a ``{% generation %}`` block under assistant or last-turn loss (Bridge then takes
+Hugging Face's assistant mask), the legacy ``<extra_id_*>`` format, and named template sets for those modes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from advisor.data.tokenize.chat import (
+    GENERATION_REGEX,
+    ChatSettings,
+    normalize_conversation,
+    render_boxed,
+)
+from advisor.data.tokenize.chat_mask import (
+    ASSISTANT,
+    PAD_TOKENS,
+    apply_loss_mode,
+    boundaries,
+    common_prefix,
+    contains_markers,
+    mask_from_scan,
+    mask_from_turns,
+)
+from advisor.data.tokenize.sequences import TokenBatch
+from advisor.data.tokenize.sft import RecordProblem
+from advisor.data.tokenize.template import select_template
+from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPanic, native
+from advisor.errors import InputError
+
+
+def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings | None = None
+                ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+    """Each conversation's ``input_ids`` and loss mask (mask kind ``loss_mask``, see ``sequences``), its length
+    (-1 where Bridge cannot build it) and the problems, as ``chat_lengths`` reports them.
+
+        >>> from advisor.data.tokenize.tokenizer import _example_folder, load_tokenizer
+        >>> tok = load_tokenizer(_example_folder())  # template: "{role}: {content}\\n" per message
+        >>> chat = {"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "world"}]}
+        >>> batch, lengths, _ = chat_tokens([chat], tok, ChatSettings(loss_mode="full"))
+        >>> lengths.tolist(), batch.mask.tolist()
+        ([6], [1, 1, 1, 1, 1, 1])
+    """
+    s = settings if settings is not None else ChatSettings()
+    if not s.use_hf_tokenizer_chat_template:
+        raise InputError("ChatSettings", "use_hf_tokenizer_chat_template", "prepare writes chat data rendered with "
+                         "the tokenizer's chat template; the legacy <extra_id_*> format is not built")
+    hf = tok.transformers_tokenizer()
+    own = hf.chat_template
+    if s.chat_template is None and not own:
+        raise InputError(str(tok.path), None, "has no chat template (tokenizer_config.json's chat_template or "
+                         "chat_template.jinja); give one in ChatSettings.chat_template")
+    try:
+        template = select_template(own, s.chat_template, None)
+    except ValueError as e:
+        raise InputError(str(tok.path), "chat_template", str(e)) from None
+    backend = hf.backend_tokenizer
+    backend.no_truncation()
+    backend.no_padding()
+    source_name = str(tok.path)
+
+    def encode(text: str) -> list[int]:  # tokenize_text_without_special_tokens
+        return native(source_name, "encoding", backend.encode, text, add_special_tokens=False).ids
+
+    bounds = None
+    if s.loss_mode != "full":
+        named = s.chat_template is None and not isinstance(own, str)
+        if named or GENERATION_REGEX.search(template):
+            raise InputError(source_name, None, f"prepare builds the {s.loss_mode!r} loss mask from turn markers; "
+                             "this chat template " + ("is a set of named templates" if named else
+                                                      "has a {% generation %} block") + ", which prepare does not "
+                             "read yet: use loss_mode 'full' or a template without it")
+        bounds = boundaries(template, encode)
+        if bounds is None:
+            raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
+                             "with this chat template: it has no {% generation %} block and none of the turn markers "
+                             "Bridge knows (ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a "
+                             "template")
+    skipped = np.array(sorted(i for i, t in hf.added_tokens_decoder.items() if str(t) in PAD_TOKENS), np.int64)
+    markers = _marker_ids(backend)
+    schemas = s.tools()
+    special_tokens = hf.special_tokens_map
+
+    problems: list[RecordProblem] = []
+    work: list[_Record] = []
+    for i, rec in enumerate(records):
+        conversation = normalize_conversation(rec)
+        if isinstance(conversation, str):
+            problems.append(RecordProblem(i, conversation))
+            continue
+        tools = rec.get("tools")  # tokenize_chat_example: a record's own tools, else the data set's
+        if not tools and schemas is not None:
+            tools = schemas
+        chosen = select_template(own, s.chat_template, tools)
+        r = _Record(i, conversation, tools)
+        # with a mask to build, the conversation's first parts are rendered too, in one call (inputs prepared once)
+        wanted = r.prefixes() if bounds is not None else []
+        texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)])
+        if isinstance(texts, RecordProblem):
+            problems.append(RecordProblem(i, texts.reason))
+            continue
+        r.text = texts.pop(len(conversation))
+        r.prefix_texts = texts
+        work.append(r)
+
+    full_ids, panicked = _encode(backend, [r.text for r in work], source_name)
+    for j, why in panicked:
+        problems.append(RecordProblem(work[j].index, why))
+    for r, ids in zip(work, full_ids, strict=True):
+        r.ids = ids
+    work = [r for r in work if r.ids is not None]
+    if bounds is not None:
+        failed = _prefix_lengths(work, markers, backend, source_name)
+        problems.extend(RecordProblem(i, why) for i, why in failed.items())
+        work = [r for r in work if r.index not in failed]
+
+    lengths = np.full(len(records), -1, dtype=np.int64)
+    ids_out: list[np.ndarray] = []
+    mask_out: list[np.ndarray] = []
+    for r in work:
+        ids = r.ids
+        if bounds is None:
+            mask = apply_loss_mode(np.zeros(ids.size, np.int8), ids, "full", None, skipped)
+        else:
+            mask = _assistant_mask(r, ids, bounds, encode)
+            if mask is None:
+                problems.append(RecordProblem(r.index, _no_mask_reason(r.conversation, s.loss_mode)))
+                continue
+            mask = apply_loss_mode(mask, ids, s.loss_mode, r.last_turn_start, skipped)
+        lengths[r.index] = ids.size
+        ids_out.append(ids.astype(np.int32))
+        mask_out.append(mask)
+    problems.sort(key=lambda p: p.index)
+    offsets = np.zeros(len(records) + 1, dtype=np.int64)
+    np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
+    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
+                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8), offsets=offsets,
+                       truncated=np.zeros(len(records), bool))
+    return batch, lengths, problems
+
+
+class _Record:
+    """One conversation on its way: its renders, then the prefix lengths its loss mask needs."""
+
+    def __init__(self, index: int, conversation: list[dict], tools):
+        self.index, self.conversation, self.tools = index, conversation, tools
+        self.text = ""  # the whole conversation rendered
+        self.prefix_texts: dict[int, str] = {}  # messages rendered -> text (the whole conversation excluded)
+        self.prefix_len: dict[int, int] = {}  # messages rendered -> common token prefix with the whole rendering
+        self.turns: list[int] = [k for k, t in enumerate(conversation) if t.get("role") == ASSISTANT]
+        self.last_turn_start: int | None = None
+        self.ids: np.ndarray | None = None  # the whole rendering's token ids
+
+    def prefixes(self) -> list[int]:
+        """How many messages to render for the loss mask: the conversation before and through each assistant turn
+        (``_assistant_mask_from_conversation_turns``; the last turn's "before" is also
+        ``_infer_final_assistant_start``'s)."""
+        n = len(self.conversation)
+        return sorted({k for k in self.turns if k > 0} | {k + 1 for k in self.turns if k + 1 < n})
+
+    def spans(self, size: int) -> list[tuple[int, int]]:
+        """(before, through) per assistant turn: common prefix lengths with the whole rendering."""
+        n = len(self.conversation)
+        return [(self.prefix_len[k] if k > 0 else 0, self.prefix_len[k + 1] if k + 1 < n else size)
+                for k in self.turns]
+
+
+def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray | None:
+    """``build_assistant_loss_mask`` without a generation mask: the turns first, the scan when they fail and no
+    message carries a marker of its own; also sets the last turn's start (``_infer_final_assistant_start``)."""
+    if r.turns:
+        last = r.turns[-1]
+        r.last_turn_start = 0 if last == 0 else min(r.prefix_len[last], ids.size)
+    mask = mask_from_turns(ids, r.spans(ids.size), bounds)
+    if mask is None:
+        # Bridge would next try the turns again through its own tokenizer wrapper, which renders the same ids
+        payloads = [{k: v for k, v in turn.items() if k != "role"} for turn in r.conversation]
+        payloads.append({"tools": r.tools} if r.tools is not None else {})
+        if not contains_markers(payloads, encode, bounds):
+            mask = mask_from_scan(ids, bounds, [t.get("role") for t in r.conversation])
+    return mask
+
+
+def _no_mask_reason(conversation: list[dict], loss_mode: str) -> str:
+    if not any(t.get("role") == ASSISTANT for t in conversation):
+        return (f"no assistant turn: Megatron-Bridge cannot build the {loss_mode!r} loss mask (use loss_mode='full' "
+                "to train on every token)")
+    return ("Megatron-Bridge cannot find the assistant turns' markers in the tokens (AssistantMaskBoundaryConfig did "
+            "not match any loss-contributing spans)")
+
+
+def _marker_ids(backend) -> dict[str, int] | None:
+    """The added tokens by their text, when every one is a marker such as ``<|eot_id|>``: ``<`` first, ``>`` last,
+    neither inside, matched as written (not normalized, not single-word, special tokens not split). Then a
+    marker's occurrence in a text is always that token, whatever follows, so a text cut just after one encodes
+    to the whole text's tokens up to it. Otherwise None (every prefix is encoded)."""
+    if getattr(backend, "encode_special_tokens", False):
+        return None
+    out: dict[str, int] = {}
+    for token_id, added in backend.get_added_tokens_decoder().items():
+        c = added.content
+        inner = c[1:-1]
+        if len(c) < 2 or c[0] != "<" or c[-1] != ">" or "<" in inner or ">" in inner or added.single_word:
+            return None
+        if added.normalized and backend.normalizer is not None:
+            return None
+        out[c] = token_id
+    return out
+
+
+def _prefix_tokens(prefix: str, whole: str, whole_ids: np.ndarray, markers: dict[str, int] | None) -> int | None:
+    """How many of the whole text's tokens a prefix of it encodes to, without encoding it, or None when that
+    cannot be known this way (see ``_marker_ids``).
+
+        >>> _prefix_tokens("a<x>b<x>", "a<x>b<x>c", np.array([7, 1, 8, 1, 9]), {"<x>": 1})
+        4
+        >>> _prefix_tokens("a<x>b", "a<x>b<x>c", np.array([7, 1, 8, 1, 9]), {"<x>": 1}) is None
+        True
+    """
+    if markers is None or not prefix.endswith(">") or not whole.startswith(prefix):
+        return None
+    marker = prefix[prefix.rfind("<"):]
+    token_id = markers.get(marker)
+    if token_id is None:
+        return None
+    hits = np.flatnonzero(whole_ids == token_id)
+    count = prefix.count(marker)
+    return int(hits[count - 1]) + 1 if 0 < count <= hits.size else None
+
+
+def _prefix_lengths(work: list[_Record], markers, backend, source: str) -> dict[int, str]:
+    """Fill each record's ``prefix_len``: by ``_prefix_tokens`` where it can, else by encoding the prefixes (one
+    batch for all records) and comparing with the whole text's ids. Returns the records (by index) whose prefix
+    the Rust library panicked on, with why."""
+    todo: list[tuple[_Record, int]] = []
+    for r in work:
+        for m, text in r.prefix_texts.items():
+            n = _prefix_tokens(text, r.text, r.ids, markers)
+            if n is None:
+                todo.append((r, m))
+            else:
+                r.prefix_len[m] = n
+    encoded, panicked = _encode(backend, [r.prefix_texts[m] for r, m in todo], source)
+    failed = {todo[j][0].index: why for j, why in panicked}
+    for (r, m), ids in zip(todo, encoded, strict=True):
+        if ids is not None:
+            r.prefix_len[m] = common_prefix(ids, r.ids)
+    return failed
+
+
+def _encode(backend, texts: list[str], source: str) -> tuple[list[np.ndarray | None], list[tuple[int, str]]]:
+    """Token ids of rendered texts, without special tokens (as ``apply_chat_template(tokenize=True)``); a batch the
+    Rust library panics on is encoded again text by text, and each text it panics on is None with its reason."""
+    out: list[np.ndarray | None] = []
+    panicked: list[tuple[int, str]] = []
+    for start in range(0, len(texts), ENCODE_CHUNK):
+        chunk = texts[start:start + ENCODE_CHUNK]
+        try:
+            encodings = native(source, "encoding", backend.encode_batch_fast, chunk, add_special_tokens=False)
+            out.extend(np.asarray(e.ids, dtype=np.int64) for e in encodings)
+            continue
+        except TokenizerPanic:
+            pass
+        for j, text in enumerate(chunk, start):
+            try:
+                out.append(np.asarray(native(source, "encoding", backend.encode, text,
+                                             add_special_tokens=False).ids, dtype=np.int64))
+            except TokenizerPanic as e:
+                out.append(None)
+                panicked.append((j, e.what))
+    return out, panicked

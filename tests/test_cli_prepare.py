@@ -1,0 +1,125 @@
+"""``python -m advisor prepare``: the command over advisor.prepare, its summary, its JSON and its refusals.
+
+Run in this process through ``advisor.cli.main`` (what ``python -m advisor`` calls), with the bundled raw samples
+and ``tiny-bpe``; one run in a subprocess, as users run it, is in the slow tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from advisor.cli import main
+from advisor.cli.parser import build_parser
+from advisor.prepare.run import PrepareOptions, prepare
+from tests.conftest import ROOT
+from tests.tokenizer_fixture import build_tokenizer
+
+RAW = ROOT / "sample_data" / "raw"
+TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
+CHAT = str(RAW / "chat_sample.jsonl")
+SFT = str(RAW / "sft_sample.jsonl")
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prepare_writes_the_folder_and_says_what_it_did(capsys, tmp_path):
+    out = tmp_path / "packed"
+    code, text, _ = cli(capsys, "prepare", CHAT, "--tokenizer", TOKENIZER, "--format", "chat", "--pack-size", 1024,
+                        "--validation", CHAT, "--workers", 1, "--quiet", "-o", out)
+    assert code == 0
+    assert sorted(os.listdir(out)) == [".tokens", "1024_metadata.jsonl", "training_1024.idx.parquet",
+                                       "validation_1024.idx.parquet"]
+    rows = pq.read_table(out / "training_1024.idx.parquet").num_rows
+    assert "training: 300 records read, 285 packed, 15 skipped (longer than max_seq_length), 0 truncated -> " \
+           f"{rows:,} packs" in text
+    assert "efficiency" in text and "n = " in text and "s in all" in text
+    assert f"packed_train_data_path='{out}/training_1024.idx.parquet'" in text
+
+
+def test_json_and_the_api_agree_and_a_repack_needs_no_tokenizer(capsys, tmp_path):
+    code, text, _ = cli(capsys, "prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size", 512, "--seed", 7,
+                        "--algorithm", "first_fit_decreasing", "--workers", 1, "--json", "--quiet", "-o",
+                        tmp_path / "a")
+    assert code == 0
+    data = json.loads(text)
+    api = prepare(str(tmp_path / "b"), PrepareOptions(pack_size=512, seed=7, algorithm="first_fit_decreasing",
+                                                      workers=1), train=_sft_job())
+    assert data["metadata"] == [api.splits[0].metadata]
+    assert data["splits"][0]["records_read"] == 300 and data["splits"][0]["truncated"] == api.splits[0].truncated
+    assert data["packed_sequence_specs"]["packed_train_data_path"] == str(tmp_path / "a" / "training_512.idx.parquet")
+    code, text, _ = cli(capsys, "prepare", "--from-cache", tmp_path / "a", "--pack-size", 1024, "--max-seq-length",
+                        512, "--algorithm", "column_generation", "--json", "--quiet", "-o", tmp_path / "c")
+    again = json.loads(text)
+    assert code == 0 and again["tokenize_seconds"] == 0 and again["from_cache"] == str(tmp_path / "a")
+    assert again["splits"][0]["packs"] <= data["splits"][0]["packs"] // 2 + 1
+
+
+def _sft_job():
+    from advisor.data.tokenize.engine import TokenizeJob
+    from advisor.data.tokenize.sft import SftSettings
+
+    return TokenizeJob(data=SFT, tokenizer=TOKENIZER, fmt="sft", settings=SftSettings())
+
+
+def test_refusals_are_one_line_and_exit_2(capsys, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("mine")
+    generation = build_tokenizer(tmp_path / "gen", chat_template=(
+        "{% for m in messages %}{{ m['role'] }}: {% generation %}{{ m['content'] }}{% endgeneration %}\n"
+        "{% endfor %}"))
+    cases = [
+        (("prepare", "--pack-size", 64, "-o", tmp_path / "o"), "give DATA and --tokenizer"),
+        (("prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size", 64, "-o", tmp_path / "full"),
+         "-o " + str(tmp_path / "full") + ": is a folder that is not empty; pass --force"),
+        (("prepare", SFT, "--from-cache", tmp_path / "full", "--pack-size", 64, "-o", tmp_path / "o"),
+         "give it without DATA, --tokenizer and --validation"),
+        (("prepare", "--from-cache", tmp_path / "full", "--pack-size", 64, "-o", tmp_path / "o"),
+         "holds no token cache"),
+        (("prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size", 64, "--add-sep", "-o", tmp_path / "o"),
+         "add_sep puts None"),
+        (("prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size", 64, "--max-seq-length", 128, "-o", tmp_path / "o"),
+         "cannot exceed the pack size"),
+        (("prepare", CHAT, "--tokenizer", generation, "--format", "chat", "--pack-size", 64, "-o", tmp_path / "o"),
+         "has a {% generation %} block"),
+    ]
+    for args, message in cases:
+        code, _, err = cli(capsys, *args, "--quiet")
+        assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, (args, err)
+    assert not (tmp_path / "o").exists() and os.listdir(tmp_path / "full") == ["x"]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
+
+
+def test_prepare_takes_tokenize_and_pack_options():
+    """One option set each: the raw-data options are tokenize's, the packing options pack's."""
+    def options(command):
+        parser = build_parser(command)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+        return {s for a in sub._actions for s in a.option_strings}
+
+    prepare_opts = options("prepare")
+    assert (options("tokenize") - {"--max-seq-length", "--sample", "--seed", "--pack-size", "--bootstraps",
+                                   "--histogram-output"}) <= prepare_opts
+    assert {"--pack-size", "--algorithm", "--seed", "--pad-seq-to-mult", "--max-seq-length"} <= prepare_opts
+    assert {"--validation", "--from-cache", "--rows-per-file"} <= prepare_opts
+
+
+@pytest.mark.slow  # the command line in a subprocess
+def test_prepare_as_users_run_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "advisor", "prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size",
+                           "256", "--pad-seq-to-mult", "4", "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "232 truncated" in proc.stdout and "pad_seq_to_mult 4" in proc.stdout
+    again = subprocess.run([sys.executable, "-m", "advisor", "prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size",
+                            "256", "-o", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 2 and "pass --force" in again.stderr

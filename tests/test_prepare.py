@@ -1,0 +1,254 @@
+"""``advisor prepare``'s own rules: every record packed once, the engines' files identical, the token cache, the
+output folder's safety. Megatron-Bridge identity is tests/test_prepare_exact.py.
+
+Data: the bundled raw samples and ``tiny-bpe`` tokenizer, and generated lengths for the properties.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor.data.lengths import LengthHistogram
+from advisor.data.tokenize.chat import ChatSettings
+from advisor.data.tokenize.engine import TokenizeJob
+from advisor.data.tokenize.sft import SftSettings
+from advisor.errors import InputError
+from advisor.packing.config import PackingConfig
+from advisor.packing.offline import pack
+from advisor.prepare.cache import fingerprint, open_cache
+from advisor.prepare.fill import assign_slots, runtime_of
+from advisor.prepare.rows import build_rows
+from advisor.prepare.run import PrepareOptions, prepare
+from advisor.vocabulary import Algorithm
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "sample_data" / "raw"
+TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
+ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
+              "column_generation")
+
+
+def chat_job(data: Path | str = RAW / "chat_sample.jsonl", **kw) -> TokenizeJob:
+    return TokenizeJob(data=str(data), tokenizer=TOKENIZER, fmt="chat", settings=ChatSettings(), **kw)
+
+
+def sft_job(data: Path | str = RAW / "sft_sample.jsonl", **kw) -> TokenizeJob:
+    return TokenizeJob(data=str(data), tokenizer=TOKENIZER, fmt="sft", settings=SftSettings(), **kw)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every file of a prepared folder but the cache, by name."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+# ------------------------------------------------------------------------------------------ properties
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=st.lists(st.integers(0, 70), min_size=1, max_size=120), pack_size=st.integers(8, 64),
+       multiple=st.sampled_from([1, 1, 2, 4]), algorithm=st.sampled_from(ALGORITHMS),
+       mask_kind=st.sampled_from(["answer_start", "loss_mask"]), seed=st.integers(0, 2**31 - 1))
+def test_every_record_once_in_packs_that_fit(stored, pack_size, multiple, algorithm: Algorithm, mask_kind, seed):
+    """For any lengths: each record left in is in exactly one slot, with its own tokens (cut or padded to its
+    target), no pack is longer than the pack size, seq_start_id marks the records, and the mask is the record's
+    (rolled by one for chat)."""
+    stored = np.array(stored, np.int64)
+    if multiple > pack_size:
+        multiple = 1
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(stored)])
+    ids = rng.integers(10, 1000, int(offsets[-1])).astype(np.int32)  # pad id 0 never appears in a record
+    mask = rng.integers(0, 2, int(offsets[-1])).astype(np.int8)
+    runtime = runtime_of(stored, pack_size, multiple)
+    kept = np.flatnonzero(runtime.kept)
+    if kept.size == 0:
+        return
+    packing = pack(LengthHistogram.from_samples(runtime.runtime[kept] + 1),
+                   PackingConfig(pack_size=pack_size, algorithm=algorithm, seed=seed, pad_seq_to_mult=multiple,
+                                 overlong="skip"))
+    slots = assign_slots(runtime.runtime, packing, seed, algorithm == "first_fit_shuffle")
+    assert Counter(slots.tolist()) == Counter(kept.tolist())  # every record once
+    rows = build_rows(ids, mask, offsets[:-1], stored, slots, runtime.target[slots], packing.offsets, pad_id=0,
+                      mask_kind=mask_kind)
+    assert rows.offsets.size - 1 == packing.num_packs
+    # a pack's runtime tokens (each record one shorter: labels are the shifted input) fit the pack
+    assert (np.diff(rows.offsets) - np.diff(rows.start_offsets) <= pack_size).all()
+    for p in range(packing.num_packs):
+        row_ids = rows.ids[rows.offsets[p]:rows.offsets[p + 1]]
+        row_mask = rows.mask[rows.offsets[p]:rows.offsets[p + 1]]
+        starts = rows.seq_start[rows.start_offsets[p]:rows.start_offsets[p + 1]].tolist()
+        assert starts[0] == 0 and starts == sorted(starts) and starts[-1] < row_ids.size
+        bounds = starts + [row_ids.size]
+        for k, slot in enumerate(range(packing.offsets[p], packing.offsets[p + 1])):
+            r = slots[slot]
+            a, b = bounds[k], bounds[k + 1]
+            assert b - a == runtime.target[r] == packing.items[slot] + 1
+            keep = min(stored[r], b - a)
+            assert row_ids[a:a + keep].tolist() == ids[offsets[r]:offsets[r] + keep].tolist()
+            assert (row_ids[a + keep:b] == 0).all()
+            own = np.concatenate([mask[offsets[r]:offsets[r] + keep],
+                                  np.full(b - a - keep, 1 if mask_kind == "answer_start" else 0, np.int8)])
+            expect = np.concatenate([own[1:], [0]]) if mask_kind == "loss_mask" else own
+            assert row_mask[a:b].tolist() == expect.tolist()
+
+
+def test_runtime_lengths_skip_or_cut_as_megatron_bridge():
+    r = runtime_of(np.array([1, 17, 18, 30]), 16, 1)  # chat: longer than max_seq_length + 1 stored is skipped
+    assert r.runtime.tolist() == [0, 16, -1, -1] and not r.cut.any()
+    r = runtime_of(np.array([1, 17, 18, 30]), 16, 8)  # padding to a multiple cuts instead, to cap + 1
+    assert r.runtime.tolist() == [0, 16, 16, 16] and r.target.tolist() == [1, 17, 17, 17]
+    assert r.cut.tolist() == [False, False, True, True]
+
+
+# ------------------------------------------------------------------------------------------ engines
+
+
+def test_process_pool_and_one_process_write_the_same_bytes(tmp_path):
+    options = dict(pack_size=512, rows_per_file=60, seed=9)
+    one = prepare(str(tmp_path / "one"), PrepareOptions(workers=1, **options), train=chat_job())
+    prepare(str(tmp_path / "pool"), PrepareOptions(workers=2, **options), train=chat_job(), validation=chat_job())
+    assert len(one.splits[0].files) > 1  # shards, written by different processes
+    mine = files(tmp_path / "one")
+    theirs = files(tmp_path / "pool")
+    for name in one.splits[0].files:
+        assert mine[name] == theirs[name], name
+    assert json.loads(theirs["512_metadata.jsonl"])[0] == json.loads(mine["512_metadata.jsonl"])[0]
+
+
+@pytest.mark.slow  # about 40 s on two cores: Ray's start and its workers' imports
+def test_ray_writes_the_same_bytes_as_the_local_engine(tmp_path):
+    pytest.importorskip("ray")
+    options = dict(pack_size=1024, rows_per_file=50, workers=2)
+    local = prepare(str(tmp_path / "local"), PrepareOptions(**options), train=chat_job(), validation=sft_job())
+    remote = prepare(str(tmp_path / "ray"), PrepareOptions(engine="ray", **options), train=chat_job(),
+                     validation=sft_job())
+    assert files(tmp_path / "local") == files(tmp_path / "ray")
+    assert len(local.splits[0].files) > 1 and remote.files == local.files
+
+
+def test_progress_reports_fractions_up_to_one(tmp_path):
+    seen: list[tuple[str, float]] = []
+    prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=sft_job(),
+            progress=lambda what, done: seen.append((what, done)))
+    fractions = [f for _, f in seen]
+    assert all(0.0 <= f <= 1.0 for f in fractions) and fractions[-1] == 1.0
+    assert any("packing" in what for what, _ in seen) and any("wrote" in what for what, _ in seen)
+
+
+# ------------------------------------------------------------------------------------------ the cache
+
+
+def test_a_repack_from_the_cache_equals_a_fresh_prepare(tmp_path):
+    prepare(str(tmp_path / "first"), PrepareOptions(pack_size=2048, workers=1), train=chat_job(),
+            validation=chat_job())
+    again = prepare(str(tmp_path / "repacked"), PrepareOptions(pack_size=1024, algorithm="column_generation",
+                                                              pad_seq_to_mult=4), from_cache=str(tmp_path / "first"))
+    fresh = prepare(str(tmp_path / "fresh"), PrepareOptions(pack_size=1024, algorithm="column_generation",
+                                                           pad_seq_to_mult=4, workers=1),
+                    train=chat_job(), validation=chat_job())
+    assert files(tmp_path / "repacked") == files(tmp_path / "fresh")
+    assert again.tokenize_seconds == 0 and fresh.tokenize_seconds > 0
+    assert [s.records_read for s in again.splits] == [300, 300]
+    cache = open_cache(str(tmp_path / "repacked"), "training")  # the new folder can be re-packed in turn
+    assert cache.meta["fingerprint"] == open_cache(str(tmp_path / "first"), "training").meta["fingerprint"]
+
+
+def test_the_cache_knows_what_it_was_made_from(tmp_path):
+    data = tmp_path / "chat.jsonl"
+    shutil.copy(RAW / "chat_sample.jsonl", data)
+    prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=chat_job(data))
+    meta = open_cache(str(tmp_path / "out"), "training").meta
+    assert meta["fingerprint"] == fingerprint([str(data)], TOKENIZER, "chat", ChatSettings())
+    assert meta["format"] == "chat" and meta["mask_kind"] == "loss_mask" and meta["records_read"] == 300
+    data.write_bytes(data.read_bytes().replace(b"packing", b"pecking", 1))
+    assert fingerprint([str(data)], TOKENIZER, "chat", ChatSettings()) != meta["fingerprint"]
+    assert fingerprint([str(data)], TOKENIZER, "chat", ChatSettings(loss_mode="full")) != meta["fingerprint"]
+
+
+def test_sft_records_cut_for_another_length_are_not_repacked(tmp_path):
+    prepare(str(tmp_path / "out"), PrepareOptions(pack_size=512, workers=1), train=sft_job())
+    with pytest.raises(InputError, match="cut to 512 tokens when they were tokenized.*cut to 256"):
+        prepare(str(tmp_path / "other"), PrepareOptions(pack_size=256), from_cache=str(tmp_path / "out"))
+    prepare(str(tmp_path / "same"), PrepareOptions(pack_size=1024, max_seq_length=512),
+            from_cache=str(tmp_path / "out"))  # a larger pack of the same records: allowed
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_folder_without_a_cache_is_refused(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "training_64.idx.parquet").write_bytes(b"PAR1")
+    with pytest.raises(InputError, match="holds no token cache"):
+        prepare(str(tmp_path / "out"), PrepareOptions(pack_size=64), from_cache=str(tmp_path / "plain"))
+    bad = tmp_path / "bad" / ".tokens" / "training"
+    bad.mkdir(parents=True)
+    (bad / "meta.json").write_text(json.dumps({"version": 1, "format": "chat", "mask_kind": "loss_mask",
+                                               "split": "training"}))
+    with pytest.raises(InputError, match=r"ids\.npy: cannot be read"):
+        prepare(str(tmp_path / "out"), PrepareOptions(pack_size=64), from_cache=str(tmp_path / "bad"))
+
+
+# ------------------------------------------------------------------------------------------ the output folder
+
+
+def test_an_output_folder_with_data_needs_force(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(InputError, match="not empty; pass --force"):
+        prepare(str(out), PrepareOptions(pack_size=2048, workers=1), train=sft_job())
+    assert os.listdir(out) == ["keep.txt"] and os.listdir(tmp_path) == ["out"]
+    prepare(str(out), PrepareOptions(pack_size=2048, workers=1, force=True), train=sft_job())
+    assert sorted(os.listdir(out)) == [".tokens", "2048_metadata.jsonl", "training_2048.idx.parquet"]
+    assert os.listdir(tmp_path) == ["out"]  # the old folder, set aside, is gone
+
+
+def test_a_failure_leaves_nothing_half_written(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = (RAW / "sft_sample.jsonl").read_text().splitlines()
+    (data / "a.jsonl").write_text("\n".join(lines[:100] + ["{not json"] + lines[100:]) + "\n")
+    with pytest.raises(InputError, match="a.jsonl, line 101"):
+        prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=sft_job(data / "a.jsonl"))
+    assert sorted(os.listdir(tmp_path)) == ["data"]  # no OUT, no staging folder
+    with pytest.raises(InputError, match="inside the input folder"):
+        prepare(str(data / "out"), PrepareOptions(pack_size=2048), train=sft_job(data))
+    result = prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1),
+                     train=TokenizeJob(data=str(data / "a.jsonl"), tokenizer=TOKENIZER, on_bad="skip",
+                                       settings=SftSettings()))
+    assert result.splits[0].records_read == 301 and result.splits[0].packed == 300
+    assert result.splits[0].excluded[0]["count"] == 1
+
+
+def test_bad_options_are_one_message():
+    with pytest.raises(InputError, match="max_seq_length 4096 cannot exceed the pack size 2048"):
+        prepare("/tmp/never", PrepareOptions(pack_size=2048, max_seq_length=4096), train=sft_job())
+    with pytest.raises(InputError, match="either the raw data .* or --from-cache"):
+        prepare("/tmp/never", PrepareOptions(pack_size=2048))
+    with pytest.raises(InputError, match="add_sep puts None"):
+        from advisor.data.tokenize.sft import sft_tokens
+        from advisor.data.tokenize.tokenizer import load_tokenizer
+
+        sft_tokens([{"input": "a", "output": "b"}], load_tokenizer(TOKENIZER), SftSettings(add_sep=True))
+    assert not os.path.exists("/tmp/never")
+
+
+def test_rows_are_what_megatron_bridge_reads(tmp_path):
+    """Column types as write_packed_parquet writes them, 500-row row groups, records in order of seq_start_id."""
+    result = prepare(str(tmp_path / "out"), PrepareOptions(pack_size=256, workers=1), train=sft_job())
+    f = pq.ParquetFile(tmp_path / "out" / "training_256.idx.parquet")
+    schema = f.schema_arrow
+    assert schema.names == ["input_ids", "loss_mask", "seq_start_id"]
+    assert [str(schema.field(n).type.value_type) for n in schema.names] == ["int64", "int8", "int64"]
+    assert f.metadata.num_rows == result.splits[0].packs
+    groups = [f.metadata.row_group(i).num_rows for i in range(f.metadata.num_row_groups)]
+    assert groups[0] == min(500, f.metadata.num_rows) and sum(groups) == f.metadata.num_rows
