@@ -40,3 +40,7 @@ recommended = r.toggle("Export the best candidate instead", help=H("export_recom
 text, filename = views.export_text(analysis, fmt, version, recommended, vary)
 st.code(text, language=views.code_language(fmt))
 st.download_button(f"Download {filename}", text, file_name=filename)
+if command := views.prepare_text(analysis.plan):
+    st.caption("Write the packed data set yourself, packed as this plan says (then point data.lengths at OUT):",
+               help=H("prepare"))
+    st.code(command, language="bash")

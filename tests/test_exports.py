@@ -244,3 +244,32 @@ def test_epochs_become_train_iters_in_packs_or_samples(squad, tmp_path):
     assert out["override_train"]["train_iters"] == at_n and "cfg.train.train_iters" in out["set"]
     assert "train_iters" not in python_snippet(plan.changed({"training": {"epochs": None}}), "0.6.2", N,
                                                num_samples=samples, num_packs=packs)
+
+
+def test_exports_point_at_a_prepared_folder(tmp_path):
+    """A plan whose data is a folder `advisor prepare` wrote: the snippet, the overrides and the paths name its files
+    (a file or a shard glob per split, never the folder: Megatron-Bridge would read the validation file too)."""
+    from advisor.advice.exports import export, packed_paths, prepare_command
+    from advisor.data.prepared import find_prepared, metadata_file, split_file
+    from advisor.plan import plan_from_dict
+
+    for name in (split_file("training", 1024, shard=0), split_file("training", 1024, shard=1),
+                 split_file("validation", 1024), metadata_file(1024)):
+        (tmp_path / name).write_bytes(b"x")
+    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 1024},
+                           "data": {"lengths": str(tmp_path), "format": "chat"}})
+    found = find_prepared(str(tmp_path), 1024)
+    assert found.train == str(tmp_path.resolve() / "training_1024_*.idx.parquet")
+    assert found.validation == str(tmp_path.resolve() / "validation_1024.idx.parquet")
+    snippet = export(plan, "python", packing_factor=2.0)
+    for key, value in (("packed_train_data_path", found.train), ("packed_val_data_path", found.validation),
+                       ("packed_metadata_path", found.metadata)):
+        assert f".offline_packing_specs.{key} = {value!r}" in snippet
+        assert f"dataset.offline_packing_specs.{key}={value}" in export(plan, "overrides", packing_factor=2.0)
+    assert "prepare" not in packed_paths(plan, packing_factor=2.0).split("\n")[-2]
+    assert find_prepared(str(tmp_path), 2048) is None  # another pack size: nothing prepared for it
+    other = plan.changed({"training": {"seq_length": 2048}})
+    assert "packed_train_data_path" not in export(other, "python", packing_factor=2.0)
+    command = prepare_command(other)
+    assert "--pack-size 2048" in command and "--format chat" in command and command in packed_paths(
+        other, packing_factor=2.0)

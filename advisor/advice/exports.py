@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from advisor.data.lengths import LengthHistogram
+from advisor.data.prepared import find_prepared
 from advisor.model.numerics import numerics_of
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
@@ -156,6 +157,12 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         specs = {"packed_sequence_size": plan.pack_size, "pad_seq_to_mult": plan.pad_seq_to_mult}
         if t.cuda_graphs:
             specs["pad_cu_seqlens"] = True
+        prepared = find_prepared(plan.data.lengths, plan.pack_size)
+        if prepared is not None:  # a folder `advisor prepare` wrote: Megatron-Bridge trains on it as it is
+            specs["packed_train_data_path"] = prepared.train
+            if prepared.validation is not None:
+                specs["packed_val_data_path"] = prepared.validation
+            specs["packed_metadata_path"] = prepared.metadata
         if new_packing_api(version):
             dataset["enable_offline_packing"] = True
             if plan.pack_size < t.seq_length:
@@ -490,6 +497,11 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
     s = derived_settings(plan, version, packing_factor)
     if s.specs is None:
         return "No offline packing in this plan: Megatron-Bridge writes no packed files.\n"
+    if "packed_train_data_path" in s.specs:
+        return ("The plan's data is a prepared folder; Megatron-Bridge trains on it as it is:\n"
+                + "".join(f"{k}: {v}\n" for k, v in s.specs.items() if k.startswith("packed_") and k.endswith("path")))
+    prepare = ("Or write them yourself, faster and packed as the plan says (then point data.lengths at OUT):\n  "
+               + prepare_command(plan) + "\n")
     size, mult = s.specs["packed_sequence_size"], s.specs["pad_seq_to_mult"]
     name = tokenizer.replace("/", "--")
     major, minor = _version(version)
@@ -506,7 +518,25 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
             f"val:      {base}/validation_{size}{ext}\n"
             f"metadata: {base}/{size}_metadata.jsonl  (one JSON list, one dict per split)\n"
             + ("<fingerprint> is the first 12 hex digits of a hash of the dataset settings "
-               "(data/builders/gpt_sft.py _packing_fingerprint).\n" if (major, minor) >= (0, 6) else ""))
+               "(data/builders/gpt_sft.py _packing_fingerprint).\n" if (major, minor) >= (0, 6) else "") + prepare)
+
+
+def prepare_command(plan: Plan, data: str = "DATA.jsonl", tokenizer: str = "TOKENIZER_DIR", out: str = "OUT") -> str:
+    """The ``advisor prepare`` command that writes the plan's packed data (its pack size, algorithm, seed, padding
+    multiple and data format); the data, tokenizer and output folder are the user's.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> prepare_command(plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 4096}}))
+    'python -m advisor prepare DATA.jsonl --tokenizer TOKENIZER_DIR --format sft --pack-size 4096 \
+--algorithm first_fit_shuffle --seed 5678 -o OUT'
+    """
+    k = plan.packing
+    parts = ["python -m advisor prepare", shlex.quote(data), "--tokenizer", shlex.quote(tokenizer),
+             "--format", plan.data.format, "--pack-size", str(plan.pack_size), "--algorithm", k.algorithm,
+             "--seed", str(plan.packing_seed)]
+    if plan.pad_seq_to_mult > 1:
+        parts += ["--pad-seq-to-mult", str(plan.pad_seq_to_mult)]
+    return " ".join(parts + ["-o", shlex.quote(out)])
 
 
 def markdown_report(plan: Plan, findings: list, est=None, search_result=None,

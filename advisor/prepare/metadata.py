@@ -11,17 +11,6 @@ from __future__ import annotations
 
 import json
 
-METADATA_NAME = "{pack_size}_metadata.jsonl"
-
-
-def metadata_name(pack_size: int) -> str:
-    """The metadata file's name.
-
-        >>> metadata_name(2048)
-        '2048_metadata.jsonl'
-    """
-    return METADATA_NAME.format(pack_size=pack_size)
-
 
 def metadata_text(splits: list[dict]) -> str:
     """The file's text: the splits' dicts as one JSON list, as ``json.dump(packing_metadata_file, f)`` writes it.

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram
+from advisor.data.prepared import metadata_file
 from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_tokenizer, tokenize
 from advisor.data.tokenize.records import data_files_and_notes
 from advisor.errors import InputError
@@ -30,7 +31,7 @@ from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, Packin
 from advisor.packing.offline import PackingResult, pack
 from advisor.prepare import cache as token_cache
 from advisor.prepare.fill import assign_slots, runtime_of
-from advisor.prepare.metadata import metadata_name, metadata_text
+from advisor.prepare.metadata import metadata_text
 from advisor.prepare.shards import ShardSpec, file_names, save_plan, write_local, write_ray
 from advisor.safe_write import discard_folder, publish_folder, staging_folder, write_text
 from advisor.vocabulary import Algorithm
@@ -119,7 +120,7 @@ class PrepareResult:
             spec = s.files[0] if len(s.files) == 1 else f"{s.split}_{self.options.pack_size}_*.idx.parquet"
             out["packed_train_data_path" if s.split == "training" else "packed_val_data_path"] = \
                 os.path.join(self.out, spec)
-        out["packed_metadata_path"] = os.path.join(self.out, metadata_name(self.options.pack_size))
+        out["packed_metadata_path"] = os.path.join(self.out, metadata_file(self.options.pack_size))
         return out
 
 
@@ -162,7 +163,7 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
                     tokenize_seconds += time.perf_counter() - t0
                 splits.append(_pack_and_write(cache, split, staging, options, cfg, part))
         names = [f for s in splits for f in s.files]
-        meta_name = metadata_name(options.pack_size)
+        meta_name = metadata_file(options.pack_size)
         write_text(os.path.join(staging, meta_name), metadata_text([s.metadata for s in splits]))
         shutil.rmtree(os.path.join(staging, ".work"), ignore_errors=True)
         publish_folder(staging, out, force=options.force)

@@ -20,6 +20,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
+from advisor.data.prepared import split_file
 from advisor.errors import InputError
 from advisor.prepare.parquet import ROW_GROUP, write_rows
 from advisor.prepare.rows import Rows, build_rows
@@ -49,8 +50,8 @@ def file_names(split: str, pack_size: int, packs: int, rows_per_file: int) -> li
 ('training_64_00002.idx.parquet', 1000, 1200)]
     """
     if packs <= rows_per_file:
-        return [(f"{split}_{pack_size}.idx.parquet", 0, packs)]
-    return [(f"{split}_{pack_size}_{k:05d}.idx.parquet", a, min(a + rows_per_file, packs))
+        return [(split_file(split, pack_size), 0, packs)]
+    return [(split_file(split, pack_size, shard=k), a, min(a + rows_per_file, packs))
             for k, a in enumerate(range(0, packs, rows_per_file))]
 
 

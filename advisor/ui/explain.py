@@ -101,6 +101,12 @@ HELP: dict[str, Explanation] = {
                           "advisor/packing/metrics.py; Megatron-LM sequence packing schedulers (dev)"),
     "metadata": _e("The entry Megatron-Bridge writes to {pack_size}_metadata.jsonl beside the packed data "
                    "(CUDA graphs read max_samples_per_bin from it).", MB_PACKING + " (packing metadata)"),
+    "prepare": _e("advisor prepare tokenizes your raw SFT or chat data as Megatron-Bridge does and writes the packed "
+                  "Parquet files and metadata it trains on: with first_fit_shuffle or first_fit_decreasing and the "
+                  "same seed, byte for byte Megatron-Bridge's own files; with the advisor's packers, the same "
+                  "sequences in fewer packs. Point the plan's data.lengths at the folder and the exports set "
+                  "packed_train_data_path, packed_val_data_path and packed_metadata_path.",
+                  "advisor/prepare/run.py; Megatron-Bridge 0.6.2 data/packing/offline.py prepare_gpt_sft_packed_data"),
     "sweep_metric": _e("Which figure the curves show against pack size.", "advisor/ui/charts.py"),
     "sweep": _e("Efficiency (or padding, or n) against pack size, per algorithm, and the two ways of training "
                 "without packing (dashed). The gap between the solid and dashed curves is the compute packing "

@@ -8,9 +8,11 @@ import pandas as pd
 
 from advisor import caches
 from advisor.advice.compare import PackingComparison, compare_packing
+from advisor.advice.exports import prepare_command
 from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORTS, Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
+from advisor.data.prepared import find_prepared
 from advisor.packing.baselines import without_packing
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -137,6 +139,14 @@ def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, v
         return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORTS[fmt].file_name
     except ValueError as e:
         return f"# cannot export: {e}\n", "error.txt"
+
+
+def prepare_text(plan: Plan) -> str | None:
+    """The ``advisor prepare`` command that writes the plan's packed data set, or None when the plan packs nothing
+    offline or its data already is a prepared folder (the exports then point at it)."""
+    if plan.packing_mode != "offline" or find_prepared(plan.data.lengths, plan.pack_size) is not None:
+        return None
+    return prepare_command(plan)
 
 
 def code_language(fmt: str) -> str:

@@ -1,0 +1,61 @@
+"""The files of a packed data set as ``advisor prepare`` writes them (and Megatron-Bridge 0.6.2's
+``prepare_gpt_sft_packed_data``): their names, and finding them in a folder a plan names. The alternative, a
+folder Megatron-Bridge prepared itself, has the same names inside its fingerprinted ``packed/...`` folder.
+
+>>> split_file("training", 2048), split_file("training", 2048, shard=3), metadata_file(2048)
+('training_2048.idx.parquet', 'training_2048_00003.idx.parquet', '2048_metadata.jsonl')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SPLITS = ("training", "validation")  # Megatron-Bridge's split names in its file names
+
+
+def split_file(split: str, pack_size: int, shard: int | None = None) -> str:
+    """One split's file (Megatron-Bridge's own name), or shard ``shard`` of it when the packs are written in
+    several files (Megatron-Bridge reads a glob of them: data/packing/paths.py)."""
+    return f"{split}_{pack_size}.idx.parquet" if shard is None else f"{split}_{pack_size}_{shard:05d}.idx.parquet"
+
+
+def metadata_file(pack_size: int) -> str:
+    return f"{pack_size}_metadata.jsonl"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedFolder:
+    """What ``PackedSequenceSpecs`` points at: a file or a glob per split, and the metadata.
+
+    A split's path names its file or its shards' glob, never the folder: Megatron-Bridge reads every
+    ``*.idx.parquet`` of a folder it is given, the validation file included (data/packing/paths.py).
+    """
+
+    folder: str
+    pack_size: int
+    train: str
+    validation: str | None
+    metadata: str
+
+
+def _split_path(folder: Path, split: str, pack_size: int) -> str | None:
+    if (folder / split_file(split, pack_size)).is_file():
+        return str(folder / split_file(split, pack_size))
+    if (folder / split_file(split, pack_size, shard=0)).is_file():
+        return str(folder / f"{split}_{pack_size}_*.idx.parquet")
+    return None
+
+
+def find_prepared(path: str | None, pack_size: int) -> PreparedFolder | None:
+    """The prepared files of ``pack_size`` in folder ``path``, or None when it holds none (a lengths file, another
+    pack size, or no such folder)."""
+    if not path or not Path(path).is_dir():
+        return None
+    folder = Path(path).resolve()
+    train = _split_path(folder, "training", pack_size)
+    if train is None or not (folder / metadata_file(pack_size)).is_file():
+        return None
+    return PreparedFolder(folder=str(folder), pack_size=pack_size, train=train,
+                          validation=_split_path(folder, "validation", pack_size),
+                          metadata=str(folder / metadata_file(pack_size)))
