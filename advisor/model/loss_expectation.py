@@ -246,6 +246,8 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
     ptl = plan.per_token_loss
     rng = np.random.default_rng(seed)
     counts, real = _runtime(plan, hist, packing)
+    if counts.sum() == 0:
+        raise ValueError(f"{hist.source or 'data'}: no samples left to train on, so no loss to weigh")
     notes = [f"loss tokens: {LOSS_TOKENS}"]
     samples_per_step = t.global_batch_size
     if mode == "offline":
