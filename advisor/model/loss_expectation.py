@@ -235,15 +235,26 @@ def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None) -
     return counts, real
 
 
-def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
-                   curve: LossCurve | None = None, steps: int = STEPS_SAMPLED, seed: int = SEED) -> LossWeighting:
-    """The loss weighting of the plan's run on its data (``packing``: the plan's offline packing, needed when it
-    packs offline), against token-uniform weights and the same run unpacked, with the step-0 ratios."""
-    curve = curve or LossCurve()
+@dataclass(frozen=True, kw_only=True)
+class PlanSteps:
+    """A plan's sampled steps: ``packed`` (the plan's packed run, None without packing), ``same`` (its samples
+    without packing; None without packing), ``drawn`` (the unpacked run's own steps, drawn from the data), and the
+    data's runtime-length histogram with the real label tokens per runtime length."""
+
+    packed: Steps | None
+    same: Steps | None
+    drawn: Steps
+    counts: np.ndarray
+    real: np.ndarray
+    notes: tuple[str, ...]
+
+
+def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
+               steps: int = STEPS_SAMPLED, seed: int = SEED) -> PlanSteps:
+    """The sampled steps of the plan's run and of the same run unpacked (``packing``: the plan's offline packing)."""
     mode, t, cp = plan.packing_mode, plan.training, plan.parallel.cp
     if mode == "offline" and packing is None:
         raise ValueError("offline packing: the loss weighting needs the plan's packing of the data")
-    ptl = plan.per_token_loss
     rng = np.random.default_rng(seed)
     counts, real = _runtime(plan, hist, packing)
     if counts.sum() == 0:
@@ -268,7 +279,19 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
                          "stand in); with the per-token loss its export sets, no grouping changes the weights")
     else:
         packed, same = None, None
-    unpacked = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng)
+    drawn = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng)
+    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, notes=tuple(notes))
+
+
+def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
+                   curve: LossCurve | None = None, steps: int = STEPS_SAMPLED, seed: int = SEED) -> LossWeighting:
+    """The loss weighting of the plan's run on its data (``packing``: the plan's offline packing, needed when it
+    packs offline), against token-uniform weights and the same run unpacked, with the step-0 ratios."""
+    curve = curve or LossCurve()
+    mode, ptl = plan.packing_mode, plan.per_token_loss
+    ps = plan_steps(plan, hist, packing, steps=steps, seed=seed)
+    packed, same, unpacked, counts, real = ps.packed, ps.same, ps.drawn, ps.counts, ps.real
+    notes = list(ps.notes)
     reference = same if same is not None else unpacked
     present = counts > 0
     short_below = _median(real[present], counts[present])
