@@ -162,7 +162,15 @@ def estimate_text(r: EstimateResult) -> None:
               f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
               f"({t.steps_per_epoch:,.0f} steps)",
               "    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown)]
-    _lines(*lines, *(f"  note: {note}" for note in est.notes))
+    _lines(*lines, *_loss_lines(analysis), *(f"  note: {note}" for note in est.notes))
+
+
+def _loss_lines(analysis) -> list[str]:
+    """The loss weighting's lines (advisor/model/loss_expectation.py), indented under the plan's."""
+    from advisor.cli.commands.plan import loss_of
+
+    loss = loss_of(analysis)
+    return [] if loss is None else ["  " + line for line in loss.lines()]
 
 
 def _packing_factor(candidate: Candidate) -> float | None:
@@ -178,6 +186,7 @@ def recommend_text(r: RecommendResult) -> None:
         lines += [f"  [{f.severity}] {f.id}: {f.message}", f"      why: {f.reason}", f"      source: {f.source}"]
         if f.fix:
             lines.append(f"      fix: {json.dumps(f.fix)}")
+    lines += _loss_lines(r.analysis)
     kept = ", ".join(x for x in FREEDOMS if x not in r.vary)
     lines.append(f"searched {r.search.evaluated} layouts{f' keeping {kept}' if kept else ''}; best candidates "
                  "against your plan:")

@@ -70,6 +70,16 @@ class LossCurve:
         grid = np.arange(cumulative.size, dtype=np.float64)
         return np.interp(end, grid, cumulative) - np.interp(start, grid, cumulative)
 
+    def describe(self) -> str:
+        """The curve in a few words, for a line of text.
+
+        >>> LossCurve().describe()
+        'assumed l(p) = 1 + 2.5 (p + 1)^-0.3 nats'
+        """
+        if self.table is not None:
+            return f"{self.source} ({len(self.table)} positions)"
+        return f"assumed l(p) = {self.floor:g} + {self.scale:g} (p + 1)^-{self.exponent:g} nats"
+
     def as_dict(self) -> dict:
         if self.table is not None:
             return {"source": self.source, "positions": len(self.table)}

@@ -157,7 +157,7 @@ class LossWeighting:
         o, d = self.objective_same, self.reported_drawn
         out.append(f"  step 0, packed / unpacked: reported lm loss {self.reported_same:.4f} on the same samples "
                    f"({d.mean:.3f}, {d.low:.3f}-{d.high:.3f} on random draws); per-micro-batch-mean objective "
-                   f"{o.mean:.4f} ({o.low:.3f}-{o.high:.3f}) with l(p) from {self.curve.source}")
+                   f"{o.mean:.4f} ({o.low:.3f}-{o.high:.3f}) with the {self.curve.describe()}")
         return out
 
     def as_dict(self) -> dict:
