@@ -207,7 +207,7 @@ def export_text(r: ExportResult) -> None:
 
 
 def trial_text(r: TrialResult) -> None:
-    from advisor.trial.report import speed_lines, speed_report
+    from advisor.trial.report import loss_lines, speed_lines, speed_report
 
     out = r.data
     m = out["memory"]
@@ -218,7 +218,7 @@ def trial_text(r: TrialResult) -> None:
              *speed_lines(speed_report(out)),  # the same report the Trial page tables
              f"  memory: measured {m['measured_bytes'] / 2**20:,.1f} MiB, predicted "
              f"{m['predicted_bytes'] / 2**20:,.1f} MiB (measured/predicted {m['ratio_measured_over_predicted']:.2f}; "
-             f"{m['how']})"]
+             f"{m['how']})", *loss_lines(out)]
     if out["distributed"]:
         d = out["distributed"]
         lines.append(f"  {d['world_size']} ranks ({d['backend']}): attention work per rank "

@@ -235,6 +235,11 @@ HELP: dict[str, Explanation] = {
     "trial_scale": _e("How large the trial's model is (small runs on a CPU in seconds).", "advisor/trial/run.py"),
     "trial_upload": _e("A trial.json from a run on a GPU node (python -m advisor trial PLAN --device cuda --out DIR).",
                        "advisor/trial/run.py"),
+    "trial_loss": _e("The same first-step samples run packed and unpacked on the same weights, their loss reduced "
+                     "as Megatron-Core does with and without calculate_per_token_loss: the measured ratio of the "
+                     "logged lm loss (1: token-weighted) and of the objective the gradient descends, beside the "
+                     "advisor's prediction from the same samples' per-token losses and from their per-position "
+                     "curve.", "advisor/trial/loss.py"),
     "trial_chart": _e("Median real tokens/s of the three ways on the same samples, whiskers from the slowest to "
                       "the fastest timed step; the title gives the packed/padded speed-up of the medians with its "
                       "95% bootstrap interval, and the FLOPs prediction.", "advisor/trial/report.py"),
