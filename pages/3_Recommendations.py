@@ -29,7 +29,7 @@ loss, problem = ui.guarded(lambda: analysis.loss)
 if problem:
     st.caption(ui.plain(problem))
 else:
-    for where, (label, value, key) in zip(st.columns(3), views.loss_metrics(loss), strict=True):
+    for where, (label, value, key) in zip(st.columns(4), views.loss_metrics(loss), strict=True):
         where.metric(label, value, help=H(key))
     explained(charts.loss_weight_shares(loss), "loss_weights")
     st.caption(ui.plain(" ".join(loss.lines()[:1] + list(loss.notes))))

@@ -56,6 +56,11 @@ from advisor.plan import Plan
 # claims to measure. Offline packing without per-token loss moves 10-40 % on the bundled samples.
 MOVED_THRESHOLD = 0.01
 SEED = 0
+def _signed(x: float) -> str:
+    """A share with its sign, a rounding's -0.0 % shown as +0.0 %."""
+    return f"{0.0 if abs(x) < 5e-4 else x:+.1%}"
+
+
 LOSS_TOKENS = "every label token (length - 1): the lengths carry no loss mask, so answer-only loss is not modelled"
 
 
@@ -150,10 +155,10 @@ class LossWeighting:
                 continue
             out.append(f"  {run.name}: token weights max/min {run.weight_max_over_min:.2f}, CV {run.weight_cv:.2f}; "
                        f"{run.moved_from_uniform:.1%} of a step's weight moved from token-uniform, "
-                       f"{run.short_shift:+.1%} onto samples under {self.short_below:,.0f} loss tokens")
+                       f"{_signed(run.short_shift)} onto samples under {self.short_below:,.0f} loss tokens")
         if self.packed is not None:
             out.append(f"  packed against unpacked, same samples: {self.moved_vs_unpacked:.1%} of the weight moves "
-                       f"({self.short_shift_vs_unpacked:+.1%} onto the short samples)")
+                       f"({_signed(self.short_shift_vs_unpacked)} onto the short samples)")
         o, d = self.objective_same, self.reported_drawn
         out.append(f"  step 0, packed / unpacked: reported lm loss {self.reported_same:.4f} on the same samples "
                    f"({d.mean:.3f}, {d.low:.3f}-{d.high:.3f} on random draws); per-micro-batch-mean objective "
@@ -299,8 +304,9 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
     w_drawn = weigh(unpacked, ptl)
     unpacked_fig = _figures("unpacked", reference, w_ref, reference.loss_tokens < short_below)
     j_drawn_u, r_drawn_u = step_losses(unpacked, w_drawn, curve)
-    top = max(2.0, float(np.ceil(real.max())) + 1)
-    edges = np.unique(np.geomspace(1.0, top, 25).round())
+    low = max(1.0, float(np.floor(real[present].min())))  # bins span the lengths the data has
+    top = max(low + 1, float(np.ceil(real[present].max())) + 1)
+    edges = np.unique(np.geomspace(low, top, 21).round())
     share_samples = np.bincount(np.clip(np.searchsorted(edges, real[present], side="right") - 1, 0, edges.size - 2),
                                 weights=counts[present], minlength=edges.size - 1)
     share_samples = share_samples / max(1.0, share_samples.sum())

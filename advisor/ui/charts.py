@@ -297,14 +297,15 @@ def loss_weight_shares(lw: LossWeighting) -> go.Figure:
     fig = go.Figure(go.Bar(x=labels, y=b.samples, name="samples (the data's lengths)", marker_color="#c7c7c7",
                            hovertemplate="%{x} loss tokens: %{y:.1%} of the samples<extra></extra>"))
     plan_name = lw.packed.name if lw.packed is not None else "the plan (unpacked)"
-    for name, values, color, dash in (("token-uniform (per-token loss)", b.uniform, "#54a24b", "dot"),
-                                      (f"{plan_name}, your settings", b.plan, "#4c78a8", "solid"),
-                                      ("same samples unpacked, your settings", b.unpacked, "#e45756", "dash")):
+    # token-uniform drawn last, dotted, so it shows where the plan's line runs on it
+    for name, values, color, dash in ((f"{plan_name}, your settings", b.plan, "#4c78a8", "solid"),
+                                      ("same samples unpacked, your settings", b.unpacked, "#e45756", "dash"),
+                                      ("token-uniform (per-token loss)", b.uniform, "#54a24b", "dot")):
         if lw.packed is None and values is b.unpacked:
             continue
-        fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers", line=dict(color=color,
-                                 dash=dash), hovertemplate="%{x} loss tokens: %{y:.1%} of a step's gradient"
-                                                           "<extra>" + name + "</extra>"))
+        hover = "%{x} loss tokens: %{y:.1%} of a step's gradient<extra>" + name + "</extra>"
+        fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers", hovertemplate=hover,
+                                 line=dict(color=color, dash=dash, width=3 if dash == "dot" else 2)))
     o = lw.objective_same
     title = ("Gradient weight by sample length: packing-invariant (every token 1/N)" if lw.invariant else
              f"Gradient weight by sample length: {lw.moved_vs_unpacked:.0%} moves when packing is turned on "

@@ -244,7 +244,7 @@ def loss_metrics(lw: LossWeighting) -> list[tuple[str, str, str]]:
     """(label, value, explanation key) of the loss weighting's three headline figures, as the Recommendations page
     shows them."""
     d, o = lw.reported_drawn, lw.objective_same
-    return [("lm loss at step 0, packed / unpacked", f"{lw.reported_same:.3f} (random draws {d.low:.2f}-{d.high:.2f})",
-             "loss_reported_ratio"),
+    return [("lm loss at step 0, packed / unpacked", f"{lw.reported_same:.3f}", "loss_reported_ratio"),
+            ("lm loss, two random first steps", f"{d.low:.3f}-{d.high:.3f}", "loss_reported_ratio"),
             ("objective at step 0, packed / unpacked", f"{o.mean:.3f}", "loss_objective_ratio"),
             ("gradient weight moved by packing", f"{lw.moved_vs_unpacked:.1%}", "loss_moved")]
