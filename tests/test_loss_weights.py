@@ -78,7 +78,7 @@ def test_per_token_weights_sum_to_one_and_are_equal(case):
 
 def test_cp_weighs_the_ranks_means_not_the_tokens():
     """Answer-only loss at a sample's end: with CP 2 its 2 loss tokens sit on rank 0 (chunks 0 and 3), and without
-    per-token loss each rank's mean counts 1/C (row B of the digest): the 2 tokens weigh half as much as the other
+    per-token loss each rank's mean counts 1/C: the 2 tokens weigh half as much as the other
     sample's 8, and rank 1's empty mean still counts, so the step's weights sum to 3/4. Per-token loss: 2/10, 8/10."""
     s = Steps(loss_start=np.array([6.0, 0.0]), loss_end=np.array([8.0, 8.0]), seq_length=np.array([8, 8]),
               micro_batch=np.array([0, 1]), step_of_micro_batch=np.array([0, 0]),

@@ -6,7 +6,7 @@ already avoid it), or running both (the trial does, on a small model). Here the 
 applied to sampled steps of the plan's run (``loss_steps``) and of the same run unpacked, on the same samples and on
 independent draws, with a per-token loss curve l(p) (``loss_curve``) standing in for the model.
 
-What it says, and why (sources in ``loss_weights``; /work/loss_research.md sections 4-10):
+What it says, and why (sources in ``loss_weights``):
 
 - Megatron-Bridge's reported ``lm loss`` is always token-weighted over the global batch (training/train.py
   ``train_step``: sums and counts all-reduced over DP x CP), so its packed / unpacked ratio on the same samples is 1

@@ -6,7 +6,7 @@ micro batches). Here a step is flat arrays (``Steps``: per sample its loss span 
 step) and the weights are closed forms over per-micro-batch sums (``np.add.reduceat``), so a whole data set's
 sampled steps weigh in milliseconds.
 
-The reduction followed (the sources, quoted in /work/loss_research.md):
+The reduction followed, with the functions followed:
 
 - Megatron-Bridge ``training/losses.py:masked_next_token_loss`` returns the micro batch's loss SUM and its loss-token
   count n (with CP, both of this CP rank's slice: ``gpt_step.py:get_batch``).
