@@ -28,6 +28,7 @@ from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
 from advisor.findings import Finding
 from advisor.model.estimate import Estimate, estimate, packing_of
+from advisor.model.loss_expectation import LossWeighting, loss_weighting
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, packing_arrays
 from advisor.packing.offline import PackingResult
@@ -126,6 +127,12 @@ class Analysis:
                                                        overhead_gib=self.overhead_gib))
 
     @property
+    def loss(self) -> LossWeighting:
+        """Each token's weight in a step's gradient under the plan's loss settings, against the same run unpacked,
+        and the step-0 loss ratios packed / unpacked to expect (advisor/model/loss_expectation.py)."""
+        return self._part("loss", lambda: loss_weighting(self.plan, self.hist, self.packing))
+
+    @property
     def findings(self) -> tuple[Finding, ...]:
         return self._part("findings", self._findings)
 
@@ -134,7 +141,11 @@ class Analysis:
             memory = self.estimate.memory
         except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
             memory = None
-        return tuple(check(self.plan, self.packing, memory))
+        try:
+            loss = self.loss
+        except ValueError:
+            loss = None
+        return tuple(check(self.plan, self.packing, memory, loss))
 
     @property
     def search(self) -> SearchResult:

@@ -5,10 +5,10 @@ import streamlit as st
 from advisor.advice.search import FREEDOMS
 from advisor.analysis import ALL_FORMATS
 from advisor.findings import by_severity
+from advisor.ui import charts, views
 from advisor.ui import state as ui
-from advisor.ui import views
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, progress, stop_on
+from pages._frame import errors, explained, progress, stop_on
 
 st.title("Recommendations & export")
 analysis, busy = ui.ready_analysis(st.session_state)
@@ -24,6 +24,15 @@ for severity, group in by_severity(analysis.findings).items():
             if f.fix and st.button(ui.plain(f"Apply fix {f.fix}"), key=f"fix-{severity}-{i}"):
                 ui.set_plan(st.session_state, f.fix)
                 st.rerun()
+st.subheader("Will my loss change?", help=H("loss_weights"))
+loss, problem = ui.guarded(lambda: analysis.loss)
+if problem:
+    st.caption(ui.plain(problem))
+else:
+    for where, (label, value, key) in zip(st.columns(4), views.loss_metrics(loss), strict=True):
+        where.metric(label, value, help=H(key))
+    explained(charts.loss_weight_shares(loss), "loss_weights")
+    st.caption(ui.plain(" ".join(loss.lines()[:1] + list(loss.notes))))
 st.subheader("Best candidates", help=H("candidates"))
 vary = st.multiselect("Let the search change", list(FREEDOMS), key="search_vary", help=H("vary"))
 with progress("searching layouts") as bar:

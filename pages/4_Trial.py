@@ -74,3 +74,8 @@ if result:
     if kernel_note:
         st.info(ui.plain(kernel_note))
     st.write(ui.plain(trial_view.parity_text(result)))
+    loss = trial_view.loss_table(result)
+    if loss is not None:
+        st.subheader("Loss at step 0, packed / unpacked", help=H("trial_loss"))
+        st.dataframe(loss, hide_index=True)
+        st.caption(ui.plain(result["loss_weighting"]["how"]))

@@ -227,3 +227,20 @@ def test_the_lognormal_draw_takes_the_bounds_it_shows_and_keeps_the_data_on_a_re
     assert state["hist"] is drawn and f"lognormal_sigma {sigma.hi * 2:g} is outside" in state["upload_error"]
     assert not ui.use_lognormal(state, 1000, 0.5, 5000, 4000, samples=1000)
     assert state["hist"] is drawn and "min_seq_len 5000 is over max_seq_len 4000" in state["upload_error"]
+
+
+@pytest.mark.slow  # AppTest
+def test_recommendations_page_shows_the_loss_weighting_and_its_fix_makes_it_invariant():
+    from advisor.ui.state import default_plan
+
+    at = run("pages/3_Recommendations.py", {"plan": default_plan()})
+    assert not at.exception
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["lm loss at step 0, packed / unpacked"].startswith("1.000")
+    assert float(labels["objective at step 0, packed / unpacked"]) < 1
+    fix = next(b for b in at.button if "calculate\\_per\\_token\\_loss" in b.label)  # shown escaped
+    fix.click().run()
+    assert not at.exception and at.session_state["plan"].training.calculate_per_token_loss
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["objective at step 0, packed / unpacked"] == "1.000"
+    assert labels["gradient weight moved by packing"] == "0.0%"

@@ -187,6 +187,38 @@ def test_wikipedia_sample_in_chromium(app_url):
         browser.close()
 
 
+def test_loss_weighting_chart_in_chromium(app_url):
+    """The chat-like plan at 8k from a shared link: the Recommendations page draws the loss weighting; applying the
+    per-token-loss fix makes it packing-invariant."""
+    from playwright.sync_api import sync_playwright
+
+    from advisor.plan import load_plan
+    from advisor.ui.links import plan_to_query
+
+    SHOTS.mkdir(exist_ok=True)
+    plan = load_plan(ROOT / "sample_data" / "plans" / "llama8b_chat_8k.yaml")
+    query = urllib.parse.urlencode(plan_to_query(plan, "chat-like (180k)"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(f"{app_url}/?{query}")
+        page.wait_for_selector(READY, timeout=120_000)
+        page.get_by_role("link", name="Recommendations").click()
+        page.get_by_role("heading", name="Will my loss change?").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.get_by_text("moves when packing is turned on").first.wait_for(timeout=60_000)  # the chart's title
+        page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "8_loss_weighting.png"), full_page=True)
+        page.locator(".js-plotly-plot").first.screenshot(path=str(SHOTS / "8_loss_weighting_chart.png"))
+        page.get_by_text("loss.per_token:").first.click()  # the warning's expander
+        page.get_by_role("button", name="calculate_per_token_loss").first.click()
+        page.get_by_text("packing-invariant (every token 1/N)").first.wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "8b_loss_weighting_per_token.png"), full_page=True)
+        browser.close()
+
+
 def test_the_tour_in_chromium(app_url):
     """The Tour from the sidebar: every step, one screenshot each, and a step's link opens its page."""
     from playwright.sync_api import sync_playwright

@@ -77,3 +77,19 @@ def test_memory_grid_marks_cells_that_break_a_rule(squad):
     assert by_cp[1]["breaks"] == "" and "cp.seq_length" in by_cp[2]["breaks"]
     heat = charts.memory_heatmap(pd.DataFrame(rows))
     assert any(" !" in cell for row in heat.data[0].text for cell in row)
+
+
+def test_loss_weight_chart_draws_the_engines_shares(squad):
+    """One value per length bin and series, each the loss weighting's own; every series a share of one step."""
+    lw = analyze(dashboard.default_plan(), squad).loss
+    fig = charts.loss_weight_shares(lw)
+    by_name = {t.name: list(t.y) for t in fig.data}
+    assert by_name["samples (the data's lengths)"] == pytest.approx(lw.bins.samples.tolist())
+    assert by_name["token-uniform (per-token loss)"] == pytest.approx(lw.bins.uniform.tolist())
+    assert by_name["packed (offline), your settings"] == pytest.approx(lw.bins.plan.tolist())
+    assert by_name["same samples unpacked, your settings"] == pytest.approx(lw.bins.unpacked.tolist())
+    for values in by_name.values():
+        assert sum(values) == pytest.approx(1.0, abs=1e-6)
+    assert all(len(t.x) == lw.bins.edges.size - 1 for t in fig.data)
+    assert charts.payload_bytes(fig) < 20_000
+    assert "moves when packing is turned on" in fig.layout.title.text  # SQuAD's plan keeps per-micro-batch means

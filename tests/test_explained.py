@@ -107,6 +107,10 @@ def _tour_expectations(index: int, hist, plan, a) -> list[str]:
         return [f"Step {t.step_seconds:.2f} s", f"MFU {t.mfu:.0%}"]
     if index == 9:
         return [f"Recommended here: {views.packing_comparison(plan, hist).recommended}."]
+    if index == 10:
+        return [f"{a.loss.moved_vs_unpacked:.0%} of each step's gradient weight moves",
+                f"objective {a.loss.objective_same.mean:.3f}", "With calculate_per_token_loss: 0% moves, objective "
+                                                               "1.000."]
     export = a.export("python")
     return [f"cfg.train.global_batch_size = {a.global_batch_packs}"] + \
         [line for line in export.splitlines() if "Specs(" in line]

@@ -50,6 +50,11 @@ PLANS = {
     "offline-custom": {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "num_query_groups": 2,
                                  "ffn_hidden_size": 4096, "vocab_size": 32000, "normalization": "LayerNorm"},
                        "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_size": 64}},
+    "offline-per-token-loss": {"model": "llama3.1-8b", "parallel": {"gpus": 8},
+                               "training": {"global_batch_size": 64, "calculate_per_token_loss": True}},
+    "in-batch-average-in-collective": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
+                                       "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64,
+                                                    "average_in_collective": True}},
 }
 
 
@@ -95,6 +100,10 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
         assert out["specs"] is None
     if plan.parallel.cp > 1:
         assert "cfg.model.calculate_per_token_loss" in out["set"] and "cfg.ddp.average_in_collective" in out["set"]
+    if plan.training.calculate_per_token_loss:
+        assert "cfg.model.calculate_per_token_loss" in out["set"]
+    if plan.average_in_collective:
+        assert "cfg.ddp.average_in_collective" in out["set"]
     if name == "offline-overrides":  # the preset's overrides reach the recipe, and nothing else of the model
         assert {"cfg.model.num_layers", "cfg.model.moe_router_topk", "cfg.model.share_embeddings_and_output_weights"} \
             <= set(out["set"]) and "cfg.model.hidden_size" not in out["set"]

@@ -323,7 +323,10 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
     assert not at.exception
     at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
                                                     "application/json")).run()
-    assert not at.exception and len(at.dataframe) == 2
+    assert not at.exception and len(at.dataframe) == 3  # speed, measured against predicted, loss at step 0
+    loss = at.dataframe[2].value
+    assert list(loss["setting"]) == ["calculate_per_token_loss=False (the plan)", "calculate_per_token_loss=True"]
+    assert loss["within 1 %"].all()
     assert any("too few to call the speed" in w.value for w in at.warning)  # 3 timed steps: the page says so
     assert any("one causal SDPA call per sample" in i.value for i in at.info)
     at.file_uploader(key="trial_upload").set_value(("x.json", b'{"device": "cpu"}', "application/json")).run()

@@ -131,6 +131,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
             model["hierarchical_context_parallel_sizes"] = list(p.hierarchical_cp_sizes or [])
         if sft:
             model["calculate_per_token_loss"] = True  # ConfigContainer.validate asserts it for SFT with CP > 1
+    if t.calculate_per_token_loss:  # the plan's own choice (advisor/model/loss_weights.py: what it changes)
+        model["calculate_per_token_loss"] = True
     model.update(architecture(plan))
     model["recompute_granularity"] = None if t.recompute == "none" else t.recompute
     if t.recompute == "full":
@@ -139,6 +141,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     ddp = {"use_distributed_optimizer": t.distributed_optimizer}
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
+    elif plan.average_in_collective:
+        ddp["average_in_collective"] = True
     train = {"micro_batch_size": 1 if mode == "offline" else t.micro_batch_size,
              "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
              t.global_batch_size}
@@ -459,6 +463,10 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         if p.cp_comm_type == "a2a+p2p":
             args.append("--hierarchical-context-parallel-sizes " + " ".join(map(str, p.hierarchical_cp_sizes or [])))
         args.append("--calculate-per-token-loss")
+    elif t.calculate_per_token_loss:
+        args.append("--calculate-per-token-loss")
+    if plan.average_in_collective and "--calculate-per-token-loss" not in args:  # Megatron-Core refuses the two
+        args.append("--ddp-average-in-collective")
     if t.seq_length > 65536 or p.cp > 1:
         args.append("--no-create-attention-mask-in-dataloader")
     if t.recompute == "selective":

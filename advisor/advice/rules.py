@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from advisor.advice.memory_fixes import describe, fitting_fixes
 from advisor.findings import Finding, ordered
+from advisor.model.loss_expectation import MOVED_THRESHOLD, LossWeighting
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
 from advisor.model.numerics import numerics_of, quantized_widths
 from advisor.packing.offline import PackingResult
@@ -392,6 +393,56 @@ def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     return out
 
 
+LOSS_SOURCE = ("Megatron-Bridge 0.6.2 training/losses.py (masked_next_token_loss: a micro batch's loss sum and token "
+               "count); Megatron-Core pipeline_parallel/schedules.py (forward_step_calc_loss: / clamp(num_tokens, 1) "
+               "/ num_microbatches without calculate_per_token_loss), distributed/finalize_model_grads.py "
+               "(finalize_model_grads: / N with it), distributed/distributed_data_parallel.py "
+               "(gradient_scaling_factor)")
+
+
+def rule_loss_settings(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    """Per-token loss with average_in_collective: Megatron-Core's DistributedDataParallel refuses the pair."""
+    if not (plan.per_token_loss and plan.average_in_collective):
+        return []
+    return [Finding(
+        id="loss.average_in_collective", severity="error",
+        message="calculate_per_token_loss with average_in_collective: Megatron-Core refuses to start",
+        reason="DistributedDataParallel asserts 'Cannot average in collective when calculating per-token loss!': the "
+               "gradient is summed over DP x CP and divided by the global batch's loss tokens N instead. "
+               "average_in_collective changes no weight anyway (1 / DP before a sum, or an average).",
+        source="Megatron-Core distributed/distributed_data_parallel.py (DistributedDataParallel.__init__)",
+        fix={"training": {"average_in_collective": False}})]
+
+
+def rule_loss(plan: Plan, packing: PackingResult | None, loss: LossWeighting | None) -> list[Finding]:
+    """Offline packing without per-token loss: the objective depends on how samples were packed
+    (advisor/model/loss_expectation.py ``depends_on_packing``)."""
+    if loss is None or not loss.depends_on_packing:
+        return []
+    p, u = loss.packed, loss.unpacked
+    fix = {"training": {"calculate_per_token_loss": True}}
+    if plan.training.average_in_collective:  # Megatron-Core refuses the pair (rule_loss_settings)
+        fix["training"]["average_in_collective"] = False
+    return [Finding(
+        id="loss.per_token", severity="warning",
+        message=f"the loss depends on packing: {loss.moved_vs_unpacked:.0%} of each step's gradient weight moves "
+                f"between samples against the same samples unpacked ({loss.short_shift_vs_unpacked:+.0%} onto "
+                f"samples under {loss.short_below:,.0f} loss tokens); calculate_per_token_loss makes it invariant",
+        reason="Without calculate_per_token_loss each micro batch's loss is divided by its own loss tokens and by the "
+               f"micro batches of the step: packed, a pack's tokens weigh 1/(K x its tokens) (token weights spread "
+               f"x{p.weight_max_over_min:.2f}, CV {p.weight_cv:.2f}); unpacked at micro batch size "
+               f"{plan.training.micro_batch_size}, a sample's (x{u.weight_max_over_min:.0f}, CV "
+               f"{u.weight_cv:.2f}), so turning packing on changes what is optimised, not only how fast. With "
+               "calculate_per_token_loss every supervised token of the global batch weighs 1/N, packed or not. The "
+               "weights still sum to 1, so no learning-rate rescale is implied (Adam is about scale-invariant; "
+               "clipping sees the normalised gradient); what changes is the relative weight: a sample counts in "
+               "proportion to its loss tokens, so long-answer samples weigh more than under per-sample means. "
+               "Megatron-Bridge's logged lm loss is token-weighted either way, so its curve does not show this "
+               f"(step-0 objective packed/unpacked {loss.objective_same.mean:.3f} with the assumed per-token loss). "
+               f"Threshold: {MOVED_THRESHOLD:.0%} of the weight moved.",
+        source=LOSS_SOURCE, fix=fix)]
+
+
 MEMORY_SOURCE = ("the advisor's memory model (advisor/model/memory.py: weights, gradients, optimizer, activations "
                  "of the micro batch the plan really holds, logits, overhead); beside it Megatron-Bridge 0.6.2 "
                  "training/utils/theoretical_memory_utils.py")
@@ -440,13 +491,15 @@ def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimat
 
 
 RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
-         rule_compatibility, rule_performance, rule_precision, rule_fsdp, rule_online)
+         rule_compatibility, rule_performance, rule_precision, rule_fsdp, rule_online, rule_loss_settings)
 
 
-def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstimate | None = None) -> list[Finding]:
-    """Every finding for the plan, errors first (``memory``: the plan's memory estimate; without it the memory rule
-    is not checked)."""
-    found = [f for rule in RULES for f in rule(plan, packing)] + rule_memory(plan, packing, memory)
+def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstimate | None = None,
+          loss: LossWeighting | None = None) -> list[Finding]:
+    """Every finding for the plan, errors first (``memory``: the plan's memory estimate; ``loss``: its loss weighting;
+    without one, its rule is not checked)."""
+    found = ([f for rule in RULES for f in rule(plan, packing)] + rule_memory(plan, packing, memory)
+             + rule_loss(plan, packing, loss))
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]
     return ordered(found)

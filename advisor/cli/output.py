@@ -163,7 +163,15 @@ def estimate_text(r: EstimateResult) -> None:
               f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
               f"({t.steps_per_epoch:,.0f} steps)",
               "    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown)]
-    _lines(*lines, *(f"  note: {note}" for note in est.notes))
+    _lines(*lines, *_loss_lines(analysis), *(f"  note: {note}" for note in est.notes))
+
+
+def _loss_lines(analysis) -> list[str]:
+    """The loss weighting's lines (advisor/model/loss_expectation.py), indented under the plan's."""
+    from advisor.cli.commands.plan import loss_of
+
+    loss = loss_of(analysis)
+    return [] if loss is None else ["  " + line for line in loss.lines()]
 
 
 def _packing_factor(candidate: Candidate) -> float | None:
@@ -179,6 +187,7 @@ def recommend_text(r: RecommendResult) -> None:
         lines += [f"  [{f.severity}] {f.id}: {f.message}", f"      why: {f.reason}", f"      source: {f.source}"]
         if f.fix:
             lines.append(f"      fix: {json.dumps(f.fix)}")
+    lines += _loss_lines(r.analysis)
     kept = ", ".join(x for x in FREEDOMS if x not in r.vary)
     lines.append(f"searched {r.search.evaluated} layouts{f' keeping {kept}' if kept else ''}; best candidates "
                  "against your plan:")
@@ -201,7 +210,7 @@ def export_text(r: ExportResult) -> None:
 
 
 def trial_text(r: TrialResult) -> None:
-    from advisor.trial.report import speed_lines, speed_report
+    from advisor.trial.report import loss_lines, speed_lines, speed_report
 
     out = r.data
     m = out["memory"]
@@ -212,7 +221,7 @@ def trial_text(r: TrialResult) -> None:
              *speed_lines(speed_report(out)),  # the same report the Trial page tables
              f"  memory: measured {m['measured_bytes'] / 2**20:,.1f} MiB, predicted "
              f"{m['predicted_bytes'] / 2**20:,.1f} MiB (measured/predicted {m['ratio_measured_over_predicted']:.2f}; "
-             f"{m['how']})"]
+             f"{m['how']})", *loss_lines(out)]
     if out["distributed"]:
         d = out["distributed"]
         lines.append(f"  {d['world_size']} ranks ({d['backend']}): attention work per rank "

@@ -47,8 +47,31 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
     >>> np.repeat(np.arange(r.counts.size), r.counts).tolist(), r.num_truncated, r.pad_tokens
     ([4, 8, 16], 1, 0)
     """
-    M, m = cfg.effective_max_seq_length, cfg.multiple
+    M = cfg.effective_max_seq_length
     L, n = hist.lengths, hist.counts
+    runtime, real, keep = runtime_per_length(hist, cfg)
+    skip = ~keep
+    wanted = np.maximum(L - 1, 0)
+    lost = (wanted - real) * keep
+    counts = np.bincount(runtime[keep], weights=n[keep], minlength=M + 1).astype(np.int64)
+    return RuntimeLengths(
+        counts=counts, num_truncated=int(n[keep & (lost > 0)].sum()), tokens_truncated=int((lost * n).sum()),
+        num_skipped=int(n[skip].sum()), tokens_skipped=int((wanted * n)[skip].sum()),
+        pad_tokens=int(((runtime - real) * n)[keep].sum()), real_tokens=int((real * n)[keep].sum()),
+    )
+
+
+def runtime_per_length(hist: LengthHistogram, cfg: PackingConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct length of the histogram: the runtime length (padding included), the real tokens in it (the
+    labels that are data, ``min(runtime, length - 1)``) and whether ``create_hist`` keeps the sample (the rules of
+    ``runtime_lengths``).
+
+    >>> [a.tolist() for a in runtime_per_length(LengthHistogram.from_samples([5, 9, 20]),
+    ...                                         PackingConfig(pack_size=16, pad_seq_to_mult=4))]
+    [[4, 8, 16], [4, 8, 16], [True, True, True]]
+    """
+    M, m = cfg.effective_max_seq_length, cfg.multiple
+    L = hist.lengths
     skip = np.zeros(L.shape, bool)
     if cfg.overlong == "skip" and m == 1:
         skip = L - 1 > M  # create_hist: "Skipped %d sequences longer than the maximum packed sequence length"
@@ -59,16 +82,8 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
     if m > 1:
         cap = (M // m) * m
         runtime = np.minimum(cap, -(-runtime // m) * m)
-    wanted = np.maximum(L - 1, 0)
-    real = np.minimum(runtime, wanted)
-    keep = ~skip
-    lost = (wanted - real) * keep
-    counts = np.bincount(runtime[keep], weights=n[keep], minlength=M + 1).astype(np.int64)
-    return RuntimeLengths(
-        counts=counts, num_truncated=int(n[keep & (lost > 0)].sum()), tokens_truncated=int((lost * n).sum()),
-        num_skipped=int(n[skip].sum()), tokens_skipped=int((wanted * n)[skip].sum()),
-        pad_tokens=int(((runtime - real) * n)[keep].sum()), real_tokens=int((real * n)[keep].sum()),
-    )
+    real = np.minimum(runtime, np.maximum(L - 1, 0))
+    return runtime, real, ~skip
 
 
 def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:

@@ -228,6 +228,15 @@ class TrainingSpec(_Section):
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
     epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
                                  "exports turn it into train_iters (null: the recipe's train_iters)")
+    # Megatron-Core's names and defaults (transformer_config.py calculate_per_token_loss, DistributedDataParallelConfig
+    # average_in_collective); Megatron-Bridge 0.6.2 recipes/common.py _sft_common keeps both defaults
+    calculate_per_token_loss: bool = Field(False, description=(
+        "every supervised token of the global batch weighs 1/N in the gradient (False: each micro batch's loss is "
+        "averaged over its own loss tokens, so packing changes the weights); the export sets it with CP > 1 in SFT, "
+        "as Megatron-Bridge requires"))
+    average_in_collective: bool = Field(False, description=(
+        "DDP averages gradients inside the collective (ReduceOp.AVG) instead of scaling by 1/DP first: the same "
+        "weights; Megatron-Core refuses it with calculate_per_token_loss"))
 
     @model_validator(mode="before")
     @classmethod
@@ -371,6 +380,32 @@ class Plan(_Section):
     @property
     def dp(self) -> int:
         return self.parallel.dp
+
+    @property
+    def per_token_loss_forced(self) -> str | None:
+        """Why the run computes per-token loss whatever ``training.calculate_per_token_loss`` says, or None: the
+        exports set it for SFT with CP > 1 (Megatron-Bridge's ConfigContainer.validate asserts it) and for online
+        packing (Megatron-LM's --calculate-per-token-loss with --sequence-packing-scheduler).
+
+        >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2}}).per_token_loss_forced
+        'CP > 1 in SFT: Megatron-Bridge requires calculate_per_token_loss (the export sets it)'
+        """
+        if self.parallel.cp > 1 and self.training.task != "pretrain":
+            return "CP > 1 in SFT: Megatron-Bridge requires calculate_per_token_loss (the export sets it)"
+        if self.packing_mode == "online":
+            return "online packing: the Megatron-LM export passes --calculate-per-token-loss"
+        return None
+
+    @property
+    def per_token_loss(self) -> bool:
+        """calculate_per_token_loss as the run will have it: the plan's, or forced on (``per_token_loss_forced``)."""
+        return self.training.calculate_per_token_loss or self.per_token_loss_forced is not None
+
+    @property
+    def average_in_collective(self) -> bool:
+        """average_in_collective as the run will have it: the plan's, except where per-token loss is forced (the
+        export then writes False, as Megatron-Bridge asserts for SFT with CP > 1)."""
+        return self.training.average_in_collective and self.per_token_loss_forced is None
 
     def global_batch_packs(self, packing_factor: float | None) -> int:
         """Megatron-Bridge's ``global_batch_size`` with offline packing: the plan's ``global_batch_packs`` when it

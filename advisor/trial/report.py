@@ -105,6 +105,43 @@ def speed_lines(rep: SpeedReport) -> list[str]:
     return lines
 
 
+def loss_rows(result: dict) -> list[dict]:
+    """The loss-weighting check of a trial result as both the CLI and the Trial page show it: per loss setting, the
+    step-0 ratios packed / unpacked measured and predicted (none for a trial.json from before the check).
+
+    >>> r = {"loss_weighting": {"rows": [{"per_token_loss": False, "plan": True, "reported_measured": 1.0,
+    ...      "reported_predicted": 1.0, "objective_measured": 0.95, "objective_predicted": 0.9501,
+    ...      "objective_from_curve": 0.96, "error": 1e-4, "ok": True}]}}
+    >>> loss_rows(r)[0]["setting"], loss_rows(r)[0]["objective measured"]
+    ('calculate_per_token_loss=False (the plan)', 0.95)
+    """
+    rows = []
+    for row in (result.get("loss_weighting") or {}).get("rows", []):
+        rows.append({"setting": f"calculate_per_token_loss={row['per_token_loss']}"
+                                + (" (the plan)" if row["plan"] else ""),
+                     "lm loss measured": row["reported_measured"], "lm loss predicted": row["reported_predicted"],
+                     "objective measured": row["objective_measured"],
+                     "objective predicted": row["objective_predicted"],
+                     "objective from the position curve": row["objective_from_curve"],
+                     "within 1 %": row["ok"]})
+    return rows
+
+
+def loss_lines(result: dict) -> list[str]:
+    """The command line's text of the loss-weighting check."""
+    check = result.get("loss_weighting")
+    if not check:
+        return []
+    lines = [f"  loss weighting at step 0, packed / unpacked on the same {check['samples']} samples ({check['packs']} "
+             f"packs against {check['unpacked_micro_batches']} micro batches of {check['micro_batch_size']}):"]
+    for r in loss_rows(result):
+        lines.append(f"    {r['setting']}: lm loss {r['lm loss measured']:.6f} (predicted "
+                     f"{r['lm loss predicted']:.4f}); objective {r['objective measured']:.6f} (predicted "
+                     f"{r['objective predicted']:.6f}, from the position curve "
+                     f"{r['objective from the position curve']:.4f})" + ("" if r["within 1 %"] else " OUTSIDE 1 %"))
+    return lines
+
+
 def check_result(result: dict, name: str) -> None:
     """Refuse a trial result this version cannot report, with one message (a ValueError naming ``name``)."""
     fmt = result.get("format")

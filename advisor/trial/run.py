@@ -6,11 +6,12 @@ each sample processed alone (the classic silent packing bug is a wrong mask or p
 per second and memory against the estimator's predictions. Runs on the CPU (float32, small) or CUDA (bf16), and
 under ``torchrun`` as data parallelism (gloo on the CPU, NCCL on CUDA).
 
-``run_trial`` runs five phases, each a function from data to a frozen result: ``setup`` (device, model shape,
-samples, packs), ``check_parity``, ``time_steps`` (warm-up, then timed steps, the three ways interleaved),
-``predict`` (FLOPs speed-up; step time on a GPU of the hardware table) and ``measure_memory``; under torchrun
-``distributed_summary`` adds each rank's work and wait. Speeds are medians over the timed steps with their spread
-(``advisor.trial.report``), never a mean of a few steps.
+``run_trial`` runs six phases, each a function from data to a frozen result: ``setup`` (device, model shape,
+samples, packs), ``check_parity``, ``check_loss_weighting`` (step 0 packed and unpacked under both loss settings,
+against the predicted loss weighting: advisor/trial/loss.py), ``time_steps`` (warm-up, then timed steps, the three
+ways interleaved), ``predict`` (FLOPs speed-up; step time on a GPU of the hardware table) and ``measure_memory``;
+under torchrun ``distributed_summary`` adds each rank's work and wait. Speeds are medians over the timed steps with
+their spread (``advisor.trial.report``), never a mean of a few steps.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import ALGORITHMS, first_fit_decreasing
 from advisor.plan import Plan, plan_from_dict
 from advisor.safe_write import make_folder, write_text
+from advisor.trial.batches import Batch, packed_batch, padded_batch
+from advisor.trial.batches import forward_loss as _forward_loss
 from advisor.trial.config import DEFAULT, TrialConfig
-from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note, token_loss
+from advisor.trial.loss import LossCheck, measure_loss_weighting
+from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note
 from advisor.trial.report import FORMAT, WAYS, speed_report
 
 __all__ = ["ParityError", "TrialConfig", "TrialResult", "leave_process_group", "run_trial", "write_outputs",
@@ -50,18 +54,6 @@ GRAD_BOUND = 1e-4  # relative to the largest gradient entry
 
 class ParityError(RuntimeError):
     """The packed step does not equal the samples processed alone: the mask or the position ids are wrong."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Batch:
-    tokens: torch.Tensor
-    labels: torch.Tensor
-    loss_mask: torch.Tensor
-    positions: torch.Tensor
-    cu_seqlens: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-    real_tokens: int = 0
-    attention_work: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +162,7 @@ class TrialResult:
     kernel_note: str
     torch_threads: int
     distributed: dict
+    loss: LossCheck
 
     @property
     def per_step(self) -> list[dict]:
@@ -202,7 +195,7 @@ class TrialResult:
                       "speedup_statistic": "median tokens/s per timed step, packed over padded; paired bootstrap "
                                            "interval over steps",
                       "noise_warnings": list(rep.warnings), **self.parity.to_dict(), "memory": self.memory.to_dict(),
-                      "distributed": self.distributed}
+                      "distributed": self.distributed, "loss_weighting": self.loss.to_dict()}
 
 
 MAX_GQA_RATIO, MAX_FFN_RATIO, MAX_HEAD_DIM = 8, 8, 256  # every real model is inside; a hostile plan is not
@@ -287,55 +280,6 @@ def make_packs(lengths: np.ndarray, pack_size: int, algorithm: str, seed: int) -
     for i, n in enumerate(lengths.tolist()):
         queues.setdefault(n, []).append(i)
     return [[queues[int(n)].pop(0) for n in items[a:b]] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-
-
-def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, dense: bool = False) -> Batch:
-    """One THD row: tokens concatenated, positions restarting, labels shifted inside each sample only."""
-    tokens = np.concatenate(samples)
-    labels = np.concatenate([np.append(s[1:], 0) for s in samples])
-    loss_mask = np.concatenate([np.append(np.ones(len(s) - 1), 0) for s in samples])  # no target across a boundary
-    positions = np.concatenate([np.arange(len(s)) for s in samples])
-    lens = [len(s) for s in samples]
-    cu = np.concatenate([[0], np.cumsum(lens)])
-    if break_mask:  # the bug: one causal mask over the whole row, samples see each other
-        cu = np.array([0, cu[-1]])
-    t = torch.tensor
-    mask = None
-    if dense:  # block-diagonal causal mask over the packed row: (sum s_i)^2 work
-        doc = np.repeat(np.arange(len(lens)), lens)
-        same = doc[:, None] == doc[None, :]
-        mask = t(same & np.tril(np.ones((len(doc), len(doc)), bool)), device=device)[None, None]
-    return Batch(tokens=t(tokens, device=device)[None], labels=t(labels, device=device)[None],
-                 loss_mask=t(loss_mask, device=device)[None], positions=t(positions, device=device)[None],
-                 cu_seqlens=t(cu, device=device), mask=mask, real_tokens=int(sum(lens) - len(lens)),
-                 attention_work=float(sum(n * n for n in lens)) if not dense else float(sum(lens)) ** 2)
-
-
-def padded_batch(samples: list[np.ndarray], device) -> Batch:
-    """A micro batch of rows, each right-padded to the longest sample, with causal and key-padding masks."""
-    longest = max(len(s) for s in samples)
-    n = len(samples)
-    tokens = np.zeros((n, longest), np.int64)
-    labels = np.zeros((n, longest), np.int64)
-    loss_mask = np.zeros((n, longest))
-    for i, s in enumerate(samples):
-        tokens[i, :len(s)] = s
-        labels[i, :len(s) - 1] = s[1:]
-        loss_mask[i, :len(s) - 1] = 1
-    valid = np.arange(longest)[None, :] < np.array([len(s) for s in samples])[:, None]
-    causal = np.tril(np.ones((longest, longest), bool))
-    # padding queries attend to themselves only, so no row of the mask is empty (their loss is masked anyway)
-    mask = (causal[None] & valid[:, None, :]) | np.eye(longest, dtype=bool)[None]
-    t = torch.tensor
-    return Batch(tokens=t(tokens, device=device), labels=t(labels, device=device),
-                 loss_mask=t(loss_mask, device=device), positions=t(np.tile(np.arange(longest), (n, 1)), device=device),
-                 mask=t(mask, device=device)[:, None],
-                 real_tokens=int(sum(len(s) - 1 for s in samples)), attention_work=float(n * longest * longest))
-
-
-def _forward_loss(model, batch: Batch, mode: str):
-    logits = model(batch.tokens, batch.positions, mode, batch.cu_seqlens, batch.mask)
-    return token_loss(logits, batch.labels, batch.loss_mask)
 
 
 def parity(model: TrialGPT, samples: list[np.ndarray], device, break_mask: bool) -> tuple[float, float]:
@@ -578,6 +522,15 @@ def measure_memory(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Memory:
                       "parameter, gradient and Adam bytes plus saved_tensors_hooks bytes of one forward")
 
 
+def check_loss_weighting(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> LossCheck:
+    """Step 0's samples (every rank's packs) packed and unpacked on the same weights, under the plan's loss setting
+    and the other, against the prediction (advisor/trial/loss.py)."""
+    step0 = [list(p) for p in st.packs[:st.world * cfg.packs_per_step]]
+    lengths = np.array([len(x) for x in st.data])
+    return measure_loss_weighting(step0, lengths, st.model, st.device, cfg.micro_batch_size, plan.per_token_loss,
+                                  cfg.seed)
+
+
 def distributed_summary(st: TrialSetup, cfg: TrialConfig, timing: Timing) -> dict:
     """Under torchrun: each rank's attention work and all-reduce wait, beside the estimator's straggler factor."""
     import torch.distributed as dist
@@ -608,6 +561,10 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, pro
     par = check_parity(st, cfg)
     progress(f"parity on a pack of {par.pack_samples} sample(s): loss {par.loss_diff:.2e}, gradients "
              f"{par.grad_diff:.2e}")
+    loss = check_loss_weighting(plan, st, cfg)
+    for row in loss.rows:
+        progress(f"loss weighting, calculate_per_token_loss={row.per_token_loss}: step-0 objective packed/unpacked "
+                 f"measured {row.objective_measured:.4f}, predicted {row.objective_predicted:.4f}")
     timing = time_steps(st, cfg, progress)
     pred = predict(plan, st, cfg)
     memory = measure_memory(plan, st, cfg)
@@ -616,7 +573,7 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, pro
                        parity=par, timing=timing, prediction=pred, memory=memory,
                        kernel_note=packed_attention_note(st.device.type, samples_per_pack, st.model.num_layers),
                        torch_threads=torch.get_num_threads(),
-                       distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {})
+                       distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {}, loss=loss)
 
 
 def leave_process_group() -> None:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from advisor.advice.compare import PackingComparison
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import Estimate
+from advisor.model.loss_expectation import LossWeighting
 from advisor.packing.offline import PackingResult
 from advisor.packing.online.results import RunSchedule, StepSchedule
 
@@ -284,4 +285,33 @@ def packing_comparison(comparison: PackingComparison) -> go.Figure:
                            hovertemplate="%{x}: %{y:,.0f} tokens/s/GPU<extra></extra>"))
     fig.update_layout(title=f"Offline against online packing: {comparison.recommended} trains fastest",
                       yaxis_title="real tokens/s/GPU", margin=dict(t=50, b=40))
+    return fig
+
+
+def loss_weight_shares(lw: LossWeighting) -> go.Figure:
+    """Share of a step's gradient by sample length (loss tokens): token-uniform (what calculate_per_token_loss
+    gives), the plan's run and the same samples unpacked, drawn over the data's length distribution (the share of
+    samples in each length bin). One value per bin: a few dozen numbers whatever the data's size."""
+    b = lw.bins
+    edges = b.edges.astype(np.int64)
+    labels = [f"{lo:,}-{hi - 1:,}" if hi - 1 > lo else f"{lo:,}" for lo, hi in zip(edges[:-1], edges[1:],
+                                                                                      strict=True)]
+    fig = go.Figure(go.Bar(x=labels, y=b.samples, name="samples (the data's lengths)", marker_color="#c7c7c7",
+                           hovertemplate="%{x} loss tokens: %{y:.1%} of the samples<extra></extra>"))
+    plan_name = lw.packed.name if lw.packed is not None else "the plan (unpacked)"
+    # token-uniform drawn last, dotted, so it shows where the plan's line runs on it
+    for name, values, color, dash in ((f"{plan_name}, your settings", b.plan, "#4c78a8", "solid"),
+                                      ("same samples unpacked, your settings", b.unpacked, "#e45756", "dash"),
+                                      ("token-uniform (per-token loss)", b.uniform, "#54a24b", "dot")):
+        if lw.packed is None and values is b.unpacked:
+            continue
+        hover = "%{x} loss tokens: %{y:.1%} of a step's gradient<extra>" + name + "</extra>"
+        fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers", hovertemplate=hover,
+                                 line=dict(color=color, dash=dash, width=3 if dash == "dot" else 2)))
+    o = lw.objective_same
+    title = ("Gradient weight by sample length: packing-invariant (every token 1/N)" if lw.invariant else
+             f"Gradient weight by sample length: {lw.moved_vs_unpacked:.0%} moves when packing is turned on "
+             f"(step-0 objective packed/unpacked {o.mean:.3f})")
+    fig.update_layout(title=title, xaxis_title="loss tokens per sample", yaxis_title="share",
+                      yaxis_tickformat=".0%", margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.25))
     return fig

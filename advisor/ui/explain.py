@@ -221,6 +221,28 @@ HELP: dict[str, Explanation] = {
                         "arguments, packed-file paths, the plan, a report, or trial launch scripts.",
                         "advisor/advice/exports.py"),
     "export_recommended": _e("Export the search's best candidate instead of your plan.", "advisor/advice/search.py"),
+    "loss_weights": _e("How much of a step's gradient falls on samples of each length (loss tokens): token-uniform, "
+                       "what calculate_per_token_loss gives (every supervised token of the global batch weighs 1/N); "
+                       "your plan's run; and the same samples without packing. Without per-token loss each micro "
+                       "batch's loss is its own token mean, so a pack of many short samples and a micro batch of one "
+                       "sample weigh their tokens differently, and turning packing on changes what is optimised. "
+                       "The grey bars are the data's samples by length. Every label token counts as a loss token "
+                       "(the lengths carry no loss mask).",
+                       "Megatron-Bridge 0.6.2 training/losses.py; Megatron-Core schedules.py "
+                       "(forward_step_calc_loss), finalize_model_grads.py; advisor/model/loss_expectation.py"),
+    "loss_reported_ratio": _e("Megatron-Bridge's logged lm loss at step 0, packed over unpacked: it sums losses and "
+                              "loss tokens over the global batch before dividing, so on the same samples it is 1 "
+                              "whatever the settings; on two random first steps it differs by sampling alone (the "
+                              "range is the 5th-95th percentile).", "Megatron-Bridge 0.6.2 training/train.py "
+                                                                    "(train_step)"),
+    "loss_objective_ratio": _e("The objective the gradient descends at step 0 (a mean of per-micro-batch means "
+                               "without per-token loss; what Megatron-LM's evaluate reports with --sft), packed over "
+                               "unpacked on the same samples, with a per-token loss that falls with the position in "
+                               "the sample (an assumed power law; the trial measures its own).",
+                               "Megatron-Core schedules.py (forward_step_calc_loss); advisor/model/loss_curve.py"),
+    "loss_moved": _e("The share of a step's gradient weight that moves between samples when the same samples are "
+                     "trained packed instead of unpacked (half the summed absolute difference of their weights). "
+                     "Above 1 % the recommendations warn.", "advisor/model/loss_expectation.py"),
     # ----------------------------------------------------------------------------------------- trial
     "trial_steps": _e("Timed steps per way (packed, padded, block-masked, interleaved) after two warm-up steps; "
                       "speeds are their medians with min, max and IQR.", "advisor/trial/report.py"),
@@ -229,6 +251,11 @@ HELP: dict[str, Explanation] = {
     "trial_scale": _e("How large the trial's model is (small runs on a CPU in seconds).", "advisor/trial/run.py"),
     "trial_upload": _e("A trial.json from a run on a GPU node (python -m advisor trial PLAN --device cuda --out DIR).",
                        "advisor/trial/run.py"),
+    "trial_loss": _e("The same first-step samples run packed and unpacked on the same weights, their loss reduced "
+                     "as Megatron-Core does with and without calculate_per_token_loss: the measured ratio of the "
+                     "logged lm loss (1: token-weighted) and of the objective the gradient descends, beside the "
+                     "advisor's prediction from the same samples' per-token losses and from their per-position "
+                     "curve.", "advisor/trial/loss.py"),
     "trial_chart": _e("Median real tokens/s of the three ways on the same samples, whiskers from the slowest to "
                       "the fastest timed step; the title gives the packed/padded speed-up of the medians with its "
                       "95% bootstrap interval, and the FLOPs prediction.", "advisor/trial/report.py"),

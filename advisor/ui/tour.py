@@ -84,6 +84,14 @@ STEPS: tuple[Step, ...] = (
               "the packs are dealt to ranks in order, balancing their number, not their work.",
          sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/6_Online_packing.py",
          page_title="Online packing"),
+    Step(title="Will my loss change with packing?",
+         text="Without calculate_per_token_loss each micro batch's loss is the mean over its own loss tokens: "
+              "unpacked at micro batch size 1 every sample counts the same, packed every pack does, so the same "
+              "samples weigh differently and turning packing on changes what is optimised. Megatron-Bridge's logged "
+              "lm loss is token-weighted, so at step 0 it reads the same on the same samples; the objective does "
+              "not. calculate_per_token_loss weighs every token 1/N, packed or not, with no learning-rate change.",
+         sample=CHAT, changes={"training": {"seq_length": 8192}, "packing": {"pack_size": 8192}},
+         page="pages/3_Recommendations.py", page_title="Recommendations"),
     Step(title="Export it, then check it",
          text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
               "trains a small model packed, padded and block-masked on your length distribution and checks the "
@@ -147,6 +155,13 @@ def step_figures(index: int) -> list[str]:
                 f"({online['micro_batches_min']}-{online['micro_batches_max']}), ranks wait "
                 f"x{online['straggler']:.2f}.",
                 f"Recommended here: {c.recommended}."]
+    if index == 10:
+        lw, fixed = a.loss, analyze(plan.changed({"training": {"calculate_per_token_loss": True}}), hist).loss
+        return [f"{lw.moved_vs_unpacked:.0%} of each step's gradient weight moves between samples when packing is "
+                f"turned on; step 0, packed / unpacked: lm loss {lw.reported_same:.3f}, objective "
+                f"{lw.objective_same.mean:.3f} (with an assumed per-token loss that falls with position).",
+                f"With calculate_per_token_loss: {fixed.moved_vs_unpacked:.0%} moves, objective "
+                f"{fixed.objective_same.mean:.3f}."]
     lines = [line for line in a.export("python").splitlines() if "global_batch_size" in line or "Specs(" in line]
     return [f"The Megatron-Bridge export of this plan sets, among others: {line}" for line in lines]
 

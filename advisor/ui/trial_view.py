@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from advisor.trial.report import SpeedReport, shown, speed_report, speedup_text
+from advisor.trial.report import SpeedReport, loss_rows, shown, speed_report, speedup_text
 
 
 def speed_table(rep: SpeedReport) -> pd.DataFrame:
@@ -70,3 +70,10 @@ def parity_text(result: dict) -> str:
         p = result[key]
         parts.append(f"{what} {p[diff]:.2e}" + (f" (bound {p['bound']:g})" if "bound" in p else ""))
     return "Parity: " + ", ".join(parts)
+
+
+def loss_table(result: dict) -> pd.DataFrame | None:
+    """Step-0 loss ratios packed / unpacked, measured and predicted, per loss setting (None for a trial.json from
+    before the loss-weighting check)."""
+    rows = loss_rows(result)
+    return pd.DataFrame(rows).round(6) if rows else None

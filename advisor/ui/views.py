@@ -13,6 +13,7 @@ from advisor.advice.search import SearchResult
 from advisor.analysis import EXPORTS, Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
 from advisor.data.prepared import find_prepared
+from advisor.model.loss_expectation import LossWeighting
 from advisor.packing.baselines import without_packing
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -247,3 +248,13 @@ def comparison_table(comparison: PackingComparison) -> pd.DataFrame:
         "epoch h": [f"{r['epoch_hours']:.2f}" for r in rows],
         "memory GiB": [f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
         "refused steps": [r["refused_steps"] for r in rows]})
+
+
+def loss_metrics(lw: LossWeighting) -> list[tuple[str, str, str]]:
+    """(label, value, explanation key) of the loss weighting's three headline figures, as the Recommendations page
+    shows them."""
+    d, o = lw.reported_drawn, lw.objective_same
+    return [("lm loss at step 0, packed / unpacked", f"{lw.reported_same:.3f}", "loss_reported_ratio"),
+            ("lm loss, two random first steps", f"{d.low:.3f}-{d.high:.3f}", "loss_reported_ratio"),
+            ("objective at step 0, packed / unpacked", f"{o.mean:.3f}", "loss_objective_ratio"),
+            ("gradient weight moved by packing", f"{lw.moved_vs_unpacked:.1%}", "loss_moved")]

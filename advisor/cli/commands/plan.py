@@ -43,6 +43,7 @@ class RecommendResult:
     findings: tuple[Finding, ...]
     search: SearchResult
     vary: frozenset[str]
+    analysis: Analysis
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,8 +89,18 @@ def estimate(args: Namespace) -> EstimateResult:
     plan, hist = plan_and_lengths(args, progress)
     progress("estimating")
     analysis = analyze(plan, hist, **_cost_settings(args))
-    return EstimateResult(data={**analysis.estimate.to_dict(), "plan": analysis.summary()}, plan_file=args.plan,
-                          analysis=analysis)
+    loss = loss_of(analysis)
+    return EstimateResult(data={**analysis.estimate.to_dict(), "plan": analysis.summary(),
+                                "loss_weighting": loss.as_dict() if loss is not None else None},
+                          plan_file=args.plan, analysis=analysis)
+
+
+def loss_of(analysis: Analysis):
+    """The plan's loss weighting, or None when the data leaves nothing to weigh (every sample skipped)."""
+    try:
+        return analysis.loss
+    except ValueError:
+        return None
 
 
 def recommend(args: Namespace) -> RecommendResult:
@@ -102,10 +113,13 @@ def recommend(args: Namespace) -> RecommendResult:
     with Bar(args.quiet, "layouts") as bar:
         result = analysis.searched(progress=bar, vary=args.vary)
     findings = analysis.findings
+    loss = loss_of(analysis)
     data = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
+            "loss_weighting": loss.as_dict() if loss is not None else None,
             "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
             "evaluated": result.evaluated, "recommended_plan": result.recommended.to_dict()}
-    return RecommendResult(data=data, plan_file=args.plan, findings=findings, search=result, vary=args.vary)
+    return RecommendResult(data=data, plan_file=args.plan, findings=findings, search=result, vary=args.vary,
+                           analysis=analysis)
 
 
 def export(args: Namespace) -> ExportResult:
