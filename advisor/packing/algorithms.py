@@ -3,8 +3,9 @@
 Megatron-Bridge's two (first_fit_shuffle, first_fit_decreasing) are reproduced exactly: the same packs, as
 multisets, in the same order. Two more greedy ones are here to compare with: best_fit_decreasing, and Krell et
 al.'s shortest-pack-first histogram packing. Kernels are compiled with numba: Megatron-Bridge's pure-Python
-segment tree takes ~9 s for 1M samples. ``ALGORITHMS`` holds these and ``column_generation`` (near-optimal, with
-a lower bound; its own module), keyed by the plan's ``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
+segment tree takes ~9 s for 1M samples; first fit in a given order is ``first_fit.py``'s. ``ALGORITHMS`` holds
+these and ``column_generation`` (near-optimal, with a lower bound; its own module), keyed by the plan's
+``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
 
 Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v = 0..pack_size) and returns
 ``(offsets, items)``: pack i holds ``items[offsets[i]:offsets[i+1]]``, in the order the algorithm placed them.
@@ -19,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from advisor.packing.column_generation import column_generation
+from advisor.packing.first_fit import first_fit_bins
 from advisor.packing.permutation import shuffled_lengths
 from advisor.vocabulary import MEGATRON_BRIDGE_ALGORITHMS, Algorithm  # re-exported: the two reproduced exactly
 
@@ -71,34 +73,6 @@ def _open_bins(tree, size, first, count, room_full, room_last):
             left, right = tree[2 * i], tree[2 * i + 1]
             tree[i] = left if left > right else right
         lo, hi = lo // 2, hi // 2
-
-
-@njit(cache=True, nogil=True)
-def _first_fit_items(items, pack_size):
-    """First fit in the given order; returns the bin of every item and the bin count.
-
-    Same rule as Megatron-Bridge's ``first_fit`` (algorithms.py, 0.6.2): an item goes to the lowest-index bin
-    whose remaining space is at least its length. A max-tree over bins finds that bin in O(log bins); bins not
-    yet opened hold 0, as in Megatron-Bridge, so a length-0 item joins bin 0 once it exists. The tree doubles
-    when it fills, so memory follows the bins actually opened.
-    """
-    size = 1024
-    tree = np.zeros(2 * size, np.int32)
-    bin_of = np.empty(items.size, np.int32)
-    nbins = 0
-    for k in range(items.size):
-        s = items[k]
-        b = _first_fit_bin(tree, size, s)
-        if b == -1 or b >= nbins:
-            b = nbins
-            nbins += 1
-            if nbins > size:
-                tree, size = _grown(tree, size)
-            _set_room(tree, size, b, pack_size - s)
-        else:
-            _set_room(tree, size, b, tree[b + size] - s)
-        bin_of[k] = b
-    return bin_of, nbins
 
 
 @njit(cache=True, nogil=True)
@@ -206,16 +180,19 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     return _first_fit_decreasing_hist(np.ascontiguousarray(counts, dtype=np.int64), pack_size)
 
 
-def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234):
-    """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order.
+def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234, *, items: np.ndarray | None = None,
+                      progress=None, pause=None):
+    """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order (``first_fit.py``).
+    ``items``: that order already drawn (``offline.pack`` reuses it across pack sizes); ``progress(fraction)`` and
+    ``pause()`` are called between chunks of items.
 
     >>> offsets, items = first_fit_shuffle(np.array([0, 2, 1, 1]), 4, seed=1234)
     >>> int(offsets.size - 1), int(items.sum())
     (2, 7)
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    items = shuffled_lengths(counts, seed)
-    bin_of, nbins = _first_fit_items(items, pack_size)
+    if items is None:
+        items = shuffled_lengths(np.ascontiguousarray(counts, dtype=np.int64), seed)
+    bin_of, nbins = first_fit_bins(items, pack_size, progress=progress, pause=pause)
     return _csr_from_bins(items, bin_of, nbins)
 
 

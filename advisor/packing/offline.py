@@ -52,13 +52,7 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
     skip = np.zeros(L.shape, bool)
     if cfg.overlong == "skip" and m == 1:
         skip = L - 1 > M  # create_hist: "Skipped %d sequences longer than the maximum packed sequence length"
-        stored = L
-    else:
-        stored = np.minimum(L, M + 1 if m > 1 else M)
-    runtime = np.maximum(stored - 1, 0)
-    if m > 1:
-        cap = (M // m) * m
-        runtime = np.minimum(cap, -(-runtime // m) * m)
+    runtime = runtime_of(L, cfg)
     wanted = np.maximum(L - 1, 0)
     real = np.minimum(runtime, wanted)
     keep = ~skip
@@ -69,6 +63,33 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
         num_skipped=int(n[skip].sum()), tokens_skipped=int((wanted * n)[skip].sum()),
         pad_tokens=int(((runtime - real) * n)[keep].sum()), real_tokens=int((real * n)[keep].sum()),
     )
+
+
+def runtime_of(lengths: np.ndarray, cfg: PackingConfig) -> np.ndarray:
+    """The runtime length of a sample of each given length (kept or skipped alike): non-decreasing in the length.
+
+    >>> runtime_of(np.array([1, 5, 9, 20]), PackingConfig(pack_size=16, pad_seq_to_mult=4)).tolist()
+    [0, 4, 8, 16]
+    """
+    M, m = cfg.effective_max_seq_length, cfg.multiple
+    stored = lengths if cfg.overlong == "skip" and m == 1 else np.minimum(lengths, M + 1 if m > 1 else M)
+    runtime = np.maximum(stored - 1, 0)
+    if m > 1:
+        runtime = np.minimum((M // m) * m, -(-runtime // m) * m)
+    return runtime
+
+
+def _shuffled_items(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLengths) -> np.ndarray | None:
+    """first_fit_shuffle's items in their shuffled order from the histogram's cached order (``shuffled_codes``),
+    or None where that order is not Megatron-Bridge's: samples skipped (fewer to shuffle)."""
+    from advisor.packing.permutation import shuffled_codes
+
+    if cfg.algorithm != "first_fit_shuffle" or rt.num_skipped:
+        return None
+    table = runtime_of(hist.lengths, cfg).astype(np.int32)
+    if np.any(np.diff(table) < 0):  # never, as runtime_of is monotone; the order would not be MB's otherwise
+        return None
+    return table[shuffled_codes(hist, cfg.seed)]
 
 
 def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
@@ -165,8 +186,9 @@ class PackingResult:
         return out
 
 
-def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:
-    """Simulate offline packing of a length histogram.
+def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -> PackingResult:
+    """Simulate offline packing of a length histogram. ``progress(what, fraction)`` reports; ``pause()`` may block
+    between chunks of first_fit_shuffle's items (a background packing yields to visitors' work there).
 
     >>> cfg = PackingConfig(pack_size=4, algorithm="first_fit_decreasing")
     >>> res = pack(LengthHistogram.from_samples([4, 3, 3, 2]), cfg)
@@ -186,6 +208,11 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
     stats: dict = {}
     if cfg.algorithm == "column_generation":
         offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
+    elif cfg.algorithm == "first_fit_shuffle":
+        step = (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}",
+                                      0.1 + 0.75 * done)) if progress else None
+        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, items=_shuffled_items(hist, cfg, rt), progress=step,
+                            pause=pause)
     else:
         offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed)
     if progress:
