@@ -23,7 +23,7 @@ def packing_arrays(result: PackingResult | None) -> list:
     """The arrays a packing holds, those computed later on it included (its micro batches, ``derived``)."""
     if result is None:
         return []
-    return [result.offsets, result.items, *result.per_pack, *caches.held_arrays(result.derived_values())]
+    return [*result.grouped_arrays(), *result.per_pack, *caches.held_arrays(result.derived_values())]
 
 
 PACKINGS = caches.bounded("packings", size=PACKING_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES, arrays=packing_arrays,

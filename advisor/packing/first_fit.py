@@ -26,14 +26,16 @@ background packing can pause between chunks (``first_fit_bins``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
-__all__ = ["CHUNK", "first_fit_bins", "first_fit_tree"]
+__all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree"]
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
+STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
 SHIFT = 5  # 32 bins a block: a block of int16 rooms is one cache line
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -220,28 +222,37 @@ def _find(tree, size, room, x, y, t):
 
 
 @njit(cache=True, nogil=True)
-def _grown(tree, size, room):
-    """Twice the blocks: the tree's leaves copied and its inner nodes rebuilt, the rooms copied."""
+def _twice(a):
+    out = np.zeros(2 * a.size, a.dtype)
+    out[: a.size] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _grown(tree, size):
+    """The tree over twice the blocks: its leaves copied, its inner nodes rebuilt."""
     bigger = np.zeros(4 * size, tree.dtype)
     bigger[2 * size: 3 * size] = tree[size: 2 * size]
     for i in range(2 * size - 1, 0, -1):
         left, right = bigger[2 * i], bigger[2 * i + 1]
         bigger[i] = left if left > right else right
-    rooms = np.zeros((2 * size) << SHIFT, room.dtype)
-    rooms[: room.size] = room
-    return bigger, 2 * size, rooms
+    return bigger, 2 * size
 
 
 # ---------------------------------------------------------------------------------------------- the kernel
 @njit(cache=True, nogil=True)
-def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room, state):
-    """First fit of ``items[k0:k1]``, continuing from ``state`` = [bins open, largest record room, tree leaves].
+def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room, nseq, work, strip,
+                     state):
+    """First fit of ``items[k0:k1]``, continuing from ``state`` = [bins open, largest record room, tree leaves,
+    strip entries].
 
     ``rec[r]`` is the record bin whose room is r (r marked in the bitset l0/l1/l2); ``gap[r]`` bounds the rooms of
-    that record's gap from above (-1: empty); ``room`` holds every bin's room (below ``dead``: 0), ``tree`` the max
-    of each block of frozen rooms. Returns the tree and rooms, reallocated when the bins outgrew them.
+    that record's gap from above (-1: empty); ``room`` holds every bin's room, ``tree`` the max of each block of
+    frozen rooms (rooms below ``dead``, the smallest item, left out: they take nothing). On the way, ``nseq`` and
+    ``work`` get each bin's items and sum of squares, and ``strip`` the (bin, length) of every item placed in the
+    first ``STRIP`` bins, in order. Returns the arrays that were reallocated when they filled.
     """
-    nbins, top, size = state[0], state[1], state[2]
+    nbins, top, size, nstrip = state[0], state[1], state[2], state[3]
     for k in range(k0, k1):
         s = items[k]
         r0 = _succ(l0, l1, l2, s) if s <= top else -1
@@ -249,27 +260,39 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
             w = nbins
             nbins += 1
             if nbins > (size << SHIFT):
-                tree, size, room = _grown(tree, size, room)
+                tree, size = _grown(tree, size)
+                room, nseq, work = _twice(room), _twice(nseq), _twice(work)
+            nseq[w] = 1
+            work[w] = np.int64(s) * s
+            if w < STRIP:
+                if nstrip == strip.shape[0]:
+                    strip = np.concatenate((strip, np.zeros_like(strip)))
+                strip[nstrip, 0], strip[nstrip, 1] = w, s
+                nstrip += 1
             p = pack_size - s
-            if p < dead:
-                p = 0
             room[w] = p
             if p > top:  # larger than every room before it: a record, with nothing in its gap yet
                 rec[p] = w
                 gap[p] = -1
                 _mark(l0, l1, l2, p)
                 top = p
-            elif p:  # frozen in the last record's gap
-                _raise(tree, size, w >> SHIFT, p)
+            else:  # frozen in the last record's gap
+                if p >= dead:  # a room no item fits stays out of the search structure
+                    _raise(tree, size, w >> SHIFT, p)
                 if p > gap[top]:
                     gap[top] = p
             bin_of[k] = w
             continue
         v = rec[r0]
         bin_of[k] = v
+        nseq[v] += 1
+        work[v] += np.int64(s) * s
+        if v < STRIP:
+            if nstrip == strip.shape[0]:
+                strip = np.concatenate((strip, np.zeros_like(strip)))
+            strip[nstrip, 0], strip[nstrip, 1] = v, s
+            nstrip += 1
         r = r0 - s
-        if r < dead:
-            r = 0
         room[v] = r
         _unmark(l0, l1, l2, r0)
         g = gap[r0]
@@ -310,26 +333,49 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
             if rc > top:
                 top = rc
             owner, t, x, merged = rc, rc, c, False
-    state[0], state[1], state[2] = nbins, top, size
-    return tree, room
+    state[0], state[1], state[2], state[3] = nbins, top, size, nstrip
+    return tree, room, nseq, work, strip
 
 
-def first_fit_bins(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
-                   pause: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
-    """The bin of every item under first fit in the given order, and the number of bins: Megatron-Bridge's
-    ``first_fit`` exactly (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and
-    ``pause()`` may block between chunks of items.
+@dataclass(frozen=True, kw_only=True)
+class FirstFit:
+    """Where first fit put every item, and each bin's figures (computed while placing, so nothing needs the bins
+    grouped: grouping 16M items costs as much as a third of the placing)."""
 
-    >>> bins, n = first_fit_bins(np.array([3, 3, 1, 2, 4], np.int32), 4)
-    >>> bins.tolist(), n
-    ([0, 1, 0, 2, 3], 4)
+    bins: np.ndarray  # the bin of every item, in the items' order
+    count: int  # bins opened
+    fill: np.ndarray  # each bin's tokens (int64, as metrics.per_pack gives them)
+    nseq: np.ndarray  # items
+    work: np.ndarray  # attention work sum(s^2)
+    strip: np.ndarray  # (k, 2): (bin, length) of the items in the first STRIP bins, in the order they were placed
+
+    def first_packs(self) -> tuple[tuple[int, ...], ...]:
+        """The first STRIP bins' items, in order (what a chart of the first packs draws)."""
+        packs: list[list[int]] = [[] for _ in range(min(STRIP, self.count))]
+        for b, length in self.strip.tolist():
+            packs[b].append(length)
+        return tuple(tuple(p) for p in packs)
+
+
+def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
+              pause: Callable[[], None] | None = None) -> FirstFit:
+    """First fit of the items in the given order: Megatron-Bridge's ``first_fit`` exactly
+    (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
+    between chunks of items.
+
+    >>> f = first_fit(np.array([3, 3, 1, 2, 4], np.int32), 4)
+    >>> f.bins.tolist(), f.count, f.fill.tolist(), f.nseq.tolist(), f.work.tolist(), f.first_packs()
+    ([0, 1, 0, 2, 3], 4, [4, 3, 2, 4], [2, 1, 1, 1], [10, 9, 4, 16], ((3, 1), (3,), (2,), (4,)))
     """
     items = np.ascontiguousarray(items)
     n = int(items.size)
     if n == 0:
-        return np.zeros(0, np.int32), 0
+        empty = np.zeros(0, np.int64)
+        return FirstFit(bins=np.zeros(0, np.int32), count=0, fill=empty, nseq=empty, work=empty,
+                        strip=np.zeros((0, 2), np.int64))
     if int(items.max()) > pack_size or int(items.min()) < 0:  # Megatron-Bridge then opens bins of negative room
-        return first_fit_tree(items.astype(np.int32), pack_size)
+        bins, count = first_fit_tree(items.astype(np.int32), pack_size)
+        return _from_bins(items, bins, count)
     dtype = np.int16 if pack_size < 1 << 15 else np.int32
     dead = int(items.min())  # no item is smaller: a room below it is as good as none
     w0 = (pack_size >> 6) + 1
@@ -339,17 +385,42 @@ def first_fit_bins(items: np.ndarray, pack_size: int, progress: Callable[[float]
     gap = np.full(pack_size + 1, -1, np.int32)
     size = 1 << max(1, (min(n, 1 << 16) >> SHIFT).bit_length())
     tree, room = np.zeros(2 * size, dtype), np.zeros(size << SHIFT, dtype)
-    state = np.array([0, -1, size], np.int64)
-    bin_of = np.empty(n, np.int32)
+    nseq, work = np.zeros(size << SHIFT, np.int32), np.zeros(size << SHIFT, np.int64)
+    strip = np.zeros((256, 2), np.int64)
+    state = np.array([0, -1, size, 0], np.int64)
+    bins = np.empty(n, np.int32)
     for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
-        tree, room = _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room,
-                                      state)
+        tree, room, nseq, work, strip = _first_fit_chunk(items, k0, k1, pack_size, dead, bins, l0, l1, l2, rec, gap,
+                                                         tree, room, nseq, work, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
             pause()
-    return bin_of, int(state[0])
+    count = int(state[0])
+    return FirstFit(bins=bins, count=count, fill=pack_size - room[:count].astype(np.int64),
+                    nseq=nseq[:count].astype(np.int64), work=work[:count].copy(), strip=strip[: state[3]].copy())
+
+
+def _from_bins(items: np.ndarray, bins: np.ndarray, count: int) -> FirstFit:
+    values = items.astype(np.int64)
+    first = bins < STRIP
+    return FirstFit(bins=bins, count=count, fill=np.bincount(bins, weights=values, minlength=count).astype(np.int64),
+                    nseq=np.bincount(bins, minlength=count).astype(np.int64),
+                    work=np.bincount(bins, weights=values * values, minlength=count).astype(np.int64),
+                    strip=np.stack([bins[first], values[first]], axis=1))
+
+
+def first_fit_bins(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
+                   pause: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
+    """The bin of every item under first fit in the given order, and the number of bins (``first_fit``).
+
+    >>> bins, n = first_fit_bins(np.array([3, 3, 1, 2, 4], np.int32), 4)
+    >>> bins.tolist(), n
+    ([0, 1, 0, 2, 3], 4)
+    """
+    f = first_fit(items, pack_size, progress, pause)
+    return f.bins, f.count
 
 
 # ---------------------------------------------------------------------------------------------- the max tree

@@ -11,13 +11,16 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram, check_expandable
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
+from advisor.packing.first_fit import first_fit
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
+from advisor.packing.permutation import shuffled_lengths
 
 MB_METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
                     "pack_size", "min_packed_seqlen")
@@ -115,11 +118,17 @@ class PackingResult:
     ``per_pack`` holds (fill, samples, attention work sum(s^2)) per pack, computed with the metrics and reused by
     charts and estimates. ``derived`` is what later layers compute from the packs and keep with them (the micro
     batches of an estimate): owned here, so the packing cache counts it in its byte budget and drops it together.
+
+    The packs themselves (``offsets``, ``items``) are grouped when the packing is computed (``csr``), or, for
+    first_fit_shuffle, only when asked for: its figures come from the packing itself, grouping 16M items costs a
+    fifth of packing them, and the dashboard draws only the first packs (``first``, kept on the way). ``regroup``
+    packs again, grouped, on the first use of ``offsets``, ``items`` or a pack past ``first``.
     """
 
     config: PackingConfig
-    offsets: np.ndarray
-    items: np.ndarray
+    csr: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    first: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    regroup: Callable[[], tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     runtime: RuntimeLengths
     metadata: dict
     metrics: PackingMetrics
@@ -132,7 +141,30 @@ class PackingResult:
 
     @property
     def num_packs(self) -> int:
-        return int(self.offsets.size - 1)
+        return int(self.per_pack[0].size)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.grouped()[0]
+
+    @property
+    def items(self) -> np.ndarray:
+        return self.grouped()[1]
+
+    def grouped(self) -> tuple[np.ndarray, np.ndarray]:
+        """The packs in CSR form (offsets, items), grouped now if the packing was not (seconds at 16M samples)."""
+        if self.csr is not None:
+            return self.csr
+        if self.regroup is None:
+            raise ValueError("this packing keeps no packs")
+        return self.derived("packs", self.regroup)
+
+    def grouped_arrays(self) -> list[np.ndarray]:
+        """The packs' arrays where they are held already (nothing is grouped)."""
+        if self.csr is not None:
+            return list(self.csr)
+        with self._lock:
+            return list(self._derived.get("packs", ()))
 
     @property
     def packing_factor(self) -> float:
@@ -164,7 +196,10 @@ class PackingResult:
             return list(self._derived.values())
 
     def pack(self, i: int) -> list[int]:
-        return self.items[self.offsets[i]: self.offsets[i + 1]].tolist()
+        if self.csr is None and 0 <= i < len(self.first):
+            return list(self.first[i])
+        offsets, items = self.grouped()
+        return items[offsets[i]: offsets[i + 1]].tolist()
 
     def packs(self, limit: int | None = None) -> list[list[int]]:
         n = self.num_packs if limit is None else min(limit, self.num_packs)
@@ -206,18 +241,24 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
         progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1)
     fn = ALGORITHMS[cfg.algorithm]
     stats: dict = {}
+    csr, first, regroup = None, (), None
     if cfg.algorithm == "column_generation":
-        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
-    elif cfg.algorithm == "first_fit_shuffle":
+        csr = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
+    elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand
         step = (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}",
-                                      0.1 + 0.75 * done)) if progress else None
-        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, items=_shuffled_items(hist, cfg, rt), progress=step,
-                            pause=pause)
+                                      0.1 + 0.8 * done)) if progress else None
+        items = _shuffled_items(hist, cfg, rt)
+        if items is None:
+            items = shuffled_lengths(rt.counts, cfg.seed)
+        fit = first_fit(items, cfg.pack_size, progress=step, pause=pause)
+        del items
+        first = fit.first_packs()
+        regroup = partial(fn, rt.counts, cfg.pack_size, cfg.seed)  # holds the few-kB counts only
     else:
-        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed)
+        csr = fn(rt.counts, cfg.pack_size, cfg.seed)
     if progress:
         progress("metrics", 0.9)
-    fill, nseq, work = per_pack(offsets, items)
+    fill, nseq, work = per_pack(*csr) if csr is not None else (fit.fill, fit.nseq, fit.work)
     metadata = megatron_bridge_metadata(fill, nseq, rt.counts, cfg.pack_size)
     metrics = packing_metrics(fill, nseq, work, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
     notes = list(hist.notes)
@@ -232,7 +273,8 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
                      "Megatron-Bridge leaves these samples out of the packs)")
     if progress:
         progress("done", 1.0)
-    result = PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
+    result = PackingResult(config=cfg, csr=csr, first=first, regroup=regroup, runtime=rt, metadata=metadata,
+                           metrics=metrics,
                            seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes),
                            per_pack=(fill, nseq, work))
     return result
