@@ -82,7 +82,6 @@ def packing_controls(start: int):
         return lambda at: _pack_size(at).set_value(size)
 
     def neighbour(at):
-        _idle()
         return _pack_size(at).increment()
 
     return [
@@ -182,6 +181,8 @@ def one_data_set(key: str, pages: list[str]) -> dict:
             times = []
             for change in changes:
                 before = _shown(at)
+                if control.endswith("after idle"):
+                    _idle()
                 t0 = time.perf_counter()
                 change(at).run()
                 times.append(time.perf_counter() - t0)
@@ -193,6 +194,13 @@ def one_data_set(key: str, pages: list[str]) -> dict:
         rows.append(row)
         print_row(row, flush=True)
     _idle()
+    try:
+        from advisor.ui.ahead import WORKER
+
+        print(f"  packed ahead in the background: {WORKER.done} kept, {WORKER.dropped} dropped (no room), "
+              f"{WORKER.preempted} stopped for a visitor's work")
+    except ImportError:
+        pass
     return {"data": name, "samples": hist.num_samples, "rows": rows, "peak_rss_bytes": hwm()}
 
 

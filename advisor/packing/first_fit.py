@@ -254,14 +254,15 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
     """
     nbins, top, size, nstrip = state[0], state[1], state[2], state[3]
     for k in range(k0, k1):
-        s = items[k]
+        s = np.int64(items[k])
         r0 = _succ(l0, l1, l2, s) if s <= top else -1
         if r0 == -1:  # nothing open fits: a new bin after every other
             w = nbins
             nbins += 1
+            if nbins > room.size:
+                room, nseq, work = _twice(room), _twice(nseq), _twice(work)
             if nbins > (size << SHIFT):
                 tree, size = _grown(tree, size)
-                room, nseq, work = _twice(room), _twice(nseq), _twice(work)
             nseq[w] = 1
             work[w] = np.int64(s) * s
             if w < STRIP:
@@ -281,10 +282,12 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
                     _raise(tree, size, w >> SHIFT, p)
                 if p > gap[top]:
                     gap[top] = p
-            bin_of[k] = w
+            if bin_of.size:
+                bin_of[k] = w
             continue
         v = rec[r0]
-        bin_of[k] = v
+        if bin_of.size:
+            bin_of[k] = v
         nseq[v] += 1
         work[v] += np.int64(s) * s
         if v < STRIP:
@@ -358,10 +361,11 @@ class FirstFit:
 
 
 def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
-              pause: Callable[[], None] | None = None) -> FirstFit:
+              pause: Callable[[], None] | None = None, bins: bool = True) -> FirstFit:
     """First fit of the items in the given order: Megatron-Bridge's ``first_fit`` exactly
     (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
-    between chunks of items.
+    between chunks of items. ``bins=False``: the bin of each item is not kept (``FirstFit.bins`` empty; 4 bytes an
+    item less), for a caller that needs only the bins' figures.
 
     >>> f = first_fit(np.array([3, 3, 1, 2, 4], np.int32), 4)
     >>> f.bins.tolist(), f.count, f.fill.tolist(), f.nseq.tolist(), f.work.tolist(), f.first_packs()
@@ -383,22 +387,25 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     l0, l1, l2 = np.zeros(w0, np.uint64), np.zeros(w1, np.uint64), np.zeros((w1 >> 6) + 1, np.uint64)
     rec = np.zeros(pack_size + 1, np.int32)
     gap = np.full(pack_size + 1, -1, np.int32)
-    size = 1 << max(1, (min(n, 1 << 16) >> SHIFT).bit_length())
-    tree, room = np.zeros(2 * size, dtype), np.zeros(size << SHIFT, dtype)
-    nseq, work = np.zeros(size << SHIFT, np.int32), np.zeros(size << SHIFT, np.int64)
+    # at most one bin is half full or less (a later one's items would have fitted in it): at most 2 x tokens / size
+    # + 1 bins, so the arrays are made once, not doubled as the bins open
+    most = -(-min(n, 2 * int(items.sum(dtype=np.int64)) // max(1, pack_size) + 2) >> SHIFT) << SHIFT
+    size = 1 << max(1, ((most >> SHIFT) - 1).bit_length())  # the tree's leaves: blocks, a power of two
+    tree = np.zeros(2 * size, dtype)
+    room, nseq, work = np.zeros(most, dtype), np.zeros(most, np.int32), np.zeros(most, np.int64)
     strip = np.zeros((256, 2), np.int64)
     state = np.array([0, -1, size, 0], np.int64)
-    bins = np.empty(n, np.int32)
+    kept = np.empty(n if bins else 0, np.int32)
     for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
-        tree, room, nseq, work, strip = _first_fit_chunk(items, k0, k1, pack_size, dead, bins, l0, l1, l2, rec, gap,
+        tree, room, nseq, work, strip = _first_fit_chunk(items, k0, k1, pack_size, dead, kept, l0, l1, l2, rec, gap,
                                                          tree, room, nseq, work, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
             pause()
     count = int(state[0])
-    return FirstFit(bins=bins, count=count, fill=pack_size - room[:count].astype(np.int64),
+    return FirstFit(bins=kept, count=count, fill=pack_size - room[:count].astype(np.int64),
                     nseq=nseq[:count].astype(np.int64), work=work[:count].copy(), strip=strip[: state[3]].copy())
 
 

@@ -89,7 +89,7 @@ def _shuffled_items(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLength
 
     if cfg.algorithm != "first_fit_shuffle" or rt.num_skipped:
         return None
-    table = runtime_of(hist.lengths, cfg).astype(np.int32)
+    table = runtime_of(hist.lengths, cfg).astype(np.uint16 if cfg.pack_size < 1 << 16 else np.int32)
     if np.any(np.diff(table) < 0):  # never, as runtime_of is monotone; the order would not be MB's otherwise
         return None
     return table[shuffled_codes(hist, cfg.seed)]
@@ -250,7 +250,7 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
         items = _shuffled_items(hist, cfg, rt)
         if items is None:
             items = shuffled_lengths(rt.counts, cfg.seed)
-        fit = first_fit(items, cfg.pack_size, progress=step, pause=pause)
+        fit = first_fit(items, cfg.pack_size, progress=step, pause=pause, bins=False)
         del items
         first = fit.first_packs()
         regroup = partial(fn, rt.counts, cfg.pack_size, cfg.seed)  # holds the few-kB counts only

@@ -75,6 +75,6 @@ def shuffled_codes(hist, seed: int | None) -> np.ndarray:
 def _codes(hist, seed: int | None) -> np.ndarray:
     dtype = np.uint16 if hist.lengths.size <= 1 << 16 else np.int32
     codes = np.repeat(np.arange(hist.lengths.size, dtype=dtype), hist.counts)
-    codes = codes[permutation(codes.size, seed)]
+    codes = codes[np.random.RandomState(seed).permutation(codes.size)]  # not through the cache: kept as codes
     codes.setflags(write=False)
     return codes

@@ -34,6 +34,18 @@ def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
     return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
 
 
+def packing_headline(result) -> dict:
+    """The Packing page's headline figures of a packing, as shown (a few strings: kept in the session, they stay on
+    screen while the next pack size is packed)."""
+    m = result.metrics
+    return {"pack_size": result.config.pack_size, "algorithm": result.config.algorithm, "figures": [
+        ("packs", f"{m.num_packs:,}", "packs"),
+        ("packing factor n", str(result.metadata["packing_factor"]), "packing_factor"),
+        ("efficiency", f"{result.metadata['packing_efficiency']} %", "efficiency"),
+        ("data share", f"{100 * (1 - m.padding_fraction):.2f} %", "data_share"),
+        ("straggler ratio", f"{m.straggler_ratio:.2f}", "straggler_ratio")]}
+
+
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
