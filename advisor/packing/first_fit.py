@@ -222,13 +222,6 @@ def _find(tree, size, room, x, y, t):
 
 
 @njit(cache=True, nogil=True)
-def _twice(a):
-    out = np.zeros(2 * a.size, a.dtype)
-    out[: a.size] = a
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _grown(tree, size):
     """The tree over twice the blocks: its leaves copied, its inner nodes rebuilt."""
     bigger = np.zeros(4 * size, tree.dtype)
@@ -241,45 +234,48 @@ def _grown(tree, size):
 
 # ---------------------------------------------------------------------------------------------- the kernel
 @njit(cache=True, nogil=True)
-def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room, nseq, work, strip,
-                     state):
-    """First fit of ``items[k0:k1]``, continuing from ``state`` = [bins open, largest record room, tree leaves,
-    strip entries].
+def _first_fit_chunk(items, table, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room, fill, nseq,
+                     work, strip, state):
+    """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
+    ``state`` = [bins open, largest record room, tree leaves, strip entries]; the per-bin arrays have room for
+    ``k1 - k0`` more bins.
 
     ``rec[r]`` is the record bin whose room is r (r marked in the bitset l0/l1/l2); ``gap[r]`` bounds the rooms of
-    that record's gap from above (-1: empty); ``room`` holds every bin's room, ``tree`` the max of each block of
-    frozen rooms (rooms below ``dead``, the smallest item, left out: they take nothing). On the way, ``nseq`` and
-    ``work`` get each bin's items and sum of squares, and ``strip`` the (bin, length) of every item placed in the
-    first ``STRIP`` bins, in order. Returns the arrays that were reallocated when they filled.
+    that record's gap from above (-1: empty); ``room`` holds every bin's room (as 0 below ``dead``, the smallest
+    item: such a bin takes nothing more, and kept out of the records and the search it costs nothing), ``tree`` the
+    max of each block of frozen rooms. On the way, ``fill``, ``nseq`` and ``work`` get each bin's tokens, items
+    and sum of squares, and ``strip`` the (bin, length) of every item placed in the first ``STRIP`` bins, in
+    order. Returns the tree and the strip, reallocated when they filled.
     """
     nbins, top, size, nstrip = state[0], state[1], state[2], state[3]
+    look = table.size > 0
     for k in range(k0, k1):
-        s = np.int64(items[k])
+        s = np.int64(table[items[k]]) if look else np.int64(items[k])
         r0 = _succ(l0, l1, l2, s) if s <= top else -1
         if r0 == -1:  # nothing open fits: a new bin after every other
             w = nbins
             nbins += 1
-            if nbins > room.size:
-                room, nseq, work = _twice(room), _twice(nseq), _twice(work)
             if nbins > (size << SHIFT):
                 tree, size = _grown(tree, size)
-            nseq[w] = 1
-            work[w] = np.int64(s) * s
             if w < STRIP:
                 if nstrip == strip.shape[0]:
                     strip = np.concatenate((strip, np.zeros_like(strip)))
                 strip[nstrip, 0], strip[nstrip, 1] = w, s
                 nstrip += 1
+            fill[w] = s
+            nseq[w] = 1
+            work[w] = s * s
             p = pack_size - s
+            if p < dead:
+                p = 0
             room[w] = p
             if p > top:  # larger than every room before it: a record, with nothing in its gap yet
                 rec[p] = w
                 gap[p] = -1
                 _mark(l0, l1, l2, p)
                 top = p
-            else:  # frozen in the last record's gap
-                if p >= dead:  # a room no item fits stays out of the search structure
-                    _raise(tree, size, w >> SHIFT, p)
+            elif p:  # frozen in the last record's gap
+                _raise(tree, size, w >> SHIFT, p)
                 if p > gap[top]:
                     gap[top] = p
             if bin_of.size:
@@ -288,14 +284,17 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
         v = rec[r0]
         if bin_of.size:
             bin_of[k] = v
+        fill[v] += s
         nseq[v] += 1
-        work[v] += np.int64(s) * s
+        work[v] += s * s
         if v < STRIP:
             if nstrip == strip.shape[0]:
                 strip = np.concatenate((strip, np.zeros_like(strip)))
             strip[nstrip, 0], strip[nstrip, 1] = v, s
             nstrip += 1
         r = r0 - s
+        if r < dead:
+            r = 0
         room[v] = r
         _unmark(l0, l1, l2, r0)
         g = gap[r0]
@@ -337,7 +336,7 @@ def _first_fit_chunk(items, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, ga
                 top = rc
             owner, t, x, merged = rc, rc, c, False
     state[0], state[1], state[2], state[3] = nbins, top, size, nstrip
-    return tree, room, nseq, work, strip
+    return tree, strip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,9 +346,9 @@ class FirstFit:
 
     bins: np.ndarray  # the bin of every item, in the items' order
     count: int  # bins opened
-    fill: np.ndarray  # each bin's tokens (int64, as metrics.per_pack gives them)
-    nseq: np.ndarray  # items
-    work: np.ndarray  # attention work sum(s^2)
+    fill: np.ndarray  # each bin's tokens (int32)
+    nseq: np.ndarray  # items (int32)
+    work: np.ndarray  # attention work sum(s^2) (int32; int64 past packs of 46,340 tokens)
     strip: np.ndarray  # (k, 2): (bin, length) of the items in the first STRIP bins, in the order they were placed
 
     def first_packs(self) -> tuple[tuple[int, ...], ...]:
@@ -361,52 +360,74 @@ class FirstFit:
 
 
 def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
-              pause: Callable[[], None] | None = None, bins: bool = True) -> FirstFit:
+              pause: Callable[[], None] | None = None, bins: bool = True, table: np.ndarray | None = None,
+              tokens: int | None = None) -> FirstFit:
     """First fit of the items in the given order: Megatron-Bridge's ``first_fit`` exactly
     (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
     between chunks of items. ``bins=False``: the bin of each item is not kept (``FirstFit.bins`` empty; 4 bytes an
-    item less), for a caller that needs only the bins' figures.
+    item less), for a caller that needs only the bins' figures. ``table``: the items are indices into it (the
+    lengths are ``table[items]``, never made: ``offline.pack`` passes its cached shuffled order so). ``tokens``:
+    their sum, if known.
+
+    Fresh memory is what costs here (touching a new page costs more than the work done on it), so the per-bin
+    arrays are as narrow as their values allow (int32; int64 sums of squares past packs of 46,340) and grown in
+    place between chunks, never copied.
 
     >>> f = first_fit(np.array([3, 3, 1, 2, 4], np.int32), 4)
     >>> f.bins.tolist(), f.count, f.fill.tolist(), f.nseq.tolist(), f.work.tolist(), f.first_packs()
     ([0, 1, 0, 2, 3], 4, [4, 3, 2, 4], [2, 1, 1, 1], [10, 9, 4, 16], ((3, 1), (3,), (2,), (4,)))
     """
     items = np.ascontiguousarray(items)
+    table = np.zeros(0, np.int32) if table is None else np.ascontiguousarray(table)
     n = int(items.size)
     if n == 0:
-        empty = np.zeros(0, np.int64)
-        return FirstFit(bins=np.zeros(0, np.int32), count=0, fill=empty, nseq=empty, work=empty,
-                        strip=np.zeros((0, 2), np.int64))
-    if int(items.max()) > pack_size or int(items.min()) < 0:  # Megatron-Bridge then opens bins of negative room
-        bins, count = first_fit_tree(items.astype(np.int32), pack_size)
-        return _from_bins(items, bins, count)
+        empty = np.zeros(0, np.int32)
+        return FirstFit(bins=empty, count=0, fill=empty, nseq=empty, work=empty, strip=np.zeros((0, 2), np.int64))
+    values = table[np.unique(items)] if table.size else items
+    lo, hi = int(values.min()), int(values.max())
+    if hi > pack_size or lo < 0:  # Megatron-Bridge then opens bins of negative room
+        lengths = (table[items] if table.size else items).astype(np.int32)
+        found, count = first_fit_tree(lengths, pack_size)
+        return _from_bins(lengths, found, count)
+    if tokens is None:
+        tokens = int((table.astype(np.int64) * np.bincount(items, minlength=table.size)).sum() if table.size else
+                     items.sum(dtype=np.int64))
     dtype = np.int16 if pack_size < 1 << 15 else np.int32
-    dead = int(items.min())  # no item is smaller: a room below it is as good as none
     w0 = (pack_size >> 6) + 1
     w1 = (w0 >> 6) + 1
     l0, l1, l2 = np.zeros(w0, np.uint64), np.zeros(w1, np.uint64), np.zeros((w1 >> 6) + 1, np.uint64)
     rec = np.zeros(pack_size + 1, np.int32)
     gap = np.full(pack_size + 1, -1, np.int32)
-    # at most one bin is half full or less (a later one's items would have fitted in it): at most 2 x tokens / size
-    # + 1 bins, so the arrays are made once, not doubled as the bins open
-    most = -(-min(n, 2 * int(items.sum(dtype=np.int64)) // max(1, pack_size) + 2) >> SHIFT) << SHIFT
-    size = 1 << max(1, ((most >> SHIFT) - 1).bit_length())  # the tree's leaves: blocks, a power of two
+    # room for the bins a good packing opens and a chunk more, grown in place (realloc) when first fit needs more
+    cap = _blocks(min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK))
+    size = 1 << max(1, ((cap >> SHIFT) - 1).bit_length())  # the tree's leaves: blocks, a power of two
     tree = np.zeros(2 * size, dtype)
-    room, nseq, work = np.zeros(most, dtype), np.zeros(most, np.int32), np.zeros(most, np.int64)
+    room, fill, nseq = np.zeros(cap, dtype), np.zeros(cap, np.int32), np.zeros(cap, np.int32)
+    work = np.zeros(cap, np.int32 if pack_size <= 46_340 else np.int64)
     strip = np.zeros((256, 2), np.int64)
     state = np.array([0, -1, size, 0], np.int64)
     kept = np.empty(n if bins else 0, np.int32)
     for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
-        tree, room, nseq, work, strip = _first_fit_chunk(items, k0, k1, pack_size, dead, kept, l0, l1, l2, rec, gap,
-                                                         tree, room, nseq, work, strip, state)
+        if state[0] + (k1 - k0) > room.size:
+            cap = _blocks(min(n, max(int(state[0]) + (k1 - k0), room.size * 3 // 2)))
+            for a in (room, fill, nseq, work):
+                a.resize(cap, refcheck=False)  # in place: the new tail is zeros, nothing copied
+        tree, strip = _first_fit_chunk(items, table, k0, k1, pack_size, lo, kept, l0, l1, l2, rec, gap, tree, room,
+                                       fill, nseq, work, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
             pause()
     count = int(state[0])
-    return FirstFit(bins=kept, count=count, fill=pack_size - room[:count].astype(np.int64),
-                    nseq=nseq[:count].astype(np.int64), work=work[:count].copy(), strip=strip[: state[3]].copy())
+    for a in (fill, nseq, work):
+        a.resize(count, refcheck=False)
+    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work, strip=strip[: state[3]].copy())
+
+
+def _blocks(n: int) -> int:
+    """n rounded up to whole blocks."""
+    return -(-n >> SHIFT) << SHIFT
 
 
 def _from_bins(items: np.ndarray, bins: np.ndarray, count: int) -> FirstFit:

@@ -82,17 +82,18 @@ def runtime_of(lengths: np.ndarray, cfg: PackingConfig) -> np.ndarray:
     return runtime
 
 
-def _shuffled_items(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLengths) -> np.ndarray | None:
-    """first_fit_shuffle's items in their shuffled order from the histogram's cached order (``shuffled_codes``),
-    or None where that order is not Megatron-Bridge's: samples skipped (fewer to shuffle)."""
+def _shuffled_order(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLengths):
+    """first_fit_shuffle's items in their shuffled order as (indices, table of runtime lengths) from the histogram's
+    cached order (``shuffled_codes``), or None where that order is not Megatron-Bridge's: samples skipped (fewer
+    to shuffle)."""
     from advisor.packing.permutation import shuffled_codes
 
     if cfg.algorithm != "first_fit_shuffle" or rt.num_skipped:
         return None
-    table = runtime_of(hist.lengths, cfg).astype(np.uint16 if cfg.pack_size < 1 << 16 else np.int32)
+    table = runtime_of(hist.lengths, cfg).astype(np.int32)
     if np.any(np.diff(table) < 0):  # never, as runtime_of is monotone; the order would not be MB's otherwise
         return None
-    return table[shuffled_codes(hist, cfg.seed)]
+    return shuffled_codes(hist, cfg.seed), table
 
 
 def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
@@ -247,11 +248,11 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
     elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand
         step = (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}",
                                       0.1 + 0.8 * done)) if progress else None
-        items = _shuffled_items(hist, cfg, rt)
-        if items is None:
-            items = shuffled_lengths(rt.counts, cfg.seed)
-        fit = first_fit(items, cfg.pack_size, progress=step, pause=pause, bins=False)
-        del items
+        order = _shuffled_order(hist, cfg, rt) or (shuffled_lengths(rt.counts, cfg.seed), None)
+        tokens = int((np.arange(rt.counts.size, dtype=np.int64) * rt.counts).sum())
+        fit = first_fit(order[0], cfg.pack_size, progress=step, pause=pause, bins=False, table=order[1],
+                        tokens=tokens)
+        del order
         first = fit.first_packs()
         regroup = partial(fn, rt.counts, cfg.pack_size, cfg.seed)  # holds the few-kB counts only
     else:
