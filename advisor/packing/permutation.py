@@ -50,8 +50,10 @@ def permutation(n: int, seed: int | None) -> np.ndarray:
 
 
 def _drawn(n: int, seed: int) -> np.ndarray:
-    perm = np.random.RandomState(seed).permutation(n)  # 0.7 s at 16M, drawn outside the cache's lock
-    perm = perm.astype(np.int32) if n < 2**31 else perm
+    # the swaps permutation(n) makes on an int64 arange, made on an int32 one (half the memory to swap through):
+    # the same permutation, drawn outside the cache's lock
+    perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    np.random.RandomState(seed).shuffle(perm)
     perm.setflags(write=False)  # shared by every caller: nobody may shuffle it in place
     return perm
 
@@ -75,6 +77,8 @@ def shuffled_codes(hist, seed: int | None) -> np.ndarray:
 def _codes(hist, seed: int | None) -> np.ndarray:
     dtype = np.uint16 if hist.lengths.size <= 1 << 16 else np.int32
     codes = np.repeat(np.arange(hist.lengths.size, dtype=dtype), hist.counts)
-    codes = codes[np.random.RandomState(seed).permutation(codes.size)]  # not through the cache: kept as codes
+    # shuffled in place: the legacy shuffle makes the same swaps whatever the dtype, so this is
+    # codes[RandomState(seed).permutation(n)] without the 128 MB permutation (0.7 s at 16M instead of 1.1)
+    np.random.RandomState(seed).shuffle(codes)
     codes.setflags(write=False)
     return codes

@@ -231,7 +231,7 @@ def online_steps(run: RunSchedule) -> go.Figure:
     steps = nmb.size
     bins = max(1, math.ceil(steps / MAX_STEP_POINTS))
     usable = steps // bins * bins
-    x = np.arange(0, usable, bins) + (bins - 1) / 2
+    x = run.step_ids[:usable].reshape(-1, bins).mean(axis=1)  # the run's step numbers (a scale model's spread)
     fig = go.Figure()
     if bins > 1:
         shaped = nmb[:usable].reshape(-1, bins)
@@ -248,7 +248,8 @@ def online_steps(run: RunSchedule) -> go.Figure:
                              hovertemplate="step %{x:.0f}: x%{y:.2f}<extra></extra>"))
     s = run.summary
     per = f" (each point a mean of {bins} steps, band min-max)" if bins > 1 else ""
-    fig.update_layout(title=f"{s.steps:,} steps: {s.micro_batches_mean:.2f} micro batches per step "
+    of = f" of {s.epoch_steps:,}" if s.epoch_steps > s.steps else ""
+    fig.update_layout(title=f"{s.steps:,}{of} steps: {s.micro_batches_mean:.2f} micro batches per step "
                       f"({s.micro_batches_min}-{s.micro_batches_max}){per}", xaxis_title="step",
                       yaxis=dict(title="micro batches per DP rank", rangemode="tozero"),
                       yaxis2=dict(title="straggler", overlaying="y", side="right", rangemode="tozero"),

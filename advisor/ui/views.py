@@ -234,6 +234,34 @@ def comparison_kept(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
     return _COMPARISONS.peek(hist, _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)) is not None
 
 
+def online_estimate_text(run) -> str | None:
+    """Under the online charts: where the epoch's figures come from, with their 95 % intervals when the steps are
+    a scale model of the epoch (None when every step was scheduled)."""
+    if run.scale <= 1:
+        return None
+    iv = run.intervals()
+    nmb, strag = iv["micro_batches_mean"], iv["straggler_factor"]
+    pad = iv.get("padding_fraction")
+    s = run.summary
+    padding = f", padding {pad[0]:.2%} ± {pad[1]:.2%}" if pad else ""
+    return (f"The epoch's figures come from {s.steps:,} of its {s.epoch_steps:,} steps (an even spread over the "
+            f"shuffled data, each scheduled exactly): micro batches per step {nmb[0]:.3f} ± {nmb[1]:.3f}, straggler "
+            f"x{strag[0]:.4f} ± {strag[1]:.4f}{padding} (95 % intervals). The step below is scheduled exactly, "
+            "whichever you pick.")
+
+
+def online_step(plan: Plan, hist: LengthHistogram, run, step: int):
+    """Step ``step`` of the epoch in full: from the run when its scale model holds it, else scheduled alone."""
+    import numpy as np
+
+    from advisor.packing.online.from_plan import step_of
+
+    k = int(np.searchsorted(run.step_ids, step))
+    if k < run.step_ids.size and int(run.step_ids[k]) == step:
+        return run.step(k)
+    return step_of(plan, hist, step)
+
+
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:
     """One row per way of packing, the columns a reader compares."""
     rows = comparison.rows()
