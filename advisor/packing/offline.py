@@ -160,13 +160,6 @@ class PackingResult:
             raise ValueError("this packing keeps no packs")
         return self.derived("packs", self.regroup)
 
-    def grouped_arrays(self) -> list[np.ndarray]:
-        """The packs' arrays where they are held already (nothing is grouped)."""
-        if self.csr is not None:
-            return list(self.csr)
-        with self._lock:
-            return list(self._derived.get("packs", ()))
-
     @property
     def packing_factor(self) -> float:
         """n: samples per pack, unrounded (Megatron-Bridge's metadata rounds it to 2 places), which divides the
