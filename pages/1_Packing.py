@@ -22,22 +22,24 @@ control("packing.pack_size", c2)
 control("packing.pad_seq_to_mult", c3)
 errors("plan_error")
 hist = st.session_state["hist"]
-before = st.empty()  # what was shown last stays on screen while a new pack size is packed
+figures = st.empty()  # the headline's place: the last figures shown stay there while a new pack size is packed
 previous = st.session_state.get("packing_shown")
 same_data = previous and previous.get("data") == st.session_state.get("data_name")
 if same_data and not ui.packing_kept(st.session_state):
-    with before.container():
+    with figures.container():
         st.caption(ui.plain(f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
                             f"{st.session_state['plan'].pack_size:,} is packed"))
         headline(previous, st)
 with progress(f"packing {hist.num_samples:,} samples") as bar:
     result, busy = ui.ready_packing(st.session_state, progress=bar)
-before.empty()
+if busy:
+    figures.empty()
 stop_on(busy)
 plan, m = st.session_state["plan"], result.metrics
 shown = views.packing_headline(result)
 st.session_state["packing_shown"] = {**shown, "data": st.session_state.get("data_name")}
-headline(shown, st)
+with figures.container():
+    headline(shown, st)
 st.caption(ui.plain(views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan)))
 st.subheader("Megatron-Bridge metadata, as it will be written", help=H("metadata"))
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
