@@ -243,7 +243,7 @@ def online_estimate_text(run) -> str | None:
     nmb, strag = iv["micro_batches_mean"], iv["straggler_factor"]
     pad = iv.get("padding_fraction")
     s = run.summary
-    padding = f", padding {pad[0]:.2%} ± {pad[1]:.2%}" if pad else ""
+    padding = f", padding {pad[0]:.3%} ± {pad[1]:.3%}" if pad else ""
     return (f"The epoch's figures come from {s.steps:,} of its {s.epoch_steps:,} steps (an even spread over the "
             f"shuffled data, each scheduled exactly): micro batches per step {nmb[0]:.3f} ± {nmb[1]:.3f}, straggler "
             f"x{strag[0]:.4f} ± {strag[1]:.4f}{padding} (95 % intervals). The step below is scheduled exactly, "
