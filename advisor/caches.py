@@ -24,11 +24,12 @@ from typing import Any
 class BoundedCache:
     """The ``size`` most recent values, and fewer while the numpy arrays they hold pass ``max_bytes``.
 
-    Dashboard sessions share these: a lock keeps two reruns from corrupting the order (a value may be computed
-    twice, never half-stored). ``arrays(value)`` lists the arrays a value holds; the budget counts each array once
-    over all entries, since entries share them (every analysis of one data set holds the same packing), and it is
-    counted again on every access because values grow after they are stored (an analysis computes its estimate
-    lazily).
+    Dashboard sessions share these: a lock keeps two reruns from corrupting the order, and a key being computed is
+    computed once: a second caller waits for the first's value (``in_flight``) instead of computing it again (the
+    background worker's packing of a pack size a visitor then asks for, say). ``arrays(value)`` lists the arrays a
+    value holds; the budget counts each array once over all entries, since entries share them (every analysis of
+    one data set holds the same packing), and it is counted again on every access because values grow after they
+    are stored (an analysis computes its estimate lazily).
     """
 
     def __init__(self, name: str, size: int, max_bytes: int | None = None,
@@ -37,10 +38,16 @@ class BoundedCache:
         self.entries: OrderedDict = OrderedDict()
         self.hits = self.misses = 0
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._computing: dict = {}  # key -> the thread computing it
 
     def get(self, key, compute: Callable[[], Any]):
-        """The kept value for ``key``, or ``compute()``'s, kept."""
+        """The kept value for ``key``, or ``compute()``'s, kept; while another thread computes the same key, its
+        value (or, if it fails, this caller's own)."""
+        me = threading.get_ident()
         with self._lock:
+            while key not in self.entries and self._computing.get(key, me) != me:
+                self._done.wait()
             if key in self.entries:
                 self.entries.move_to_end(key)
                 self.hits += 1
@@ -48,13 +55,42 @@ class BoundedCache:
                 self._trim()
                 return value
             self.misses += 1
-        value = compute()  # outside the lock: a long computation never blocks another session's hit
+            self._computing[key] = me
+        try:
+            value = compute()  # outside the lock: a long computation never blocks another session's hit
+        except BaseException:
+            with self._lock:
+                self._computing.pop(key, None)
+                self._done.notify_all()
+            raise
         with self._lock:
-            # computed twice at once: every caller shares the first value stored (one array, not two copies)
+            self._computing.pop(key, None)
             value = self.entries.setdefault(key, value)
             self.entries.move_to_end(key)
             self._trim()
+            self._done.notify_all()
         return value
+
+    def offer(self, key, value) -> bool:
+        """Keep a value computed ahead of need only if it fits beside every kept one, evicting nothing (the
+        background worker's results never push out what a visitor uses); whether it was kept."""
+        with self._lock:
+            if key in self.entries:
+                return True
+            if len(self.entries) >= self.size:
+                return False
+            self.entries[key] = value
+            self.entries.move_to_end(key, last=False)  # the first to go when a visitor needs the room
+            if self.max_bytes is not None and self._held() > self.max_bytes:
+                del self.entries[key]
+                return False
+            self._done.notify_all()
+            return True
+
+    def in_flight(self, key) -> bool:
+        """Whether some thread is computing ``key`` now."""
+        with self._lock:
+            return key in self._computing
 
     def peek(self, key):
         """The kept value, or None (nothing computed, nothing counted): a caller that must first ask for the
@@ -95,6 +131,12 @@ class HistogramCache(BoundedCache):
 
     def peek(self, hist, setting):  # type: ignore[override]
         return super().peek((hist.fingerprint, setting))
+
+    def offer(self, hist, setting, value) -> bool:  # type: ignore[override]
+        return super().offer((hist.fingerprint, setting), value)
+
+    def in_flight(self, hist, setting) -> bool:  # type: ignore[override]
+        return super().in_flight((hist.fingerprint, setting))
 
 
 class _Listed:

@@ -9,6 +9,12 @@ from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 from pages._frame import control, errors, explained, progress, stop_on
 
+
+def headline(shown: dict, where) -> None:
+    for column, (label, value, key) in zip(where.columns(len(shown["figures"])), shown["figures"], strict=True):
+        column.metric(label, value, help=H(key))
+
+
 st.title("Packing")
 c1, c2, c3 = st.columns(3)
 control("packing.algorithm", c1)
@@ -16,16 +22,24 @@ control("packing.pack_size", c2)
 control("packing.pad_seq_to_mult", c3)
 errors("plan_error")
 hist = st.session_state["hist"]
+figures = st.empty()  # the headline's place: the last figures shown stay there while a new pack size is packed
+previous = st.session_state.get("packing_shown")
+same_data = previous and previous.get("data") == st.session_state.get("data_name")
+if same_data and not ui.packing_kept(st.session_state):
+    with figures.container():
+        st.caption(ui.plain(f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
+                            f"{st.session_state['plan'].pack_size:,} is packed"))
+        headline(previous, st)
 with progress(f"packing {hist.num_samples:,} samples") as bar:
     result, busy = ui.ready_packing(st.session_state, progress=bar)
+if busy:
+    figures.empty()
 stop_on(busy)
 plan, m = st.session_state["plan"], result.metrics
-k1, k2, k3, k5, k4 = st.columns(5)
-k1.metric("packs", f"{m.num_packs:,}", help=H("packs"))
-k2.metric("packing factor n", result.metadata["packing_factor"], help=H("packing_factor"))
-k3.metric("efficiency", f"{result.metadata['packing_efficiency']} %", help=H("efficiency"))
-k5.metric("data share", f"{100 * (1 - m.padding_fraction):.2f} %", help=H("data_share"))
-k4.metric("straggler ratio", f"{m.straggler_ratio:.2f}", help=H("straggler_ratio"))
+shown = views.packing_headline(result)
+st.session_state["packing_shown"] = {**shown, "data": st.session_state.get("data_name")}
+with figures.container():
+    headline(shown, st)
 st.caption(ui.plain(views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan)))
 st.subheader("Megatron-Bridge metadata, as it will be written", help=H("metadata"))
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
@@ -41,3 +55,4 @@ a, b = st.columns(2)
 explained(charts.pack_fill_histogram(result), "pack_fill", a)
 explained(charts.attention_work_histogram(result), "attention_work", b)
 explained(charts.pack_strip(result), "pack_strip")
+ui.pack_ahead(st.session_state)  # on big data, the next pack sizes are packed while nobody waits

@@ -12,7 +12,7 @@ st.title("Online packing (Megatron-LM)")
 c = st.columns(3)
 branch = c[0].selectbox("Megatron-LM", ["dev", "main"], help=H("online_megatron_lm"))
 buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 << 24, 0, help=H("online_max_seqlen")))
-with st.spinner("scheduling every global batch"):
+with st.spinner("scheduling the global batches"):
     comparison, problem = ui.ready_comparison(st.session_state, branch, buffer or None)
 stop_on(problem)
 explained(charts.packing_comparison(comparison), "packing_comparison")
@@ -20,10 +20,13 @@ st.dataframe(views.comparison_table(comparison), hide_index=True)
 st.info(ui.plain(f"Recommended: {comparison.recommended}. {comparison.why}"))
 online = [r for r in comparison.runs if r.estimate.online is not None]
 shown = c[2].selectbox("Schedule shown", [r.label for r in online], help=H("online_shown"))
-run = next(r for r in online if r.label == shown).estimate.online
+chosen = next(r for r in online if r.label == shown)
+run = chosen.estimate.online
 explained(charts.online_steps(run), "online_steps")
-step = int(st.slider("Step", 0, max(0, run.seqlens.shape[0] - 1), 0, help=H("online_step")))
-explained(charts.online_rank_work(run.step(step), run.config.cp), "online_rank_work")
+if (note := views.online_estimate_text(run)) is not None:
+    st.caption(ui.plain(note))
+step = int(st.slider("Step", 0, max(0, run.summary.epoch_steps - 1), 0, help=H("online_step")))
+explained(charts.online_rank_work(views.online_step(chosen.plan, hist, run, step), run.config.cp), "online_rank_work")
 if st.button("Use online packing in the plan", help=H("online_use")):
     if ui.set_plan(st.session_state, {"packing": {"mode": "online", "megatron_lm": branch,
                                                   "max_seqlen_per_dp_cp_rank": buffer or None},

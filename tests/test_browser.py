@@ -452,3 +452,101 @@ def test_three_sessions_one_hostile_in_chromium():
         server.wait(timeout=20)
         SHOTS.mkdir(exist_ok=True)
         (SHOTS / "three_sessions.log").write_text("\n".join(log) + "\n")
+
+
+def _server(port: int) -> subprocess.Popen:
+    """A dashboard of its own on a loopback port, up and answering (the caller stops it)."""
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+                             str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+            return proc
+        except OSError:
+            if time.time() > deadline:
+                os.killpg(proc.pid, 15)
+                pytest.fail("streamlit did not start within 90 s")
+            time.sleep(0.5)
+
+
+def _packs_shown(page) -> str:
+    """The Packing page's "packs" figure as displayed."""
+    return page.locator("[data-testid='stMetric']").filter(has_text="packs").first.locator(
+        "[data-testid='stMetricValue']").inner_text()
+
+
+THINK_SECONDS = 3.0  # a visitor reads the figures before the next click; the server packs ahead meanwhile
+
+
+def test_pack_size_changes_on_wikipedia_in_chromium():
+    """Issue 22: on the 16.3M-sample Wikipedia sample, the pack size changed three times in a row with the control's
+    + (a reader's pause between clicks), each change shown when the displayed pack count changes; then a pack size
+    not seen nor packed ahead, during which the previous figures stay on screen with the progress. The times are
+    logged to tests/screenshots/pack_size_changes.log (a shared machine's timings are reported, not asserted; the
+    issue's target is 1 s a change)."""
+    from playwright.sync_api import sync_playwright
+
+    reason = _ensure_chromium()
+    if reason:
+        pytest.skip(reason)
+    SHOTS.mkdir(exist_ok=True)
+    port = _free_port()
+    server, log = _server(port), []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_page(viewport={"width": 1500, "height": 1200})
+            page.goto(f"http://127.0.0.1:{port}")
+            page.wait_for_selector(READY, timeout=120_000)
+            page.locator("[data-testid='stSelectbox']").first.click()
+            page.get_by_role("option", name="Wikipedia BERT (real, 16.3M)").click()
+            page.get_by_text("16,279,552", exact=True).first.wait_for(timeout=120_000)
+            page.wait_for_selector(READY, timeout=120_000)
+            t0 = time.perf_counter()
+            page.get_by_role("link", name="Packing", exact=True).click()
+            page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=180_000)
+            page.wait_for_selector(READY, timeout=180_000)
+            log.append(f"Packing page first shown in {time.perf_counter() - t0:.2f} s (packs {_packs_shown(page)})")
+            size = page.get_by_role("spinbutton", name="Pack size", exact=True)
+            plus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
+                "[data-testid='stNumberInputStepUp']")
+            for k in range(3):
+                before, start = _packs_shown(page), int(size.input_value())
+                time.sleep(THINK_SECONDS)
+                t0 = time.perf_counter()
+                plus.click()
+                page.wait_for_function(
+                    "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
+                    "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
+                    arg=before, timeout=180_000)
+                shown = time.perf_counter() - t0
+                page.wait_for_selector(READY, timeout=180_000)
+                settled = time.perf_counter() - t0
+                after = _packs_shown(page)
+                assert after != before and int(size.input_value()) == start + 256
+                assert f'"pack_size": {start + 256}' in page.locator("code").first.inner_text()
+                log.append(f"change {k + 1}: pack size {start} -> {start + 256}: packs {before} -> {after} shown in "
+                           f"{shown:.2f} s, page settled in {settled:.2f} s")
+            page.screenshot(path=str(SHOTS / "10_pack_size_changes.png"), full_page=True)
+            # a size nobody packed: the previous figures stay, with the progress, until the new ones replace them
+            before, target = _packs_shown(page), 2048
+            t0 = time.perf_counter()
+            size.fill(str(target))
+            size.press("Enter")
+            page.get_by_text("while pack size 2,048 is packed").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(SHOTS / "10b_previous_figures_while_packing.png"), full_page=True)
+            assert before in page.locator("[data-testid='stMetric']").all_inner_texts()[0]
+            page.wait_for_function("() => [...document.querySelectorAll('code')].some(c => "
+                                   "c.innerText.includes('\"pack_size\": 2048'))", timeout=180_000)
+            page.wait_for_selector(READY, timeout=180_000)
+            log.append(f"pack size -> {target} (nothing kept, nothing ahead): the previous figures stayed on screen "
+                       f"while it packed; packs {before} -> {_packs_shown(page)} in {time.perf_counter() - t0:.2f} s")
+            browser.close()
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=20)
+        (SHOTS / "pack_size_changes.log").write_text("\n".join(log) + "\n")
+    print("\n".join(log))

@@ -129,3 +129,66 @@ def test_two_caches_cannot_share_a_name():
 
     with pytest.raises(ValueError, match="already exists"):
         caches.bounded("packings", size=1)
+
+
+def test_a_key_being_computed_is_computed_once_and_shared():
+    cache = caches.BoundedCache("test", 4)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow():
+        calls.append(1)
+        started.set()
+        release.wait(5)
+        return np.arange(3)
+
+    got = []
+    first = threading.Thread(target=lambda: got.append(cache.get("k", slow)))
+    first.start()
+    started.wait(5)
+    assert cache.in_flight("k")
+    second = threading.Thread(target=lambda: got.append(cache.get("k", slow)))
+    second.start()
+    release.set()
+    first.join()
+    second.join()
+    assert len(calls) == 1 and got[0] is got[1] and not cache.in_flight("k")
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_failed_computation_lets_the_waiting_caller_compute_its_own():
+    cache = caches.BoundedCache("test", 4)
+    started, release = threading.Event(), threading.Event()
+
+    def failing():
+        started.set()
+        release.wait(5)
+        raise RuntimeError("refused")
+
+    errors = []
+
+    def first():
+        try:
+            cache.get("k", failing)
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=first)
+    t.start()
+    started.wait(5)
+    threading.Timer(0.05, release.set).start()
+    assert cache.get("k", lambda: "mine") == "mine"  # waited for the first, which failed, then computed
+    t.join()
+    assert len(errors) == 1
+
+
+def test_a_value_offered_ahead_of_need_evicts_nothing_and_goes_first():
+    cache = caches.BoundedCache("test", 3, max_bytes=2_000, arrays=lambda v: [v])
+    cache.get("a", lambda: np.zeros(100))  # 800 bytes
+    cache.get("b", lambda: np.zeros(100))
+    assert not cache.offer("ahead", np.zeros(100))  # 2,400 bytes: over the budget, so not kept
+    assert list(cache.entries) == ["a", "b"]
+    cache.entries.pop("b")
+    assert cache.offer("ahead", np.zeros(100))
+    assert list(cache.entries) == ["ahead", "a"]  # kept as the oldest: the first to make room
+    cache.get("c", lambda: np.zeros(100))
+    assert list(cache.entries) == ["a", "c"]

@@ -61,3 +61,61 @@ def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
     assert scaled.time.step_seconds == pytest.approx(exact.time.step_seconds, rel=0.01)
     assert scaled.time.steps_per_epoch == pytest.approx(exact.time.steps_per_epoch, rel=0.01)
     assert scaled.online.summary.padding_fraction == pytest.approx(exact.online.summary.padding_fraction, abs=0.002)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(30, 600), seed=st.integers(0, 99), gbs=st.sampled_from([4, 8, 16]), cp=st.sampled_from([1, 2]),
+       setting=st.sampled_from([("dev", "mock_sft"), ("dev", "sft"), ("main", "sft"), ("dev", "custom")]),
+       budget=st.one_of(st.none(), st.integers(8, 300)))
+def test_a_histograms_order_as_indices_schedules_as_the_lengths_themselves(n, seed, gbs, cp, setting, budget):
+    """The dashboard schedules a histogram through its cached shuffled order (SampleOrder, indices into its distinct
+    lengths); the command line, and every test against Megatron-LM's scheduler, through the lengths in that order."""
+    from advisor.data.lengths import LengthHistogram
+
+    rng = np.random.default_rng(seed)
+    hist = LengthHistogram.from_samples(rng.integers(1, 1500, n))
+    order = from_plan.sample_order(hist, seed)
+    lengths = from_plan.dataset_order(hist, seed)
+    assert np.array_equal(order.values(), lengths)
+    commit, dataset = setting
+    cfg = OnlineConfig(commit=commit, dataset=dataset, seq_length=1024, global_batch_size=gbs, dp=2, cp=cp)
+    a, b = schedule(lengths, cfg, max_samples=budget), schedule(order, cfg, max_samples=budget)
+    assert a.summary == b.summary
+    assert np.array_equal(a.seqlens, b.seqlens) and np.array_equal(a.rank_work, b.rank_work)
+    assert np.array_equal(a.real_sum, b.real_sum)
+
+
+def test_any_step_of_the_epoch_is_scheduled_exactly_alone(chat):
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
+                           "training": {"seq_length": 4096, "global_batch_size": 16}, "packing": {"mode": "online"}})
+    full = schedule(from_plan.dataset_order(chat, plan.packing_seed), from_plan.online_config(plan))
+    for k in (0, 7, full.summary.steps - 1):
+        alone = from_plan.step_of(plan, chat, k)
+        whole = full.step(k)
+        assert alone.step == whole.step == k
+        assert (alone.samples, alone.num_micro_batches, alone.seqlen_sum) == (whole.samples, whole.num_micro_batches,
+                                                                             whole.seqlen_sum)
+        assert np.array_equal(alone.work, whole.work)
+
+
+@pytest.mark.parametrize("dataset, cp", [("mock_sft", 2), ("custom", 1)])
+def test_the_epoch_intervals_cover_the_whole_epochs_figures(dataset, cp):
+    """95 % intervals from random samples of steps: the whole epoch's figure falls inside them about 95 times in
+    100 (here at least 88 of 120 draws, for each figure), and an epoch simulated whole has none."""
+    from dataclasses import replace
+
+    lengths = np.minimum(np.random.default_rng(5).lognormal(6.0, 1.0, 60_000).astype(int) + 1, 8192)
+    cfg = OnlineConfig(commit="dev", dataset=dataset, seq_length=8192, global_batch_size=32, dp=4, cp=cp)
+    full = schedule(lengths, cfg)
+    truth = {"micro_batches_mean": full.summary.micro_batches_mean,
+             "straggler_factor": full.summary.straggler_factor, "padding_fraction": full.summary.padding_fraction}
+    assert all(half == 0 for _, half in full.intervals().values())
+    rng = np.random.default_rng(0)
+    inside = dict.fromkeys(truth, 0)
+    for _ in range(120):
+        ids = np.sort(rng.choice(full.summary.steps, 200, replace=False))
+        sample = schedule(lengths, cfg, only_steps=ids)
+        sample = replace(sample, summary=replace(sample.summary, steps=ids.size, epoch_steps=full.summary.steps))
+        for name, (value, half) in sample.intervals().items():
+            inside[name] += abs(value - truth[name]) <= half + 1e-12
+    assert all(count >= 88 for count in inside.values()), inside

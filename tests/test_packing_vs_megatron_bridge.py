@@ -12,6 +12,7 @@ from advisor.data.lengths import LengthHistogram
 from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
+from advisor.packing.permutation import shuffled_lengths
 from tests.conftest import FakeTokenizer, fake_sft_builder, scaled, slow_after
 
 
@@ -127,3 +128,70 @@ def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_pa
     assert audit.num_packs == 2
     assert audit.items.tolist() == [3, 2, 2, 4]  # get_seqlen_list: gaps minus the trailing token
     assert hist.lengths.tolist() == [3, 4, 5] and hist.counts.tolist() == [2, 1, 1]
+
+
+# ---------------------------------------------------------------------------------------------- the first-fit kernel
+def _cases():
+    """Item sequences that take each path of the record kernel (advisor/packing/first_fit.py): every record
+    demoted and revealed again, gaps of one block and of many, rooms no item fits (kept as 0), length-0 items
+    (nothing is dead then), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums of squares."""
+    rng = np.random.default_rng(22)
+    yield "uniform", 512, rng.integers(1, 513, 3000)
+    yield "heavy tail at the cap", 512, np.minimum(rng.lognormal(np.log(128), 1.2, 3000).astype(int) + 1, 512)
+    yield "wikipedia-like (a quarter at the cap)", 640, np.where(rng.random(3000) < 0.25, 511,
+                                                                  rng.integers(4, 512, 3000))
+    yield "zeros and whole packs", 64, rng.choice([0, 0, 1, 31, 32, 33, 64], 3000)
+    yield "one length", 100, np.full(2000, 37)
+    yield "tiny packs", 2, rng.integers(0, 3, 500)
+    yield "small items into many bins", 4096, rng.integers(1, 200, 4000)
+    yield "int32 rooms", 40_000, rng.integers(1, 40_001, 2000)
+    yield "int64 squares", 200_000, rng.integers(1, 200_001, 1500)
+
+
+@pytest.mark.parametrize("name, pack_size, items", slow_after(list(_cases()), fast=3))
+def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_algorithms, name, pack_size, items,
+                                                                         monkeypatch):
+    """Bins and each bin's items in the order Megatron-Bridge's own first_fit puts them, with the kernel cut into
+    chunks of 97 items (its state carried across), and each bin's sums as the packs give them."""
+    from advisor.packing import first_fit as ff
+
+    items = np.asarray(items, dtype=np.int32)
+    theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
+    monkeypatch.setattr(ff, "CHUNK", 97)
+    fit = ff.first_fit(items, pack_size)
+    ours: list[list[int]] = [[] for _ in range(fit.count)]
+    for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
+        ours[b].append(s)
+    assert ours == theirs
+    assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
+    assert fit.work.tolist() == [sum(s * s for s in p) for p in theirs]
+    assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
+    fit_codes = ff.first_fit(np.argsort(np.argsort(items, kind="stable"), kind="stable").astype(np.int32),
+                             pack_size, table=np.sort(items), bins=False)  # the same items through a table
+    assert fit_codes.count == fit.count and fit_codes.fill.tolist() == fit.fill.tolist()
+
+
+@pytest.mark.slow  # 1M items: the tree kernel (itself checked against Megatron-Bridge above) is the oracle
+@pytest.mark.parametrize("pack_size", [256, 512, 640, 1024, 4096])
+def test_first_fit_kernel_matches_the_tree_kernel_on_a_million_wikipedia_samples(wikipedia, pack_size):
+    from advisor.packing.first_fit import first_fit, first_fit_tree
+
+    counts = runtime_lengths(scaled(wikipedia, 16), PackingConfig(pack_size=pack_size)).counts
+    items = shuffled_lengths(counts, 1234)
+    fit = first_fit(items, pack_size)
+    bins, count = first_fit_tree(items, pack_size)
+    assert fit.count == count and np.array_equal(fit.bins, bins)
+
+
+def test_a_packing_groups_its_packs_only_when_asked_and_then_as_megatron_bridge(mb_algorithms, squad):
+    """first_fit_shuffle's figures come from the kernel; its packs are grouped on first use, identical to
+    Megatron-Bridge's, and counted in the packing cache's budget from then on."""
+    from advisor.packing.cache import packing_arrays
+
+    ours = pack(squad, PackingConfig(pack_size=384))
+    before = sum(a.nbytes for a in packing_arrays(ours))
+    assert ours.csr is None and ours.pack(0) == list(ours.first[0])  # the first packs without grouping
+    assignments, metadata = _mb_strategy(mb_algorithms, ours.runtime.counts, 384, "first_fit_shuffle", 1234)
+    assert [ours.pack(i) for i in range(ours.num_packs)] == assignments  # grouped now, in Megatron-Bridge's order
+    assert sum(a.nbytes for a in packing_arrays(ours)) == before + ours.offsets.nbytes + ours.items.nbytes
+    assert ours.metadata == metadata

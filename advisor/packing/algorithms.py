@@ -3,8 +3,9 @@
 Megatron-Bridge's two (first_fit_shuffle, first_fit_decreasing) are reproduced exactly: the same packs, as
 multisets, in the same order. Two more greedy ones are here to compare with: best_fit_decreasing, and Krell et
 al.'s shortest-pack-first histogram packing. Kernels are compiled with numba: Megatron-Bridge's pure-Python
-segment tree takes ~9 s for 1M samples. ``ALGORITHMS`` holds these and ``column_generation`` (near-optimal, with
-a lower bound; its own module), keyed by the plan's ``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
+segment tree takes ~9 s for 1M samples; first fit in a given order is ``first_fit.py``'s. ``ALGORITHMS`` holds
+these and ``column_generation`` (near-optimal, with a lower bound; its own module), keyed by the plan's
+``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
 
 Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v = 0..pack_size) and returns
 ``(offsets, items)``: pack i holds ``items[offsets[i]:offsets[i+1]]``, in the order the algorithm placed them.
@@ -19,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from advisor.packing.column_generation import column_generation
+from advisor.packing.first_fit import FirstFit, first_fit
 from advisor.packing.permutation import shuffled_lengths
 from advisor.vocabulary import MEGATRON_BRIDGE_ALGORITHMS, Algorithm  # re-exported: the two reproduced exactly
 
@@ -74,52 +76,29 @@ def _open_bins(tree, size, first, count, room_full, room_last):
 
 
 @njit(cache=True, nogil=True)
-def _first_fit_items(items, pack_size):
-    """First fit in the given order; returns the bin of every item and the bin count.
-
-    Same rule as Megatron-Bridge's ``first_fit`` (algorithms.py, 0.6.2): an item goes to the lowest-index bin
-    whose remaining space is at least its length. A max-tree over bins finds that bin in O(log bins); bins not
-    yet opened hold 0, as in Megatron-Bridge, so a length-0 item joins bin 0 once it exists. The tree doubles
-    when it fills, so memory follows the bins actually opened.
-    """
-    size = 1024
-    tree = np.zeros(2 * size, np.int32)
-    bin_of = np.empty(items.size, np.int32)
-    nbins = 0
-    for k in range(items.size):
-        s = items[k]
-        b = _first_fit_bin(tree, size, s)
-        if b == -1 or b >= nbins:
-            b = nbins
-            nbins += 1
-            if nbins > size:
-                tree, size = _grown(tree, size)
-            _set_room(tree, size, b, pack_size - s)
-        else:
-            _set_room(tree, size, b, tree[b + size] - s)
-        bin_of[k] = b
-    return bin_of, nbins
-
-
-@njit(cache=True, nogil=True)
-def _csr_from_bins(items, bin_of, nbins):
-    """Group items by bin, keeping each bin's insertion order (a stable counting sort)."""
+def _csr_from_bins(items, bin_of, nbins, out):
+    """Group items by bin into ``out``, keeping each bin's insertion order (a stable counting sort); the offsets."""
     offsets = np.zeros(nbins + 1, np.int64)
     for k in range(bin_of.size):
         offsets[bin_of[k] + 1] += 1
     for b in range(nbins):
         offsets[b + 1] += offsets[b]
     pos = offsets[:-1].copy()
-    out = np.empty(items.size, np.int32)
     for k in range(items.size):
         b = bin_of[k]
         out[pos[b]] = items[k]
         pos[b] += 1
-    return offsets, out
+    return offsets
+
+
+def _packed_items(n: int, longest: int) -> np.ndarray:
+    """An array for n runtime lengths of at most ``longest``: uint16 when they fit (half the memory of a cached
+    16M-sample packing's items)."""
+    return np.empty(n, np.uint16 if longest < 1 << 16 else np.int32)
 
 
 @njit(cache=True, nogil=True)
-def _first_fit_decreasing_hist(counts, pack_size):
+def _first_fit_decreasing_hist(counts, pack_size, out):
     """First fit decreasing, a length group at a time: c identical items fill the first bin with room until it
     has less than v left, then the next; those that fit nowhere open bins of ``pack_size // v`` items each.
     Each placement is an event (bin, length, how many), replayed into CSR at the end."""
@@ -169,7 +148,7 @@ def _first_fit_decreasing_hist(counts, pack_size):
             ev_bin[nev], ev_len[nev], ev_n[nev] = b, v, k
             nev += 1
             c -= k
-    return _csr_from_events(ev_bin[:nev], ev_len[:nev], ev_n[:nev], nbins)
+    return _csr_from_events(ev_bin[:nev], ev_len[:nev], ev_n[:nev], nbins, out)
 
 
 @njit(cache=True, nogil=True)
@@ -180,14 +159,13 @@ def _resized(a, n):
 
 
 @njit(cache=True, nogil=True)
-def _csr_from_events(ev_bin, ev_len, ev_n, nbins):
+def _csr_from_events(ev_bin, ev_len, ev_n, nbins, out):
     offsets = np.zeros(nbins + 1, np.int64)
     for e in range(ev_bin.size):
         offsets[ev_bin[e] + 1] += ev_n[e]
     for b in range(nbins):
         offsets[b + 1] += offsets[b]
     pos = offsets[:-1].copy()
-    out = np.empty(offsets[nbins], np.int32)
     for e in range(ev_bin.size):
         b = ev_bin[e]
         for _ in range(ev_n[e]):
@@ -203,27 +181,36 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     >>> [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
     [[3, 1], [2, 1]]
     """
-    return _first_fit_decreasing_hist(np.ascontiguousarray(counts, dtype=np.int64), pack_size)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    return _first_fit_decreasing_hist(counts, pack_size, _packed_items(int(counts.sum()), counts.size - 1))
 
 
-def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234):
-    """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order.
+def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234, *, items: np.ndarray | None = None,
+                      progress=None, pause=None):
+    """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order (``first_fit.py``).
+    ``items``: that order already drawn (``offline.pack`` reuses it across pack sizes); ``progress(fraction)`` and
+    ``pause()`` are called between chunks of items.
 
     >>> offsets, items = first_fit_shuffle(np.array([0, 2, 1, 1]), 4, seed=1234)
     >>> int(offsets.size - 1), int(items.sum())
     (2, 7)
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    items = shuffled_lengths(counts, seed)
-    bin_of, nbins = _first_fit_items(items, pack_size)
-    return _csr_from_bins(items, bin_of, nbins)
+    if items is None:
+        items = shuffled_lengths(np.ascontiguousarray(counts, dtype=np.int64), seed)
+    return grouped(items, first_fit(items, pack_size, progress=progress, pause=pause))
+
+
+def grouped(items: np.ndarray, fit: FirstFit) -> tuple[np.ndarray, np.ndarray]:
+    """The packs of a first fit in CSR form (offsets, items), each pack's items in the order they were placed."""
+    packed = _packed_items(items.size, int(items.max()) if items.size else 0)
+    return _csr_from_bins(items, fit.bins, fit.count, packed), packed
 
 
 # ---------------------------------------------------------------------------------------------- best fit
 
 
 @njit(cache=True, nogil=True)
-def _best_fit_decreasing_hist(counts, pack_size, max_bins):
+def _best_fit_decreasing_hist(counts, pack_size, max_bins, out):
     """Longest first, each item to the open bin with the least room that still fits it (ties: latest bin).
 
     Bins are kept in buckets by remaining room (a linked stack per room value); a max-tree over room values
@@ -264,7 +251,7 @@ def _best_fit_decreasing_hist(counts, pack_size, max_bins):
             items[k] = v
             bin_of_item[k] = b
             k += 1
-    return _csr_from_bins(items, bin_of_item, nbins)
+    return _csr_from_bins(items, bin_of_item, nbins, out), out
 
 
 @njit(cache=True, nogil=True)
@@ -302,7 +289,8 @@ def best_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = N
     [[3, 1], [2, 2]]
     """
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    return _best_fit_decreasing_hist(counts, pack_size, max(1, int(counts.sum())))
+    return _best_fit_decreasing_hist(counts, pack_size, max(1, int(counts.sum())),
+                                     _packed_items(int(counts.sum()), counts.size - 1))
 
 
 # ---------------------------------------------------------------------------------------------- shortest pack first

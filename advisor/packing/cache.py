@@ -20,10 +20,12 @@ PACKING_CACHE_BYTES = caches.cache_budget()
 
 
 def packing_arrays(result: PackingResult | None) -> list:
-    """The arrays a packing holds, those computed later on it included (its micro batches, ``derived``)."""
+    """The arrays a packing holds, those computed later on it included (its micro batches and its packs grouped
+    on demand, ``derived``)."""
     if result is None:
         return []
-    return [result.offsets, result.items, *result.per_pack, *caches.held_arrays(result.derived_values())]
+    return [*(result.csr or ()), *result.per_pack, *caches.held_arrays(result.derived_values())]  # packs grouped
+    # later are among the derived values
 
 
 PACKINGS = caches.bounded("packings", size=PACKING_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES, arrays=packing_arrays,

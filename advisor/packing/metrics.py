@@ -68,6 +68,22 @@ def l2_bound(counts: np.ndarray, pack_size: int) -> int:
     return int((j1 + j2 + extra).max())
 
 
+def percentile_of_integers(values: np.ndarray, q: float) -> float:
+    """``np.percentile(values, q)`` (linear interpolation between the two nearest ranks) of non-negative integers,
+    by counting instead of partitioning: 8M pack fills in ~20 ms instead of ~100.
+
+    >>> v = np.array([5, 1, 9, 9, 3, 0, 7])
+    >>> [percentile_of_integers(v, q) == float(np.percentile(v, q)) for q in (0, 1, 37.5, 50, 99, 100)]
+    [True, True, True, True, True, True]
+    """
+    cum = np.cumsum(np.bincount(values))
+    rank = (values.size - 1) * q / 100
+    below = int(np.floor(rank))
+    lo = int(np.searchsorted(cum, below, side="right"))
+    hi = int(np.searchsorted(cum, min(below + 1, values.size - 1), side="right"))
+    return float(lo + (hi - lo) * (rank - below))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PackingMetrics:
     num_sequences: int
@@ -104,7 +120,7 @@ def packing_metrics(fill, nseq, work, counts, pack_size, real_tokens, lp_bound=N
         packing_efficiency=packed / packs / pack_size * 100, padding_fraction=1 - real_tokens / (packs * pack_size),
         lower_bound_l1=l1, lower_bound_l2=l2, lower_bound_lp=lp_bound, gap_to_bound=packs - best,
         bound_efficiency=packed / max(best, 1) / pack_size * 100, fill_mean=packed / packs / pack_size,
-        fill_p01=float(np.percentile(fill, 1)) / pack_size, fill_min=float(fill.min()) / pack_size,
+        fill_p01=percentile_of_integers(fill, 1) / pack_size, fill_min=float(fill.min()) / pack_size,
         max_samples_per_pack=int(nseq.max()),
         attention_work_mean=float(work.mean()), attention_work_max=int(work.max()),
         straggler_ratio=float(work.max() / work.mean()) if work.mean() > 0 else 1.0,

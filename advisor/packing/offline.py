@@ -11,13 +11,16 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram, check_expandable
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
+from advisor.packing.first_fit import first_fit
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
+from advisor.packing.permutation import shuffled_lengths
 
 MB_METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
                     "pack_size", "min_packed_seqlen")
@@ -75,15 +78,37 @@ def runtime_per_length(hist: LengthHistogram, cfg: PackingConfig) -> tuple[np.nd
     skip = np.zeros(L.shape, bool)
     if cfg.overlong == "skip" and m == 1:
         skip = L - 1 > M  # create_hist: "Skipped %d sequences longer than the maximum packed sequence length"
-        stored = L
-    else:
-        stored = np.minimum(L, M + 1 if m > 1 else M)
-    runtime = np.maximum(stored - 1, 0)
-    if m > 1:
-        cap = (M // m) * m
-        runtime = np.minimum(cap, -(-runtime // m) * m)
+    runtime = runtime_of(L, cfg)
     real = np.minimum(runtime, np.maximum(L - 1, 0))
     return runtime, real, ~skip
+
+
+def runtime_of(lengths: np.ndarray, cfg: PackingConfig) -> np.ndarray:
+    """The runtime length of a sample of each given length (kept or skipped alike): non-decreasing in the length.
+
+    >>> runtime_of(np.array([1, 5, 9, 20]), PackingConfig(pack_size=16, pad_seq_to_mult=4)).tolist()
+    [0, 4, 8, 16]
+    """
+    M, m = cfg.effective_max_seq_length, cfg.multiple
+    stored = lengths if cfg.overlong == "skip" and m == 1 else np.minimum(lengths, M + 1 if m > 1 else M)
+    runtime = np.maximum(stored - 1, 0)
+    if m > 1:
+        runtime = np.minimum((M // m) * m, -(-runtime // m) * m)
+    return runtime
+
+
+def _shuffled_order(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLengths):
+    """first_fit_shuffle's items in their shuffled order as (indices, table of runtime lengths) from the histogram's
+    cached order (``shuffled_codes``), or None where that order is not Megatron-Bridge's: samples skipped (fewer
+    to shuffle)."""
+    from advisor.packing.permutation import shuffled_codes
+
+    if cfg.algorithm != "first_fit_shuffle" or rt.num_skipped:
+        return None
+    table = runtime_of(hist.lengths, cfg).astype(np.int32)
+    if np.any(np.diff(table) < 0):  # never, as runtime_of is monotone; the order would not be MB's otherwise
+        return None
+    return shuffled_codes(hist, cfg.seed), table
 
 
 def megatron_bridge_metadata(fills: np.ndarray, nseq: np.ndarray, counts: np.ndarray, pack_size: int) -> dict:
@@ -109,11 +134,17 @@ class PackingResult:
     ``per_pack`` holds (fill, samples, attention work sum(s^2)) per pack, computed with the metrics and reused by
     charts and estimates. ``derived`` is what later layers compute from the packs and keep with them (the micro
     batches of an estimate): owned here, so the packing cache counts it in its byte budget and drops it together.
+
+    The packs themselves (``offsets``, ``items``) are grouped when the packing is computed (``csr``), or, for
+    first_fit_shuffle, only when asked for: its figures come from the packing itself, grouping 16M items costs a
+    fifth of packing them, and the dashboard draws only the first packs (``first``, kept on the way). ``regroup``
+    packs again, grouped, on the first use of ``offsets``, ``items`` or a pack past ``first``.
     """
 
     config: PackingConfig
-    offsets: np.ndarray
-    items: np.ndarray
+    csr: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    first: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    regroup: Callable[[], tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     runtime: RuntimeLengths
     metadata: dict
     metrics: PackingMetrics
@@ -126,7 +157,23 @@ class PackingResult:
 
     @property
     def num_packs(self) -> int:
-        return int(self.offsets.size - 1)
+        return int(self.per_pack[0].size)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.grouped()[0]
+
+    @property
+    def items(self) -> np.ndarray:
+        return self.grouped()[1]
+
+    def grouped(self) -> tuple[np.ndarray, np.ndarray]:
+        """The packs in CSR form (offsets, items), grouped now if the packing was not (seconds at 16M samples)."""
+        if self.csr is not None:
+            return self.csr
+        if self.regroup is None:
+            raise ValueError("this packing keeps no packs")
+        return self.derived("packs", self.regroup)
 
     @property
     def packing_factor(self) -> float:
@@ -158,7 +205,10 @@ class PackingResult:
             return list(self._derived.values())
 
     def pack(self, i: int) -> list[int]:
-        return self.items[self.offsets[i]: self.offsets[i + 1]].tolist()
+        if self.csr is None and 0 <= i < len(self.first):
+            return list(self.first[i])
+        offsets, items = self.grouped()
+        return items[offsets[i]: offsets[i + 1]].tolist()
 
     def packs(self, limit: int | None = None) -> list[list[int]]:
         n = self.num_packs if limit is None else min(limit, self.num_packs)
@@ -180,8 +230,9 @@ class PackingResult:
         return out
 
 
-def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:
-    """Simulate offline packing of a length histogram.
+def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -> PackingResult:
+    """Simulate offline packing of a length histogram. ``progress(what, fraction)`` reports; ``pause()`` may block
+    between chunks of first_fit_shuffle's items (a background packing yields to visitors' work there).
 
     >>> cfg = PackingConfig(pack_size=4, algorithm="first_fit_decreasing")
     >>> res = pack(LengthHistogram.from_samples([4, 3, 3, 2]), cfg)
@@ -199,13 +250,24 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
         progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1)
     fn = ALGORITHMS[cfg.algorithm]
     stats: dict = {}
+    csr, first, regroup = None, (), None
     if cfg.algorithm == "column_generation":
-        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
+        csr = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
+    elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand
+        step = (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}",
+                                      0.1 + 0.8 * done)) if progress else None
+        order = _shuffled_order(hist, cfg, rt) or (shuffled_lengths(rt.counts, cfg.seed), None)
+        tokens = int((np.arange(rt.counts.size, dtype=np.int64) * rt.counts).sum())
+        fit = first_fit(order[0], cfg.pack_size, progress=step, pause=pause, bins=False, table=order[1],
+                        tokens=tokens)
+        del order
+        first = fit.first_packs()
+        regroup = partial(fn, rt.counts, cfg.pack_size, cfg.seed)  # holds the few-kB counts only
     else:
-        offsets, items = fn(rt.counts, cfg.pack_size, cfg.seed)
+        csr = fn(rt.counts, cfg.pack_size, cfg.seed)
     if progress:
         progress("metrics", 0.9)
-    fill, nseq, work = per_pack(offsets, items)
+    fill, nseq, work = per_pack(*csr) if csr is not None else (fit.fill, fit.nseq, fit.work)
     metadata = megatron_bridge_metadata(fill, nseq, rt.counts, cfg.pack_size)
     metrics = packing_metrics(fill, nseq, work, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
     notes = list(hist.notes)
@@ -220,7 +282,8 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingRes
                      "Megatron-Bridge leaves these samples out of the packs)")
     if progress:
         progress("done", 1.0)
-    result = PackingResult(config=cfg, offsets=offsets, items=items, runtime=rt, metadata=metadata, metrics=metrics,
+    result = PackingResult(config=cfg, csr=csr, first=first, regroup=regroup, runtime=rt, metadata=metadata,
+                           metrics=metrics,
                            seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes),
                            per_pack=(fill, nseq, work))
     return result

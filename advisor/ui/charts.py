@@ -64,10 +64,12 @@ def sweep_curves(sweep: pd.DataFrame, metric: str = "packing_efficiency", pack_s
     return fig
 
 
-def _binned_bars(values: np.ndarray, edges: np.ndarray, color: str, what: str) -> go.Bar:
+def _binned_bars(values: np.ndarray, edges: np.ndarray, color: str, what: str, weights=None) -> go.Bar:
     """A histogram binned here with numpy, so the browser gets one bar per bin, never one value per pack: 8M packs
-    of Wikipedia were 87 MB of JSON as a plotly Histogram, and are a few kB as these bars."""
-    counts, edges = np.histogram(values, bins=edges)
+    of Wikipedia were 87 MB of JSON as a plotly Histogram, and are a few kB as these bars. ``edges`` are evenly
+    spaced: numpy then bins by arithmetic, not by sorting the values (0.3 s for 8M packs)."""
+    counts, edges = np.histogram(values, bins=edges.size - 1, range=(edges[0], edges[-1]), weights=weights)
+    counts = counts.astype(np.int64)
     hover = f"{what} %{{customdata[0]:,.0f}}-%{{customdata[1]:,.0f}}: %{{y:,}} packs<extra></extra>"
     return go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), marker_color=color,
                   customdata=np.stack([edges[:-1], edges[1:]], axis=1), hovertemplate=hover)
@@ -76,8 +78,9 @@ def _binned_bars(values: np.ndarray, edges: np.ndarray, color: str, what: str) -
 def pack_fill_histogram(result: PackingResult, bins: int = 50) -> go.Figure:
     """Packs by how full they are (binned on the server)."""
     fill, _, _ = result.per_pack
-    fig = go.Figure(_binned_bars(fill / result.config.pack_size * 100, np.linspace(0, 100, bins + 1), "#54a24b",
-                                 "fill %"))
+    packs = np.bincount(fill)  # packs per fill in tokens: each distinct fill binned once, weighted by its packs
+    fig = go.Figure(_binned_bars(np.arange(packs.size) / result.config.pack_size * 100, np.linspace(0, 100, bins + 1),
+                                 "#54a24b", "fill %", weights=packs))
     fig.update_layout(title="How full the packs are", xaxis_title="pack fill %", yaxis_title="packs", bargap=0,
                       margin=dict(t=50, b=40))
     return fig
@@ -231,7 +234,7 @@ def online_steps(run: RunSchedule) -> go.Figure:
     steps = nmb.size
     bins = max(1, math.ceil(steps / MAX_STEP_POINTS))
     usable = steps // bins * bins
-    x = np.arange(0, usable, bins) + (bins - 1) / 2
+    x = run.step_ids[:usable].reshape(-1, bins).mean(axis=1)  # the run's step numbers (a scale model's spread)
     fig = go.Figure()
     if bins > 1:
         shaped = nmb[:usable].reshape(-1, bins)
@@ -248,7 +251,8 @@ def online_steps(run: RunSchedule) -> go.Figure:
                              hovertemplate="step %{x:.0f}: x%{y:.2f}<extra></extra>"))
     s = run.summary
     per = f" (each point a mean of {bins} steps, band min-max)" if bins > 1 else ""
-    fig.update_layout(title=f"{s.steps:,} steps: {s.micro_batches_mean:.2f} micro batches per step "
+    of = f" of {s.epoch_steps:,}" if s.epoch_steps > s.steps else ""
+    fig.update_layout(title=f"{s.steps:,}{of} steps: {s.micro_batches_mean:.2f} micro batches per step "
                       f"({s.micro_batches_min}-{s.micro_batches_max}){per}", xaxis_title="step",
                       yaxis=dict(title="micro batches per DP rank", rangemode="tozero"),
                       yaxis2=dict(title="straggler", overlaying="y", side="right", rangemode="tozero"),

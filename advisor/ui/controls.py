@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from advisor.plan import PlanError
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
-from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS
+from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS, PACK_SIZE_STEP
 from advisor.ui.state import analysis_of, set_plan
 from advisor.vocabulary import Algorithm, Precision, Recompute
 
@@ -177,8 +177,8 @@ _ALL = [
             read=lambda s: s["plan"].packing.algorithm, write=lambda s, v: {"packing": {"algorithm": v}},
             options=lambda s: list(get_args(Algorithm))),
     Control(name="packing.pack_size", label="Pack size", kind="number", help="pack_size", lo=16,
-            hi=MAX_DASHBOARD_PACK, step=256, read=lambda s: max(16, min(s["plan"].pack_size, MAX_DASHBOARD_PACK)),
-            write=_pack_size_write),
+            hi=MAX_DASHBOARD_PACK, step=PACK_SIZE_STEP,
+            read=lambda s: max(16, min(s["plan"].pack_size, MAX_DASHBOARD_PACK)), write=_pack_size_write),
     Control(name="packing.pad_seq_to_mult", label="pad_seq_to_mult", kind="number", help="pad_seq_to_mult", lo=1,
             hi=65536, read=lambda s: s["plan"].pad_seq_to_mult, write=_pad_write),
 ]

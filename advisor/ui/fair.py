@@ -76,8 +76,27 @@ class Gate:
     def __init__(self, budget: Budget = Budget()):
         self.budget = budget
         self.running = 0
+        self.waiting = 0  # visitors' jobs waiting for a slot
         self.memory = 0
         self._free = threading.Condition()
+
+    def busy(self) -> bool:
+        """Whether a visitor's heavy job runs or waits: background work (advisor/ui/ahead.py) stands aside."""
+        return self.running > 0 or self.waiting > 0
+
+    def claim(self, memory: int) -> bool:
+        """Background work's share of the memory budget, taken only while no visitor's heavy job runs or waits and
+        it fits (no slot: a visitor's job that arrives makes it stop, ``release``, and go first)."""
+        with self._free:
+            if self.busy() or self.memory + memory > self.budget.memory_bytes:
+                return False
+            self.memory += memory
+            return True
+
+    def release(self, memory: int) -> None:
+        with self._free:
+            self.memory -= memory
+            self._free.notify_all()
 
     @contextmanager
     def heavy(self, meter: Meter, what: str, *, memory: int, child_cpu=None) -> Iterator[None]:
@@ -94,7 +113,12 @@ class Gate:
                        f"({b.memory_bytes / 2**30:.1f} GiB); run it with python -m advisor on your own machine")
         with self._free:
             fits = lambda: self.running < b.slots and self.memory + memory <= b.memory_bytes  # noqa: E731
-            if not self._free.wait_for(fits, timeout=b.wait_seconds):
+            self.waiting += 1
+            try:
+                ok = self._free.wait_for(fits, timeout=b.wait_seconds)
+            finally:
+                self.waiting -= 1
+            if not ok:
                 raise Busy(f"{what}: the server is running {self.running} heavy job(s) for other visitors; try again "
                            "in a moment")
             self.running += 1

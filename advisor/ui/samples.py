@@ -38,6 +38,7 @@ MAX_GPUS = schema.MAX_GPUS  # the Memory page's GPU control goes as far as a pla
 
 
 MAX_DASHBOARD_PACK = 1 << 20  # a visitor's sequences, packs and sweeps stop at 1M tokens (the engine takes 2^24)
+PACK_SIZE_STEP = 256  # the Packing page's pack size control moves by this; its neighbours are packed ahead
 
 
 @lru_cache(maxsize=8)

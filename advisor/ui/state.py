@@ -25,6 +25,7 @@ from advisor.ui.samples import (  # noqa: F401 - the pages reach these through t
     LOGNORMAL_INPUTS,
     MAX_DASHBOARD_PACK,
     MAX_GPUS,
+    PACK_SIZE_STEP,
     RAW_MAX_SEQ_LENGTH,
     SAMPLES,
     default_plan,
@@ -273,15 +274,50 @@ def plan_packing(state, progress=None) -> PackingResult:
     return packing_for(state["hist"], packing_config(state["plan"]), progress=progress)
 
 
-def ready_packing(state, progress=None):
-    """``plan_packing``, or None and why not: packing big data (over BIG_DATA samples) anew is heavy work."""
+def packing_kept(state) -> bool:
+    """Whether the plan's packing shows at once: kept, or small data (packed in well under a second)."""
     from advisor.model.estimate import packing_config
     from advisor.packing.cache import PACKINGS
 
     hist = state["hist"]
-    if hist.num_samples <= BIG_DATA or PACKINGS.peek(hist, packing_config(state["plan"])) is not None:
+    return hist.num_samples <= BIG_DATA or PACKINGS.peek(hist, packing_config(state["plan"])) is not None
+
+
+def ready_packing(state, progress=None):
+    """``plan_packing``, or None and why not: packing big data (over BIG_DATA samples) anew is heavy work, unless
+    the background worker is packing it already (then this waits for it, advisor/ui/ahead.py)."""
+    from advisor.model.estimate import packing_config
+    from advisor.ui.ahead import WORKER
+
+    hist = state["hist"]
+    if packing_kept(state):
+        return guarded(lambda: plan_packing(state, progress))
+    try:
+        cfg = packing_config(state["plan"])
+    except ValueError as e:
+        return None, str(e)
+    if WORKER.join(hist, cfg, progress):
         return guarded(lambda: plan_packing(state, progress))
     return heavy(state, "packing this data", lambda: plan_packing(state, progress), memory=analysis_memory(hist))
+
+
+def pack_ahead(state) -> int:
+    """On big data, wish for the packings one step of the pack size control away (the background worker computes
+    them while the server is idle); how many were wished for."""
+    from advisor.model.estimate import packing_config
+    from advisor.ui.ahead import WORKER
+
+    hist, plan = state["hist"], state["plan"]
+    if hist.num_samples <= BIG_DATA or plan.packing.algorithm == "column_generation":
+        return 0
+    configs = []
+    for size in (plan.pack_size + PACK_SIZE_STEP, plan.pack_size - PACK_SIZE_STEP):
+        if 16 <= size <= MAX_DASHBOARD_PACK:
+            try:
+                configs.append(packing_config(within_budget(plan.changed({"packing": {"pack_size": size}}))))
+            except (PlanError, ValueError):
+                continue
+    return WORKER.offer(hist, configs)
 
 
 def ready_search(state, analysis: Analysis, vary, progress=None):

@@ -37,6 +37,18 @@ def summary_numbers(hist: LengthHistogram) -> dict[str, str]:
     return {"samples": f"{s.num_samples:,}", "mean": f"{s.mean:,.0f}", "p99": f"{s.p99:,}", "max": f"{s.max:,}"}
 
 
+def packing_headline(result) -> dict:
+    """The Packing page's headline figures of a packing, as shown (a few strings: kept in the session, they stay on
+    screen while the next pack size is packed)."""
+    m = result.metrics
+    return {"pack_size": result.config.pack_size, "algorithm": result.config.algorithm, "figures": [
+        ("packs", f"{m.num_packs:,}", "packs"),
+        ("packing factor n", str(result.metadata["packing_factor"]), "packing_factor"),
+        ("efficiency", f"{result.metadata['packing_efficiency']} %", "efficiency"),
+        ("data share", f"{100 * (1 - m.padding_fraction):.2f} %", "data_share"),
+        ("straggler ratio", f"{m.straggler_ratio:.2f}", "straggler_ratio")]}
+
+
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
@@ -231,6 +243,34 @@ def comparison_kept(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
                     max_seqlen_per_dp_cp_rank: int | None = None) -> bool:
     """Whether this comparison is already computed (a rerun needs no room on the server)."""
     return _COMPARISONS.peek(hist, _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)) is not None
+
+
+def online_estimate_text(run) -> str | None:
+    """Under the online charts: where the epoch's figures come from, with their 95 % intervals when the steps are
+    a scale model of the epoch (None when every step was scheduled)."""
+    if run.scale <= 1:
+        return None
+    iv = run.intervals()
+    nmb, strag = iv["micro_batches_mean"], iv["straggler_factor"]
+    pad = iv.get("padding_fraction")
+    s = run.summary
+    padding = f", padding {pad[0]:.3%} ± {pad[1]:.3%}" if pad else ""
+    return (f"The epoch's figures come from {s.steps:,} of its {s.epoch_steps:,} steps (an even spread over the "
+            f"shuffled data, each scheduled exactly): micro batches per step {nmb[0]:.3f} ± {nmb[1]:.3f}, straggler "
+            f"x{strag[0]:.4f} ± {strag[1]:.4f}{padding} (95 % intervals). The step below is scheduled exactly, "
+            "whichever you pick.")
+
+
+def online_step(plan: Plan, hist: LengthHistogram, run, step: int):
+    """Step ``step`` of the epoch in full: from the run when its scale model holds it, else scheduled alone."""
+    import numpy as np
+
+    from advisor.packing.online.from_plan import step_of
+
+    k = int(np.searchsorted(run.step_ids, step))
+    if k < run.step_ids.size and int(run.step_ids[k]) == step:
+        return run.step(k)
+    return step_of(plan, hist, step)
 
 
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from advisor import caches
-from advisor.data.lengths import LengthHistogram
+from advisor.data.lengths import LengthHistogram, check_expandable
 from advisor.packing.cache import PACKING_CACHE_BYTES
 from advisor.packing.online.config import OnlineConfig, default_dataset
-from advisor.packing.online.inputs import expand_histogram
-from advisor.packing.online.results import RunSchedule
+from advisor.packing.online.inputs import SampleOrder, expand_histogram
+from advisor.packing.online.results import RunSchedule, StepSchedule
 from advisor.packing.online.schedule import schedule
+from advisor.packing.permutation import shuffled_codes
 from advisor.plan import Plan
 
 SCHEDULE_CACHE_SIZE = 8  # the plan, its search candidates' few layouts, and a comparison
@@ -42,10 +43,25 @@ def online_config(plan: Plan) -> OnlineConfig:
 
 def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
     """The samples in the order the data set holds them: a per-sample file's own order, or a histogram shuffled
-    with the plan's seed (the order the exported lengths file gets, so Megatron-LM reads what was simulated)."""
+    with the plan's seed (the order the exported lengths file gets, so Megatron-LM reads what was simulated).
+
+    >>> h = LengthHistogram.from_samples([3, 5, 5, 9, 9, 9])
+    >>> dataset_order(h, 7).tolist() == sample_order(h, 7).values().tolist()
+    True
+    """
     if hist.order is not None:
         return hist.order.astype(np.int64)
     return expand_histogram(hist.lengths, hist.counts, order="shuffle", seed=seed, source=hist.source)
+
+
+def sample_order(hist: LengthHistogram, seed: int) -> np.ndarray | SampleOrder:
+    """``dataset_order`` without one array of every sample for a histogram: its shuffled order as indices into its
+    distinct lengths (``expand_histogram`` shuffles ``repeat(lengths, counts)`` with the same permutation that
+    ``shuffled_codes`` applies to ``repeat(arange, counts)``), cached and shared with first_fit_shuffle's."""
+    if hist.order is not None:
+        return hist.order.astype(np.int64)
+    check_expandable(hist.num_samples, hist.source, "schedule")
+    return SampleOrder(lengths=hist.lengths, codes=shuffled_codes(hist, seed), tally=hist.counts)
 
 
 SCHEDULE_CACHE_BYTES = PACKING_CACHE_BYTES // 2  # a 512-GPU schedule holds hundreds of MB of per-rank arrays
@@ -61,10 +77,22 @@ def limit_samples(budget: int | None) -> None:
     _SAMPLE_BUDGET[0] = budget
 
 
+STEPS = caches.bounded("online steps", size=64, by_histogram=True)  # single steps a page shows: a few kB each
+
+
+def step_of(plan: Plan, hist: LengthHistogram, step: int) -> StepSchedule:
+    """Step ``step`` of the plan's online epoch, exactly as the real run schedules it (cached), whether or not the
+    page's scale model of the epoch holds it: a step costs milliseconds however large the data set."""
+    cfg = online_config(plan)
+    return STEPS.get(hist, (hist.order_digest, cfg, plan.packing_seed, int(step)),
+                     lambda: schedule(sample_order(hist, plan.packing_seed), cfg, source=hist.source,
+                                      only_steps=np.array([int(step)])).step(0))
+
+
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
     """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings),
     a scale model of it when this process limits the samples scheduled (``limit_samples``)."""
     cfg, budget = online_config(plan), _SAMPLE_BUDGET[0]
     return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing_seed, budget),
-                         lambda: schedule(dataset_order(hist, plan.packing_seed), cfg, source=hist.source,
+                         lambda: schedule(sample_order(hist, plan.packing_seed), cfg, source=hist.source,
                                           max_samples=budget))

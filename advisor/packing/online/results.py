@@ -95,6 +95,35 @@ class RunSchedule:
     defects: tuple[Refusal, ...]  # steps that run but leave sequences untrained
     summary: RunSummary
     step_ids: np.ndarray  # the run's step number of each simulated step (0, 1, 2... unless a scale model)
+    real_sum: np.ndarray | None = None  # per step: tokens of data in it (the rest of seqlen_sum is padding)
+
+    def intervals(self, level: float = 0.95) -> dict[str, tuple[float, float]]:
+        """The epoch's per-step figures as the simulated steps estimate them, each as (estimate, half-width of its
+        ``level`` confidence interval): micro batches per step (a mean), the straggler factor and the padding
+        fraction (ratios of sums over steps, with the delta method's variance). The steps of a scale model are an
+        even spread of a shuffled data set's steps, read as a simple random sample (finite-population corrected);
+        every step simulated gives half-widths of 0.
+
+        >>> from advisor.packing.online import OnlineConfig, schedule
+        >>> cfg = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=64, global_batch_size=4, dp=2, cp=2)
+        >>> run = schedule(np.random.default_rng(0).integers(1, 64, 400), cfg, max_samples=80)
+        >>> {k: bool(v[1] > 0) for k, v in run.intervals().items()}
+        {'micro_batches_mean': True, 'straggler_factor': True, 'padding_fraction': True}
+        """
+        ran = self.num_micro_batches > 0
+        k, total = int(ran.sum()), self.summary.epoch_steps
+        fpc = float(np.sqrt(max(0.0, (total - self.summary.steps) / max(1, total - 1))))
+        z = _z(level, k)
+        out = {}
+        nmb = self.num_micro_batches[ran].astype(np.float64)
+        out["micro_batches_mean"] = (float(nmb.mean()) if k else 0.0,
+                                     float(z * fpc * nmb.std(ddof=1) / np.sqrt(k)) if k > 1 else 0.0)
+        busy = self.rank_work[ran]
+        out["straggler_factor"] = _ratio(busy.max(axis=1), busy.mean(axis=1), z, fpc)
+        if self.real_sum is not None:
+            pad, spread = _ratio(self.seqlen_sum - self.real_sum, self.seqlen_sum, _z(level, self.seqlen_sum.size), fpc)
+            out["padding_fraction"] = (pad, spread)
+        return out
 
     @property
     def scale(self) -> float:
@@ -102,7 +131,7 @@ class RunSchedule:
         return self.summary.epoch_steps / self.summary.steps if self.summary.steps else 1.0
 
     def step(self, k: int) -> StepSchedule:
-        """Step ``k`` in full (nested tuples: built on demand)."""
+        """Simulated step ``k`` in full (nested tuples: built on demand); its ``step`` is the run's step number."""
         if not 0 <= k < self.seqlens.shape[0]:
             raise IndexError(f"step {k} is outside 0..{self.seqlens.shape[0] - 1}")
         g = self.groups
@@ -121,7 +150,31 @@ class RunSchedule:
         refused = next((r.reason for r in self.refusals if r.step == k), None)
         defect = next((r.reason for r in self.defects if r.step == k), None)
         return StepSchedule(
-            step=k, refused=refused, defect=defect, num_micro_batches=nmb, seqlen_sum=float(self.seqlen_sum[k]),
+            step=int(self.step_ids[k]), refused=refused, defect=defect, num_micro_batches=nmb,
+            seqlen_sum=float(self.seqlen_sum[k]),
             seqlen_squared_sum=float(self.seqlen_squared_sum[k]), global_ids=ids, samples=samples,
             local_cp_size=tuple(local_cp), tokens=per_micro_batch(g, self.group_tokens, k),
             work=per_micro_batch(g, self.group_work, k), straggler=float(straggler(self.rank_work[k:k + 1])[0]))
+
+
+# two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom; past 30 the normal's
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _z(level: float, k: int) -> float:
+    if level != 0.95:
+        raise ValueError("intervals are given at the 95 % level")
+    return _T95[k - 2] if 2 <= k <= 31 else 1.96
+
+
+def _ratio(y: np.ndarray, x: np.ndarray, z: float, fpc: float) -> tuple[float, float]:
+    """sum(y) / sum(x) over sampled steps and its interval's half-width (the ratio estimator's linearised variance)."""
+    k = y.size
+    if k == 0 or float(x.sum()) == 0.0:
+        return (1.0 if k == 0 else 0.0), 0.0
+    r = float(y.sum() / x.sum())
+    if k < 2:
+        return r, 0.0
+    d = y - r * x
+    return r, float(z * fpc * d.std(ddof=1) / np.sqrt(k) / x.mean())

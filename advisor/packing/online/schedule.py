@@ -15,8 +15,9 @@ from advisor.findings import Finding
 from advisor.packing.online.config import COMMITS, SOURCE, OnlineConfig
 from advisor.packing.online.dp_balanced import dp_balanced
 from advisor.packing.online.dynamic_cp import dynamic_cp
+from advisor.packing.online.inputs import SampleOrder
 from advisor.packing.online.loads import loads, straggler
-from advisor.packing.online.padding import PaddedLengths, padded_lengths, padding_divisor
+from advisor.packing.online.padding import padded_lengths, padding_divisor
 from advisor.packing.online.results import Refusal, RunSchedule, RunSummary
 from advisor.packing.online.sampler import sample_indices, steps_in_epoch
 from advisor.packing.online.validation import check
@@ -62,20 +63,58 @@ def _squared_sums(seqlens: np.ndarray) -> np.ndarray:
     return np.array([float(sum(int(s) ** 2 for s in row)) for row in seqlens])
 
 
-def _consumed_totals(lengths: np.ndarray, padded: PaddedLengths, consumed: int) -> tuple[int, int, int]:
-    """(real tokens, truncated samples, tokens cut) over the first ``consumed`` samples the steps read, the data
-    wrapping around: whole passes plus a prefix, the prefix counted as all but its tail when that is shorter."""
-    n = lengths.size
-    passes, rest = divmod(consumed, n)
+class _Samples:
+    """The data set's samples as the scheduler reads them: each one's padded length and its tokens of data, looked
+    up by position. From a per-sample array (the command line: padded once, 16 bytes a sample) or from a
+    ``SampleOrder`` (a histogram's shuffled order: padded once per distinct length, read through its indices, so a
+    scale model of 16M samples touches only the samples its steps hold)."""
 
-    def part(lo: int, hi: int) -> np.ndarray:
-        cut = lengths[lo:hi] - padded.real[lo:hi]
-        return np.array([int(padded.real[lo:hi].sum()), int(np.count_nonzero(cut > 0)), int(cut[cut > 0].sum())])
+    def __init__(self, lengths, cfg: OnlineConfig, divisor: int, source: str):
+        if isinstance(lengths, SampleOrder):
+            self.order, self.size = lengths, lengths.size
+            distinct = _lengths(lengths.lengths, source)
+            self.table = padded_lengths(distinct, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
+            counts = lengths.counts()
+            long = (distinct > cfg.seq_length) & (cfg.dataset != "custom")  # as padded_lengths counts the cut
+            self.whole = np.array([int((self.table.real * counts).sum()), int(counts[long].sum()),
+                                   int(((distinct[long] - cfg.seq_length) * counts[long]).sum())])
+            self.smallest = int(distinct[counts > 0].min())
+        else:
+            self.order = None
+            values = _lengths(lengths, source)
+            self.values, self.size = values, int(values.size)
+            self.padded = padded_lengths(values, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
+            self.whole = np.array([int(self.padded.real.sum()), self.padded.truncated_samples,
+                                   self.padded.truncated_tokens])
+            self.smallest = int(values.min())
 
-    whole = np.array([int(padded.real.sum()), padded.truncated_samples, padded.truncated_tokens])
-    prefix = part(0, rest) if rest <= n - rest else whole - part(rest, n)
-    out = passes * whole + prefix
-    return int(out[0]), int(out[1]), int(out[2])
+    def at(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, padded lengths, real tokens) of the samples at these positions."""
+        if self.order is None:
+            return self.values[index], self.padded.padded[index], self.padded.real[index]
+        codes = self.order.codes[index]
+        return self.order.lengths[codes], self.table.padded[codes], self.table.real[codes]
+
+    def first_zero(self) -> int:
+        if self.order is None:
+            return int(np.argmin(self.values))
+        return int(np.flatnonzero(self.order.lengths[self.order.codes] == 0)[0])
+
+    def consumed_totals(self, consumed: int) -> tuple[int, int, int]:
+        """(real tokens, truncated samples, tokens cut) over the first ``consumed`` samples the steps read, the
+        data wrapping around: whole passes plus a prefix, the prefix counted as all but its tail when that is
+        shorter."""
+        n = self.size
+        passes, rest = divmod(consumed, n)
+
+        def part(lo: int, hi: int) -> np.ndarray:
+            lengths, _, real = self.at(np.arange(lo, hi))
+            cut = lengths - real
+            return np.array([int(real.sum()), int(np.count_nonzero(cut > 0)), int(cut[cut > 0].sum())])
+
+        prefix = part(0, rest) if rest <= n - rest else self.whole - part(rest, n)
+        out = passes * self.whole + prefix
+        return int(out[0]), int(out[1]), int(out[2])
 
 
 def _refusal_reason(cfg: OnlineConfig, need: int, spare: int, multiple: int) -> str:
@@ -88,30 +127,35 @@ def _refusal_reason(cfg: OnlineConfig, need: int, spare: int, multiple: int) -> 
 
 
 def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: str = "lengths",
-             max_samples: int | None = None) -> RunSchedule:
+             max_samples: int | None = None, only_steps: np.ndarray | None = None) -> RunSchedule:
     """Simulate ``steps`` global batches (default: one epoch) of ``lengths`` (per sample, in dataset order).
 
     ``max_samples`` makes a scale model of an epoch that would schedule more samples than that: about
     ``max_samples / global_batch_size`` of its steps, spread evenly over it, each exactly as the real run sees it
     (global batches are scheduled independently, so per-step figures are unbiased; the summary says how many of
     the epoch's steps were simulated). Why: a 16M-sample epoch holds gigabytes of per-sample arrays, which a
-    shared dashboard cannot give one visitor.
+    shared dashboard cannot give one visitor. ``only_steps`` (increasing step numbers of the run) schedules just
+    those, exactly: the step a page shows, whatever the scale model holds.
+
+    ``lengths`` is a per-sample array, or a ``SampleOrder`` (a histogram's samples as indices into their distinct
+    lengths: only the samples the scheduled steps hold are ever looked up).
 
     >>> cfg = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=8, global_batch_size=4, dp=2, cp=1)
     >>> run = schedule([3, 5, 2, 8, 1, 1, 1, 1], cfg)
     >>> run.num_micro_batches.tolist(), run.seqlen_sum.tolist(), run.step(0).samples
     ([2, 1], [18.0, 4.0], (((0,), (1,)), ((3,), (2,))))
     """
-    lengths = _lengths(lengths, source)
-    if cfg.dataset == "custom" and lengths.min() == 0:  # no dataset pads it; dcp_gpus_needed fails on log2(0)
-        raise InputError(source, f"sample {int(np.argmin(lengths))}", "a sequence of 0 tokens: a custom data set "
+    if isinstance(lengths, SampleOrder) and lengths.size == 0:
+        raise InputError(source, None, "needs a flat, non-empty list of sample lengths (got shape (0,))")
+    divisor = padding_divisor(commit=cfg.commit, dataset=cfg.dataset, cp=cfg.cp, tp=cfg.tp,
+                              sequence_parallel=cfg.sequence_parallel, dp=cfg.dp, dynamic_cp=cfg.dynamic_cp)
+    samples = _Samples(lengths, cfg, divisor, source)
+    if cfg.dataset == "custom" and samples.smallest == 0:  # no dataset pads it; dcp_gpus_needed fails on log2(0)
+        raise InputError(source, f"sample {samples.first_zero()}", "a sequence of 0 tokens: a custom data set "
                          "hands the scheduler lengths of at least 1")
     checked = check(cfg)
     max_seqlen = checked.max_seqlen_per_dp_cp_rank
-    divisor = padding_divisor(commit=cfg.commit, dataset=cfg.dataset, cp=cfg.cp, tp=cfg.tp,
-                              sequence_parallel=cfg.sequence_parallel, dp=cfg.dp, dynamic_cp=cfg.dynamic_cp)
-    padded = padded_lengths(lengths, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
-    n = int(lengths.size)
+    n = samples.size
     epoch = steps is None
     if steps is None:
         steps = steps_in_epoch(n, cfg.global_batch_size)
@@ -125,18 +169,23 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
     keep = steps if max_samples is None else max(1, max_samples // cfg.global_batch_size)
     if epoch:  # an epoch past what one simulation holds (16M samples, say) is a scale model of it, never refused
         keep = min(keep, steps_within_cost(cfg, steps))
-    if keep < steps:
+    if only_steps is not None:
+        step_ids = np.asarray(only_steps, dtype=np.int64)
+        if step_ids.size == 0 or np.any(np.diff(step_ids) <= 0) or step_ids[0] < 0 or step_ids[-1] >= steps:
+            raise InputError(source, "steps", f"steps to schedule must be increasing within 0..{steps - 1}")
+        steps = int(step_ids.size)
+    elif keep < steps:
         step_ids = np.unique(np.linspace(0, steps - 1, keep).round().astype(np.int64))
         steps = int(step_ids.size)
     check_cost(cfg, steps)
     index = sample_indices(n, steps=steps, global_batch_size=cfg.global_batch_size,
                            micro_batch_size=cfg.micro_batch_size, dp=cfg.dp, step_ids=step_ids)
-    seqlens = padded.padded[index]
+    _, seqlens, real = samples.at(index)
     groups, capacity, refusals, defects, found = _scheduled(cfg, seqlens, max_seqlen)
     tokens, work, rank_tokens, rank_work = loads(groups, seqlens)
     nmb = np.diff(groups.mb_offsets)
     step_sums = seqlens.sum(axis=1)
-    summary = _summary(cfg, lengths, padded, epoch_steps, nmb, rank_work, int(step_sums.sum()), len(refusals),
+    summary = _summary(cfg, samples, epoch_steps, nmb, rank_work, int(step_sums.sum()), len(refusals),
                        len(defects), None if step_ids is None else index)
     return RunSchedule(
         config=cfg, max_seqlen_per_dp_cp_rank=max_seqlen, capacity=capacity, padding_divisor=divisor,
@@ -144,6 +193,7 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
         group_work=work, num_micro_batches=nmb, seqlen_sum=step_sums.astype(np.float64),
         seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
         step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary,
+        real_sum=real.sum(axis=1).astype(np.float64),
         step_ids=np.arange(steps, dtype=np.int64) if step_ids is None else step_ids)
 
 
@@ -217,16 +267,16 @@ def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
     return got.groups, capacity, refusals, (), _overlong(seqlens, capacity, cfg)
 
 
-def _summary(cfg: OnlineConfig, lengths: np.ndarray, padded: PaddedLengths, steps: int, nmb: np.ndarray,
+def _summary(cfg: OnlineConfig, samples: _Samples, steps: int, nmb: np.ndarray,
              rank_work: np.ndarray, total: int, refused: int, defects: int,
              sampled: np.ndarray | None = None) -> RunSummary:
     """The run at a glance; micro-batch counts and stragglers over the steps that run (none: zeros and 1.0).
     ``sampled``: the simulated steps' sample index when they are a scale model of ``steps`` (real tokens then
     over those steps, as the padded total is; truncation still over the whole run)."""
     consumed = steps * cfg.global_batch_size
-    real, cut, cut_tokens = _consumed_totals(lengths, padded, consumed)
+    real, cut, cut_tokens = samples.consumed_totals(consumed)
     if sampled is not None:
-        real = int(padded.real[sampled].sum())
+        real = int(samples.at(sampled)[2].sum())
     ran = nmb > 0
     busy = rank_work[ran]
     return RunSummary(
@@ -237,7 +287,7 @@ def _summary(cfg: OnlineConfig, lengths: np.ndarray, padded: PaddedLengths, step
         straggler_worst=float(straggler(busy).max()) if ran.any() else 1.0,
         padding_fraction=(total - real) / total if total else 0.0, padded_tokens=total, real_tokens=real,
         truncated_samples=cut, truncated_tokens=cut_tokens, samples=consumed,
-        unused_samples=max(0, lengths.size - consumed))
+        unused_samples=max(0, samples.size - consumed))
 
 
 def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Finding, ...]:
