@@ -21,10 +21,13 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 def plans_and_data(draw):
     """Random SFT plans (offline, in-batch or no packing; CP 1 or 2; DP 1-4; micro batch 1-2; per-token loss and
     average_in_collective on or off) on random small data whose label counts are whole multiples of 4, so every
-    sample's loss span is whole under CP 2's padding multiple."""
+    sample's loss span is whole under CP 2's padding multiple; half of them with a loss mask (answer-only loss: the
+    last whole multiples of 4 of each sample's labels, a share fixed per data set)."""
     seq = draw(st.sampled_from([128, 256]))
     lengths = draw(st.lists(st.integers(1, seq // 4 + 4), min_size=8, max_size=120))
-    hist = LengthHistogram.from_samples([4 * j + 1 for j in lengths], source="random")
+    share = draw(st.sampled_from([None, 0.25, 0.5, 0.9]))
+    loss = None if share is None else [4 * int(j * share) for j in lengths]
+    hist = LengthHistogram.from_samples([4 * j + 1 for j in lengths], loss=loss, source="random")
     cp, dp, mbs = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2]))
     mode = draw(st.sampled_from(["auto", "in-batch", "none"]))
     raw = {"model": "llama3.1-8b",
@@ -61,7 +64,7 @@ def test_fires_exactly_when_megatrons_objective_depends_on_packing(case):
     moved = _moved_by_megatron(plan, hist, a.packing)
     assume(abs(moved - MOVED_THRESHOLD) > 1e-6)
     fired = [f for f in a.findings if f.id == "loss.per_token"]
-    event(f"fires: {bool(fired)}, mode {plan.packing_mode}")
+    event(f"fires: {bool(fired)}, mode {plan.packing_mode}, masked {hist.loss_tokens is not None}")
     assert bool(fired) == (moved > MOVED_THRESHOLD), (moved, plan.packing_mode, plan.per_token_loss)
     if fired:
         assert plan.packing_mode == "offline" and not plan.per_token_loss

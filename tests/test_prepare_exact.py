@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from advisor.data.ingest import load_lengths
 from advisor.data.tokenize.chat import ChatSettings
 from advisor.data.tokenize.engine import TokenizeJob
 from advisor.data.tokenize.sft import SftSettings
@@ -208,6 +209,10 @@ def test_megatron_bridge_reads_and_collates_every_folder(mb, mb_tok, data, tmp_p
         assert totals["max_seqlen"] <= size
     assert len(oracle.reader(str(sharded / f"training_{size}_*.idx.parquet"), mb_tok, size, fmt=fmt)) \
         == got.splits[0].packs
+    # the advisor's own reading of the folder (the loss weighting's loss tokens) counts what Bridge's collate trains on
+    for folder in (single, sharded, theirs):
+        hist = load_lengths(str(folder))
+        assert round(float(hist.loss_tokens @ hist.counts)) == expected["loss_tokens"], folder
 
 
 def _collated(ds) -> dict:

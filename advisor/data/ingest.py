@@ -332,10 +332,10 @@ def _read_parquet(data: bytes, ctx: Ctx) -> LengthHistogram:
     names = pf.schema_arrow.names
     budget = ctx.max_bytes * DECODED_PER_BYTE
     if {"input_ids", "seq_start_id"} <= set(names) and ctx.column is None:
-        from advisor.data.packed_audit import packed_table_audit
+        from advisor.data.packed_audit import packed_columns, packed_table_audit
 
         refuse_duplicates(names, ("input_ids", "seq_start_id"), ctx, "schema")
-        table = read_parquet_columns(pf, data, ["input_ids", "seq_start_id"], ctx.name, budget)
+        table = read_parquet_columns(pf, data, packed_columns(names), ctx.name, budget)
         return packed_table_audit(table, ctx.name, max_length=ctx.max_length)
     if pf.metadata.num_rows == 0:
         raise InputError(ctx.name, None, "has no rows")

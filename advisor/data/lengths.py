@@ -70,6 +70,10 @@ class LengthHistogram:
     # per-sample lengths in file order, where the file lists samples (not for a length,count table): Megatron-LM's
     # online packing schedules samples in data-set order, and a histogram has none
     order: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # per distinct length, the mean label positions that carry loss (the loss mask as Megatron-Bridge trains on it:
+    # answer-only SFT, assistant turns of a chat), where the data has masks (a packed folder, a lengths file with a
+    # ``loss_tokens`` column); None = every label position (length - 1), all a length alone can say
+    loss_tokens: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         lengths = np.asarray(self.lengths, dtype=np.int64)
@@ -83,11 +87,40 @@ class LengthHistogram:
             raise ValueError("lengths x counts sum to 2**63 or more: int64 totals would wrap")
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "counts", counts)
+        if self.loss_tokens is not None:
+            loss = np.asarray(self.loss_tokens, dtype=np.float64)
+            if loss.shape != lengths.shape or np.any(loss < 0) or np.any(loss > np.maximum(lengths - 1, 0)):
+                raise ValueError("loss_tokens: one mean per length, within 0 .. length - 1")
+            object.__setattr__(self, "loss_tokens", loss)
 
     @classmethod
-    def from_samples(cls, samples, **kw) -> LengthHistogram:
-        values, counts = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+    def from_samples(cls, samples, *, loss=None, **kw) -> LengthHistogram:
+        """From per-sample lengths; ``loss``: each sample's loss-carrying label positions (kept as a mean per length).
+
+        >>> h = LengthHistogram.from_samples([3, 5, 3], loss=[1, 4, 2])
+        >>> h.lengths.tolist(), h.loss_tokens.tolist()
+        ([3, 5], [1.5, 4.0])
+        """
+        values, inverse, counts = np.unique(np.asarray(samples, dtype=np.int64), return_inverse=True,
+                                            return_counts=True)
+        if loss is not None:
+            loss = np.asarray(loss, dtype=np.float64)
+            if loss.shape != inverse.shape:
+                raise ValueError("loss: one count per sample")
+            kw["loss_tokens"] = np.bincount(inverse, weights=loss, minlength=values.size) / counts
         return cls(lengths=values, counts=counts, **kw)
+
+    @property
+    def loss_fraction(self) -> float | None:
+        """The share of label positions that carry loss (None: the data has no loss mask, so all of them).
+
+        >>> LengthHistogram.from_samples([3, 5], loss=[1, 3]).loss_fraction
+        0.6666666666666666
+        """
+        if self.loss_tokens is None:
+            return None
+        labels = float(np.dot(np.maximum(self.lengths - 1, 0), self.counts))
+        return float(np.dot(self.loss_tokens, self.counts)) / labels if labels else 0.0
 
     @classmethod
     def from_pairs(cls, lengths, counts, **kw) -> LengthHistogram:
@@ -146,14 +179,18 @@ class LengthHistogram:
         scaled[-1] = max(1, int(scaled[-1]))
         keep = scaled > 0
         return LengthHistogram(lengths=self.lengths[keep].copy(), counts=scaled[keep],
-                               source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)")
+                               source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)",
+                               loss_tokens=None if self.loss_tokens is None else self.loss_tokens[keep].copy())
 
     @cached_property
     def fingerprint(self) -> str:
         """A digest of the source and the (length, count) pairs: what caches key on (a histogram of a million
         distinct lengths is 16 MB of bytes; its digest is 32 characters, computed once)."""
         digest = hashlib.blake2b(digest_size=16)
-        for part in (self.source.encode(), self.lengths.tobytes(), self.counts.tobytes()):
+        parts = [self.source.encode(), self.lengths.tobytes(), self.counts.tobytes()]
+        if self.loss_tokens is not None:  # a masked histogram weighs its loss differently: not the same key
+            parts.append(self.loss_tokens.tobytes())
+        for part in parts:
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return digest.hexdigest()

@@ -43,8 +43,13 @@ class PackedDatasetAudit:
 
 
 def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: np.ndarray,
-                    source: str, *, max_length: int = MAX_LENGTH) -> LengthHistogram:
+                    source: str, *, max_length: int = MAX_LENGTH, loss_mask: np.ndarray | None = None,
+                    notes: tuple[str, ...] = ()) -> LengthHistogram:
     """Segment every pack at its ``seq_start_id`` and return the samples' stored lengths with the audit attached.
+
+    ``loss_mask``: the packs' masks back to back (as many values as tokens, 0 or 1): each sample's loss tokens are
+    then counted as Megatron-Bridge's packed collate takes them (``_build_loss_mask``, answer_only_loss: the mask over
+    the sample's positions but its last, whose label would be the next sample's first token).
 
     Every start is checked before any subtraction: within 0 .. len(input_ids) - 1 of its pack, 0 first, strictly
     increasing. A hostile file can otherwise hold starts past 2**63 (which wrap in int64) or non-monotonic ones
@@ -72,10 +77,41 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
         raise InputError(source, f"pack {pack}", f"holds a sequence of {int(seg[bad]):,} tokens, over the maximum "
                          f"sequence length {max_length:,}")
     audit = PackedDatasetAudit(offsets=starts_offsets, items=seg - 1, pack_tokens=pack_tokens, source=source)
-    hist = LengthHistogram.from_samples(seg, source=source, packs=audit,
-                                        notes=(f"audit of {audit.num_packs:,} existing packs; lengths include "
-                                               "any pad_seq_to_mult padding, which the packs do not mark",))
-    return hist
+    loss = None
+    if loss_mask is not None:
+        first = np.concatenate([[0], np.cumsum(pack_tokens)])[:-1]
+        pack_of = np.repeat(np.arange(pack_tokens.size), counts)
+        at = first[pack_of] + starts  # each sample's first token in the masks back to back
+        summed = np.concatenate([[0], np.cumsum(loss_mask, dtype=np.int64)])
+        loss = summed[at + seg - 1] - summed[at]
+        notes = (*notes, f"loss tokens from the packs' loss_mask: {int(loss.sum()):,} of {int((seg - 1).sum()):,} "
+                         "label positions (the collate also drops positions whose input is the EOS token, which the "
+                         "mask alone does not show)")
+    return LengthHistogram.from_samples(seg, loss=loss, source=source, packs=audit,
+                                        notes=(f"audit of {audit.num_packs:,} existing packs; lengths include any "
+                                               "pad_seq_to_mult padding, which the packs do not mark", *notes))
+
+
+def _loss_mask(table: pa.Table, pack_tokens: np.ndarray) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    """The packs' loss masks back to back, or None with the reason when the table has none that can be used (a
+    mask is optional: the lengths stand without it)."""
+    if "loss_mask" not in table.column_names:
+        return None, ()
+    col = table.column("loss_mask")
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or col.null_count:
+        return None, ("loss_mask left aside: not a list per pack",)
+    per_pack = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    if not np.array_equal(per_pack, pack_tokens):
+        row = int(np.argmax(per_pack != pack_tokens))
+        return None, (f"loss_mask left aside: pack {row} has {int(per_pack[row]):,} mask values for "
+                      f"{int(pack_tokens[row]):,} tokens",)
+    flat = pc.list_flatten(col.combine_chunks())
+    if flat.null_count or not (pa.types.is_integer(flat.type) or pa.types.is_boolean(flat.type)):
+        return None, ("loss_mask left aside: not integers 0 and 1",)
+    mask = flat.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if mask.size and (mask.min() < 0 or mask.max() > 1):
+        return None, ("loss_mask left aside: values other than 0 and 1",)
+    return mask, ()
 
 
 def _pack_of(starts_offsets: np.ndarray, index: int) -> int:
@@ -120,9 +156,16 @@ def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LE
     if pc.list_flatten(starts).null_count:
         raise InputError(source, "column 'seq_start_id'", "holds null entries")
     per_pack = pc.list_value_length(starts).to_numpy(zero_copy_only=False)
-    return audit_from_rows(pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False),
-                           pc.list_flatten(starts).to_numpy(zero_copy_only=False),
-                           np.concatenate([[0], np.cumsum(per_pack)]), source, max_length=max_length)
+    pack_tokens = pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
+    mask, notes = _loss_mask(table, pack_tokens)
+    return audit_from_rows(pack_tokens, pc.list_flatten(starts).to_numpy(zero_copy_only=False),
+                           np.concatenate([[0], np.cumsum(per_pack)]), source, max_length=max_length,
+                           loss_mask=mask, notes=notes)
+
+
+def packed_columns(names: list[str]) -> list[str]:
+    """The columns an audit reads: the ids' lengths and the starts, and the loss mask where the file has one."""
+    return ["input_ids", "seq_start_id"] + (["loss_mask"] if "loss_mask" in names else [])
 
 
 def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None = None,
@@ -134,7 +177,8 @@ def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None 
         missing = {"input_ids", "seq_start_id"} - set(pf.schema_arrow.names)
         if missing:
             raise InputError(source, f"shard {i}", f"is not a packed Parquet shard: no {', '.join(sorted(missing))}")
-        tables.append(read_parquet_columns(pf, data, ["input_ids", "seq_start_id"], source, budget, f"shard {i}"))
+        tables.append(read_parquet_columns(pf, data, packed_columns(pf.schema_arrow.names), source, budget,
+                                           f"shard {i}"))
     try:  # shards may differ in integer width (Megatron-Bridge writes list<int32>)
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowException, ValueError, TypeError) as e:

@@ -32,6 +32,7 @@ from advisor.model.loss_steps import (
     STEPS_SAMPLED,
     as_rows,
     drawn_steps,
+    first_loss_of_runtime,
     packed_steps,
     real_of_runtime,
     same_samples_unpacked,
@@ -62,6 +63,18 @@ def _signed(x: float) -> str:
 
 
 LOSS_TOKENS = "every label token (length - 1): the lengths carry no loss mask, so answer-only loss is not modelled"
+MASKED_LOSS_TOKENS = ("the data's loss mask ({share:.1%} of label positions carry loss: answer-only SFT, assistant "
+                      "turns), each sample's loss tokens taken as the end of the sample")
+
+
+def loss_tokens_text(hist: LengthHistogram) -> str:
+    """Where the loss tokens come from: the data's loss mask, or every label position.
+
+    >>> loss_tokens_text(LengthHistogram.from_samples([5, 9], loss=[2, 4]))[:40]
+    "the data's loss mask (50.0% of label pos"
+    """
+    share = hist.loss_fraction
+    return LOSS_TOKENS if share is None else MASKED_LOSS_TOKENS.format(share=share)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +144,8 @@ class LossWeighting:
     bins: WeightBins = field(repr=False)
     steps_sampled: int
     notes: tuple[str, ...] = ()
+    loss_tokens: str = LOSS_TOKENS  # where each sample's loss tokens come from (``loss_tokens_text``)
+    masked: bool = False  # from the data's loss mask
 
     @property
     def invariant(self) -> bool:
@@ -178,7 +193,8 @@ class LossWeighting:
             "step0_ratio": {"reported_same_samples": self.reported_same, "reported_random_draws":
                             self.reported_drawn.as_dict(), "objective_same_samples": self.objective_same.as_dict(),
                             "objective_random_draws": self.objective_drawn.as_dict()},
-            "loss_curve": self.curve.as_dict(), "loss_tokens": LOSS_TOKENS, "steps_sampled": self.steps_sampled,
+            "loss_curve": self.curve.as_dict(), "loss_tokens": self.loss_tokens,
+            "loss_mask": self.masked, "steps_sampled": self.steps_sampled,
             "weight_share_by_length": {"edges": b.edges.tolist(), "samples": b.samples.tolist(),
                                        "token_uniform": b.uniform.tolist(), "plan": b.plan.tolist(),
                                        "unpacked": b.unpacked.tolist()},
@@ -220,16 +236,17 @@ def _median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][np.searchsorted(cum, cum[-1] / 2)]) if cum.size else 0.0
 
 
-def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None) -> tuple[np.ndarray, np.ndarray]:
-    """(runtime-length histogram, mean real label tokens per runtime length), both indexed by the runtime length, of
-    the samples the run trains on."""
+def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(runtime-length histogram, mean real label tokens, mean first loss position or None without a loss mask),
+    all indexed by the runtime length, of the samples the run trains on."""
     t = plan.training
     if packing is not None:
         counts, cfg = packing.runtime.counts, packing.config
     elif t.task == "pretrain":  # full seq_length rows of concatenated documents, every token a label
         counts = np.zeros(t.seq_length + 1, dtype=np.int64)
         counts[t.seq_length] = 1
-        return counts, np.arange(t.seq_length + 1, dtype=np.float64)
+        return counts, np.arange(t.seq_length + 1, dtype=np.float64), None
     else:
         cfg = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed,
                             overlong=OVERLONG_OF_FORMAT[plan.data.format])
@@ -237,7 +254,10 @@ def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None) -
     real = np.arange(counts.size, dtype=np.float64)
     table = real_of_runtime(hist, cfg)[:counts.size]
     real[:table.size] = table
-    return counts, real
+    first = first_loss_of_runtime(hist, cfg)
+    if first is not None:
+        first = np.pad(first[:counts.size], (0, max(0, counts.size - first.size)))
+    return counts, real, first
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +271,13 @@ class PlanSteps:
     drawn: Steps
     counts: np.ndarray
     real: np.ndarray
+    first: np.ndarray | None  # first loss position per runtime length (None: every label position has loss)
     notes: tuple[str, ...]
+
+    @property
+    def loss(self) -> np.ndarray:
+        """Mean loss tokens per runtime length."""
+        return self.real if self.first is None else self.real - self.first
 
 
 def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
@@ -261,14 +287,14 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
     if mode == "offline" and packing is None:
         raise ValueError("offline packing: the loss weighting needs the plan's packing of the data")
     rng = np.random.default_rng(seed)
-    counts, real = _runtime(plan, hist, packing)
+    counts, real, first = _runtime(plan, hist, packing)
     if counts.sum() == 0:
         raise ValueError(f"{hist.source or 'data'}: no samples left to train on, so no loss to weigh")
-    notes = [f"loss tokens: {LOSS_TOKENS}"]
+    notes = [f"loss tokens: {loss_tokens_text(hist)}"]
     samples_per_step = t.global_batch_size
     if mode == "offline":
         k = plan.global_batch_packs(packing.packing_factor)
-        packed = packed_steps(packing, real, k, cp, steps, rng)
+        packed = packed_steps(packing, real, k, cp, steps, rng, first)
         same = same_samples_unpacked(packed, t.micro_batch_size, rng)
         samples_per_step = samples_per_step or round(k * packing.packing_factor)
         if plan.data.format == "chat":
@@ -277,15 +303,15 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
                          "samples have fewer loss tokens than unpacked (not modelled)")
     elif mode in ("in-batch", "online"):
         packed = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng,
-                             thd_multiple=plan.pad_seq_to_mult)
+                             thd_multiple=plan.pad_seq_to_mult, first=first)
         same = as_rows(packed)
         if mode == "online":
             notes.append("online packing: Megatron-LM's grouping is not simulated (micro batches of the plan's size "
                          "stand in); with the per-token loss its export sets, no grouping changes the weights")
     else:
         packed, same = None, None
-    drawn = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng)
-    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, notes=tuple(notes))
+    drawn = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng, first=first)
+    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, first=first, notes=tuple(notes))
 
 
 def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
@@ -295,19 +321,19 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
     curve = curve or LossCurve()
     mode, ptl = plan.packing_mode, plan.per_token_loss
     ps = plan_steps(plan, hist, packing, steps=steps, seed=seed)
-    packed, same, unpacked, counts, real = ps.packed, ps.same, ps.drawn, ps.counts, ps.real
+    packed, same, unpacked, counts, loss = ps.packed, ps.same, ps.drawn, ps.counts, ps.loss
     notes = list(ps.notes)
     reference = same if same is not None else unpacked
     present = counts > 0
-    short_below = _median(real[present], counts[present])
+    short_below = _median(loss[present], counts[present])
     w_ref = weigh(reference, ptl)
     w_drawn = weigh(unpacked, ptl)
     unpacked_fig = _figures("unpacked", reference, w_ref, reference.loss_tokens < short_below)
     j_drawn_u, r_drawn_u = step_losses(unpacked, w_drawn, curve)
-    low = max(1.0, float(np.floor(real[present].min())))  # bins span the lengths the data has
-    top = max(low + 1, float(np.ceil(real[present].max())) + 1)
+    low = max(1.0, float(np.floor(loss[present].min())))  # bins span the loss tokens the data has
+    top = max(low + 1, float(np.ceil(loss[present].max())) + 1)
     edges = np.unique(np.geomspace(low, top, 21).round())
-    share_samples = np.bincount(np.clip(np.searchsorted(edges, real[present], side="right") - 1, 0, edges.size - 2),
+    share_samples = np.bincount(np.clip(np.searchsorted(edges, loss[present], side="right") - 1, 0, edges.size - 2),
                                 weights=counts[present], minlength=edges.size - 1)
     share_samples = share_samples / max(1.0, share_samples.sum())
     if packed is None:
@@ -320,7 +346,8 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
                              moved_vs_unpacked=0.0, short_shift_vs_unpacked=0.0, short_below=short_below,
                              reported_same=1.0, reported_drawn=Ratio.of(r_u / r_drawn_u[:r_u.size]),
                              objective_same=Ratio.of(np.ones(1)), objective_drawn=Ratio.of(j_u / j_drawn_u[:j_u.size]),
-                             curve=curve, bins=bins, steps_sampled=reference.num_steps, notes=tuple(notes))
+                             curve=curve, bins=bins, steps_sampled=reference.num_steps, notes=tuple(notes),
+                             loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)
     w_p = weigh(packed, ptl)
     short_p = packed.loss_tokens < short_below
     packed_fig = _figures(f"packed ({mode})", packed, w_p, short_p)
@@ -342,4 +369,5 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
         moved_vs_unpacked=float(moved.mean()), short_shift_vs_unpacked=float(shift.mean()), short_below=short_below,
         reported_same=float(np.mean(r_p / r_same)), reported_drawn=Ratio.of(r_p[:n] / r_drawn_u[:n]),
         objective_same=Ratio.of(j_p / j_same), objective_drawn=Ratio.of(j_p[:n] / j_drawn_u[:n]),
-        curve=curve, bins=bins, steps_sampled=packed.num_steps, notes=tuple(notes))
+        curve=curve, bins=bins, steps_sampled=packed.num_steps, notes=tuple(notes),
+        loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)

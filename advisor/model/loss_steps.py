@@ -13,8 +13,10 @@ token's weight without per-token loss depends on its own micro batch only, and w
 - ``drawn_steps``: a run's own steps, samples drawn from the data's length distribution, micro batches of the plan's
   micro batch size (without packing; in-batch packing concatenates such a micro batch into one THD row).
 
-Loss tokens: a sample's real label tokens (every label token: the lengths carry no loss mask), at positions
-``[0, a)``; with ``pad_seq_to_mult`` a runtime length stands for several real lengths, so a is their mean.
+Loss tokens: a sample's real label tokens at positions ``[0, a)`` where the data has no loss mask (every label token);
+with one (``LengthHistogram.loss_tokens``: answer-only SFT, assistant turns) the last ``b`` of them, ``[a - b, a)``:
+the answer ends the sample. With ``pad_seq_to_mult`` a runtime length stands for several real lengths, so a and b are
+their means (``real_of_runtime``, ``first_loss_of_runtime``).
 
 >>> from advisor.data.lengths import LengthHistogram
 >>> from advisor.packing.config import PackingConfig
@@ -44,13 +46,35 @@ def real_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> np.ndarray:
     return np.divide(total, count, out=np.arange(size, dtype=np.float64), where=count > 0)
 
 
+def first_loss_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> np.ndarray | None:
+    """Mean first loss-carrying label position of the samples of each runtime length (index: the runtime length):
+    their real label tokens less their loss tokens (truncation cuts the prompt first, as GPTSFTDataset's default
+    ``truncation_field`` does, so the answer's tokens stay while they fit). None when the data has no loss mask.
+
+    >>> h = LengthHistogram.from_samples([5, 9], loss=[2, 3])
+    >>> first_loss_of_runtime(h, PackingConfig(pack_size=16))[[4, 8]].tolist()
+    [2.0, 5.0]
+    """
+    if hist.loss_tokens is None:
+        return None
+    runtime, real, keep = runtime_per_length(hist, cfg)
+    n = hist.counts[keep].astype(np.float64)
+    size = int(runtime.max(initial=0)) + 1
+    first = real[keep] - np.minimum(hist.loss_tokens[keep], real[keep])
+    total = np.bincount(runtime[keep], weights=n * first, minlength=size)
+    count = np.bincount(runtime[keep], weights=n, minlength=size)
+    return np.divide(total, count, out=np.zeros(size), where=count > 0)
+
+
 def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
     return -(-x // m) * m
 
 
 def _grouped(loss_end: np.ndarray, seq_length: np.ndarray, micro_batch: np.ndarray, steps_of_mb: np.ndarray,
-             per_step: np.ndarray, cp: int, sample_id: np.ndarray | None) -> Steps:
-    return Steps(loss_start=np.zeros(loss_end.size), loss_end=loss_end.astype(np.float64), seq_length=seq_length,
+             per_step: np.ndarray, cp: int, sample_id: np.ndarray | None,
+             loss_start: np.ndarray | None = None) -> Steps:
+    start = np.zeros(loss_end.size) if loss_start is None else loss_start.astype(np.float64)
+    return Steps(loss_start=start, loss_end=loss_end.astype(np.float64), seq_length=seq_length,
                  micro_batch=micro_batch, step_of_micro_batch=steps_of_mb, micro_batches_per_step=per_step, cp=cp,
                  sample_id=sample_id)
 
@@ -64,11 +88,15 @@ def _row_lengths(loss_end: np.ndarray, micro_batch: np.ndarray, cp: int) -> np.n
     return _ceil_to(np.maximum(rows, 1), 2 * cp) if cp > 1 else rows
 
 
+def _first(first: np.ndarray | None, runtime: np.ndarray) -> np.ndarray | None:
+    return None if first is None else first[np.minimum(runtime, first.size - 1)]
+
+
 def packed_steps(packing: PackingResult, real: np.ndarray, packs_per_step: int, cp: int, steps: int,
-                 rng: np.random.Generator) -> Steps:
+                 rng: np.random.Generator, first: np.ndarray | None = None) -> Steps:
     """``steps`` optimizer steps of ``packs_per_step`` packs each, the packs drawn at random without replacement
     (an epoch holding fewer steps gives that many; data with fewer packs than a step repeats them, as a cyclic
-    loader would)."""
+    loader would). ``first``: the first loss position per runtime length (``first_loss_of_runtime``)."""
     total_packs = packing.num_packs
     k = max(1, packs_per_step)
     n_steps = max(1, min(steps, total_packs // k))
@@ -85,7 +113,7 @@ def packed_steps(packing: PackingResult, real: np.ndarray, packs_per_step: int, 
     loss = real[np.minimum(runtime, real.size - 1)]
     micro_batch = np.repeat(np.arange(want), lens)
     return _grouped(loss, runtime, micro_batch, np.arange(want) // k, np.full(n_steps, k), cp,
-                    np.arange(runtime.size))
+                    np.arange(runtime.size), _first(first, runtime))
 
 
 def same_samples_unpacked(packed: Steps, micro_batch_size: int, rng: np.random.Generator) -> Steps:
@@ -103,11 +131,12 @@ def same_samples_unpacked(packed: Steps, micro_batch_size: int, rng: np.random.G
     loss = packed.loss_end[order]
     return _grouped(loss, _row_lengths(loss, micro_batch, packed.cp), micro_batch,
                     np.repeat(np.arange(packed.num_steps), rows), rows, packed.cp,
-                    packed.sample_id[order] if packed.sample_id is not None else None)
+                    packed.sample_id[order] if packed.sample_id is not None else None, packed.loss_start[order])
 
 
 def drawn_steps(counts: np.ndarray, real: np.ndarray, samples_per_step: int, micro_batch_size: int, cp: int,
-                steps: int, rng: np.random.Generator, *, thd_multiple: int | None = None) -> Steps:
+                steps: int, rng: np.random.Generator, *, thd_multiple: int | None = None,
+                first: np.ndarray | None = None) -> Steps:
     """``steps`` steps of ``samples_per_step`` samples drawn from the runtime-length histogram ``counts``, in micro
     batches of ``micro_batch_size``. ``thd_multiple``: in-batch packing, each sample padded to it and cut by CP on
     its own (THD); otherwise BSHD rows."""
@@ -121,10 +150,11 @@ def drawn_steps(counts: np.ndarray, real: np.ndarray, samples_per_step: int, mic
     seq = (_ceil_to(np.maximum(runtime, 1), max(thd_multiple, 1)) if thd_multiple is not None
            else _row_lengths(loss, micro_batch, cp))
     return _grouped(loss, seq, micro_batch, np.arange(steps * rows) // rows, np.full(steps, rows), cp,
-                    np.arange(n))
+                    np.arange(n), _first(first, runtime))
 
 
 def as_rows(steps: Steps) -> Steps:
     """The same micro batches as BSHD rows (no packing): in-batch packing's micro batches unpacked."""
     return _grouped(steps.loss_end, _row_lengths(steps.loss_end, steps.micro_batch, steps.cp), steps.micro_batch,
-                    steps.step_of_micro_batch, steps.micro_batches_per_step, steps.cp, steps.sample_id)
+                    steps.step_of_micro_batch, steps.micro_batches_per_step, steps.cp, steps.sample_id,
+                    steps.loss_start)

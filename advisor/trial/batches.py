@@ -27,11 +27,22 @@ class Batch:
     attention_work: float = 0.0
 
 
-def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, dense: bool = False) -> Batch:
-    """One THD row: tokens concatenated, positions restarting, labels shifted inside each sample only."""
+def _mask(n: int, loss_from: int) -> np.ndarray:
+    """A sample's loss mask over its n positions: labels from position ``loss_from`` on (the answer), none on the
+    last position (its label would be the next sample's first token)."""
+    m = np.zeros(n)
+    m[loss_from:n - 1] = 1
+    return m
+
+
+def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, dense: bool = False,
+                 loss_from: list[int] | None = None) -> Batch:
+    """One THD row: tokens concatenated, positions restarting, labels shifted inside each sample only.
+    ``loss_from``: per sample, the first position whose label carries loss (answer-only loss); 0 for all."""
     tokens = np.concatenate(samples)
     labels = np.concatenate([np.append(s[1:], 0) for s in samples])
-    loss_mask = np.concatenate([np.append(np.ones(len(s) - 1), 0) for s in samples])  # no target across a boundary
+    starts = loss_from or [0] * len(samples)
+    loss_mask = np.concatenate([_mask(len(s), a) for s, a in zip(samples, starts, strict=True)])
     positions = np.concatenate([np.arange(len(s)) for s in samples])
     lens = [len(s) for s in samples]
     cu = np.concatenate([[0], np.cumsum(lens)])
@@ -49,8 +60,9 @@ def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, de
                  attention_work=float(sum(n * n for n in lens)) if not dense else float(sum(lens)) ** 2)
 
 
-def padded_batch(samples: list[np.ndarray], device) -> Batch:
-    """A micro batch of rows, each right-padded to the longest sample, with causal and key-padding masks."""
+def padded_batch(samples: list[np.ndarray], device, loss_from: list[int] | None = None) -> Batch:
+    """A micro batch of rows, each right-padded to the longest sample, with causal and key-padding masks
+    (``loss_from`` as in ``packed_batch``)."""
     longest = max(len(s) for s in samples)
     n = len(samples)
     tokens = np.zeros((n, longest), np.int64)
@@ -59,7 +71,7 @@ def padded_batch(samples: list[np.ndarray], device) -> Batch:
     for i, s in enumerate(samples):
         tokens[i, :len(s)] = s
         labels[i, :len(s) - 1] = s[1:]
-        loss_mask[i, :len(s) - 1] = 1
+        loss_mask[i, :len(s)] = _mask(len(s), loss_from[i] if loss_from else 0)
     valid = np.arange(longest)[None, :] < np.array([len(s) for s in samples])[:, None]
     causal = np.tril(np.ones((longest, longest), bool))
     # padding queries attend to themselves only, so no row of the mask is empty (their loss is masked anyway)

@@ -65,14 +65,15 @@ class LossCheck:
     packs: int
     unpacked_micro_batches: int
     micro_batch_size: int
-    position_losses: tuple[float, ...]  # mean loss by position, first positions
+    position_losses: tuple[float | None, ...]  # mean loss by position, first positions (None: no loss there)
     how: str
+    loss_share: float = 1.0  # the share of label positions with loss (below 1: answer-only, from the data's mask)
 
     def to_dict(self) -> dict:
         return {"rows": [asdict(r) | {"error": r.error, "ok": r.ok} for r in self.rows], "samples": self.samples,
                 "packs": self.packs, "unpacked_micro_batches": self.unpacked_micro_batches,
                 "micro_batch_size": self.micro_batch_size, "target": TARGET,
-                "position_losses": list(self.position_losses), "how": self.how}
+                "position_losses": list(self.position_losses), "how": self.how, "loss_share": self.loss_share}
 
 
 def structured_tokens(n: int, vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -121,45 +122,54 @@ def _token_losses(net, batch, mode: str) -> tuple[list[np.ndarray], float, int]:
     return values, float(values.sum()), int(mask.sum())
 
 
-def _steps(lengths: list[list[int]]) -> Steps:
-    """One step whose micro batches hold samples of these lengths (loss on every label token)."""
+def _steps(lengths: list[list[int]], loss_from: list[list[int]]) -> Steps:
+    """One step whose micro batches hold samples of these lengths, loss from these label positions on."""
     flat = [n for mb in lengths for n in mb]
-    return Steps(loss_start=np.zeros(len(flat)), loss_end=np.array(flat, dtype=np.float64) - 1,
+    return Steps(loss_start=np.array([a for mb in loss_from for a in mb], dtype=np.float64),
+                 loss_end=np.array(flat, dtype=np.float64) - 1,
                  seq_length=np.array(flat), micro_batch=np.repeat(np.arange(len(lengths)), [len(m) for m in lengths]),
                  step_of_micro_batch=np.zeros(len(lengths), dtype=np.int64),
                  micro_batches_per_step=np.array([len(lengths)]), cp=1)
 
 
 def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: TrialModelConfig, device,
-                           micro_batch_size: int, plan_per_token_loss: bool, seed: int) -> LossCheck:
-    """Step 0's packs (sample indices into ``lengths``) packed and unpacked, under both loss settings."""
+                           micro_batch_size: int, plan_per_token_loss: bool, seed: int,
+                           loss_tokens: np.ndarray | None = None) -> LossCheck:
+    """Step 0's packs (sample indices into ``lengths``) packed and unpacked, under both loss settings.
+    ``loss_tokens``: per sample, its label positions with loss, the sample's last ones (answer-only loss from the
+    data's mask); None: every label position."""
     rng = np.random.default_rng(seed + 11)
     data = {i: structured_tokens(int(lengths[i]), cfg.vocab_size, rng) for p in packs for i in p}
+    start = {i: 0 if loss_tokens is None else int(lengths[i]) - 1 - int(loss_tokens[i]) for i in data}
     net = warmed_model(cfg, device, seed)
     order = [i for p in packs for i in p]
     rows = [order[j:j + micro_batch_size] for j in range(0, len(order), micro_batch_size)]
     packed_sums, packed_counts, per_sample = [], [], {}
     for p in packs:
-        values, total, n = _token_losses(net, packed_batch([data[i] for i in p], device), "packed")
+        batch = packed_batch([data[i] for i in p], device, loss_from=[start[i] for i in p])
+        values, total, n = _token_losses(net, batch, "packed")
         packed_sums.append(total)
         packed_counts.append(n)
-        cut = np.cumsum([len(data[i]) - 1 for i in p])[:-1]
+        cut = np.cumsum([len(data[i]) - 1 - start[i] for i in p])[:-1]
         per_sample.update(zip(p, np.split(values, cut), strict=True))
     unpacked_sums, unpacked_counts = [], []
     for row in rows:
-        _, total, n = _token_losses(net, padded_batch([data[i] for i in row], device), "dense")
+        _, total, n = _token_losses(net, padded_batch([data[i] for i in row], device,
+                                                      loss_from=[start[i] for i in row]), "dense")
         unpacked_sums.append(total)
         unpacked_counts.append(n)
     # the per-position curve of these samples' losses (what a plan's prediction stands on)
-    longest = max(len(v) for v in per_sample.values())
+    longest = max(start[i] + len(v) for i, v in per_sample.items())
     table = np.zeros(longest)
     seen = np.zeros(longest)
-    for v in per_sample.values():
-        table[:v.size] += v
-        seen[:v.size] += 1
-    curve = LossCurve.measured(table / np.maximum(seen, 1), "the trial's measured per-position loss")
-    steps_p = _steps([[int(lengths[i]) for i in p] for p in packs])
-    steps_u = _steps([[int(lengths[i]) for i in r] for r in rows])
+    for i, v in per_sample.items():
+        table[start[i]:start[i] + v.size] += v
+        seen[start[i]:start[i] + v.size] += 1
+    values = table / np.maximum(seen, 1)
+    values[:int(np.argmax(seen > 0))] = values[int(np.argmax(seen > 0))]  # prompt positions no loss reached
+    curve = LossCurve.measured(values, "the trial's measured per-position loss")
+    steps_p = _steps([[int(lengths[i]) for i in p] for p in packs], [[start[i] for i in p] for p in packs])
+    steps_u = _steps([[int(lengths[i]) for i in r] for r in rows], [[start[i] for i in r] for r in rows])
     losses_p = [per_sample[i] for i in order]
     losses_u = [per_sample[i] for r in rows for i in r]
     out = []
@@ -175,10 +185,16 @@ def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: Tri
                            reported_predicted=float(rep_p / rep_u), objective_measured=measured,
                            objective_predicted=predicted_p / predicted_u,
                            objective_from_curve=float(curve_p / curve_u)))
+    labels = sum(len(data[i]) - 1 for i in order)
+    share = sum(len(data[i]) - 1 - start[i] for i in order) / max(1, labels)
     return LossCheck(rows=tuple(sorted(out, key=lambda r: r.per_token_loss)), samples=len(order), packs=len(packs),
+                     loss_share=share,
                      unpacked_micro_batches=len(rows), micro_batch_size=micro_batch_size,
-                     position_losses=tuple(round(float(v), 4) for v in curve.values(min(longest, 32))),
+                     position_losses=tuple(round(float(v), 4) if n else None
+                                           for v, n in zip(curve.values(min(longest, 32)), seen, strict=False)),
                      how=f"a fresh trial model after {WARMUP_STEPS} steps on text-like tokens (the first "
                          f"{PROMPT_TOKENS} of a sample uniform, then Zipf {ZIPF_EXPONENT}); step 0's samples packed "
                          "(a pack per micro batch) and padded (rows of the micro batch size), reduced as "
-                         "Megatron-Core does; predicted from the same samples' per-token losses")
+                         "Megatron-Core does; predicted from the same samples' per-token losses"
+                         + (f"; loss on {share:.1%} of label positions, each sample's last ones (the data's loss "
+                            "mask)" if loss_tokens is not None else ""))

@@ -69,6 +69,7 @@ class TrialSetup:
     packs: tuple[tuple[int, ...], ...]
     steps: tuple[tuple[tuple[int, ...], ...], ...]
     warmup: int
+    loss_tokens: np.ndarray | None = None  # per sample, label positions with loss (the data's mask); None: all
 
     def lengths(self, step: int) -> list[list[int]]:
         """Sample lengths per pack of one step."""
@@ -258,10 +259,15 @@ def predicted_step(plan: Plan, cfg: TrialModelConfig, steps: list[list[list[int]
 
 
 def sample_lengths(hist: LengthHistogram, plan_pack_size: int, pack_size: int, n: int,
-                   rng: np.random.Generator) -> np.ndarray:
-    """n sample lengths drawn from the data, scaled from the plan's pack size to the trial's."""
-    draws = rng.choice(hist.lengths, size=n, p=hist.counts / hist.counts.sum())
-    return np.clip(np.round(draws * pack_size / plan_pack_size), 2, pack_size).astype(np.int64)
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """n sample lengths drawn from the data, scaled from the plan's pack size to the trial's, with each one's label
+    positions that carry loss where the data has a loss mask (the drawn length's share of them, scaled alike)."""
+    which = rng.choice(hist.lengths.size, size=n, p=hist.counts / hist.counts.sum())
+    lengths = np.clip(np.round(hist.lengths[which] * pack_size / plan_pack_size), 2, pack_size).astype(np.int64)
+    if hist.loss_tokens is None:
+        return lengths, None
+    share = hist.loss_tokens[which] / np.maximum(hist.lengths[which] - 1, 1)
+    return lengths, np.minimum(np.round(share * (lengths - 1)), lengths - 1).astype(np.int64)
 
 
 def make_packs(lengths: np.ndarray, pack_size: int, algorithm: str, seed: int) -> list[list[int]]:
@@ -367,7 +373,7 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
     n_samples = int(packs_needed * max(1.0, cfg.pack_size / mean_len) * 1.3) + 16  # packs are not all full
     for _ in range(8):  # lengths clipped to the pack size fill packs alone: draw more until there are enough
         rng = np.random.default_rng(cfg.seed)
-        lengths = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
+        lengths, loss_tokens = sample_lengths(hist, plan_size, cfg.pack_size, n_samples, rng)
         packs = make_packs(lengths, cfg.pack_size, plan.packing.algorithm, cfg.seed)
         if len(packs) >= packs_needed:
             break
@@ -381,7 +387,7 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
         raise ValueError(f"{len(packs)} packs are too few for {total_steps} steps of {pps} packs on {world} rank(s)")
     return TrialSetup(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32, world=world,
                       rank=rank, model=mcfg, data=data, packs=tuple(tuple(p) for p in packs), steps=steps,
-                      warmup=cfg.warmup)
+                      warmup=cfg.warmup, loss_tokens=loss_tokens)
 
 
 def check_parity(st: TrialSetup, cfg: TrialConfig) -> Parity:
@@ -528,7 +534,7 @@ def check_loss_weighting(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> LossCh
     step0 = [list(p) for p in st.packs[:st.world * cfg.packs_per_step]]
     lengths = np.array([len(x) for x in st.data])
     return measure_loss_weighting(step0, lengths, st.model, st.device, cfg.micro_batch_size, plan.per_token_loss,
-                                  cfg.seed)
+                                  cfg.seed, loss_tokens=st.loss_tokens)
 
 
 def distributed_summary(st: TrialSetup, cfg: TrialConfig, timing: Timing) -> dict:

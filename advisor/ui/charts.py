@@ -316,6 +316,7 @@ def loss_weight_shares(lw: LossWeighting) -> go.Figure:
     title = ("Gradient weight by sample length: packing-invariant (every token 1/N)" if lw.invariant else
              f"Gradient weight by sample length: {lw.moved_vs_unpacked:.0%} moves when packing is turned on "
              f"(step-0 objective packed/unpacked {o.mean:.3f})")
-    fig.update_layout(title=title, xaxis_title="loss tokens per sample", yaxis_title="share",
+    axis = "loss tokens per sample" + (" (the data's loss mask)" if lw.masked else " (every label: no loss mask)")
+    fig.update_layout(title=title, xaxis_title=axis, yaxis_title="share",
                       yaxis_tickformat=".0%", margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.25))
     return fig

@@ -103,7 +103,9 @@ def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, m
             raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
+        # loss_tokens: the loss weighting then counts the answer-only loss the data's masks give
         job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=fmt, settings=settings, on_bad="skip",
+                          loss_tokens=True,
                           limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
                                         max_file_bytes=MAX_DECODED_MB << 20))
         # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile

@@ -47,6 +47,9 @@ class TokenizeJob:
     # prepare: each shard's token ids and loss masks are written here by the worker that tokenized it
     # (``part_paths``), so nothing but lengths travels back and the driver never holds the whole data set
     tokens_dir: str | None = None
+    # each record's label positions that carry loss, as Megatron-Bridge's packed collate counts them (the loss
+    # weighting's answer-only loss); tokenizes through the token path, which builds the masks
+    loss_tokens: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,7 @@ class ShardResult:
     records: int  # records the shard holds
     problems: tuple[Problem, ...] = ()
     truncated: int = 0  # records the dataset cut to max_seq_length (tokens jobs only)
+    loss: np.ndarray | None = None  # int32 per record like ``lengths``: label positions with loss (loss_tokens jobs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,12 +91,17 @@ class TokenizeResult:
     fmt: str = "sft"  # the job's format: a plan's data.format (chat lengths are skipped, not cut, past the pack)
     truncated: int = 0  # records the dataset cut to max_seq_length (tokens jobs: SFT)
     shards: int = 0  # shards tokenized (tokens jobs: one part in tokens_dir each, numbered from 0)
+    loss_tokens: np.ndarray | None = None  # per sample like ``lengths``: label positions with loss (loss_tokens jobs)
 
     def histogram(self) -> LengthHistogram:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
         if self.lengths.size == 0:
             raise InputError(self.source, None, "no record could be tokenized" + _excluded_text(self.excluded))
         values, counts = np.unique(self.lengths, return_counts=True)
+        if self.loss_tokens is not None:
+            return LengthHistogram.from_samples(self.lengths, loss=self.loss_tokens, source=self.source,
+                                                excluded=self.excluded, notes=self.notes,
+                                                order=self.lengths.astype(np.int32))
         return LengthHistogram(lengths=values, counts=counts, source=self.source, excluded=self.excluded,
                                notes=self.notes, order=self.lengths.astype(np.int32))
 
@@ -160,11 +169,30 @@ def _tokens_of(records: list[dict], job: TokenizeJob):
     return sft_tokens(records, tok, job.settings)
 
 
+def loss_counts(batch, fmt: str) -> np.ndarray:
+    """Each record's label positions that carry loss, as Megatron-Bridge's packed collate counts them: the mask over
+    the record's positions but its last (``_build_loss_mask``), after ``fill_packing_strategy``'s change of it
+    (a chat mask rolled by one; an SFT mask ``idx >= answer_start_idx - 1``, which the batch already holds).
+
+        >>> from advisor.data.tokenize.sequences import TokenBatch
+        >>> b = TokenBatch.of([[5, 6, 7, 8], [9, 9]], [[0, 0, 1, 1], [1, 1]], [False, False])
+        >>> loss_counts(b, "chat").tolist(), loss_counts(b, "sft").tolist()
+        ([2, 1], [1, 1])
+    """
+    from advisor.data.tokenize.sequences import ROLLED
+
+    summed = np.concatenate([[0], np.cumsum(batch.mask, dtype=np.int64)])
+    a, b = batch.offsets[:-1], batch.offsets[1:]
+    rolled = ROLLED["loss_mask" if fmt == "chat" else "answer_start"]
+    first, last = (a + 1, b) if rolled else (a, np.maximum(b - 1, a))
+    return np.where(b > a, summed[np.maximum(last, first)] - summed[first], -1).astype(np.int32)
+
+
 def check_settings(job: TokenizeJob) -> None:
     """The job's settings against its tokenizer, here, before any worker starts: a refusal that holds for every
     record (no chat template, a loss mask Bridge cannot build, a setting prepare does not build) is one message at
     once, not one per shard from the workers."""
-    (_tokens_of if job.tokens_dir is not None else _lengths_of)([], job)
+    (_tokens_of if job.tokens_dir is not None or job.loss_tokens else _lengths_of)([], job)
 
 
 PART_ARRAYS = ("ids", "mask", "lengths", "truncated")
@@ -192,6 +220,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
     keep_tokens = job.tokens_dir is not None
     token_parts: list = []  # (ids, mask, truncated per row) per read batch
     out: list[np.ndarray] = []
+    loss_out: list[np.ndarray] = []
     problems: dict[str, list] = {}
     row = 0
     wanted = None if select is None else set(int(x) for x in select)
@@ -211,11 +240,14 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
             if records[k] is None:
                 note(wheres[k], bad_at[wheres[k]].reason, True)
         truncated = np.zeros(len(keep), bool)
+        loss = np.full(len(keep), -1, np.int32)
         if good:
-            if keep_tokens:
+            if keep_tokens or job.loss_tokens:
                 batch, got, record_problems = _tokens_of([records[k] for _, k in good], job)
                 truncated[[j for j, _ in good]] = batch.truncated
-                token_parts.append((batch.ids, batch.mask))
+                loss[[j for j, _ in good]] = loss_counts(batch, job.fmt)
+                if keep_tokens:
+                    token_parts.append((batch.ids, batch.mask))
             else:
                 got, record_problems = _lengths_of([records[k] for _, k in good], job)
             got = np.asarray(got)
@@ -224,6 +256,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
             for p in record_problems:
                 note(wheres[good[p.index][1]], p.reason, False)
         out.append(lengths)
+        loss_out.append(loss)
         if keep_tokens:
             token_parts.append((None, truncated))
         row += len(records)
@@ -239,7 +272,8 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
             "ids": np.concatenate(ids) if ids else np.zeros(0, np.int32),
             "mask": np.concatenate(masks) if masks else np.zeros(0, np.int8), "lengths": lengths.astype(np.int64),
             "truncated": truncated})
-    return ShardResult(index=index, lengths=lengths, records=row, truncated=cut,
+    losses = (np.concatenate(loss_out) if loss_out else np.zeros(0, np.int32)) if job.loss_tokens else None
+    return ShardResult(index=index, lengths=lengths, records=row, truncated=cut, loss=losses,
                        problems=tuple(Problem(kind=k, count=v[0], first=tuple(v[1]), reason=v[2], fatal=v[3])
                                       for k, v in problems.items()))
 
@@ -457,12 +491,14 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
         raise InputError(name, e.first_at, f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
                          "(--on-bad skip leaves them out and counts them)")
     base = np.cumsum([0] + [r.records for r in results])[:-1]
-    index_parts, length_parts = [], []
+    index_parts, length_parts, loss_parts = [], [], []
     for r, b, sel in zip(results, base, selects, strict=True):
         rows = np.arange(r.lengths.size) if sel is None else np.asarray(sel)
         keep = r.lengths >= 0
         index_parts.append(b + rows[keep])
         length_parts.append(r.lengths[keep].astype(np.int64))
+        if r.loss is not None:
+            loss_parts.append(r.loss[keep].astype(np.int64))
     index = np.concatenate(index_parts) if index_parts else np.zeros(0, np.int64)
     lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, np.int64)
     records = int(sum(r.records for r in results))
@@ -478,7 +514,8 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
         notes.append("Ray's groupby(length) histogram equals the per-sample lengths")
     return TokenizeResult(source=name, sample_index=index.astype(np.int64), lengths=lengths, total_records=records,
                           excluded=excluded, notes=tuple(notes), seconds=seconds, engine=engine, workers=workers,
-                          sampled=sampled, truncated=int(sum(r.truncated for r in results)), shards=len(results))
+                          sampled=sampled, truncated=int(sum(r.truncated for r in results)), shards=len(results),
+                          loss_tokens=np.concatenate(loss_parts) if job.loss_tokens and loss_parts else None)
 
 
 def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:
