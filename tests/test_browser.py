@@ -267,6 +267,14 @@ def test_raw_data_tokenized_in_chromium(app_url):
         page.wait_for_selector(READY, timeout=120_000)
         page.get_by_text("300", exact=True).first.wait_for(timeout=60_000)  # the summary counts its samples
         page.screenshot(path=str(SHOTS / "1b_raw_data.png"), full_page=True)
+        # issue 24: the tokenizer's masks reach the loss weighting (answer-only loss: the assistant turns)
+        page.get_by_role("link", name="Recommendations", exact=True).click()
+        heading = page.get_by_role("heading", name="Will my loss change?")
+        heading.wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.get_by_text("loss tokens: the data's loss mask (").first.wait_for(timeout=60_000)
+        heading.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "1c_raw_data_loss_mask.png"))
         browser.close()
 
 

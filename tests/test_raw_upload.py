@@ -33,6 +33,15 @@ def test_a_chat_upload_becomes_the_data_in_file_order():
     assert hist.order.tolist() == expected.tolist() and hist.num_samples == 300
     assert state["data_name"] == "chat_sample.jsonl (tiny-bpe, chat)"
     assert state["plan"].data.format == "chat"  # offline packing then skips, not cuts, chats longer than the pack
+    # the masks crossed the child's process boundary: the loss weighting counts the assistant turns only
+    assert hist.loss_tokens is not None and 0.5 < hist.loss_fraction < 0.9
+
+
+def test_an_upload_past_the_mask_budget_says_its_loss_mask_was_not_read(monkeypatch):
+    monkeypatch.setattr(raw_data, "MAX_MASKED_RECORDS", 10)
+    hist = raw_data._tokenized(CHAT.read_bytes(), ".jsonl", "c.jsonl", str(raw_data.tokenizer_choices("")["tiny-bpe"]),
+                               "chat", 4096, None)
+    assert hist.loss_tokens is None and any("loss mask not read: 300 records, over the 10" in n for n in hist.notes)
 
 
 @pytest.mark.slow  # tokenized in a child process

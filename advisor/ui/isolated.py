@@ -70,6 +70,8 @@ def _save(hist: LengthHistogram, folder: Path) -> None:
     np.save(folder / "counts.npy", hist.counts)
     if hist.order is not None:
         np.save(folder / "order.npy", hist.order)
+    if hist.loss_tokens is not None:
+        np.save(folder / "loss_tokens.npy", hist.loss_tokens)
     meta = {"source": hist.source, "notes": list(hist.notes),
             "excluded": [{"reason": e.reason, "count": e.count, "first_at": e.first_at} for e in hist.excluded]}
     (folder / "result.json").write_text(json.dumps(meta))
@@ -77,11 +79,12 @@ def _save(hist: LengthHistogram, folder: Path) -> None:
 
 def _load(folder: Path) -> LengthHistogram:
     meta = json.loads((folder / "result.json").read_text())
-    order = folder / "order.npy"
+    order, loss = folder / "order.npy", folder / "loss_tokens.npy"
     return LengthHistogram(lengths=np.load(folder / "lengths.npy", allow_pickle=False),
                            counts=np.load(folder / "counts.npy", allow_pickle=False), source=meta["source"],
                            notes=tuple(meta["notes"]), excluded=tuple(Exclusion(**e) for e in meta["excluded"]),
-                           order=np.load(order, allow_pickle=False) if order.exists() else None)
+                           order=np.load(order, allow_pickle=False) if order.exists() else None,
+                           loss_tokens=np.load(loss, allow_pickle=False) if loss.exists() else None)
 
 
 def child(folder: Path) -> int:

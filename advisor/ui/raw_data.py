@@ -9,6 +9,7 @@ temporary folder under a fixed name, checked before any parser sees them, and to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Callable
@@ -24,6 +25,9 @@ BUNDLED = Path(__file__).resolve().parents[2] / "sample_data" / "tokenizers"
 ENV = "ADVISOR_TOKENIZER_DIRS"  # os.pathsep-separated folders: tokenizer folders, or folders of them
 RAW_UPLOAD_LIMIT_MB = 64
 MAX_RAW_RECORDS = 200_000  # a dashboard visitor's tokenization budget (the command line has none)
+# Loss masks are read up to this many records: building them takes about twice the time of lengths alone (chat:
+# the assistant turns' spans), and 200,000 chats with masks would pass the child's 120 CPU seconds
+MAX_MASKED_RECORDS = 50_000
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
 MAX_BATCH_MB = 4  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
@@ -104,13 +108,20 @@ def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, m
                              "python -m advisor tokenize --sample N")
         settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
         # loss_tokens: the loss weighting then counts the answer-only loss the data's masks give
+        masked = records <= MAX_MASKED_RECORDS
         job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=fmt, settings=settings, on_bad="skip",
-                          loss_tokens=True,
+                          loss_tokens=masked,
                           limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
                                         max_file_bytes=MAX_DECODED_MB << 20))
         # one process: the server is multi-threaded (forking it is unsafe) and serves other sessions meanwhile
         result = tokenize(job, workers=1, progress=progress)
-        return result.histogram()
+        hist = result.histogram()
+        if not masked:
+            note = (f"loss mask not read: {records:,} records, over the {MAX_MASKED_RECORDS:,} whose masks the "
+                    "dashboard builds (the loss weighting counts every label); python -m advisor prepare writes a "
+                    "packed folder whose masks a plan reads")
+            hist = dataclasses.replace(hist, notes=(*hist.notes, note))
+        return hist
 
 
 def parquet_row_groups(data: bytes, shown: str) -> int:

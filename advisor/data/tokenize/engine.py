@@ -175,17 +175,18 @@ def loss_counts(batch, fmt: str) -> np.ndarray:
     (a chat mask rolled by one; an SFT mask ``idx >= answer_start_idx - 1``, which the batch already holds).
 
         >>> from advisor.data.tokenize.sequences import TokenBatch
-        >>> b = TokenBatch.of([[5, 6, 7, 8], [9, 9]], [[0, 0, 1, 1], [1, 1]], [False, False])
+        >>> b = TokenBatch.of([[5, 6, 7, 8], [9, 9], []], [[0, 0, 1, 1], [1, 1], []], [False, False, False])
         >>> loss_counts(b, "chat").tolist(), loss_counts(b, "sft").tolist()
-        ([2, 1], [1, 1])
+        ([2, 1, -1], [1, 1, -1])
     """
     from advisor.data.tokenize.sequences import ROLLED
 
     summed = np.concatenate([[0], np.cumsum(batch.mask, dtype=np.int64)])
     a, b = batch.offsets[:-1], batch.offsets[1:]
     rolled = ROLLED["loss_mask" if fmt == "chat" else "answer_start"]
-    first, last = (a + 1, b) if rolled else (a, np.maximum(b - 1, a))
-    return np.where(b > a, summed[np.maximum(last, first)] - summed[first], -1).astype(np.int32)
+    # an empty span (a record that could not be built) is -1; its indices are clipped so none passes the end
+    first, last = (np.minimum(a + 1, b), b) if rolled else (a, np.maximum(b - 1, a))
+    return np.where(b > a, summed[last] - summed[first], -1).astype(np.int32)
 
 
 def check_settings(job: TokenizeJob) -> None:
