@@ -108,7 +108,7 @@ def test_prepare_takes_tokenize_and_pack_options():
 
     prepare_opts = options("prepare")
     assert (options("tokenize") - {"--max-seq-length", "--sample", "--seed", "--pack-size", "--bootstraps",
-                                   "--histogram-output"}) <= prepare_opts
+                                   "--histogram-output", "--loss-tokens"}) <= prepare_opts  # prepare keeps masks
     assert {"--pack-size", "--algorithm", "--seed", "--pad-seq-to-mult", "--max-seq-length"} <= prepare_opts
     assert {"--validation", "--from-cache", "--rows-per-file"} <= prepare_opts
 

@@ -136,3 +136,50 @@ def test_the_trial_measures_answer_only_loss_within_one_percent(per_token_loss):
     assert rows[True].objective_measured == pytest.approx(1.0, abs=1e-6)
     assert abs(rows[False].objective_measured - 1) > 0.01
     assert check.position_losses[0] is None  # no sample has loss on its first label
+
+
+def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path):
+    """``tokenize --loss-tokens`` writes a loss_tokens column; the lengths file then carries the mask's counts."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "lengths.csv"
+    done = subprocess.run([sys.executable, "-m", "advisor", "tokenize", str(ROOT / "sample_data" / "raw" /
+                                                                          "chat_sample.jsonl"),
+                           "--tokenizer", TOKENIZER, "--format", "chat", "--loss-tokens", "-o", str(out), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.read_text().startswith("sample_index,length,loss_tokens\n")
+    hist = load_lengths(str(out))
+    job = TokenizeJob(data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"), tokenizer=TOKENIZER, fmt="chat",
+                      settings=ChatSettings(), loss_tokens=True)
+    direct = tokenize(job, workers=1).histogram()
+    assert np.array_equal(hist.loss_tokens, direct.loss_tokens) and np.array_equal(hist.order, direct.order)
+    assert __import__("json").loads(done.stdout)["loss_fraction"] == pytest.approx(direct.loss_fraction)
+
+
+@pytest.mark.parametrize(("rows", "said"), [
+    ("0,5,5\n", "line 2: loss_tokens 5 is above the 4 label positions of a length-5 sample"),
+    ("0,5,x\n", "line 2: loss_tokens 'x' is not a number"),
+    ("0,5,-1\n", "line 2: loss_tokens -1"),
+])
+def test_a_bad_loss_tokens_cell_is_one_message_with_exit_code_2(tmp_path, rows, said):
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.csv"
+    path.write_text("sample_index,length,loss_tokens\n" + rows)
+    done = subprocess.run([sys.executable, "-m", "advisor", "lengths", str(path)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def test_skipped_loss_rows_are_counted_and_a_table_says_it_left_the_column_aside():
+    from advisor.data.context import Ctx
+    from advisor.data.delimited import read_delimited
+
+    ctx = Ctx(name="l.csv", on_bad="skip")
+    h = read_delimited(b"length,loss_tokens\n5,2\n6,9\n7,\n", ctx)
+    assert h.lengths.tolist() == [5] and h.loss_tokens.tolist() == [2.0]
+    assert sorted(e.count for e in h.excluded) == [1, 1]
+    table = read_delimited(b"length,count,loss_tokens\n5,2,3\n", Ctx(name="t.csv"))
+    assert table.loss_tokens is None and any("loss_tokens" in n and "left aside" in n for n in table.notes)

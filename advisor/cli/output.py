@@ -260,6 +260,8 @@ def tokenize_text(r: TokenizeOutcome) -> None:
              f"with {res.workers} worker(s): {rate:,.0f} records/s, {rate / res.workers:,.0f} per worker",
              f"  tokens per sample: mean {s['mean']:.1f}  p50 {s['p50']}  p90 {s['p90']}  p99 {s['p99']}  "
              f"max {s['max']}"]
+    if r.data.get("loss_fraction") is not None:
+        lines.append(f"  loss tokens (the loss mask): {r.data['loss_fraction']:.1%} of label positions")
     lines += [f"  left out: {e.count:,} {e.reason} (first at {e.first_at})" for e in res.excluded]
     lines += [f"  note: {note}" for note in res.notes]
     lines.append(f"  for the plan: data: {{lengths: {r.output or '<lengths file>'}, format: {res.fmt}}}")

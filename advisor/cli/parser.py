@@ -243,6 +243,10 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
                    "file, or an existing one with --force)")
     p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--histogram-output", action="store_true", help="write length,count instead")
+    p.add_argument("--loss-tokens", action="store_true", help="also count each sample's label positions with loss "
+                   "(its loss mask as Megatron-Bridge's packed collate uses it: answer-only SFT, assistant turns), "
+                   "written as a loss_tokens column that plans read for the loss weighting (about twice the time "
+                   "for chat)")
     _json_quiet(p)
 
 

@@ -192,6 +192,31 @@ def validate(values, where_of: Callable[[int], str], ctx: Ctx, what: str = "leng
     return nums[~bad].astype(np.int64)
 
 
+def validate_with_loss(lengths, loss, where_of: Callable[[int], str], ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
+    """Good (length, loss tokens) rows: a row whose length or loss count is bad, or whose loss passes its label
+    positions (length - 1), raises ``InputError`` or, when skipping, is counted in ``ctx.excluded``.
+
+    >>> ctx = Ctx(name="l.csv", on_bad="skip")
+    >>> [a.tolist() for a in validate_with_loss(np.array([5, 9, 4]), np.array([2, "x", 4]), str, ctx)]
+    [[5], [2]]
+    >>> [(e.reason, e.count) for e in ctx.excluded]
+    [('loss_tokens is not a number', 1), ('loss_tokens above the label positions (length - 1)', 1)]
+    """
+    nums, bad_l = _reject(lengths, where_of, ctx, "length")
+    loss, bad_x = _reject(loss, where_of, ctx, "loss_tokens", allow_zero=True)
+    over = ~bad_l & ~bad_x & (loss > np.maximum(nums - 1, 0))
+    if over.any():
+        first, n = int(np.argmax(over)), int(over.sum())
+        if ctx.on_bad == "error":
+            raise InputError(ctx.name, where_of(first), f"loss_tokens {int(loss[first]):,} is above the "
+                             f"{int(nums[first]) - 1:,} label positions of a length-{int(nums[first]):,} sample" +
+                             (f" ({n:,} such rows in all)" if n > 1 else ""))
+        ctx.excluded.append(Exclusion(reason="loss_tokens above the label positions (length - 1)", count=n,
+                                      first_at=where_of(first)))
+    keep = ~bad_l & ~bad_x & ~over
+    return nums[keep].astype(np.int64), loss[keep].astype(np.int64)
+
+
 def histogram(lengths, counts, where: Callable[[int], str], ctx: Ctx) -> LengthHistogram:
     """A length,count table: a bad length or a negative count is an error (or, when skipping, its row is left out).
 

@@ -9,11 +9,13 @@ from advisor.data.context import Ctx
 from advisor.data.guard import excerpt, names_excerpt
 from advisor.errors import InputError
 
-__all__ = ["COUNT_NAMES", "IDS_NAMES", "LENGTH_NAMES", "choose_columns", "pick", "refuse_duplicates"]
+__all__ = ["COUNT_NAMES", "IDS_NAMES", "LENGTH_NAMES", "LOSS_NAMES", "choose_columns", "pick", "refuse_duplicates"]
 
 LENGTH_NAMES = ("length", "lengths", "seq_len", "seqlen", "seq_length", "sequence_length", "num_tokens",
                 "n_tokens", "token_count", "tokens", "len", "input_length", "input_len")
 COUNT_NAMES = ("count", "counts", "frequency", "freq", "num_samples", "n", "num")
+# a sample's label positions that carry loss (python -m advisor tokenize --loss-tokens writes it): optional
+LOSS_NAMES = ("loss_tokens",)
 IDS_NAMES = ("input_ids", "token_ids", "ids")
 
 

@@ -36,7 +36,12 @@ class Ctx:
     excluded: list[Exclusion] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def result(self, lengths, counts=None, **kw) -> LengthHistogram:
+    def result(self, lengths, counts=None, loss=None, **kw) -> LengthHistogram:
+        if loss is not None and counts is None and np.asarray(lengths).size:  # per-sample loss tokens beside them
+            check_totals(*np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True), self.name)
+            return LengthHistogram.from_samples(lengths, loss=loss, source=self.name, excluded=tuple(self.excluded),
+                                                notes=tuple(self.notes),
+                                                order=np.asarray(lengths, dtype=np.int64).astype(np.int32))
         if counts is None:  # one length per sample: keep the file's order too (int32: lengths are below 2**24)
             kw.setdefault("order", np.asarray(lengths, dtype=np.int64).astype(np.int32))
             lengths, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)

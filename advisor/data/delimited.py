@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from advisor.data import cells
-from advisor.data.columns import COUNT_NAMES, LENGTH_NAMES, choose_columns, pick, refuse_duplicates
+from advisor.data.columns import COUNT_NAMES, LENGTH_NAMES, LOSS_NAMES, choose_columns, pick, refuse_duplicates
 from advisor.data.context import Ctx
 from advisor.data.guard import MAX_COLUMNS, excerpt, first_nonblank_line, nth_nonempty_line, text_bytes
 from advisor.data.lengths import Exclusion, LengthHistogram
@@ -101,6 +101,14 @@ def read_delimited(data: bytes, ctx: Ctx, delimiter: str | None = None) -> Lengt
     def column(col):
         return table.column(names.index(col))
 
+    loss_col = pick([n for n in names if n not in (length_col, count_col)], LOSS_NAMES)
+    if loss_col is not None and count_col is not None:
+        ctx.notes.append(f"column {excerpt(loss_col)} left aside: loss tokens are read from one row per sample, "
+                         "not from a length,count table")
+    if count_col is None and loss_col is not None:
+        refuse_duplicates(names, (length_col, loss_col), ctx, where)
+        lengths, loss = cells.validate_with_loss(column(length_col), column(loss_col), lines.of_row, ctx)
+        return ctx.result(lengths, loss=loss)
     if count_col is None:
         return ctx.result(cells.validate(column(length_col), lines.of_row, ctx))
     return cells.histogram(column(length_col), column(count_col), lines.of_row, ctx)

@@ -43,7 +43,7 @@ def _job(args: Namespace) -> TokenizeJob:
                   "truncation_method": args.truncation_method}
         settings = SftSettings(**{k: v for k, v in fields.items() if v is not None})
     return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt=args.format, settings=settings,
-                       on_bad=args.on_bad)
+                       on_bad=args.on_bad, loss_tokens=getattr(args, "loss_tokens", False))  # tokenize only
 
 
 def tokenize(args: Namespace) -> TokenizeOutcome:
@@ -55,6 +55,9 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
     inputs = (args.data, args.tokenizer)
     if args.output:  # refused before the tokenizing, not after it
         check_output_file("-o", args.output, args.force, inputs)
+    if args.loss_tokens and args.histogram_output:
+        raise InputError("--loss-tokens", None, "loss tokens are written one row per sample: leave out "
+                         "--histogram-output")
     if args.ray_address:
         check_ray_address(args.ray_address, args.engine)
     job = _job(args)
@@ -74,7 +77,8 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
             "settings": asdict(job.settings),
             # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
             "format": result.fmt, "plan_data": {"lengths": args.output, "format": result.fmt},
-            "lengths": summarize(result.histogram()).as_dict()}
+            "lengths": summarize(result.histogram()).as_dict(),
+            "loss_fraction": result.histogram().loss_fraction}
     estimate = _sample_estimate(args, job, result, progress) if args.sample is not None else None
     if estimate is not None:
         data["sample_estimate"] = estimate.as_dict()

@@ -533,5 +533,8 @@ def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:
         values, counts = np.unique(result.lengths, return_counts=True)
         rows = zip(values.tolist(), counts.tolist(), strict=True)
         return "length,count\n" + "".join(f"{v},{c}\n" for v, c in rows)
+    if result.loss_tokens is not None:  # a loss_tokens job: each sample's label positions with loss beside it
+        rows = zip(result.sample_index.tolist(), result.lengths.tolist(), result.loss_tokens.tolist(), strict=True)
+        return "sample_index,length,loss_tokens\n" + "".join(f"{i},{n},{x}\n" for i, n, x in rows)
     rows = zip(result.sample_index.tolist(), result.lengths.tolist(), strict=True)
     return "sample_index,length\n" + "".join(f"{i},{n}\n" for i, n in rows)
