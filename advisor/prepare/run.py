@@ -286,7 +286,7 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
         say(f"{split}: wrote {done} of {of} file(s) ({packing.num_packs:,} packs)", 0.7 + 0.3 * done / of)
 
     if options.engine == "ray":
-        write_ray(specs, wrote)
+        write_ray(specs, wrote, options.workers)
     else:
         write_local(specs, max(1, options.workers or os.cpu_count() or 1), wrote)
     truncated = np.asarray(cache.array("truncated"))[kept] | runtime.cut[kept]
