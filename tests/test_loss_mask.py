@@ -183,3 +183,17 @@ def test_skipped_loss_rows_are_counted_and_a_table_says_it_left_the_column_aside
     assert sorted(e.count for e in h.excluded) == [1, 1]
     table = read_delimited(b"length,count,loss_tokens\n5,2,3\n", Ctx(name="t.csv"))
     assert table.loss_tokens is None and any("loss_tokens" in n and "left aside" in n for n in table.notes)
+
+
+def test_the_bundled_answer_only_plan_reads_its_mask_as_tokenize_writes_it(tmp_path):
+    """sample_data/raw/chat_sample_loss_tokens.csv is what tokenize --loss-tokens writes today."""
+    from advisor.data.tokenize.engine import lengths_csv
+    from advisor.plan import load_plan
+
+    job = TokenizeJob(data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"), tokenizer=TOKENIZER, fmt="chat",
+                      settings=ChatSettings(), loss_tokens=True)
+    bundled = ROOT / "sample_data" / "raw" / "chat_sample_loss_tokens.csv"
+    assert bundled.read_text() == lengths_csv(tokenize(job, workers=1))
+    plan = load_plan(str(ROOT / "sample_data" / "plans" / "chat_sample_answer_only.yaml"))
+    loss = analyze(plan, load_lengths(str(bundled))).loss
+    assert loss.masked and loss.depends_on_packing
