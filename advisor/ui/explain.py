@@ -226,8 +226,9 @@ HELP: dict[str, Explanation] = {
                        "your plan's run; and the same samples without packing. Without per-token loss each micro "
                        "batch's loss is its own token mean, so a pack of many short samples and a micro batch of one "
                        "sample weigh their tokens differently, and turning packing on changes what is optimised. "
-                       "The grey bars are the data's samples by length. Every label token counts as a loss token "
-                       "(the lengths carry no loss mask).",
+                       "The grey bars are the data's samples by length. Loss tokens are the data's loss mask where "
+                       "it has one (a packed folder, raw data tokenized here or with tokenize --loss-tokens: "
+                       "answer-only SFT, assistant turns), else every label token; the axis says which.",
                        "Megatron-Bridge 0.6.2 training/losses.py; Megatron-Core schedules.py "
                        "(forward_step_calc_loss), finalize_model_grads.py; advisor/model/loss_expectation.py"),
     "loss_reported_ratio": _e("Megatron-Bridge's logged lm loss at step 0, packed over unpacked: it sums losses and "
