@@ -132,9 +132,10 @@ def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_pa
 
 # ---------------------------------------------------------------------------------------------- the first-fit kernel
 def _cases():
-    """Item sequences that take each path of the record kernel (advisor/packing/first_fit.py): every record
-    demoted and revealed again, gaps of one block and of many, rooms no item fits (kept as 0), length-0 items
-    (nothing is dead then), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums of squares."""
+    """Item sequences that take each path of the wide-tree kernel (advisor/packing/first_fit.py): a bin's lowered
+    room carried up a level or two and to the top, new bins raising their ancestors or not, length-0 items (bin 0
+    answers them, or an unopened bin when none is open), items of the whole pack, int16 rooms and int32 ones,
+    int32 and int64 sums of squares."""
     rng = np.random.default_rng(22)
     yield "uniform", 512, rng.integers(1, 513, 3000)
     yield "heavy tail at the cap", 512, np.minimum(rng.lognormal(np.log(128), 1.2, 3000).astype(int) + 1, 512)
