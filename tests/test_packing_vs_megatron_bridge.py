@@ -149,16 +149,19 @@ def _cases():
     yield "int64 squares", 200_000, rng.integers(1, 200_001, 1500)
 
 
+@pytest.mark.parametrize("full_after", [-1.0, 1e9], ids=["drops write every level", "drops stop early"])
 @pytest.mark.parametrize("name, pack_size, items", slow_after(list(_cases()), fast=3))
 def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_algorithms, name, pack_size, items,
-                                                                         monkeypatch):
+                                                                         full_after, monkeypatch):
     """Bins and each bin's items in the order Megatron-Bridge's own first_fit puts them, with the kernel cut into
-    chunks of 97 items (its state carried across), and each bin's sums as the packs give them."""
+    chunks of 97 items (its state carried across; with every level written, chunks that measure the early stop
+    come between them), and each bin's sums as the packs give them."""
     from advisor.packing import first_fit as ff
 
     items = np.asarray(items, dtype=np.int32)
     theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
     monkeypatch.setattr(ff, "CHUNK", 97)
+    monkeypatch.setattr(ff, "FULL_AFTER", full_after)
     fit = ff.first_fit(items, pack_size)
     ours: list[list[int]] = [[] for _ in range(fit.count)]
     for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
@@ -173,10 +176,14 @@ def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_alg
 
 
 @pytest.mark.slow  # 1M items: the tree kernel (itself checked against Megatron-Bridge above) is the oracle
+@pytest.mark.parametrize("full_after", [-1.0, 1e9], ids=["drops write every level", "drops stop early"])
 @pytest.mark.parametrize("pack_size", [256, 512, 640, 1024, 4096])
-def test_first_fit_kernel_matches_the_tree_kernel_on_a_million_wikipedia_samples(wikipedia, pack_size):
+def test_first_fit_kernel_matches_the_tree_kernel_on_a_million_wikipedia_samples(wikipedia, pack_size, full_after,
+                                                                                  monkeypatch):
+    from advisor.packing import first_fit as ff
     from advisor.packing.first_fit import first_fit, first_fit_tree
 
+    monkeypatch.setattr(ff, "FULL_AFTER", full_after)
     counts = runtime_lengths(scaled(wikipedia, 16), PackingConfig(pack_size=pack_size)).counts
     items = shuffled_lengths(counts, 1234)
     fit = first_fit(items, pack_size)
