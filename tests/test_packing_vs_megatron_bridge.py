@@ -203,3 +203,19 @@ def test_a_packing_groups_its_packs_only_when_asked_and_then_as_megatron_bridge(
     assert [ours.pack(i) for i in range(ours.num_packs)] == assignments  # grouped now, in Megatron-Bridge's order
     assert sum(a.nbytes for a in packing_arrays(ours)) == before + ours.offsets.nbytes + ours.items.nbytes
     assert ours.metadata == metadata
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64])
+def test_the_shuffle_makes_numpys_legacy_swaps(dtype):
+    """first_fit_shuffle's order is drawn by the advisor's own MT19937 (advisor/packing/permutation.py): the same
+    swaps as ``np.random.RandomState(seed).shuffle`` (Megatron-Bridge's ``np.random.shuffle`` after
+    ``np.random.seed``), at the generator's refills (624 words) and around them, and for seeds at the ends."""
+    from advisor.packing.permutation import legacy_shuffle
+
+    for seed in (0, 1, 42, 1234, 2**32 - 1):
+        for n in (0, 1, 2, 3, 311, 312, 313, 623, 624, 625, 1249, 100_003):
+            theirs = (np.arange(n) % 60_000).astype(dtype)
+            ours = theirs.copy()
+            np.random.RandomState(seed).shuffle(theirs)
+            legacy_shuffle(ours, seed)
+            assert np.array_equal(ours, theirs), (seed, n)
