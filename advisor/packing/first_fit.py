@@ -8,18 +8,24 @@ here answers the same question with the same kind of tree, made wide:
 - Each node holds the largest room of 32 children (int16 rooms: 32 of them are one 64-byte line), so 8M bins are
   five levels deep instead of 23. A level is one vector comparison of the 32 children with the item's length
   (AVX-512: one instruction into a mask register) and a count of trailing zeros: no branch to mispredict.
-- After a bin takes an item its block's largest room is recomputed (one vector reduction) and carried up only
-  while it changes: most items stop at the first level or two.
+- After a bin takes an item its block's largest room is recomputed (one vector reduction) and carried up, either
+  only while it changes (``_lowered``) or through every level without a branch (``_lowered_all``), whichever the
+  data makes faster: measured on every eighth chunk (``FULL_AFTER``).
+- The next item's bin is looked for before the current item is placed, and checked after (placing an item only
+  lowers its own bin's room or opens a bin after all others): the search's reads then wait for none of the
+  placement's writes, and the two overlap.
 - Rooms are stored exactly, so each bin's tokens are ``pack_size - room`` at the end; the items and the sum of
   squares of a bin share one row (one cache line touched a placement instead of three).
 
 Before it, the advisor used a kernel of left-to-right maxima of the rooms indexed in a bitset ("records", 1.5-2.2 s
-at 16M items; revealing new records in frozen bins cost more than the search it saved at pack sizes 640-768) and a
-binary max tree like Megatron-Bridge's (``first_fit_tree``, kept as the benchmark's "before" and a second opinion in
-tests). Measured in bench/bench_packing.py against both and against Megatron-Bridge's own packer.
+at 16M Wikipedia samples; revealing new records among frozen bins cost more than the search it saved, 15M searches
+at pack size 640) and a binary max tree like Megatron-Bridge's (``first_fit_tree``, kept as the benchmark's "before"
+and a second opinion in tests). This one takes ~0.7 s at pack sizes 384-2048. Measured in bench/bench_packing.py
+against both and against Megatron-Bridge's own packer.
 
 numba does not vectorize a search loop that stops early, so the vector steps are written as LLVM IR (``_at_least``,
-``_block_max``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512, AVX2, SSE).
+``_block_max``, ``_max_but``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512,
+AVX2, SSE). Written as plain loops they ran scalar, at twice the time.
 
 The kernel runs in chunks of items with its state carried between them, so a long packing reports progress and a
 background packing can pause between chunks (``first_fit_bins``).
