@@ -133,9 +133,10 @@ def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_pa
 # ---------------------------------------------------------------------------------------------- the first-fit kernel
 def _cases():
     """Item sequences that take each path of the wide-tree kernel (advisor/packing/first_fit.py): a bin's lowered
-    room carried up a level or two and to the top, new bins raising their ancestors or not, length-0 items (bin 0
-    answers them, or an unopened bin when none is open), items of the whole pack, int16 rooms and int32 ones,
-    int32 and int64 sums of squares."""
+    room carried up a level or two and to the top, new bins raising their ancestors or not, the next item's bin
+    found before the current one is placed and looked for again, length-0 items (bin 0 answers them, or an
+    unopened bin when none is open), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums
+    of squares."""
     rng = np.random.default_rng(22)
     yield "uniform", 512, rng.integers(1, 513, 3000)
     yield "heavy tail at the cap", 512, np.minimum(rng.lognormal(np.log(128), 1.2, 3000).astype(int) + 1, 512)
@@ -149,19 +150,16 @@ def _cases():
     yield "int64 squares", 200_000, rng.integers(1, 200_001, 1500)
 
 
-@pytest.mark.parametrize("full_after", [-1.0, 1e9], ids=["drops write every level", "drops stop early"])
 @pytest.mark.parametrize("name, pack_size, items", slow_after(list(_cases()), fast=3))
 def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_algorithms, name, pack_size, items,
-                                                                         full_after, monkeypatch):
+                                                                         monkeypatch):
     """Bins and each bin's items in the order Megatron-Bridge's own first_fit puts them, with the kernel cut into
-    chunks of 97 items (its state carried across; with every level written, chunks that measure the early stop
-    come between them), and each bin's sums as the packs give them."""
+    chunks of 97 items (its state carried across), and each bin's sums as the packs give them."""
     from advisor.packing import first_fit as ff
 
     items = np.asarray(items, dtype=np.int32)
     theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
     monkeypatch.setattr(ff, "CHUNK", 97)
-    monkeypatch.setattr(ff, "FULL_AFTER", full_after)
     fit = ff.first_fit(items, pack_size)
     ours: list[list[int]] = [[] for _ in range(fit.count)]
     for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
@@ -176,14 +174,10 @@ def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_alg
 
 
 @pytest.mark.slow  # 1M items: the tree kernel (itself checked against Megatron-Bridge above) is the oracle
-@pytest.mark.parametrize("full_after", [-1.0, 1e9], ids=["drops write every level", "drops stop early"])
 @pytest.mark.parametrize("pack_size", [256, 512, 640, 1024, 4096])
-def test_first_fit_kernel_matches_the_tree_kernel_on_a_million_wikipedia_samples(wikipedia, pack_size, full_after,
-                                                                                  monkeypatch):
-    from advisor.packing import first_fit as ff
+def test_first_fit_kernel_matches_the_tree_kernel_on_a_million_wikipedia_samples(wikipedia, pack_size):
     from advisor.packing.first_fit import first_fit, first_fit_tree
 
-    monkeypatch.setattr(ff, "FULL_AFTER", full_after)
     counts = runtime_lengths(scaled(wikipedia, 16), PackingConfig(pack_size=pack_size)).counts
     items = shuffled_lengths(counts, 1234)
     fit = first_fit(items, pack_size)

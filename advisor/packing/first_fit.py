@@ -8,9 +8,12 @@ here answers the same question with the same kind of tree, made wide:
 - Each node holds the largest room of 32 children (int16 rooms: 32 of them are one 64-byte line), so 8M bins are
   five levels deep instead of 23. A level is one vector comparison of the 32 children with the item's length
   (AVX-512: one instruction into a mask register) and a count of trailing zeros: no branch to mispredict.
-- After a bin takes an item its block's largest room is recomputed (one vector reduction) and carried up, either
-  only while it changes (``_lowered``) or through every level without a branch (``_lowered_all``), whichever the
-  data makes faster: measured on every eighth chunk (``FULL_AFTER``).
+- After a bin takes an item, its room and its block's largest room (the level above) are written without a branch,
+  each from the siblings' largest room (one vector reduction, read before the write); the levels higher up only
+  while they change (``_lowered``). Writing every level without a branch, or stopping right at the first level
+  unchanged, both measured 5-12 % slower on 16M Wikipedia samples at pack sizes 384-2048: the first mispredicts
+  where the bin is the largest of its block (large packs: the last bins take most items), the second does work
+  above where nothing changes.
 - The next item's bin is looked for before the current item is placed, and checked after (placing an item only
   lowers its own bin's room or opens a bin after all others): the search's reads then wait for none of the
   placement's writes, and the two overlap.
@@ -24,7 +27,7 @@ and a second opinion in tests). This one takes ~0.7 s at pack sizes 384-2048. Me
 against both and against Megatron-Bridge's own packer.
 
 numba does not vectorize a search loop that stops early, so the vector steps are written as LLVM IR (``_at_least``,
-``_block_max``, ``_max_but``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512,
+``_max_but``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512,
 AVX2, SSE). Written as plain loops they ran scalar, at twice the time.
 
 The kernel runs in chunks of items with its state carried between them, so a long packing reports progress and a
@@ -49,9 +52,6 @@ CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50
 STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
 WIDTH = 32  # children a node: 32 int16 rooms are one cache line, compared in one AVX-512 instruction
 SHIFT = 5  # log2(WIDTH)
-FULL_AFTER = 0.8  # levels a drop changes on average, above which writing every level without a branch is faster
-# (16M Wikipedia samples: 0.5 at pack size 768, where stopping early is ~5 % faster; 1.05 at 640, 1.8 at 512, 2.4 at
-# 1024, 2.9 at 2048, where writing every level is 10-25 % faster)
 ALIGN = 64  # bytes: a node's children start a cache line (a node split over two lines costs two loads)
 
 
@@ -79,17 +79,6 @@ def _at_least(typingctx, arr, base, s):
         mask = builder.bitcast(builder.icmp_signed(">=", v, splat), ir.IntType(WIDTH))
         return builder.zext(mask, ir.IntType(64))
     return types.uint64(arr, base, s), codegen
-
-
-@intrinsic
-def _block_max(typingctx, arr, base):
-    """The largest of the WIDTH elements from ``base``."""
-    def codegen(context, builder, sig, args):
-        v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(elt, [vty]),
-                                            f"llvm.vector.reduce.smax.v{WIDTH}i{elt.width}")
-        return builder.sext(builder.call(fn, [v]), ir.IntType(64))
-    return types.int64(arr, base), codegen
 
 
 @intrinsic
@@ -130,33 +119,18 @@ def _leftmost(room, up, off, top, s, none):
 
 @njit(cache=True, nogil=True, inline="always")
 def _lowered(room, up, off, depth, b, r):
-    """Bin b's room drops to r: its block's largest room is carried up while it changes. Returns the levels
-    changed."""
-    room[b] = r
-    m = _block_max(room, (b >> SHIFT) << SHIFT)
-    i = b >> SHIFT
-    for lvl in range(depth):
-        node = off[lvl] + i
-        if up[node] == m:
-            return lvl
-        up[node] = m
-        i >>= SHIFT
-        m = _block_max(up, off[lvl] + (i << SHIFT))
-    return depth
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _lowered_all(room, up, off, depth, b, r):
-    """``_lowered`` without stopping: every level written, each from its siblings' largest room (read before, all
-    at once) and the level below's. No branch, so it wins where most drops reach the top: large packs, where
-    the last few bins take most items (``first_fit`` measures which)."""
+    """Bin b's room drops to r: the room and its block's largest room written at once (the block's others read
+    first), then the largest rooms above carried up while they change."""
     sib = _max_but(room, (b >> SHIFT) << SHIFT, b & (WIDTH - 1))
     room[b] = r
     v = r if r > sib else sib
     i = b >> SHIFT
     for lvl in range(depth - 1):
+        node = off[lvl] + i
+        if lvl and up[node] == v:
+            return
         sib = _max_but(up, off[lvl] + ((i >> SHIFT) << SHIFT), i & (WIDTH - 1))
-        up[off[lvl] + i] = v
+        up[node] = v
         v = v if v > sib else sib
         i >>= SHIFT
     up[off[depth - 1] + i] = v
@@ -176,17 +150,16 @@ def _opened(room, up, off, depth, b, r):
 
 
 @njit(cache=True, nogil=True)
-def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, stats, strip, state, full):
+def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, stats, strip, state):
     """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
-    ``state`` = [bins open, strip entries, levels changed by drops, drops]; ``full``: drops write every level
-    (``_lowered_all``), else they stop where nothing changes and are counted.
+    ``state`` = [bins open, strip entries].
 
     ``room`` holds every bin's room (unopened bins 0, as in Megatron-Bridge's tree), ``up`` the levels of the max
     tree above it (level ``lvl`` from ``off[lvl]``: node i is the largest room of its 32 children; the last level is
     one node), ``stats`` each bin's (items, sum of squares), ``strip`` the (bin, length) of every item placed in the
     first ``STRIP`` bins, in order. Returns the strip, reallocated when it filled.
     """
-    nbins, nstrip, walked, drops = state[0], state[1], state[2], state[3]
+    nbins, nstrip = state[0], state[1]
     depth, top = off.size, off[-1]  # held in registers: the arrays' stores could alias them for all numba knows
     look = table.size > 0
     keep = bin_of.size > 0
@@ -213,11 +186,7 @@ def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, sta
         else:
             stats[b, 0] += 1
             stats[b, 1] += s * s
-            if full:
-                _lowered_all(room, up, off, depth, b, room[b] - s)
-            else:
-                walked += _lowered(room, up, off, depth, b, room[b] - s)
-                drops += 1
+            _lowered(room, up, off, depth, b, room[b] - s)
             if q == b and room[b] < s2:  # the next item wanted this bin and no longer fits: look again
                 q = _leftmost(room, up, off, top, s2, nbins)
         if b < STRIP:
@@ -228,7 +197,7 @@ def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, sta
         if keep:
             bin_of[k] = b
         b, s = q, s2
-    state[0], state[1], state[2], state[3] = nbins, nstrip, walked, drops
+    state[0], state[1] = nbins, nstrip
     return strip
 
 
@@ -289,21 +258,14 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     cap = min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK)
     stats = np.zeros((cap, 2), np.int32 if pack_size <= 46_340 else np.int64)  # (items, sum of squares) a bin
     strip = np.zeros((256, 2), np.int64)
-    state = np.zeros(4, np.int64)
+    state = np.zeros(2, np.int64)
     kept = np.empty(n if bins else 0, np.int32)
-    full = False
-    for j, k0 in enumerate(range(0, n, CHUNK)):
+    for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
         if state[0] + (k1 - k0) > stats.shape[0]:
             cap = min(n, max(int(state[0]) + (k1 - k0), stats.shape[0] * 3 // 2))
             stats.resize((cap, 2), refcheck=False)  # in place: the new rows are zeros, nothing copied
-        measure = j % 8 == 0  # which way of carrying drops up is faster, measured on every eighth chunk
-        if measure:
-            state[2:] = 0
-        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, stats, strip, state,
-                                 full and not measure)
-        if measure:
-            full = state[2] > FULL_AFTER * state[3]
+        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, stats, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
