@@ -91,16 +91,17 @@ def data(n: int) -> LengthHistogram:
 
 
 def previous_pack(hist: LengthHistogram, cfg: PackingConfig):
-    """first_fit_shuffle as the advisor packed before this kernel: the shuffled lengths gathered through the cached
-    permutation, the max-tree kernel, the packs grouped into CSR, their sums, the metrics."""
+    """first_fit_shuffle as the advisor packed before this kernel: the shuffled lengths gathered through a
+    permutation drawn by numpy's own shuffle, the max-tree kernel, the packs grouped into CSR, their sums, the
+    metrics."""
     from advisor.packing.algorithms import _csr_from_bins
     from advisor.packing.first_fit import first_fit_tree
     from advisor.packing.metrics import packing_metrics, per_pack
     from advisor.packing.offline import megatron_bridge_metadata, runtime_lengths
-    from advisor.packing.permutation import shuffled_lengths
-
     rt = runtime_lengths(hist, cfg)
-    items = shuffled_lengths(rt.counts, cfg.seed).astype(np.int32)
+    perm = np.arange(int(rt.counts.sum()), dtype=np.int32)
+    np.random.RandomState(cfg.seed).shuffle(perm)
+    items = np.repeat(np.arange(rt.counts.size, dtype=np.int32), rt.counts)[perm]
     bins, count = first_fit_tree(items, cfg.pack_size)
     out = np.empty(items.size, np.int32)
     offsets = _csr_from_bins(items, bins, count, out)

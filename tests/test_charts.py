@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -93,3 +94,19 @@ def test_loss_weight_chart_draws_the_engines_shares(squad):
     assert all(len(t.x) == lw.bins.edges.size - 1 for t in fig.data)
     assert charts.payload_bytes(fig) < 20_000
     assert "moves when packing is turned on" in fig.layout.title.text  # SQuAD's plan keeps per-micro-batch means
+
+
+def test_the_histograms_binned_for_charts_count_as_numpy_does():
+    """The one-pass binning behind the pack charts (advisor/packing/metrics.py) gives numpy's counts and edges,
+    values on the edges and at the top included."""
+    from advisor.packing.metrics import even_histogram, integer_counts
+
+    rng = np.random.default_rng(22)
+    for trial in range(100):
+        values = rng.integers(0, rng.integers(1, 300_000), rng.integers(1, 3000)).astype(np.int32)
+        top = float(values.max()) * (1 + 1e-9 if trial % 2 else 1)
+        bins = int(rng.integers(1, 80))
+        counts, edges = even_histogram(values, 0.0, top, bins)
+        expected, expected_edges = np.histogram(values, bins, (0.0, top))
+        assert counts.tolist() == expected.tolist() and edges.tolist() == expected_edges.tolist()
+        assert integer_counts(values).tolist() == np.bincount(values).tolist()

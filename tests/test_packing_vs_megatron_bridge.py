@@ -132,9 +132,11 @@ def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_pa
 
 # ---------------------------------------------------------------------------------------------- the first-fit kernel
 def _cases():
-    """Item sequences that take each path of the record kernel (advisor/packing/first_fit.py): every record
-    demoted and revealed again, gaps of one block and of many, rooms no item fits (kept as 0), length-0 items
-    (nothing is dead then), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums of squares."""
+    """Item sequences that take each path of the wide-tree kernel (advisor/packing/first_fit.py): a bin's lowered
+    room carried up a level or two and to the top, new bins raising their ancestors or not, the next item's bin
+    found before the current one is placed and looked for again, length-0 items (bin 0 answers them, or an
+    unopened bin when none is open), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums
+    of squares."""
     rng = np.random.default_rng(22)
     yield "uniform", 512, rng.integers(1, 513, 3000)
     yield "heavy tail at the cap", 512, np.minimum(rng.lognormal(np.log(128), 1.2, 3000).astype(int) + 1, 512)
@@ -195,3 +197,19 @@ def test_a_packing_groups_its_packs_only_when_asked_and_then_as_megatron_bridge(
     assert [ours.pack(i) for i in range(ours.num_packs)] == assignments  # grouped now, in Megatron-Bridge's order
     assert sum(a.nbytes for a in packing_arrays(ours)) == before + ours.offsets.nbytes + ours.items.nbytes
     assert ours.metadata == metadata
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64])
+def test_the_shuffle_makes_numpys_legacy_swaps(dtype):
+    """first_fit_shuffle's order is drawn by the advisor's own MT19937 (advisor/packing/permutation.py): the same
+    swaps as ``np.random.RandomState(seed).shuffle`` (Megatron-Bridge's ``np.random.shuffle`` after
+    ``np.random.seed``), at the generator's refills (624 words) and around them, and for seeds at the ends."""
+    from advisor.packing.permutation import legacy_shuffle
+
+    for seed in (0, 1, 42, 1234, 2**32 - 1):
+        for n in (0, 1, 2, 3, 311, 312, 313, 623, 624, 625, 1249, 100_003):
+            theirs = (np.arange(n) % 60_000).astype(dtype)
+            ours = theirs.copy()
+            np.random.RandomState(seed).shuffle(theirs)
+            legacy_shuffle(ours, seed)
+            assert np.array_equal(ours, theirs), (seed, n)

@@ -1,23 +1,34 @@
 """First fit over millions of items, exactly as Megatron-Bridge's segment tree decides, in a fraction of the time.
 
 Megatron-Bridge's ``first_fit`` (algorithms.py, 0.6.2) puts each item into the lowest-index bin whose remaining room
-is at least the item's length, found by descending a max segment tree over bins: at 16M items and 8M bins that is
-~23 dependent loads down and as many up per item. The rule can be answered without searching the bins:
+is at least the item's length, found by descending a binary max segment tree over bins: at 16M items and 8M bins
+that is ~23 dependent loads and as many unpredictable branches down, and as many steps up, per item. The kernel
+here answers the same question with the same kind of tree, made wide:
 
-- A bin is a *record* when its room is larger than the room of every bin before it (a left-to-right maximum). The
-  lowest-index bin with room >= s is always a record: the first record whose room is >= s. Records have strictly
-  increasing rooms, so there are at most ``pack_size + 1`` of them, whatever the number of bins.
-- Records are indexed by their room in a three-level bitset; the bin for an item of length s is the record at the
-  smallest set room >= s: a few word operations in L1, no tree descent.
-- Only records receive items, so every other bin's room is frozen. When a record's room drops (it took an item),
-  bins of its *gap* (the frozen bins up to the next record) whose room now beats it become records. They are found
-  in a max structure over the frozen bins (blocks of 32 bins and a binary tree over block maxima), only when the gap
-  can hold such a bin: each record keeps its gap's largest room (exact after a search, an upper bound otherwise).
-- Rooms below the smallest item never take an item again: they are kept as 0, so most full bins never enter the
-  search structure.
+- Each node holds the largest room of 32 children (int16 rooms: 32 of them are one 64-byte line), so 8M bins are
+  five levels deep instead of 23. A level is one vector comparison of the 32 children with the item's length
+  (AVX-512: one instruction into a mask register) and a count of trailing zeros: no branch to mispredict.
+- After a bin takes an item, its room and its block's largest room (the level above) are written without a branch,
+  each from the siblings' largest room (one vector reduction, read before the write); the levels higher up only
+  while they change (``_lowered``). Writing every level without a branch, or stopping right at the first level
+  unchanged, both measured 5-12 % slower on 16M Wikipedia samples at pack sizes 384-2048: the first mispredicts
+  where the bin is the largest of its block (large packs: the last bins take most items), the second does work
+  above where nothing changes.
+- The next item's bin is looked for before the current item is placed, and checked after (placing an item only
+  lowers its own bin's room or opens a bin after all others): the search's reads then wait for none of the
+  placement's writes, and the two overlap.
+- Rooms are stored exactly, so each bin's tokens are ``pack_size - room`` at the end; the items and the sum of
+  squares of a bin share one row (one cache line touched a placement instead of three).
 
-Measured in bench/bench_packing.py against the max-tree kernel this replaced (kept as ``first_fit_tree``, the
-"before" of the benchmark and a second opinion in tests) and against Megatron-Bridge's own packer.
+Before it, the advisor used a kernel of left-to-right maxima of the rooms indexed in a bitset ("records", 1.5-2.2 s
+at 16M Wikipedia samples; revealing new records among frozen bins cost more than the search it saved, 15M searches
+at pack size 640) and a binary max tree like Megatron-Bridge's (``first_fit_tree``, kept as the benchmark's "before"
+and a second opinion in tests). This one takes ~0.7 s at pack sizes 384-2048. Measured in bench/bench_packing.py
+against both and against Megatron-Bridge's own packer.
+
+numba does not vectorize a search loop that stops early, so the vector steps are written as LLVM IR (``_at_least``,
+``_max_but``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512,
+AVX2, SSE). Written as plain loops they ran scalar, at twice the time.
 
 The kernel runs in chunks of items with its state carried between them, so a long packing reports progress and a
 background packing can pause between chunks (``first_fit_bins``).
@@ -29,314 +40,165 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
-from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 __all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree"]
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
 STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
-SHIFT = 5  # 32 bins a block: a block of int16 rooms is one cache line
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+WIDTH = 32  # children a node: 32 int16 rooms are one cache line, compared in one AVX-512 instruction
+SHIFT = 5  # log2(WIDTH)
+ALIGN = 64  # bytes: a node's children start a cache line (a node split over two lines costs two loads)
 
 
-# ---------------------------------------------------------------------------------------------- the record index
+# ---------------------------------------------------------------------------------------------- vector steps
+def _block(context, builder, arrty, arr, base):
+    """The WIDTH elements ``arr[base:base + WIDTH]`` as one LLVM vector (no alignment assumed)."""
+    a = context.make_array(arrty)(context, builder, arr)
+    elt = context.get_data_type(arrty.dtype)
+    vty = ir.VectorType(elt, WIDTH)
+    ptr = builder.bitcast(builder.gep(a.data, [base]), vty.as_pointer())
+    return builder.load(ptr, align=elt.width // 8), elt, vty
+
+
+@intrinsic
+def _at_least(typingctx, arr, base, s):
+    """A mask of the WIDTH elements from ``base`` that are >= s (bit j: element base + j)."""
+    def codegen(context, builder, sig, args):
+        v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
+        x = args[2]
+        x = builder.trunc(x, elt) if x.type.width > elt.width else builder.sext(x, elt) if x.type.width < elt.width \
+            else x
+        lane0 = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(lane0, ir.Constant(vty, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+        mask = builder.bitcast(builder.icmp_signed(">=", v, splat), ir.IntType(WIDTH))
+        return builder.zext(mask, ir.IntType(64))
+    return types.uint64(arr, base, s), codegen
+
+
+@intrinsic
+def _max_but(typingctx, arr, base, lane):
+    """The largest of the WIDTH elements from ``base`` but ``base + lane`` (the type's minimum when alone)."""
+    def codegen(context, builder, sig, args):
+        v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
+        lanes = ir.Constant(vty, list(range(WIDTH)))
+        at = builder.insert_element(ir.Constant(vty, ir.Undefined), builder.trunc(args[2], elt),
+                                    ir.Constant(ir.IntType(32), 0))
+        at = builder.shuffle_vector(at, ir.Constant(vty, ir.Undefined),
+                                    ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+        v = builder.select(builder.icmp_signed("==", lanes, at), ir.Constant(vty, [-(1 << (elt.width - 1))] * WIDTH), v)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(elt, [vty]),
+                                            f"llvm.vector.reduce.smax.v{WIDTH}i{elt.width}")
+        return builder.sext(builder.call(fn, [v]), ir.IntType(64))
+    return types.int64(arr, base, lane), codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _tz(m):
     return np.int64(trailing_zeros(m))
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _top_bit(m):
-    return np.int64(63) - np.int64(leading_zeros(m))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _above(bit):
-    """Bits ``bit``..63 of a word (none when bit is 64)."""
-    return _ALL << np.uint64(bit) if bit < 64 else np.uint64(0)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _below(bit):
-    """Bits 0..bit-1 of a word."""
-    return (np.uint64(1) << np.uint64(bit)) - np.uint64(1) if bit < 64 else _ALL
-
-
-@njit(cache=True, nogil=True)
-def _succ(l0, l1, l2, v):
-    """The smallest set value >= v, or -1."""
-    w0 = v >> 6
-    if w0 >= l0.size:
-        return -1
-    m = l0[w0] & _above(v & 63)
-    if m:
-        return (w0 << 6) + _tz(m)
-    w1 = w0 >> 6
-    m = l1[w1] & _above((w0 & 63) + 1)
-    if m:
-        w0 = (w1 << 6) + _tz(m)
-        return (w0 << 6) + _tz(l0[w0])
-    w2 = w1 >> 6
-    m = l2[w2] & _above((w1 & 63) + 1)
-    while True:
-        if m:
-            w1 = (w2 << 6) + _tz(m)
-            w0 = (w1 << 6) + _tz(l1[w1])
-            return (w0 << 6) + _tz(l0[w0])
-        w2 += 1
-        if w2 >= l2.size:
-            return -1
-        m = l2[w2]
-
-
-@njit(cache=True, nogil=True)
-def _pred(l0, l1, l2, v):
-    """The largest set value <= v, or -1."""
-    if v < 0:
-        return -1
-    w0 = v >> 6
-    m = l0[w0] & _below((v & 63) + 1)
-    if m:
-        return (w0 << 6) + _top_bit(m)
-    w1 = w0 >> 6
-    m = l1[w1] & _below(w0 & 63)
-    if m:
-        w0 = (w1 << 6) + _top_bit(m)
-        return (w0 << 6) + _top_bit(l0[w0])
-    w2 = w1 >> 6
-    m = l2[w2] & _below(w1 & 63)
-    while True:
-        if m:
-            w1 = (w2 << 6) + _top_bit(m)
-            w0 = (w1 << 6) + _top_bit(l1[w1])
-            return (w0 << 6) + _top_bit(l0[w0])
-        w2 -= 1
-        if w2 < 0:
-            return -1
-        m = l2[w2]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _mark(l0, l1, l2, v):
-    w0 = v >> 6
-    l0[w0] |= np.uint64(1) << np.uint64(v & 63)
-    l1[w0 >> 6] |= np.uint64(1) << np.uint64(w0 & 63)
-    l2[w0 >> 12] |= np.uint64(1) << np.uint64((w0 >> 6) & 63)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _unmark(l0, l1, l2, v):
-    w0 = v >> 6
-    l0[w0] &= ~(np.uint64(1) << np.uint64(v & 63))
-    if l0[w0] == 0:
-        w1 = w0 >> 6
-        l1[w1] &= ~(np.uint64(1) << np.uint64(w0 & 63))
-        if l1[w1] == 0:
-            l2[w1 >> 6] &= ~(np.uint64(1) << np.uint64(w1 & 63))
-
-
-# ---------------------------------------------------------------------------------------------- frozen bins
-@njit(cache=True, nogil=True)
-def _max_of(room, lo, hi):
-    m = -1
-    for i in range(lo, hi):
-        v = room[i]
-        m = v if v > m else m
-    return m
-
-
-@njit(cache=True, nogil=True)
-def _first_above(room, lo, hi, t):
-    for i in range(lo, hi):
-        if room[i] > t:
-            return i
-    return hi
-
-
-@njit(cache=True, nogil=True)
-def _raise(tree, size, block, value):
-    """A new bin's room joins its block: raise the block's max and its ancestors'."""
-    i = block + size
-    while i >= 1 and tree[i] < value:
-        tree[i] = value
-        i >>= 1
-
-
-@njit(cache=True, nogil=True)
-def _refresh(tree, size, room, block):
-    """A room in ``block`` dropped: recompute the block's max and fix its ancestors, stopping where nothing changes."""
-    m = _max_of(room, block << SHIFT, (block + 1) << SHIFT)
-    i = block + size
-    if tree[i] == m:
-        return
-    tree[i] = m
-    i >>= 1
-    while i >= 1:
-        left, right = tree[2 * i], tree[2 * i + 1]
-        top = left if left > right else right
-        if tree[i] == top:
-            break
-        tree[i] = top
-        i >>= 1
-
-
-@njit(cache=True, nogil=True)
-def _find(tree, size, room, x, y, t):
-    """(the leftmost bin in (x, y) whose room is above t, or y; the largest room in (x, y)), for bins x < b < y that
-    are all frozen: their blocks' maxima are exact, while a block holding a record may be above its rooms."""
-    bx, by = x >> SHIFT, y >> SHIFT
-    if bx == by:
-        m = _max_of(room, x + 1, y)
-        return (y, m) if m <= t else (_first_above(room, x + 1, y, t), m)
-    end = (bx + 1) << SHIFT
-    m = _max_of(room, x + 1, end)
-    if m > t:
-        return _first_above(room, x + 1, end, t), m
-    lo, hi = bx + 1 + size, by - 1 + size  # the whole blocks between, as the tree's nodes that cover them
-    left = right = 0
-    while lo <= hi:
-        if lo & 1:
-            v = tree[lo]
-            m = v if v > m else m
-            if left == 0 and v > t:
-                left = lo
-            lo += 1
-        if not hi & 1:
-            v = tree[hi]
-            m = v if v > m else m
-            if v > t:
-                right = hi
-            hi -= 1
-        lo >>= 1
-        hi >>= 1
-    i = left if left else right
-    if i:
-        while i < size:
-            i = 2 * i + (tree[2 * i] <= t)
-        block = i - size
-        return _first_above(room, block << SHIFT, (block + 1) << SHIFT, t), m
-    tail = _max_of(room, by << SHIFT, y)
-    m = tail if tail > m else m
-    return (_first_above(room, by << SHIFT, y, t), m) if tail > t else (y, m)
-
-
-@njit(cache=True, nogil=True)
-def _grown(tree, size):
-    """The tree over twice the blocks: its leaves copied, its inner nodes rebuilt."""
-    bigger = np.zeros(4 * size, tree.dtype)
-    bigger[2 * size: 3 * size] = tree[size: 2 * size]
-    for i in range(2 * size - 1, 0, -1):
-        left, right = bigger[2 * i], bigger[2 * i + 1]
-        bigger[i] = left if left > right else right
-    return bigger, 2 * size
-
-
 # ---------------------------------------------------------------------------------------------- the kernel
-@njit(cache=True, nogil=True)
-def _first_fit_chunk(items, table, k0, k1, pack_size, dead, bin_of, l0, l1, l2, rec, gap, tree, room, fill, nseq,
-                     work, strip, state):
-    """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
-    ``state`` = [bins open, largest record room, tree leaves, strip entries]; the per-bin arrays have room for
-    ``k1 - k0`` more bins.
+@njit(cache=True, nogil=True, inline="always")
+def _leftmost(room, up, off, top, s, none):
+    """The lowest-index bin whose room is >= s, or ``none``: down from the top node (at ``top``), the first able
+    child at each level."""
+    m = _at_least(up, top, s)
+    if not m:
+        return none
+    i = _tz(m)
+    for lvl in range(off.size - 2, -1, -1):
+        i = (i << SHIFT) + _tz(_at_least(up, off[lvl] + (i << SHIFT), s))
+    return (i << SHIFT) + _tz(_at_least(room, i << SHIFT, s))
 
-    ``rec[r]`` is the record bin whose room is r (r marked in the bitset l0/l1/l2); ``gap[r]`` bounds the rooms of
-    that record's gap from above (-1: empty); ``room`` holds every bin's room (as 0 below ``dead``, the smallest
-    item: such a bin takes nothing more, and kept out of the records and the search it costs nothing), ``tree`` the
-    max of each block of frozen rooms. On the way, ``fill``, ``nseq`` and ``work`` get each bin's tokens, items
-    and sum of squares, and ``strip`` the (bin, length) of every item placed in the first ``STRIP`` bins, in
-    order. Returns the tree and the strip, reallocated when they filled.
+
+@njit(cache=True, nogil=True, inline="always")
+def _lowered(room, up, off, depth, b, r):
+    """Bin b's room drops to r: the room and its block's largest room written at once (the block's others read
+    first), then the largest rooms above carried up while they change."""
+    sib = _max_but(room, (b >> SHIFT) << SHIFT, b & (WIDTH - 1))
+    room[b] = r
+    v = r if r > sib else sib
+    i = b >> SHIFT
+    for lvl in range(depth - 1):
+        node = off[lvl] + i
+        if lvl and up[node] == v:
+            return
+        sib = _max_but(up, off[lvl] + ((i >> SHIFT) << SHIFT), i & (WIDTH - 1))
+        up[node] = v
+        v = v if v > sib else sib
+        i >>= SHIFT
+    up[off[depth - 1] + i] = v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _opened(room, up, off, depth, b, r):
+    """A new bin b with room r: its ancestors' largest rooms rise to r where they are below it."""
+    room[b] = r
+    i = b >> SHIFT
+    for lvl in range(depth):
+        node = off[lvl] + i
+        if up[node] >= r:
+            return
+        up[node] = r
+        i >>= SHIFT
+
+
+@njit(cache=True, nogil=True)
+def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, stats, strip, state):
+    """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
+    ``state`` = [bins open, strip entries].
+
+    ``room`` holds every bin's room (unopened bins 0, as in Megatron-Bridge's tree), ``up`` the levels of the max
+    tree above it (level ``lvl`` from ``off[lvl]``: node i is the largest room of its 32 children; the last level is
+    one node), ``stats`` each bin's (items, sum of squares), ``strip`` the (bin, length) of every item placed in the
+    first ``STRIP`` bins, in order. Returns the strip, reallocated when it filled.
     """
-    nbins, top, size, nstrip = state[0], state[1], state[2], state[3]
+    nbins, nstrip = state[0], state[1]
+    depth, top = off.size, off[-1]  # held in registers: the arrays' stores could alias them for all numba knows
     look = table.size > 0
+    keep = bin_of.size > 0
+    s = np.int64(table[items[k0]]) if look else np.int64(items[k0])
+    b = _leftmost(room, up, off, top, s, nbins)
     for k in range(k0, k1):
-        s = np.int64(table[items[k]]) if look else np.int64(items[k])
-        r0 = _succ(l0, l1, l2, s) if s <= top else -1
-        if r0 == -1:  # nothing open fits: a new bin after every other
-            w = nbins
+        # the next item's bin is looked for before this one is placed (its reads then wait for no write of this
+        # placement, so the two overlap) and checked after: placing an item lowers only its own bin's room and
+        # opens bins after all others, so the bin found stays the first fit unless it is this one and lost the
+        # room (look again), or none was found and this item opened one (it may fit). Looking further ahead (a
+        # ring of found bins) measured no faster.
+        s2 = q = 0
+        if k + 1 < k1:
+            s2 = np.int64(table[items[k + 1]]) if look else np.int64(items[k + 1])
+            q = _leftmost(room, up, off, top, s2, nbins)
+        if b >= nbins:  # nothing open fits (an unopened bin answers only a length-0 item): a new bin
+            b = nbins
             nbins += 1
-            if nbins > (size << SHIFT):
-                tree, size = _grown(tree, size)
-            if w < STRIP:
-                if nstrip == strip.shape[0]:
-                    strip = np.concatenate((strip, np.zeros_like(strip)))
-                strip[nstrip, 0], strip[nstrip, 1] = w, s
-                nstrip += 1
-            fill[w] = s
-            nseq[w] = 1
-            work[w] = s * s
-            p = pack_size - s
-            if p < dead:
-                p = 0
-            room[w] = p
-            if p > top:  # larger than every room before it: a record, with nothing in its gap yet
-                rec[p] = w
-                gap[p] = -1
-                _mark(l0, l1, l2, p)
-                top = p
-            elif p:  # frozen in the last record's gap
-                _raise(tree, size, w >> SHIFT, p)
-                if p > gap[top]:
-                    gap[top] = p
-            if bin_of.size:
-                bin_of[k] = w
-            continue
-        v = rec[r0]
-        if bin_of.size:
-            bin_of[k] = v
-        fill[v] += s
-        nseq[v] += 1
-        work[v] += s * s
-        if v < STRIP:
+            stats[b, 0] = 1
+            stats[b, 1] = s * s
+            _opened(room, up, off, depth, b, pack_size - s)
+            if q >= b:  # no bin before it fits the next item: the new one may
+                q = b if pack_size - s >= s2 else nbins
+        else:
+            stats[b, 0] += 1
+            stats[b, 1] += s * s
+            _lowered(room, up, off, depth, b, room[b] - s)
+            if q == b and room[b] < s2:  # the next item wanted this bin and no longer fits: look again
+                q = _leftmost(room, up, off, top, s2, nbins)
+        if b < STRIP:
             if nstrip == strip.shape[0]:
                 strip = np.concatenate((strip, np.zeros_like(strip)))
-            strip[nstrip, 0], strip[nstrip, 1] = v, s
+            strip[nstrip, 0], strip[nstrip, 1] = b, s
             nstrip += 1
-        r = r0 - s
-        if r < dead:
-            r = 0
-        room[v] = r
-        _unmark(l0, l1, l2, r0)
-        g = gap[r0]
-        prev = _pred(l0, l1, l2, r0 - 1)  # the record before v
-        if r > prev:  # still a record, with less room: gap bins above r become records
-            rec[r] = v
-            gap[r] = g
-            _mark(l0, l1, l2, r)
-            if r0 == top:
-                top = r
-            if g <= r:
-                continue
-            owner, t, merged = r, r, False
-        else:  # no longer a record: frozen, its gap joins the previous record's; gap bins above prev are records
-            _refresh(tree, size, room, v >> SHIFT)
-            if r0 == top:
-                top = prev
-            if r > gap[prev]:
-                gap[prev] = r
-            if g <= prev:
-                if g > gap[prev]:
-                    gap[prev] = g
-                continue
-            owner, t, merged = prev, prev, True
-        after = _succ(l0, l1, l2, r0 + 1)
-        y = rec[after] if after != -1 else nbins  # the gap ends at the next record
-        x = v
-        while True:  # the gap's left-to-right maxima above t, in order, each a new record
-            c, m = _find(tree, size, room, x, y, t)
-            if c >= y:
-                if not merged or m > gap[owner]:
-                    gap[owner] = m  # exact for (x, y); a merged gap keeps the larger of its parts
-                break
-            gap[owner] = t  # every bin between the owner and c is at most t
-            rc = room[c]
-            rec[rc] = c
-            _mark(l0, l1, l2, rc)
-            if rc > top:
-                top = rc
-            owner, t, x, merged = rc, rc, c, False
-    state[0], state[1], state[2], state[3] = nbins, top, size, nstrip
-    return tree, strip
+        if keep:
+            bin_of[k] = b
+        b, s = q, s2
+    state[0], state[1] = nbins, nstrip
+    return strip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +232,8 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     their sum, if known.
 
     Fresh memory is what costs here (touching a new page costs more than the work done on it), so the per-bin
-    arrays are as narrow as their values allow (int32; int64 sums of squares past packs of 46,340) and grown in
-    place between chunks, never copied.
+    arrays are as narrow as their values allow (int16 rooms below packs of 32,768; int32 counts and sums of
+    squares, int64 past packs of 46,340) and the figures grown in place between chunks, never copied.
 
     >>> f = first_fit(np.array([3, 3, 1, 2, 4], np.int32), 4)
     >>> f.bins.tolist(), f.count, f.fill.tolist(), f.nseq.tolist(), f.work.tolist(), f.first_packs()
@@ -383,9 +245,7 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     if n == 0:
         empty = np.zeros(0, np.int32)
         return FirstFit(bins=empty, count=0, fill=empty, nseq=empty, work=empty, strip=np.zeros((0, 2), np.int64))
-    values = table[np.unique(items)] if table.size else items
-    lo, hi = int(values.min()), int(values.max())
-    if hi > pack_size or lo < 0:  # Megatron-Bridge then opens bins of negative room
+    if not _within(items, table, pack_size):  # Megatron-Bridge then opens bins of negative room
         lengths = (table[items] if table.size else items).astype(np.int32)
         found, count = first_fit_tree(lengths, pack_size)
         return _from_bins(lengths, found, count)
@@ -393,40 +253,67 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
         tokens = int((table.astype(np.int64) * np.bincount(items, minlength=table.size)).sum() if table.size else
                      items.sum(dtype=np.int64))
     dtype = np.int16 if pack_size < 1 << 15 else np.int32
-    w0 = (pack_size >> 6) + 1
-    w1 = (w0 >> 6) + 1
-    l0, l1, l2 = np.zeros(w0, np.uint64), np.zeros(w1, np.uint64), np.zeros((w1 >> 6) + 1, np.uint64)
-    rec = np.zeros(pack_size + 1, np.int32)
-    gap = np.full(pack_size + 1, -1, np.int32)
+    room, up, off = _tree(n, dtype)
     # room for the bins a good packing opens and a chunk more, grown in place (realloc) when first fit needs more
-    cap = _blocks(min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK))
-    size = 1 << max(1, ((cap >> SHIFT) - 1).bit_length())  # the tree's leaves: blocks, a power of two
-    tree = np.zeros(2 * size, dtype)
-    room, fill, nseq = np.zeros(cap, dtype), np.zeros(cap, np.int32), np.zeros(cap, np.int32)
-    work = np.zeros(cap, np.int32 if pack_size <= 46_340 else np.int64)
+    cap = min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK)
+    stats = np.zeros((cap, 2), np.int32 if pack_size <= 46_340 else np.int64)  # (items, sum of squares) a bin
     strip = np.zeros((256, 2), np.int64)
-    state = np.array([0, -1, size, 0], np.int64)
+    state = np.zeros(2, np.int64)
     kept = np.empty(n if bins else 0, np.int32)
     for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
-        if state[0] + (k1 - k0) > room.size:
-            cap = _blocks(min(n, max(int(state[0]) + (k1 - k0), room.size * 3 // 2)))
-            for a in (room, fill, nseq, work):
-                a.resize(cap, refcheck=False)  # in place: the new tail is zeros, nothing copied
-        tree, strip = _first_fit_chunk(items, table, k0, k1, pack_size, lo, kept, l0, l1, l2, rec, gap, tree, room,
-                                       fill, nseq, work, strip, state)
+        if state[0] + (k1 - k0) > stats.shape[0]:
+            cap = min(n, max(int(state[0]) + (k1 - k0), stats.shape[0] * 3 // 2))
+            stats.resize((cap, 2), refcheck=False)  # in place: the new rows are zeros, nothing copied
+        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, stats, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
             pause()
     count = int(state[0])
-    for a in (fill, nseq, work):
-        a.resize(count, refcheck=False)
-    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work, strip=strip[: state[3]].copy())
+    fill = np.subtract(pack_size, room[:count], dtype=np.int32)
+    return FirstFit(bins=kept, count=count, fill=fill, nseq=stats[:count, 0].copy(), work=stats[:count, 1].copy(),
+                    strip=strip[: state[1]].copy())
+
+
+def _within(items: np.ndarray, table: np.ndarray, pack_size: int) -> bool:
+    """Every length in [0, pack_size]: the table's entries if they all are (no pass over the items), else the
+    entries the items use."""
+    if table.size:
+        if 0 <= int(table.min()) and int(table.max()) <= pack_size:
+            return True
+        values = table[np.unique(items)]
+    else:
+        values = items
+    return 0 <= int(values.min()) and int(values.max()) <= pack_size
+
+
+def _tree(n: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(room, up, off): zeroed rooms for n bins and the levels of the max tree above them, each level padded to
+    whole nodes (a node's children are read as one vector), up to one node's worth. Zeroed pages cost nothing until
+    touched, so they are sized for n bins (every item alone) and never grown: growing would move them off
+    ``ALIGN``."""
+    sizes = [-(-max(n, 1) >> SHIFT)]
+    while sizes[-1] > WIDTH:  # the last level is read as one node
+        sizes.append(-(-sizes[-1] >> SHIFT))
+    off = np.zeros(len(sizes), np.int64)
+    total = 0
+    for lvl, size in enumerate(sizes):
+        off[lvl] = total
+        total += _blocks(size)
+    return _aligned(_blocks(n), dtype), _aligned(total, dtype), off
+
+
+def _aligned(n: int, dtype) -> np.ndarray:
+    """n zeros starting an ``ALIGN``-byte line."""
+    itemsize = np.dtype(dtype).itemsize
+    buf = np.zeros(n + ALIGN // itemsize, dtype)
+    k = (-buf.ctypes.data % ALIGN) // itemsize
+    return buf[k: k + n]
 
 
 def _blocks(n: int) -> int:
-    """n rounded up to whole blocks."""
+    """n rounded up to whole nodes."""
     return -(-n >> SHIFT) << SHIFT
 
 

@@ -36,6 +36,59 @@ def per_pack(offsets: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.nda
     return fill, np.diff(offsets), work
 
 
+@njit(cache=True, nogil=True)
+def _counts(values, size):
+    out = np.zeros(size, np.int64)
+    for v in values:
+        out[v] += 1
+    return out
+
+
+def integer_counts(values: np.ndarray) -> np.ndarray:
+    """``np.bincount(values)`` of non-negative integers of any width, without first copying them to int64 (8M int32
+    pack fills: ~10 ms instead of ~40).
+
+    >>> integer_counts(np.array([3, 0, 3], np.int32)).tolist()
+    [1, 0, 0, 2]
+    """
+    if values.size == 0:
+        return np.zeros(0, np.int64)
+    return _counts(values, int(values.max()) + 1)
+
+
+@njit(cache=True, nogil=True)
+def _even_counts(values, edges):
+    bins = edges.size - 1
+    first, last = edges[0], edges[-1]
+    out = np.zeros(bins, np.int64)
+    for v in values:
+        x = np.float64(v)
+        if x < first or x > last:
+            continue
+        i = np.int64((x - first) / (last - first) * bins)
+        if i == bins:
+            i -= 1
+        if x < edges[i]:
+            i -= 1
+        elif i != bins - 1 and x >= edges[i + 1]:
+            i += 1
+        out[i] += 1
+    return out
+
+
+def even_histogram(values: np.ndarray, lo: float, hi: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.histogram(values, bins, range=(lo, hi))`` in one pass, with numpy's own arithmetic for evenly spaced
+    bins (the same counts), without its float copies of the values: 8M packs' attention work in ~15 ms instead of
+    ~100.
+
+    >>> v = np.array([0, 1, 5, 9, 10, 10, 3], np.int32)
+    >>> [a.tolist() for a in even_histogram(v, 0.0, 10.0, 4)] == [a.tolist() for a in np.histogram(v, 4, (0.0, 10.0))]
+    True
+    """
+    edges = np.linspace(lo, hi, bins + 1)
+    return _even_counts(values, edges), edges
+
+
 def l1_bound(counts: np.ndarray, pack_size: int) -> int:
     total = int((np.arange(counts.size, dtype=np.int64) * counts).sum())
     return -(-total // pack_size)
@@ -76,7 +129,7 @@ def percentile_of_integers(values: np.ndarray, q: float) -> float:
     >>> [percentile_of_integers(v, q) == float(np.percentile(v, q)) for q in (0, 1, 37.5, 50, 99, 100)]
     [True, True, True, True, True, True]
     """
-    cum = np.cumsum(np.bincount(values))
+    cum = np.cumsum(integer_counts(values))
     rank = (values.size - 1) * q / 100
     below = int(np.floor(rank))
     lo = int(np.searchsorted(cum, below, side="right"))

@@ -9,10 +9,11 @@ then reads its items from a table of a few hundred entries instead of gathering 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from advisor import caches
 
-__all__ = ["MAX_CACHED", "permutation", "shuffled_codes", "shuffled_lengths"]
+__all__ = ["MAX_CACHED", "legacy_shuffle", "permutation", "shuffled_codes", "shuffled_lengths"]
 
 MAX_CACHED = 4  # permutations kept: an int32 one of 16M samples is 64 MB, so at most 256 MB
 # (n, seed) -> permutation; locked, as dashboard sessions pack in threads of one process
@@ -53,7 +54,7 @@ def _drawn(n: int, seed: int) -> np.ndarray:
     # the swaps permutation(n) makes on an int64 arange, made on an int32 one (half the memory to swap through):
     # the same permutation, drawn outside the cache's lock
     perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-    np.random.RandomState(seed).shuffle(perm)
+    legacy_shuffle(perm, seed)
     perm.setflags(write=False)  # shared by every caller: nobody may shuffle it in place
     return perm
 
@@ -79,6 +80,66 @@ def _codes(hist, seed: int | None) -> np.ndarray:
     codes = np.repeat(np.arange(hist.lengths.size, dtype=dtype), hist.counts)
     # shuffled in place: the legacy shuffle makes the same swaps whatever the dtype, so this is
     # codes[RandomState(seed).permutation(n)] without the 128 MB permutation (0.7 s at 16M instead of 1.1)
-    np.random.RandomState(seed).shuffle(codes)
+    legacy_shuffle(codes, seed)
     codes.setflags(write=False)
     return codes
+
+
+def legacy_shuffle(x: np.ndarray, seed: int | None) -> None:
+    """``np.random.RandomState(seed).shuffle(x)`` for a 1-D array, in place, the same swaps in ~0.26 s instead of
+    ~0.75 at 16M items. numpy's legacy shuffle (mtrand.pyx ``_shuffle_raw``) swaps x[i] with x[j] for i from the
+    end down to 1, j drawn by ``random_interval(i)``: 32-bit MT19937 outputs masked to i's bit length until one is
+    at most i. Done here with the same generator started from ``RandomState(seed)``'s own state (so its seeding
+    rules hold), the draws made a block ahead of the swaps: the swaps' random reads then overlap instead of
+    waiting on the generator. Past 2^32 items numpy draws 64 bits: its own shuffle is used.
+
+    >>> a, b = np.arange(1000, dtype=np.uint16), np.arange(1000, dtype=np.uint16)
+    >>> np.random.RandomState(5678).shuffle(a); legacy_shuffle(b, 5678); bool((a == b).all())
+    True
+    """
+    state = np.random.RandomState(seed)
+    if x.size >= 1 << 32 or x.ndim != 1:
+        state.shuffle(x)
+        return
+    _, key, pos, _, _ = state.get_state()
+    _shuffled(x, key.astype(np.uint32), int(pos))
+
+
+@njit(cache=True, nogil=True)
+def _twist(mt):
+    """MT19937's next 624 words of state (the reference generator's ``genrand_int32`` refill)."""
+    upper, lower, matrix = np.uint32(0x80000000), np.uint32(0x7FFFFFFF), np.uint32(0x9908B0DF)
+    for i in range(624):  # split where the indices wrap, not taken modulo 624 (a division a word)
+        y = (mt[i] & upper) | (mt[i + 1 if i < 623 else 0] & lower)
+        mt[i] = mt[i + 397 if i < 227 else i - 227] ^ (y >> np.uint32(1)) ^ (matrix * (y & np.uint32(1)))
+
+
+@njit(cache=True, nogil=True)
+def _shuffled(x, mt, pos):
+    block = 1024
+    js = np.empty(block, np.int64)
+    i = x.size - 1
+    while i > 0:
+        m = min(block, i)
+        for k in range(m):  # the draws of the next block of swaps
+            top = np.uint32(i - k)
+            mask = top
+            for shift in (1, 2, 4, 8, 16):
+                mask |= mask >> np.uint32(shift)
+            while True:
+                if pos == 624:
+                    _twist(mt)
+                    pos = 0
+                y = mt[pos]
+                pos += 1
+                y ^= y >> np.uint32(11)  # MT19937's tempering
+                y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+                y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+                y ^= y >> np.uint32(18)
+                if y & mask <= top:
+                    js[k] = y & mask
+                    break
+        for k in range(m):
+            a, b = i - k, js[k]
+            x[a], x[b] = x[b], x[a]
+        i -= m
