@@ -458,6 +458,15 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args.append("--tp-comm-overlap")
     if p.sp:
         args.append("--sequence-parallel")
+    if plan.model.num_moe_experts:  # the dispatcher the estimate models; Megatron-Core's default is allgather
+        if p.moe_dispatcher == "alltoall":
+            args.append("--moe-token-dispatcher-type alltoall")
+        else:
+            args += ["--moe-token-dispatcher-type flex",
+                     f"--moe-flex-dispatcher-backend {p.moe_dispatcher.removeprefix('flex_')}"]
+    if p.moe_a2a_overlap:  # Megatron-Bridge's performance recipes add --delay-wgrad-compute (TE >= 2.8 with
+        # --overlap-grad-reduce): left to the user
+        args.append("--overlap-moe-expert-parallel-comm")
     if p.cp > 1:
         args.append(f"--cp-comm-type {p.cp_comm_type}")
         if p.cp_comm_type == "a2a+p2p":
