@@ -16,6 +16,8 @@ Task = Literal["llm-sft", "vlm-sft", "pretrain"]
 PackingMode = Literal["offline", "in-batch", "online", "none", "auto"]
 Recompute = Literal["none", "selective", "full"]
 Peft = Literal["none", "lora"]
+# Megatron-Core moe_token_dispatcher_type "alltoall", or "flex" with moe_flex_dispatcher_backend deepep or hybridep
+MoeDispatcher = Literal["alltoall", "flex_deepep", "flex_hybridep"]
 CpCommType = Literal["p2p", "a2a", "all_gather", "a2a+p2p"]  # Transformer Engine spells all_gather with an underscore
 # the packing algorithms: the first two are Megatron-Bridge's own (reproduced exactly), the others the advisor's;
 # advisor.packing.algorithms refuses to import unless its registry has exactly these

@@ -69,7 +69,7 @@ def leave_one_out(rows, key, label) -> None:
         eff = fit(train)
         errs = np.abs(np.expm1(residuals(held, eff)))
         constants = ", ".join(f"{k} {getattr(eff, k):.3f}" for k in ("gemm", "gemm_blackwell", "gemm_fp4", "tp_overlap",
-                                                                      "grouped", "moe_overhead"))
+                                                                      "grouped", "expert_overhead_ms"))
         print(f"| {value} | {len(held)} | {np.median(errs):.1%} | {errs.max():.1%} | {constants} |")
 
 

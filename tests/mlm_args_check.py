@@ -43,7 +43,8 @@ CHECKED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads"
            "tokenizer_model", "seq_length", "tensor_model_parallel_size", "context_parallel_size", "sft",
            "train_iters", "global_batch_size", "micro_batch_size", "sequence_parallel", "fp8", "fp8_recipe",
            "fp8_param_gather", "fp8_amax_history_len", "fp4", "fp4_recipe", "fp4_param_gather", "use_megatron_fsdp",
-           "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu")
+           "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu",
+           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm")
 
 
 def missing_reason() -> str | None:

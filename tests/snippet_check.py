@@ -26,6 +26,7 @@ from tests.mb_reference import ACTIVE, class_fields, load_module
 VERSION = ACTIVE["megatron-bridge"]
 CLASSES = {
     "0.6.2": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+              "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
               "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
               "train": ("megatron.bridge.training.config", "TrainingConfig"),
               "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
@@ -34,6 +35,7 @@ CLASSES = {
               "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
               "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs")},
     "0.3.1": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+              "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
               "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
               "train": ("megatron.bridge.training.config", "TrainingConfig"),
               "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
@@ -117,7 +119,7 @@ def recipe_config(task: str, specs_cls, with_specs: bool, log: list):
         if VERSION.startswith("0.6"):
             dataset["enable_offline_packing"] = with_specs
     cfg = type("Cfg", (), {})()
-    for section in ("model", "train", "ddp", "mixed_precision"):
+    for section in ("model", "train", "ddp", "mixed_precision", "comm_overlap"):  # a MoE recipe has a comm overlap
         setattr(cfg, section, _Section(section, log, {}))
     cfg.dataset = _Section("dataset", log, dataset)
     return cfg
@@ -166,7 +168,7 @@ def main() -> None:
     task, snippet_path, overrides_path = sys.argv[1:4]
     with_specs = (sys.argv[4] if len(sys.argv) > 4 else "specs") == "specs"
     specs_cls = _load_specs_class()
-    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision")}
+    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision", "comm_overlap")}
     fields["dataset"] = class_fields(*CLASSES[f"dataset:{task}"])
     spec_fields = class_fields(*CLASSES["specs"])
     log: list = []

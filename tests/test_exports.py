@@ -52,6 +52,10 @@ PLANS = {
                        "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_size": 64}},
     "offline-per-token-loss": {"model": "llama3.1-8b", "parallel": {"gpus": 8},
                                "training": {"global_batch_size": 64, "calculate_per_token_loss": True}},
+    "pretrain-moe-flex-overlap": {"model": "qwen3-30b-a3b",
+                                  "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
+                                               "moe_dispatcher": "flex_hybridep"},
+                                  "training": {"task": "pretrain", "global_batch_size": 64, "recompute": "none"}},
     "in-batch-average-in-collective": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
                                        "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64,
                                                     "average_in_collective": True}},
@@ -122,6 +126,13 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
         assert out["precision_recipes"] == []
     if plan.parallel.fsdp:
         assert {"cfg.ddp.use_megatron_fsdp", "cfg.ddp.data_parallel_sharding_strategy"} <= set(out["set"])
+    if plan.model.num_moe_experts:  # TransformerConfig / CommOverlapConfig fields of the version
+        assert "cfg.model.moe_token_dispatcher_type" in out["set"]
+    if plan.parallel.moe_dispatcher != "alltoall":
+        assert "cfg.model.moe_flex_dispatcher_backend" in out["set"]
+    if plan.parallel.moe_a2a_overlap:
+        assert {"cfg.comm_overlap.overlap_moe_expert_parallel_comm", "cfg.comm_overlap.delay_wgrad_compute",
+                "cfg.model.moe_shared_expert_overlap"} <= set(out["set"])
 
 
 def test_api_generations_differ_where_they_should():

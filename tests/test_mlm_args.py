@@ -67,6 +67,11 @@ def plans() -> dict:
                                     "training": {"seq_length": 4096, "global_batch_size": 256, **training},
                                     "hardware": {"gpu": "B200"}})
     # the reviewer's plan: Llama 3.1 8B chat SFT on 16 H100s, TP 2 + SP, offline packing, CP 2
+    # the MoE dispatcher and EP overlap: flex with HybridEP, the all-to-all behind the other micro batch (VPP with PP)
+    out["qwen3-30b-a3b/flex-overlap"] = plan_from_dict(
+        {"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
+                                                "moe_dispatcher": "flex_hybridep"},
+         "training": {"seq_length": 4096, "global_batch_size": 256, "recompute": "none"}})
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
                                             "training": {"seq_length": 8192, "global_batch_size": 128}})
@@ -92,7 +97,7 @@ def parsed(tmp_path_factory):
     return dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True)), cases
 
 
-CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp"]
+CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -144,6 +149,21 @@ def test_megatron_lm_validate_args(parsed, name):
         assert results[name]["validate_args"].startswith("ValueError: --fp4-format requires Transformer Engine")
         return
     assert results[name]["validate_args"] == "ok", results[name]["validate_args"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_megatron_lm_runs_the_plans_moe_dispatcher_and_overlap(parsed, name):
+    """MoE models run the dispatcher the estimate models (Megatron-Core's default, allgather, is not modelled)."""
+    results, cases = parsed
+    plan, a = cases[name], results[name]["parsed"]
+    p = plan.parallel
+    if not plan.model.num_moe_experts:
+        assert a["moe_token_dispatcher_type"] == "allgather" and not a["overlap_moe_expert_parallel_comm"]
+        return
+    assert a["moe_token_dispatcher_type"] == ("alltoall" if p.moe_dispatcher == "alltoall" else "flex")
+    if p.moe_dispatcher != "alltoall":
+        assert a["moe_flex_dispatcher_backend"] == p.moe_dispatcher.removeprefix("flex_")
+    assert a["overlap_moe_expert_parallel_comm"] is p.moe_a2a_overlap
 
 
 @pytest.mark.parametrize("name", [name for name, _, _ in PRECISIONS])

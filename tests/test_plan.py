@@ -37,6 +37,24 @@ def test_all_problems_at_once():
     assert str(err.value).startswith("p.yaml: 8 problem(s):")
 
 
+def test_moe_dispatcher_and_overlap_follow_megatron_cores_checks():
+    """transformer_config.py: overlap_moe_expert_parallel_comm asserts EP > 1, a virtual pipeline with PP > 1 and no
+    full recompute; the flex dispatcher is a MoE setting."""
+    with pytest.raises(PlanError) as err:
+        plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "moe_a2a_overlap": True},
+                        "training": {"recompute": "full"}})
+    problems = err.value.problems
+    for text in ("moe_a2a_overlap needs expert parallelism", "moe_a2a_overlap with pp > 1 needs a virtual pipeline",
+                 "moe_a2a_overlap cannot run with training.recompute full"):
+        assert sum(text in p for p in problems) == 1, (text, problems)
+    with pytest.raises(PlanError, match="moe_dispatcher flex_hybridep needs a MoE model"):
+        plan_from_dict({"model": "llama3.1-8b", "parallel": {"moe_dispatcher": "flex_hybridep"}})
+    plan = plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8,
+                                                                  "moe_a2a_overlap": True,
+                                                                  "moe_dispatcher": "flex_deepep"}})
+    assert plan.parallel.moe_a2a_overlap and plan.parallel.moe_dispatcher == "flex_deepep"
+
+
 def test_batch_and_preset_errors():
     with pytest.raises(PlanError, match="global_batch_size 30 is not divisible by micro_batch_size\\*dp = 2\\*4"):
         plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2}, "packing": {"mode": "none"},

@@ -15,7 +15,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import find_prepared
@@ -57,6 +57,7 @@ class Settings:
     mode: str
     mixed_precision: dict | None = None  # the MixedPrecisionConfig fields the plan's precision sets (None: BF16)
     precision_recipe: str | None = None  # Megatron-Bridge's recipe name for it (get_mixed_precision_config)
+    comm_overlap: dict = field(default_factory=dict)  # CommOverlapConfig fields (the EP all-to-all overlap)
 
 
 # Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
@@ -125,6 +126,17 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
             model[flag] = True
     if p.tp_comm_overlap:
         model["tp_comm_overlap"] = True
+    if plan.model.num_moe_experts:  # the dispatcher the estimate models (TransformerConfig's default is allgather)
+        if p.moe_dispatcher == "alltoall":
+            model["moe_token_dispatcher_type"] = "alltoall"
+        else:
+            model.update(moe_token_dispatcher_type="flex",
+                         moe_flex_dispatcher_backend=p.moe_dispatcher.removeprefix("flex_"))
+    comm_overlap = {}
+    if p.moe_a2a_overlap:  # as Megatron-Bridge's performance scripts turn it on (utils/overrides.py
+        # _set_moe_a2a_overlap_overrides): on the comm-overlap config, which sets the model's at setup
+        comm_overlap.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)
+        model["moe_shared_expert_overlap"] = False  # Megatron-Core asserts it off with the overlap
     if p.cp > 1:
         model["cp_comm_type"] = p.cp_comm_type
         if p.cp_comm_type == "a2a+p2p":
@@ -184,7 +196,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     if mixed is not None and not t.grad_reduce_in_fp32:
         mixed["grad_reduce_in_fp32"] = False
     return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode,
-                    mixed_precision=mixed, precision_recipe=num.mb_recipe if num.quantized else None)
+                    comm_overlap=comm_overlap, mixed_precision=mixed,
+                    precision_recipe=num.mb_recipe if num.quantized else None)
 
 
 # The MixedPrecisionConfig fields each of Megatron-Bridge's recipes sets (training/mixed_precision.py, 0.3.1 to 0.6.2):
@@ -238,6 +251,11 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
         target = "cfg.dataset." + ("offline_packing_specs" if new else "packed_sequence_specs")
         lines += [f"if {target} is None:  # the recipe packs nothing yet", f"    {target} = PackedSequenceSpecs()"]
         lines += [f"{target}.{k} = {_py(v)}" for k, v in s.specs.items()]
+    if s.comm_overlap:
+        lines += ["if cfg.comm_overlap is None:  # the recipe has no comm-overlap config yet",
+                  "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
+                  f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})"]
+        lines += [f"cfg.comm_overlap.{k} = {_py(v)}" for k, v in s.comm_overlap.items()]
     if plan.training.epochs and "train_iters" not in s.train:
         lines.append("# training.epochs: give the lengths (--lengths or data.lengths) to have train_iters written")
     if s.mixed_precision is not None:
@@ -273,6 +291,7 @@ def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: flo
         out += [f"dataset.{target}.{k}={_dotlist(v)}" for k, v in s.specs.items()]
     if s.mixed_precision is not None:  # the named recipe's fields, on the recipe's MixedPrecisionConfig object
         out += [f"mixed_precision.{k}={_dotlist(v)}" for k, v in s.mixed_precision.items()]
+    out += [f"comm_overlap.{k}={_dotlist(v)}" for k, v in s.comm_overlap.items()]  # the recipe's comm-overlap config
     return "\n".join(out) + "\n"
 
 
@@ -458,6 +477,15 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args.append("--tp-comm-overlap")
     if p.sp:
         args.append("--sequence-parallel")
+    if plan.model.num_moe_experts:  # the dispatcher the estimate models; Megatron-Core's default is allgather
+        if p.moe_dispatcher == "alltoall":
+            args.append("--moe-token-dispatcher-type alltoall")
+        else:
+            args += ["--moe-token-dispatcher-type flex",
+                     f"--moe-flex-dispatcher-backend {p.moe_dispatcher.removeprefix('flex_')}"]
+    if p.moe_a2a_overlap:  # Megatron-Bridge's performance recipes add --delay-wgrad-compute (TE >= 2.8 with
+        # --overlap-grad-reduce): left to the user
+        args.append("--overlap-moe-expert-parallel-comm")
     if p.cp > 1:
         args.append(f"--cp-comm-type {p.cp_comm_type}")
         if p.cp_comm_type == "a2a+p2p":

@@ -34,6 +34,7 @@ from advisor.vocabulary import (
     DataFormat,
     Fp8Recipe,
     MegatronLmBranch,
+    MoeDispatcher,
     OnlineScheduler,
     PackingMode,
     Peft,
@@ -190,6 +191,14 @@ class ParallelSpec(_Section):
         False, description="the output layer and loss take a layer's place on the last pipeline stage (Megatron)")
     tp_comm_overlap: bool = Field(False, description="overlap TP communication with GEMMs (Transformer Engine "
                                                      "userbuffers; needs sp; Megatron-Bridge's default is off)")
+    moe_dispatcher: MoeDispatcher = Field("alltoall", description=(
+        "MoE token dispatcher (Megatron-Core moe_token_dispatcher_type): alltoall (NCCL all-to-all, permutation "
+        "as separate kernels) or flex with the DeepEP or HybridEP backend (moe_flex_dispatcher_backend: "
+        "communication kernels that permute while they send)"))
+    moe_a2a_overlap: bool = Field(False, description=(
+        "overlap the expert-parallel all-to-all with the other micro batch's compute (Megatron-Core "
+        "overlap_moe_expert_parallel_comm, with delay_wgrad_compute): needs ep > 1, vpp when pp > 1, and no full "
+        "recompute"))
     fsdp: bool = Field(False, description="Megatron FSDP (use_megatron_fsdp): weights, gradients and optimizer "
                                           "state sharded over DP x CP, gathered layer by layer")
 
@@ -524,6 +533,10 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append("parallel.vpp needs pp > 1")
         if p.tp_comm_overlap and not (p.sp and p.tp > 1):  # Megatron-Bridge CommOverlapConfig turns it off
             out.append("parallel.tp_comm_overlap needs tp > 1 and sp (sequence parallelism)")
+        if p.moe_a2a_overlap and p.ep == 1:  # Megatron-Core transformer_config.py __post_init__
+            out.append("parallel.moe_a2a_overlap needs expert parallelism (ep > 1)")
+        if p.moe_a2a_overlap and p.pp > 1 and p.vpp is None:
+            out.append("parallel.moe_a2a_overlap with pp > 1 needs a virtual pipeline (parallel.vpp)")
         if p.cp_comm_type == "a2a+p2p" and (not p.hierarchical_cp_sizes or math.prod(p.hierarchical_cp_sizes) != p.cp):
             out.append(f"parallel.cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {p.cp}")
     if hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
@@ -532,6 +545,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
                    "(or give memory_gib and bf16_tflops)")
     if hardware is not None and t is not None:
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
+    if p is not None and t is not None and p.moe_a2a_overlap and t.recompute == "full":  # Megatron-Core asserts it
+        out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")
     if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
         out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:
@@ -552,6 +567,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
                 out.append(f"parallel.gpus {p.gpus} is not divisible by ep*etp*pp = {p.ep * p.etp * p.pp}")
         elif p.ep > 1:
             out.append("parallel.ep > 1 needs a MoE model (model.num_moe_experts)")
+        if not m.num_moe_experts and p.moe_dispatcher != "alltoall":
+            out.append(f"parallel.moe_dispatcher {p.moe_dispatcher} needs a MoE model (model.num_moe_experts)")
     if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
         offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
         if k.mode == "online":

@@ -3,9 +3,9 @@
 Alternatives: a constant per model, layout or system (fits anything, predicts nothing) or no fit (datasheet peaks:
 40 % too fast). Here: six constants shared by every run: the GEMM efficiency of BF16 and FP8 (one figure) on Hopper
 and on Blackwell, and of NVFP4, the hidden share of TP communication, and for MoE layers the grouped GEMMs' share of
-that efficiency and a fixed overhead per layer and micro batch; attention's efficiency comes from kernel benchmarks.
-They are fitted by
-least squares on log(predicted / measured) over two published tables of pre-training runs:
+that efficiency and a fixed overhead per local expert, layer and micro batch; attention's efficiency comes from
+kernel benchmarks. They are fitted by least squares on log(predicted / measured) over two published tables of
+pre-training runs:
 
 - ``sample_data/published_step_times.csv``: NVIDIA/dgxc-benchmarking v25.04.02, H100, NeMo 25.02, BF16 and FP8;
 - ``sample_data/mb_performance_pretrain.csv``: Megatron-Bridge's performance summary, 25.11 to 26.02.01 containers,
@@ -30,7 +30,7 @@ from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, plan_from_dict
 
 BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
-          "grouped": (0.3, 1.0), "moe_overhead": (0.0, 0.05)}
+          "grouped": (0.3, 1.0), "expert_overhead_ms": (0.0, 3.0)}
 # Not fitted: pre-training rows (all 4k-8k, one sequence per row) cannot tell GEMM from attention efficiency, and a
 # free fit trades one for the other (it pushed attention to 100 % of peak). Taken from kernel benchmarks instead:
 # FlashAttention-3 (Shah et al. 2024, H100 SXM5 BF16, causal, head dim 128, 4k-16k) runs forward at ~620 and
@@ -41,9 +41,9 @@ ATTENTION_EFFICIENCY = 0.55
 # backward at Hopper's 0.82 of forward (510/620), 3.5 / (1/0.55 + 2.5/0.45) = 0.47 of peak
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
-EFFICIENCY = Efficiency(gemm=0.644, gemm_blackwell=0.563, gemm_fp4=0.372, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.289, grouped=0.56,
-                        moe_overhead=0.004)
+EFFICIENCY = Efficiency(gemm=0.62, gemm_blackwell=0.561, gemm_fp4=0.367, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.382, grouped=0.458,
+                        expert_overhead_ms=0.322)
 SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
 CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
 MB_CALIBRATION_CSV = SAMPLE_DATA / "mb_performance_pretrain.csv"
@@ -63,6 +63,21 @@ PIPELINE_SLOTS = ("llama3.1-405b", "qwen3-235b-a22b")
 # NeMo 25.02's performance scripts ran FP8 with delayed scaling (bf16_with_fp8_mixed); the dgxc README names no
 # recipe. Megatron-Bridge's table says FP8-CS: current scaling, tensorwise
 FP8_RECIPE = {"published_step_times.csv": "delayed", "mb_performance_pretrain.csv": "tensorwise"}
+# Megatron-Bridge's MoE settings per model and system (dispatcher, EP all-to-all overlap), as its performance
+# scripts set them: scripts/performance/configs/qwen/qwen3_workload_base_configs.py with qwen3_llm_pretrain.py (the
+# 235B on GB200/GB300 and the 30B everywhere: moe_token_dispatcher_type flex, moe_flex_dispatcher_backend hybridep;
+# the 235B on B200/B300 and H100: alltoall; H100's 235B moe_a2a_overlap=True, which sets overlap_moe_expert_parallel
+# _comm and delay_wgrad_compute), scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py (V2, GBS
+# 1280: GB200 moe_a2a_overlap=True; B300 hybridep; the rest alltoall, the recipes' default). NeMo's Grok-1 (24.12)
+# ran the all-to-all dispatcher without overlap, Megatron-Core's defaults.
+MOE_SETTINGS = {
+    ("qwen3-235b-a22b", "GB200"): ("flex_hybridep", False), ("qwen3-235b-a22b", "GB300"): ("flex_hybridep", False),
+    ("qwen3-235b-a22b", "H100-80GB"): ("alltoall", True),
+    ("qwen3-30b-a3b", "H100-80GB"): ("flex_hybridep", False), ("qwen3-30b-a3b", "B200"): ("flex_hybridep", False),
+    ("qwen3-30b-a3b", "B300"): ("flex_hybridep", False), ("qwen3-30b-a3b", "GB200"): ("flex_hybridep", False),
+    ("qwen3-30b-a3b", "GB300"): ("flex_hybridep", False),
+    ("gpt-oss-120b", "GB200"): ("alltoall", True), ("gpt-oss-120b", "B300"): ("flex_hybridep", False),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +93,7 @@ class Measurement:
     precision: str = "bf16"
 
 
-def _parallel(row: dict, model: str, moe: bool) -> dict:
+def _parallel(row: dict, model: str, moe: bool, system: str = "H100-80GB") -> dict:
     """The layout as published. Both tables' recipes run TP with sequence parallelism; dense models overlap TP
     communication (NeMo's and Megatron-Bridge's comm-overlap configs), Megatron-Bridge's MoE recipes do not
     (perf_recipes/qwen/h100/qwen3_moe.py, tp_comm_overlap=False) and set expert TP 1 (Qwen3-MoE, GPT-OSS); NeMo's
@@ -93,6 +108,8 @@ def _parallel(row: dict, model: str, moe: bool) -> dict:
         parallel["vpp"] = int(vpp)
     if model in PIPELINE_SLOTS:
         parallel.update(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    dispatcher, overlap = MOE_SETTINGS.get((model, system), ("alltoall", False))
+    parallel.update(moe_dispatcher=dispatcher, moe_a2a_overlap=overlap and ep > 1)
     return parallel
 
 
@@ -110,9 +127,9 @@ def plan_of_row(row: dict, table: str) -> Plan:
                 "grad_reduce_in_fp32": False, "precision": precision}
     if precision == "fp8":
         training["fp8_recipe"] = FP8_RECIPE[table]
-    return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe), "training": training,
-                           "packing": {"mode": "none"},
-                           "hardware": {"gpu": row.get("system") or row.get("gpu") or "H100-80GB"}},
+    gpu = row.get("system") or row.get("gpu") or "H100-80GB"
+    return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
+                           "packing": {"mode": "none"}, "hardware": {"gpu": gpu}},
                           f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
 
 
@@ -184,7 +201,7 @@ def fitted_names(rows: Sequence[Measurement]) -> list[str]:
     if any(r.plan.parallel.tp_comm_overlap for r in rows):
         names.append("tp_overlap")
     if any(r.plan.model.num_moe_experts for r in rows):
-        names += ["grouped", "moe_overhead"]
+        names += ["grouped", "expert_overhead_ms"]
     return names
 
 

@@ -18,7 +18,7 @@ its gradients reduce-scattered after it, every micro batch, prefetched behind th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from advisor.model.memory import lora_parameters
 from advisor.model.numerics import Numerics, numerics_of
@@ -53,8 +53,10 @@ class Efficiency:
     gemm_fp4: float = 0.0  # fraction of dense FP4 peak that large NVFP4 GEMMs sustain; 0: as FP8
     attention_blackwell: float = 0.0  # flash attention on Blackwell (compute capability 10); 0: as ``attention``
     grouped: float = 1.0  # a rank's local experts in one grouped GEMM run at this share of a dense GEMM's efficiency
-    moe_overhead: float = 0.0  # seconds per MoE layer and micro batch, forward and backward, beyond its kernels'
-    # work: the dispatcher's host synchronisation on the tokens per expert, routing and permutation launches
+    expert_overhead_ms: float = 0.0  # milliseconds per local expert, MoE layer and micro batch, forward and
+    # backward, beyond the kernels' work: Transformer Engine's GroupedLinear launches one GEMM (and one cast in FP8)
+    # per local expert (general_grouped_gemm: a cuBLAS call per GEMM), after the dispatcher's host synchronisation on
+    # the tokens per expert has drained the launch queue
 
     def gemm_for(self, fmt: str, gpu: Gpu | None = None) -> float:
         """The GEMM efficiency of a tensor-core format (BF16 and FP8 share one) on ``gpu``'s architecture."""
@@ -111,12 +113,15 @@ class StepTime:
 def _elementwise_bytes(plan: Plan, moe: bool) -> float:
     """Bytes per token a layer's forward moves outside GEMMs and attention: two norms (read, write), two residual
     adds (two reads, a write), rotary on Q and K, the MLP activation (gated: two reads, a write) and, in MoE layers,
-    the token permutation there and back. Norm, residual and permutation work is split by TP only with SP."""
+    the token permutation there and back. Norm, residual and permutation work is split by TP only with SP. The flex
+    dispatcher's kernels (DeepEP, HybridEP) write the tokens they receive in expert order and combine them back in
+    place: no separate permutation pass (megatron/core/transformer/moe/token_dispatcher.py, MoEFlexTokenDispatcher)."""
     m, p = plan.model, plan.parallel
     h, q, kv, tp = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups, p.tp
     f = (m.moe_ffn_hidden_size or m.ffn_hidden_size) if moe else m.ffn_hidden_size
     copies = m.moe_router_topk if moe else 1
-    sequence = 4 * h + 6 * h + (4 * copies * h if moe else 0)
+    permute = moe and p.moe_dispatcher == "alltoall"
+    sequence = 4 * h + 6 * h + (4 * copies * h if permute else 0)
     split = 2 * (q + kv) + (3 if m.gated_linear_unit else 2) * f * copies
     return BF16 * (sequence / (tp if p.sp else 1) + split / tp)
 
@@ -208,7 +213,7 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
     if moe and p.ep > 1:
         routed = tokens / p.tp * m.moe_router_topk * m.hidden_size * BF16
         a2a = 2 * cc.all_to_all_spread(routed, p.ep, p.etp, gpu)  # dispatch and combine
-    dispatch = eff.moe_overhead / 3 if moe else 0.0  # a third in forward, two in backward, as the work
+    dispatch = _moe_overhead(plan, eff) / 3 if moe else 0.0  # a third in forward, two in backward, as the work
     fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, quantize=q_fwd, tp_comm=tp_f, cp_comm=cp_f,
                 moe_all_to_all=a2a, moe_dispatch=dispatch)
     if t.recompute == "full":
@@ -219,9 +224,36 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
         recompute = 0.0
     bwd = Phase(gemm=bwd_gemm, attention=attn_b, memory_bound=2 * mem, quantize=q_bwd, tp_comm=tp_b, cp_comm=cp_b,
                 moe_all_to_all=a2a, moe_dispatch=2 * dispatch, recompute=recompute)
+    if moe and p.moe_a2a_overlap and a2a:
+        experts = [g for g in gemms if g.name.startswith("expert_")]
+        mlp_fwd = sum(run(g, g.m, g.n, g.k) for g in experts)
+        mlp_bwd = sum(run(g, g.m, g.k, g.n) + (run(g, g.k, g.n, g.m) if g.trains else 0.0) for g in experts)
+        fwd, bwd = _a2a_overlap(fwd, bwd, mlp_fwd, mlp_bwd)
     if p.fsdp:
         fwd, bwd = _fsdp_layer(plan, gpu, num, fwd, bwd, moe)
     return fwd, bwd
+
+
+def _moe_overhead(plan: Plan, eff: Efficiency) -> float:
+    """The fixed seconds of a MoE layer per micro batch beyond its kernels' work, forward and backward: a cost per
+    local expert (num_moe_experts / EP), whatever the tokens."""
+    return eff.expert_overhead_ms * 1e-3 * plan.model.num_moe_experts / plan.parallel.ep
+
+
+def _a2a_overlap(fwd: Phase, bwd: Phase, mlp_fwd: float, mlp_bwd: float) -> tuple[Phase, Phase]:
+    """Megatron-Core's EP all-to-all overlap (overlap_moe_expert_parallel_comm): in the steady 1F1B state one micro
+    batch's forward layer and another's backward layer run together, each all-to-all on a communication stream
+    behind one compute block of the other (models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan
+    .run): the backward's combine behind the forward's attention, the forward's dispatch behind the backward's
+    experts, the backward's dispatch behind the forward's experts, the forward's combine behind the backward's
+    attention. Each is exposed only where it outlasts its block (``mlp_*``: the experts' GEMMs; attention: the rest
+    of the layer's compute)."""
+    half_f, half_b = fwd.moe_all_to_all / 2, bwd.moe_all_to_all / 2
+    attn_f = fwd.total - fwd.moe_all_to_all - fwd.moe_dispatch - mlp_fwd
+    attn_b = bwd.total - bwd.moe_all_to_all - bwd.moe_dispatch - mlp_bwd
+    exposed_f = max(0.0, half_f - mlp_bwd) + max(0.0, half_f - attn_b)
+    exposed_b = max(0.0, half_b - attn_f) + max(0.0, half_b - mlp_fwd)
+    return replace(fwd, moe_all_to_all=exposed_f), replace(bwd, moe_all_to_all=exposed_b)
 
 
 def _attention(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: float,
