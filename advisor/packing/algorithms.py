@@ -21,58 +21,11 @@ from numba import njit
 
 from advisor.packing.column_generation import column_generation
 from advisor.packing.first_fit import FirstFit, first_fit
+from advisor.packing.max_tree import grown, leftmost_with_room, open_bins, set_room
 from advisor.packing.permutation import shuffled_lengths
 from advisor.vocabulary import MEGATRON_BRIDGE_ALGORITHMS, Algorithm  # re-exported: the two reproduced exactly
 
 # ---------------------------------------------------------------------------------------------- first fit
-
-
-@njit(cache=True, nogil=True)  # nogil: a dashboard session packing 16M samples never stalls the others
-def _grown(tree, size):
-    """The max-tree with twice the leaves (new bins hold 0, as unopened bins do in Megatron-Bridge's tree)."""
-    bigger = np.zeros(4 * size, np.int32)
-    bigger[2 * size: 3 * size] = tree[size: 2 * size]
-    for i in range(2 * size - 1, 0, -1):
-        left, right = bigger[2 * i], bigger[2 * i + 1]
-        bigger[i] = left if left > right else right
-    return bigger, 2 * size
-
-
-@njit(cache=True, nogil=True)
-def _first_fit_bin(tree, size, s):
-    """Leftmost leaf whose room is at least s, or -1."""
-    if tree[1] < s:
-        return -1
-    i = 1
-    while i < size:
-        i = 2 * i if tree[2 * i] >= s else 2 * i + 1
-    return i - size
-
-
-@njit(cache=True, nogil=True)
-def _set_room(tree, size, b, room):
-    i = b + size
-    tree[i] = room
-    i //= 2
-    while i >= 1:
-        left, right = tree[2 * i], tree[2 * i + 1]
-        tree[i] = left if left > right else right
-        i //= 2
-
-
-@njit(cache=True, nogil=True)
-def _open_bins(tree, size, first, count, room_full, room_last):
-    """Open ``count`` bins from ``first`` on, all with ``room_full`` but the last (``room_last``), then fix the
-    ancestors level by level: O(count + log bins) instead of O(count log bins)."""
-    for b in range(first, first + count):
-        tree[b + size] = room_full
-    tree[first + count - 1 + size] = room_last
-    lo, hi = (first + size) // 2, (first + count - 1 + size) // 2
-    while lo >= 1:
-        for i in range(lo, hi + 1):
-            left, right = tree[2 * i], tree[2 * i + 1]
-            tree[i] = left if left > right else right
-        lo, hi = lo // 2, hi // 2
 
 
 @njit(cache=True, nogil=True)
@@ -113,7 +66,7 @@ def _first_fit_decreasing_hist(counts, pack_size, out):
     for v in range(counts.size - 1, -1, -1):
         c = counts[v]
         while c > 0:
-            b = _first_fit_bin(tree, size, v)
+            b = leftmost_with_room(tree, size, v)
             if (b == -1 or b >= nbins) and v > 0:
                 # nothing open fits v: the rest of the group opens new bins of pack_size // v items each
                 per_bin = pack_size // v
@@ -121,9 +74,9 @@ def _first_fit_decreasing_hist(counts, pack_size, out):
                     raise ValueError("a length above the pack size")
                 new = (c + per_bin - 1) // per_bin
                 while nbins + new > size:
-                    tree, size = _grown(tree, size)
+                    tree, size = grown(tree, size)
                 last = c - (new - 1) * per_bin
-                _open_bins(tree, size, nbins, new, pack_size - per_bin * v, pack_size - last * v)
+                open_bins(tree, size, nbins, new, pack_size - per_bin * v, pack_size - last * v)
                 if nev + new > cap:
                     cap = max(2 * cap, nev + new)
                     ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)
@@ -137,11 +90,11 @@ def _first_fit_decreasing_hist(counts, pack_size, out):
                 b = nbins
                 nbins += 1
                 if nbins > size:
-                    tree, size = _grown(tree, size)
+                    tree, size = grown(tree, size)
                 tree[b + size] = pack_size
             room = tree[b + size]
             k = c if v == 0 else min(c, room // v)
-            _set_room(tree, size, b, room - k * v)
+            set_room(tree, size, b, room - k * v)
             if nev == cap:
                 cap *= 2
                 ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)

@@ -46,6 +46,8 @@ from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
+from advisor.packing.max_tree import grown, leftmost_with_room, set_room
+
 __all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree"]
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
@@ -340,17 +342,6 @@ def first_fit_bins(items: np.ndarray, pack_size: int, progress: Callable[[float]
 
 # ---------------------------------------------------------------------------------------------- the max tree
 @njit(cache=True, nogil=True)
-def _tree_grown(tree, size):
-    """The max-tree with twice the leaves (new bins hold 0, as unopened bins do in Megatron-Bridge's tree)."""
-    bigger = np.zeros(4 * size, np.int32)
-    bigger[2 * size: 3 * size] = tree[size: 2 * size]
-    for i in range(2 * size - 1, 0, -1):
-        left, right = bigger[2 * i], bigger[2 * i + 1]
-        bigger[i] = left if left > right else right
-    return bigger, 2 * size
-
-
-@njit(cache=True, nogil=True)
 def _first_fit_tree(items, pack_size):
     size = 1024
     tree = np.zeros(2 * size, np.int32)
@@ -358,27 +349,16 @@ def _first_fit_tree(items, pack_size):
     nbins = 0
     for k in range(items.size):
         s = items[k]
-        b = -1
-        if tree[1] >= s:  # the leftmost leaf whose room is at least s
-            i = 1
-            while i < size:
-                i = 2 * i if tree[2 * i] >= s else 2 * i + 1
-            b = i - size
+        b = leftmost_with_room(tree, size, s)
         if b == -1 or b >= nbins:
             b = nbins
             nbins += 1
             if nbins > size:
-                tree, size = _tree_grown(tree, size)
+                tree, size = grown(tree, size)
             room = pack_size - s
         else:
             room = tree[b + size] - s
-        i = b + size
-        tree[i] = room
-        i //= 2
-        while i >= 1:
-            left, right = tree[2 * i], tree[2 * i + 1]
-            tree[i] = left if left > right else right
-            i //= 2
+        set_room(tree, size, b, room)
         bin_of[k] = b
     return bin_of, nbins
 
