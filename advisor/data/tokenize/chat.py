@@ -141,17 +141,23 @@ def chat_lengths(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings
     return _legacy_lengths(records, tok, s)
 
 
-def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
-                      ) -> tuple[np.ndarray, list[RecordProblem]]:
+def chat_template_of(tok: Tokenizer, s: ChatSettings):
+    """(transformers tokenizer, its own template: text, named templates {name: text} or None, the template a
+    record without tools renders with), or one message when there is none to render with."""
     hf = tok.transformers_tokenizer()
-    own = hf.chat_template  # text, named templates ({name: text}) or None
+    own = hf.chat_template
     if s.chat_template is None and not own:
         raise InputError(str(tok.path), None, "has no chat template (tokenizer_config.json's chat_template or "
                          "chat_template.jinja); give one in ChatSettings.chat_template")
     try:
-        template = select_template(own, s.chat_template, None)
+        return hf, own, select_template(own, s.chat_template, None)
     except ValueError as e:
         raise InputError(str(tok.path), "chat_template", str(e)) from None
+
+
+def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
+                      ) -> tuple[np.ndarray, list[RecordProblem]]:
+    hf, own, template = chat_template_of(tok, s)
     needs_assistant = _needs_assistant(template if isinstance(template, str) else None, s.loss_mode, tok)
     schemas = s.tools()
     special_tokens = hf.special_tokens_map

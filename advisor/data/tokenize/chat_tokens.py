@@ -23,6 +23,7 @@ import numpy as np
 from advisor.data.tokenize.chat import (
     GENERATION_REGEX,
     ChatSettings,
+    chat_template_of,
     normalize_conversation,
     render_boxed,
 )
@@ -59,15 +60,7 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     if not s.use_hf_tokenizer_chat_template:
         raise InputError("ChatSettings", "use_hf_tokenizer_chat_template", "prepare writes chat data rendered with "
                          "the tokenizer's chat template; the legacy <extra_id_*> format is not built")
-    hf = tok.transformers_tokenizer()
-    own = hf.chat_template
-    if s.chat_template is None and not own:
-        raise InputError(str(tok.path), None, "has no chat template (tokenizer_config.json's chat_template or "
-                         "chat_template.jinja); give one in ChatSettings.chat_template")
-    try:
-        template = select_template(own, s.chat_template, None)
-    except ValueError as e:
-        raise InputError(str(tok.path), "chat_template", str(e)) from None
+    hf, own, template = chat_template_of(tok, s)
     backend = hf.backend_tokenizer
     backend.no_truncation()
     backend.no_padding()
