@@ -95,18 +95,23 @@ class Tokenizer:
     def has_sep(self) -> bool:
         return self.kind == "huggingface" and bool(self.special.get("sep_token") or self.special.get("eos_token"))
 
-    def lengths(self, texts: Sequence[str], *, special: bool) -> np.ndarray:
-        """Tokens per text, encoded in batches; ``special`` adds the post-processor's special tokens (Hugging Face
-        only: SentencePiece's ``encode_as_ids`` never adds any)."""
-        out = np.empty(len(texts), dtype=np.int64)
+    def _encoded(self, texts: Sequence[str], special: bool):
+        """The texts encoded ``ENCODE_CHUNK`` at a time: (first index, that chunk's encodings: Hugging Face
+        ``Encoding``s or SentencePiece id lists, both sized by ``len``). ``special`` adds the post-processor's
+        special tokens (Hugging Face only: SentencePiece's ``encode_as_ids`` never adds any)."""
         for start in range(0, len(texts), ENCODE_CHUNK):
             chunk = list(texts[start:start + ENCODE_CHUNK])
             if self.kind == "huggingface":
-                encodings = native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
-                                   add_special_tokens=special)
-                out[start:start + len(chunk)] = [len(e) for e in encodings]
+                yield start, native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
+                                    add_special_tokens=special)
             else:
-                out[start:start + len(chunk)] = [len(ids) for ids in self.backend.encode(chunk)]
+                yield start, self.backend.encode(chunk)
+
+    def lengths(self, texts: Sequence[str], *, special: bool) -> np.ndarray:
+        """Tokens per text, encoded in batches (``_encoded``)."""
+        out = np.empty(len(texts), dtype=np.int64)
+        for start, encodings in self._encoded(texts, special):
+            out[start:start + len(encodings)] = [len(e) for e in encodings]
         return out
 
     def ids(self, texts: Sequence[str], *, special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -120,17 +125,11 @@ class Tokenizer:
         """
         parts: list[np.ndarray] = []
         lengths = np.empty(len(texts), dtype=np.int64)
-        for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk = list(texts[start:start + ENCODE_CHUNK])
-            if self.kind == "huggingface":
-                encodings = native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
-                                   add_special_tokens=special)
-                lists = [e.ids for e in encodings]
-            else:
-                lists = self.backend.encode(chunk)
-            lengths[start:start + len(chunk)] = [len(x) for x in lists]
+        for start, encodings in self._encoded(texts, special):
+            lists = [e.ids for e in encodings] if self.kind == "huggingface" else encodings
+            lengths[start:start + len(lists)] = [len(x) for x in lists]
             parts.append(np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32,
-                                     count=int(lengths[start:start + len(chunk)].sum())))
+                                     count=int(lengths[start:start + len(lists)].sum())))
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), offsets
