@@ -32,10 +32,9 @@ from advisor.model.loss_steps import (
     STEPS_SAMPLED,
     as_rows,
     drawn_steps,
-    first_loss_of_runtime,
     packed_steps,
-    real_of_runtime,
     same_samples_unpacked,
+    spans_of_runtime,
 )
 from advisor.model.loss_weights import (
     Steps,
@@ -252,9 +251,9 @@ def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None
                             overlong=OVERLONG_OF_FORMAT[plan.data.format])
         counts = runtime_lengths(hist, cfg).counts
     real = np.arange(counts.size, dtype=np.float64)
-    table = real_of_runtime(hist, cfg)[:counts.size]
+    table, first = spans_of_runtime(hist, cfg)
+    table = table[:counts.size]
     real[:table.size] = table
-    first = first_loss_of_runtime(hist, cfg)
     if first is not None:
         first = np.pad(first[:counts.size], (0, max(0, counts.size - first.size)))
     return counts, real, first

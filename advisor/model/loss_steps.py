@@ -16,11 +16,11 @@ token's weight without per-token loss depends on its own micro batch only, and w
 Loss tokens: a sample's real label tokens at positions ``[0, a)`` where the data has no loss mask (every label token);
 with one (``LengthHistogram.loss_tokens``: answer-only SFT, assistant turns) the last ``b`` of them, ``[a - b, a)``:
 the answer ends the sample. With ``pad_seq_to_mult`` a runtime length stands for several real lengths, so a and b are
-their means (``real_of_runtime``, ``first_loss_of_runtime``).
+their means (``spans_of_runtime``).
 
 >>> from advisor.data.lengths import LengthHistogram
 >>> from advisor.packing.config import PackingConfig
->>> real_of_runtime(LengthHistogram.from_samples([5, 6, 9]), PackingConfig(pack_size=16, pad_seq_to_mult=4))[[4, 8]]
+>>> spans_of_runtime(LengthHistogram.from_samples([5, 6, 9]), PackingConfig(pack_size=16, pad_seq_to_mult=4))[0][[4, 8]]
 array([4. , 6.5])
 """
 
@@ -36,34 +36,28 @@ from advisor.packing.offline import PackingResult, runtime_per_length
 STEPS_SAMPLED = 400  # steps drawn per run: the figures are means over steps (bench/bench_loss.py times them)
 
 
-def real_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> np.ndarray:
-    """Mean real label tokens of the samples of each runtime length (index: the runtime length), kept samples only."""
-    runtime, real, keep = runtime_per_length(hist, cfg)
-    n = hist.counts[keep].astype(np.float64)
-    size = int(runtime.max(initial=0)) + 1
-    total = np.bincount(runtime[keep], weights=n * real[keep], minlength=size)
-    count = np.bincount(runtime[keep], weights=n, minlength=size)
-    return np.divide(total, count, out=np.arange(size, dtype=np.float64), where=count > 0)
+def spans_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per runtime length (the index), means over the kept samples of that length: their real label tokens, and
+    their first loss-carrying label position (real tokens less loss tokens; truncation cuts the prompt first, as
+    GPTSFTDataset's default ``truncation_field`` does, so the answer's tokens stay while they fit), None when the
+    data has no loss mask.
 
-
-def first_loss_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> np.ndarray | None:
-    """Mean first loss-carrying label position of the samples of each runtime length (index: the runtime length):
-    their real label tokens less their loss tokens (truncation cuts the prompt first, as GPTSFTDataset's default
-    ``truncation_field`` does, so the answer's tokens stay while they fit). None when the data has no loss mask.
-
-    >>> h = LengthHistogram.from_samples([5, 9], loss=[2, 3])
-    >>> first_loss_of_runtime(h, PackingConfig(pack_size=16))[[4, 8]].tolist()
-    [2.0, 5.0]
+    >>> real, first = spans_of_runtime(LengthHistogram.from_samples([5, 9], loss=[2, 3]), PackingConfig(pack_size=16))
+    >>> real[[4, 8]].tolist(), first[[4, 8]].tolist()
+    ([4.0, 8.0], [2.0, 5.0])
     """
-    if hist.loss_tokens is None:
-        return None
     runtime, real, keep = runtime_per_length(hist, cfg)
-    n = hist.counts[keep].astype(np.float64)
+    at, n, real = runtime[keep], hist.counts[keep].astype(np.float64), real[keep]
     size = int(runtime.max(initial=0)) + 1
-    first = real[keep] - np.minimum(hist.loss_tokens[keep], real[keep])
-    total = np.bincount(runtime[keep], weights=n * first, minlength=size)
-    count = np.bincount(runtime[keep], weights=n, minlength=size)
-    return np.divide(total, count, out=np.zeros(size), where=count > 0)
+    count = np.bincount(at, weights=n, minlength=size)
+
+    def mean(values: np.ndarray, empty: np.ndarray) -> np.ndarray:
+        return np.divide(np.bincount(at, weights=n * values, minlength=size), count, out=empty, where=count > 0)
+
+    real_mean = mean(real, np.arange(size, dtype=np.float64))
+    if hist.loss_tokens is None:
+        return real_mean, None
+    return real_mean, mean(real - np.minimum(hist.loss_tokens[keep], real), np.zeros(size))
 
 
 def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
@@ -96,7 +90,7 @@ def packed_steps(packing: PackingResult, real: np.ndarray, packs_per_step: int, 
                  rng: np.random.Generator, first: np.ndarray | None = None) -> Steps:
     """``steps`` optimizer steps of ``packs_per_step`` packs each, the packs drawn at random without replacement
     (an epoch holding fewer steps gives that many; data with fewer packs than a step repeats them, as a cyclic
-    loader would). ``first``: the first loss position per runtime length (``first_loss_of_runtime``)."""
+    loader would). ``first``: the first loss position per runtime length (``spans_of_runtime``)."""
     total_packs = packing.num_packs
     k = max(1, packs_per_step)
     n_steps = max(1, min(steps, total_packs // k))

@@ -26,6 +26,7 @@ from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import metadata_file
 from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_tokenizer, tokenize
 from advisor.data.tokenize.records import data_files_and_notes
+from advisor.data.tokenize.sequences import MASK_KIND
 from advisor.errors import InputError
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.offline import PackingResult, pack
@@ -38,7 +39,6 @@ from advisor.vocabulary import Algorithm
 
 SPLITS = ("training", "validation")
 ROWS_PER_FILE = 100_000  # packs per Parquet file before the split is sharded (200 row groups)
-MASK_KIND = {"sft": "answer_start", "chat": "loss_mask"}
 Progress = Callable[[str, float], None]
 
 

@@ -69,6 +69,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
     if args.output:
         write_text("-o", args.output, lengths_csv(result, histogram=args.histogram_output), args.force, inputs)
         progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
+    hist = result.histogram()
     rate = result.lengths.size / max(result.seconds, 1e-9)
     data = {"source": result.source, "records": result.total_records, "tokenized": int(result.lengths.size),
             "engine": result.engine, "workers": result.workers, "seconds": result.seconds,
@@ -77,8 +78,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
             "settings": asdict(job.settings),
             # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
             "format": result.fmt, "plan_data": {"lengths": args.output, "format": result.fmt},
-            "lengths": summarize(result.histogram()).as_dict(),
-            "loss_fraction": result.histogram().loss_fraction}
+            "lengths": summarize(hist).as_dict(), "loss_fraction": hist.loss_fraction}
     estimate = _sample_estimate(args, job, result, progress) if args.sample is not None else None
     if estimate is not None:
         data["sample_estimate"] = estimate.as_dict()

@@ -25,6 +25,7 @@ from advisor import caches
 from advisor.data.guard import display_name
 from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
+from advisor.data.tokenize.sequences import MASK_KIND, ROLLED
 from advisor.errors import InputError
 from advisor.vocabulary import DataFormat
 
@@ -97,13 +98,9 @@ class TokenizeResult:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
         if self.lengths.size == 0:
             raise InputError(self.source, None, "no record could be tokenized" + _excluded_text(self.excluded))
-        values, counts = np.unique(self.lengths, return_counts=True)
-        if self.loss_tokens is not None:
-            return LengthHistogram.from_samples(self.lengths, loss=self.loss_tokens, source=self.source,
-                                                excluded=self.excluded, notes=self.notes,
-                                                order=self.lengths.astype(np.int32))
-        return LengthHistogram(lengths=values, counts=counts, source=self.source, excluded=self.excluded,
-                               notes=self.notes, order=self.lengths.astype(np.int32))
+        return LengthHistogram.from_samples(self.lengths, loss=self.loss_tokens, source=self.source,
+                                            excluded=self.excluded, notes=self.notes,
+                                            order=self.lengths.astype(np.int32))
 
 
 def _excluded_text(excluded) -> str:
@@ -179,11 +176,9 @@ def loss_counts(batch, fmt: str) -> np.ndarray:
         >>> loss_counts(b, "chat").tolist(), loss_counts(b, "sft").tolist()
         ([2, 1, -1], [1, 1, -1])
     """
-    from advisor.data.tokenize.sequences import ROLLED
-
     summed = np.concatenate([[0], np.cumsum(batch.mask, dtype=np.int64)])
     a, b = batch.offsets[:-1], batch.offsets[1:]
-    rolled = ROLLED["loss_mask" if fmt == "chat" else "answer_start"]
+    rolled = ROLLED[MASK_KIND[fmt]]
     # an empty span (a record that could not be built) is -1; its indices are clipped so none passes the end
     first, last = (np.minimum(a + 1, b), b) if rolled else (a, np.maximum(b - 1, a))
     return np.where(b > a, summed[last] - summed[first], -1).astype(np.int32)

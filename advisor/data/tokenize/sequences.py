@@ -26,6 +26,7 @@ import numpy as np
 MaskKind = Literal["answer_start", "loss_mask"]
 PAD_MASK: dict[str, int] = {"answer_start": 1, "loss_mask": 0}  # the mask value of a pre-padding position
 ROLLED: dict[str, bool] = {"answer_start": False, "loss_mask": True}  # does fill_packing_strategy shift it
+MASK_KIND: dict[str, MaskKind] = {"sft": "answer_start", "chat": "loss_mask"}  # each data format's mask
 
 
 @dataclass(frozen=True, kw_only=True)
