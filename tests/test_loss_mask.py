@@ -161,6 +161,7 @@ def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path):
     ("0,5,5\n", "line 2: loss_tokens 5 is above the 4 label positions of a length-5 sample"),
     ("0,5,x\n", "line 2: loss_tokens 'x' is not a number"),
     ("0,5,-1\n", "line 2: loss_tokens -1"),
+    ("0,5,99999999999999999999999\n", "line 2: loss_tokens 1e+23 is beyond any sequence length"),
 ])
 def test_a_bad_loss_tokens_cell_is_one_message_with_exit_code_2(tmp_path, rows, said):
     import subprocess

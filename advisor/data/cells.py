@@ -138,25 +138,29 @@ def _stored_as_floats(values) -> bool:
     return isinstance(values, np.ndarray) and values.dtype.kind == "f"
 
 
-def _bad_rows(values, allow_zero: bool, limit: int) -> tuple[np.ndarray, list[tuple[np.ndarray, str]]]:
+def _bad_rows(values, allow_zero: bool, limit: int, tokens: bool) -> tuple[np.ndarray, list[tuple[np.ndarray, str]]]:
     """Numbers (float64) and the masks of bad rows with their reasons, in the order they are reported:
-    missing, not a number, not whole, not positive (for counts: negative; a zero count is fine), too large."""
+    missing, not a number, not whole, not positive (with ``allow_zero``: negative), too large (``limit``: tokens
+    of one sample when ``tokens``, else samples on one row)."""
     nums, missing, notnum = _numbers(values)
     with np.errstate(invalid="ignore"):
         fractional = np.isfinite(nums) & (np.floor(nums) != nums)
         low = (nums < 0) if allow_zero else (nums < 1)
         high = nums > limit
-    beyond = (f"is over {limit:,} samples on one row" if allow_zero else
-              f"is beyond any sequence length (the maximum is {limit:,} tokens; raise max_length if it is real)")
+    beyond = (f"is beyond any sequence length (the maximum is {limit:,} tokens; raise max_length if it is real)"
+              if tokens else f"is over {limit:,} samples on one row")
     return nums, [(missing, "is empty"), (notnum, "is not a number"), (fractional, "is not a whole number of tokens"),
                   (low & ~fractional, "is negative" if allow_zero else "is not a positive length"),
                   (high & ~fractional, beyond)]
 
 
-def _reject(values, where_of: Callable[[int], str], ctx: Ctx, what: str,
-            allow_zero: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Raise on the first bad row (``on_bad="error"``) or count the bad rows as excluded; return (numbers, bad)."""
-    nums, problems = _bad_rows(values, allow_zero, MAX_COUNT if allow_zero else ctx.max_length)
+def _reject(values, where_of: Callable[[int], str], ctx: Ctx, what: str, allow_zero: bool = False,
+            tokens: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Raise on the first bad row (``on_bad="error"``) or count the bad rows as excluded; return (numbers, bad).
+    ``tokens``: the values are tokens of one sample, bounded by ``ctx.max_length`` (default: unless ``allow_zero``,
+    which makes them counts of samples, bounded by ``MAX_COUNT``)."""
+    tokens = not allow_zero if tokens is None else tokens
+    nums, problems = _bad_rows(values, allow_zero, ctx.max_length if tokens else MAX_COUNT, tokens)
     bad = np.zeros(nums.shape, bool)
     for mask, reason in problems:
         mask = mask & ~bad
@@ -203,7 +207,7 @@ def validate_with_loss(lengths, loss, where_of: Callable[[int], str], ctx: Ctx) 
     [('loss_tokens is not a number', 1), ('loss_tokens above the label positions (length - 1)', 1)]
     """
     nums, bad_l = _reject(lengths, where_of, ctx, "length")
-    loss, bad_x = _reject(loss, where_of, ctx, "loss_tokens", allow_zero=True)
+    loss, bad_x = _reject(loss, where_of, ctx, "loss_tokens", allow_zero=True, tokens=True)
     over = ~bad_l & ~bad_x & (loss > np.maximum(nums - 1, 0))
     if over.any():
         first, n = int(np.argmax(over)), int(over.sum())
