@@ -101,14 +101,16 @@ class LengthHistogram:
         >>> h.lengths.tolist(), h.loss_tokens.tolist()
         ([3, 5], [1.5, 4.0])
         """
+        if loss is None:  # the common case: no inverse to build
+            values, counts = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
+            return cls(lengths=values, counts=counts, **kw)
         values, inverse, counts = np.unique(np.asarray(samples, dtype=np.int64), return_inverse=True,
                                             return_counts=True)
-        if loss is not None:
-            loss = np.asarray(loss, dtype=np.float64)
-            if loss.shape != inverse.shape:
-                raise ValueError("loss: one count per sample")
-            kw["loss_tokens"] = np.bincount(inverse, weights=loss, minlength=values.size) / counts
-        return cls(lengths=values, counts=counts, **kw)
+        loss = np.asarray(loss, dtype=np.float64)
+        if loss.shape != inverse.shape:
+            raise ValueError("loss: one count per sample")
+        return cls(lengths=values, counts=counts, loss_tokens=np.bincount(inverse, weights=loss,
+                                                                           minlength=values.size) / counts, **kw)
 
     @property
     def loss_fraction(self) -> float | None:
