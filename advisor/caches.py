@@ -92,6 +92,16 @@ class BoundedCache:
         with self._lock:
             return key in self._computing
 
+    def keep(self, key, value) -> bool:
+        """Keep a value computed elsewhere for a caller waiting on it, as ``get`` keeps its own (the oldest go when
+        there is no room); whether it was kept."""
+        with self._lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            self._trim()
+            self._done.notify_all()
+            return key in self.entries
+
     def peek(self, key):
         """The kept value, or None (nothing computed, nothing counted): a caller that must first ask for the
         server's room to compute it knows whether it needs to."""
@@ -134,6 +144,9 @@ class HistogramCache(BoundedCache):
 
     def offer(self, hist, setting, value) -> bool:  # type: ignore[override]
         return super().offer((hist.fingerprint, setting), value)
+
+    def keep(self, hist, setting, value) -> bool:  # type: ignore[override]
+        return super().keep((hist.fingerprint, setting), value)
 
     def in_flight(self, hist, setting) -> bool:  # type: ignore[override]
         return super().in_flight((hist.fingerprint, setting))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.analysis import analyze, memory_grid
 from advisor.model.estimate import estimate
@@ -110,3 +112,19 @@ def test_the_histograms_binned_for_charts_count_as_numpy_does():
         expected, expected_edges = np.histogram(values, bins, (0.0, top))
         assert counts.tolist() == expected.tolist() and edges.tolist() == expected_edges.tolist()
         assert integer_counts(values).tolist() == np.bincount(values).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-70_000, 70_000), min_size=1, max_size=400),
+       lo=st.floats(-80_000, 80_000), width=st.floats(0.5, 200_000), bins=st.integers(1, 70),
+       dtype=st.sampled_from(["int16", "int32", "int64", "uint16", "float64"]))
+def test_even_histogram_counts_as_numpy_for_any_values_and_range(values, lo, width, bins, dtype):
+    """Both ways of ``even_histogram`` (integers counted per value then binned by numpy; other values binned one
+    by one) give ``np.histogram``'s counts for every range: values below, inside, on the edges and above it."""
+    from advisor.packing.metrics import even_histogram
+
+    info = np.iinfo(dtype) if dtype != "float64" else None
+    v = np.array([x for x in values if info is None or info.min <= x <= info.max] or [0], dtype=dtype)
+    counts, edges = even_histogram(v, lo, lo + width, bins)
+    expected, expected_edges = np.histogram(v, bins, (lo, lo + width))
+    assert counts.tolist() == expected.tolist() and edges.tolist() == expected_edges.tolist()

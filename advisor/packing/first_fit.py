@@ -17,8 +17,10 @@ here answers the same question with the same kind of tree, made wide:
 - The next item's bin is looked for before the current item is placed, and checked after (placing an item only
   lowers its own bin's room or opens a bin after all others): the search's reads then wait for none of the
   placement's writes, and the two overlap.
-- Rooms are stored exactly, so each bin's tokens are ``pack_size - room`` at the end; the items and the sum of
-  squares of a bin share one row (one cache line touched a placement instead of three).
+- Rooms are stored exactly, so each bin's tokens are ``pack_size - room`` at the end; each bin's items and sum of
+  squares are kept in two arrays that are the result as they stand. Sharing one row per bin (one cache line
+  touched per placement instead of two) placed ~5 % faster, but the two columns then had to be copied out, and
+  fresh pages cost more than that here: at pack size 384 on Wikipedia, median 0.58 s against 0.73 s.
 
 Before it, the advisor used a kernel of left-to-right maxima of the rooms indexed in a bitset ("records", 1.5-2.2 s
 at 16M Wikipedia samples; revealing new records among frozen bins cost more than the search it saved, 15M searches
@@ -52,6 +54,9 @@ __all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_f
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
 STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
+# int16 rooms (and fills) up to this pack size: a fill rounded up to a multiple of 16, as the micro batches round
+# it (advisor/model/micro_batches.py), still fits an int16
+INT16_PACK = (1 << 15) - 16
 WIDTH = 32  # children a node: 32 int16 rooms are one cache line, compared in one AVX-512 instruction
 SHIFT = 5  # log2(WIDTH)
 ALIGN = 64  # bytes: a node's children start a cache line (a node split over two lines costs two loads)
@@ -152,14 +157,14 @@ def _opened(room, up, off, depth, b, r):
 
 
 @njit(cache=True, nogil=True)
-def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, stats, strip, state):
+def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, nseq, work, strip, state):
     """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
     ``state`` = [bins open, strip entries].
 
     ``room`` holds every bin's room (unopened bins 0, as in Megatron-Bridge's tree), ``up`` the levels of the max
     tree above it (level ``lvl`` from ``off[lvl]``: node i is the largest room of its 32 children; the last level is
-    one node), ``stats`` each bin's (items, sum of squares), ``strip`` the (bin, length) of every item placed in the
-    first ``STRIP`` bins, in order. Returns the strip, reallocated when it filled.
+    one node), ``nseq`` and ``work`` each bin's items and sum of squares, ``strip`` the (bin, length) of every item
+    placed in the first ``STRIP`` bins, in order. Returns the strip, reallocated when it filled.
     """
     nbins, nstrip = state[0], state[1]
     depth, top = off.size, off[-1]  # held in registers: the arrays' stores could alias them for all numba knows
@@ -180,14 +185,14 @@ def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, sta
         if b >= nbins:  # nothing open fits (an unopened bin answers only a length-0 item): a new bin
             b = nbins
             nbins += 1
-            stats[b, 0] = 1
-            stats[b, 1] = s * s
+            nseq[b] = 1
+            work[b] = s * s
             _opened(room, up, off, depth, b, pack_size - s)
             if q >= b:  # no bin before it fits the next item: the new one may
                 q = b if pack_size - s >= s2 else nbins
         else:
-            stats[b, 0] += 1
-            stats[b, 1] += s * s
+            nseq[b] += 1
+            work[b] += s * s
             _lowered(room, up, off, depth, b, room[b] - s)
             if q == b and room[b] < s2:  # the next item wanted this bin and no longer fits: look again
                 q = _leftmost(room, up, off, top, s2, nbins)
@@ -210,7 +215,7 @@ class FirstFit:
 
     bins: np.ndarray  # the bin of every item, in the items' order
     count: int  # bins opened
-    fill: np.ndarray  # each bin's tokens (int32)
+    fill: np.ndarray  # each bin's tokens (int16 up to packs of INT16_PACK, else int32)
     nseq: np.ndarray  # items (int32)
     work: np.ndarray  # attention work sum(s^2) (int32; int64 past packs of 46,340 tokens)
     strip: np.ndarray  # (k, 2): (bin, length) of the items in the first STRIP bins, in the order they were placed
@@ -234,8 +239,10 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     their sum, if known.
 
     Fresh memory is what costs here (touching a new page costs more than the work done on it), so the per-bin
-    arrays are as narrow as their values allow (int16 rooms below packs of 32,768; int32 counts and sums of
-    squares, int64 past packs of 46,340) and the figures grown in place between chunks, never copied.
+    arrays are as narrow as their values allow (int16 rooms up to packs of ``INT16_PACK``; int32 counts and sums
+    of squares, int64 past packs of 46,340), the figures grown in place between chunks and returned as they
+    stand, and int16 rooms turned into the fills in place (``FirstFit.fill`` is then int16: 9.4M packs at pack
+    size 384 are 19 MB of fresh pages fewer than an int32 copy's 38 MB).
 
     >>> f = first_fit(np.array([3, 3, 1, 2, 4], np.int32), 4)
     >>> f.bins.tolist(), f.count, f.fill.tolist(), f.nseq.tolist(), f.work.tolist(), f.first_packs()
@@ -254,27 +261,33 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
     if tokens is None:
         tokens = int((table.astype(np.int64) * np.bincount(items, minlength=table.size)).sum() if table.size else
                      items.sum(dtype=np.int64))
-    dtype = np.int16 if pack_size < 1 << 15 else np.int32
+    dtype = np.int16 if pack_size <= INT16_PACK else np.int32
     room, up, off = _tree(n, dtype)
     # room for the bins a good packing opens and a chunk more, grown in place (realloc) when first fit needs more
     cap = min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK)
-    stats = np.zeros((cap, 2), np.int32 if pack_size <= 46_340 else np.int64)  # (items, sum of squares) a bin
+    nseq = np.zeros(cap, np.int32)  # each bin's items and sum of squares
+    work = np.zeros(cap, np.int32 if pack_size <= 46_340 else np.int64)
     strip = np.zeros((256, 2), np.int64)
     state = np.zeros(2, np.int64)
     kept = np.empty(n if bins else 0, np.int32)
     for k0 in range(0, n, CHUNK):
         k1 = min(n, k0 + CHUNK)
-        if state[0] + (k1 - k0) > stats.shape[0]:
-            cap = min(n, max(int(state[0]) + (k1 - k0), stats.shape[0] * 3 // 2))
-            stats.resize((cap, 2), refcheck=False)  # in place: the new rows are zeros, nothing copied
-        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, stats, strip, state)
+        if state[0] + (k1 - k0) > nseq.size:
+            cap = min(n, max(int(state[0]) + (k1 - k0), nseq.size * 3 // 2))
+            for column in (nseq, work):
+                column.resize(cap, refcheck=False)  # in place: the new entries are zeros, nothing copied
+        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, nseq, work, strip, state)
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:
             pause()
     count = int(state[0])
-    fill = np.subtract(pack_size, room[:count], dtype=np.int32)
-    return FirstFit(bins=kept, count=count, fill=fill, nseq=stats[:count, 0].copy(), work=stats[:count, 1].copy(),
+    if room.dtype == np.int16:  # the rooms become the fills, in place
+        fill = room[:count]
+        np.subtract(pack_size, fill, out=fill)
+    else:
+        fill = np.subtract(pack_size, room[:count], dtype=np.int32)
+    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq[:count], work=work[:count],
                     strip=strip[: state[1]].copy())
 
 

@@ -44,7 +44,7 @@ def _counts(values, size):
     return out
 
 
-def integer_counts(values: np.ndarray) -> np.ndarray:
+def integer_counts(values: np.ndarray, top: int | None = None) -> np.ndarray:
     """``np.bincount(values)`` of non-negative integers of any width, without first copying them to int64 (8M int32
     pack fills: ~10 ms instead of ~40).
 
@@ -53,7 +53,7 @@ def integer_counts(values: np.ndarray) -> np.ndarray:
     """
     if values.size == 0:
         return np.zeros(0, np.int64)
-    return _counts(values, int(values.max()) + 1)
+    return _counts(values, int(values.max() if top is None else top) + 1)  # top: the largest, if known
 
 
 @njit(cache=True, nogil=True)
@@ -76,16 +76,41 @@ def _even_counts(values, edges):
     return out
 
 
+@njit(cache=True, nogil=True)
+def _counts_within(values, lo, hi):
+    """How many values equal each integer of lo..hi (others not counted)."""
+    out = np.zeros(hi - lo + 1, np.int64)
+    for v in values:
+        if lo <= v <= hi:
+            out[v - lo] += 1
+    return out
+
+
 def even_histogram(values: np.ndarray, lo: float, hi: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.histogram(values, bins, range=(lo, hi))`` in one pass, with numpy's own arithmetic for evenly spaced
-    bins (the same counts), without its float copies of the values: 8M packs' attention work in ~15 ms instead of
-    ~100.
+    """``np.histogram(values, bins, range=(lo, hi))`` with the same counts, without its float copies of the values.
+
+    Integers spanning a range no larger than the values are counted per integer first and those few points binned
+    by numpy itself (a value's bin depends only on the value): 9.4M packs' attention work at pack size 384 in
+    ~15 ms. Binning each value in float arithmetic took ~100 ms on those (half the packs hold one sample at the
+    cap, so half the values are one number; ~35 ms on uniform values), numpy's own ~110 ms. Other values go by
+    numpy's arithmetic for evenly spaced bins, in one pass.
 
     >>> v = np.array([0, 1, 5, 9, 10, 10, 3], np.int32)
     >>> [a.tolist() for a in even_histogram(v, 0.0, 10.0, 4)] == [a.tolist() for a in np.histogram(v, 4, (0.0, 10.0))]
     True
+    >>> even_histogram(v.astype(float), 0.0, 10.0, 4)[0].tolist()
+    [2, 1, 1, 3]
     """
     edges = np.linspace(lo, hi, bins + 1)
+    if values.dtype.kind in "iu" and values.size and np.isfinite(lo) and np.isfinite(hi):
+        first, last = int(np.ceil(lo)), int(np.floor(hi))
+        if last < first:
+            return np.zeros(bins, np.int64), edges
+        if last - first < max(1 << 20, values.size):
+            per_value = _counts_within(values, first, last)
+            at = np.nonzero(per_value)[0]
+            counts, _ = np.histogram(at + first, edges, weights=per_value[at])
+            return counts.astype(np.int64), edges
     return _even_counts(values, edges), edges
 
 
@@ -121,7 +146,7 @@ def l2_bound(counts: np.ndarray, pack_size: int) -> int:
     return int((j1 + j2 + extra).max())
 
 
-def percentile_of_integers(values: np.ndarray, q: float) -> float:
+def percentile_of_integers(values: np.ndarray, q: float, top: int | None = None) -> float:
     """``np.percentile(values, q)`` (linear interpolation between the two nearest ranks) of non-negative integers,
     by counting instead of partitioning: 8M pack fills in ~20 ms instead of ~100.
 
@@ -129,7 +154,7 @@ def percentile_of_integers(values: np.ndarray, q: float) -> float:
     >>> [percentile_of_integers(v, q) == float(np.percentile(v, q)) for q in (0, 1, 37.5, 50, 99, 100)]
     [True, True, True, True, True, True]
     """
-    cum = np.cumsum(integer_counts(values))
+    cum = np.cumsum(integer_counts(values, top))
     rank = (values.size - 1) * q / 100
     below = int(np.floor(rank))
     lo = int(np.searchsorted(cum, below, side="right"))
@@ -162,19 +187,44 @@ class PackingMetrics:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@njit(cache=True, nogil=True)
+def _sums(fill, nseq, work):
+    """(sum, min, max) of the fills, (sum, max) of the samples and of the work, in one pass over the three."""
+    fsum, fmin, fmax = 0, fill[0], fill[0]
+    nsum, nmax, wsum, wmax = 0, nseq[0], 0, work[0]
+    for p in range(fill.size):
+        f, k, w = fill[p], nseq[p], work[p]
+        fsum += f
+        nsum += k
+        wsum += w
+        fmin = min(fmin, f)
+        fmax = max(fmax, f)
+        nmax = max(nmax, k)
+        wmax = max(wmax, w)
+    return fsum, fmin, fmax, nsum, nmax, wsum, wmax
+
+
 def packing_metrics(fill, nseq, work, counts, pack_size, real_tokens, lp_bound=None) -> PackingMetrics:
-    """Figures of a packing from its per-pack sums (``per_pack``)."""
+    """Figures of a packing from its per-pack sums (``per_pack``), in two passes over them (16M Wikipedia samples
+    at pack size 384, 9.4M packs: ~15 ms, where numpy's eight reductions took ~45).
+
+    >>> m = packing_metrics(np.array([4, 3]), np.array([2, 1]), np.array([8, 9]), np.array([0, 1, 1, 1]), 4, 7)
+    >>> m.num_sequences, m.packing_efficiency, m.fill_min, m.attention_work_max, m.straggler_ratio
+    (3, 87.5, 0.75, 9, 1.0588235294117647)
+    """
     packs = int(fill.size)
-    packed = int(fill.sum())
+    fsum, fmin, fmax, nsum, nmax, wsum, wmax = (int(v) for v in _sums(fill, nseq, work))
+    packed = fsum
+    mean_work = wsum / packs
     l1, l2 = l1_bound(counts, pack_size), l2_bound(counts, pack_size)
     best = max(l2, int(np.ceil(lp_bound - 1e-9)) if lp_bound is not None else 0)
     return PackingMetrics(
-        num_sequences=int(nseq.sum()), num_packs=packs, real_tokens=int(real_tokens), packed_tokens=packed,
+        num_sequences=nsum, num_packs=packs, real_tokens=int(real_tokens), packed_tokens=packed,
         packing_efficiency=packed / packs / pack_size * 100, padding_fraction=1 - real_tokens / (packs * pack_size),
         lower_bound_l1=l1, lower_bound_l2=l2, lower_bound_lp=lp_bound, gap_to_bound=packs - best,
         bound_efficiency=packed / max(best, 1) / pack_size * 100, fill_mean=packed / packs / pack_size,
-        fill_p01=percentile_of_integers(fill, 1) / pack_size, fill_min=float(fill.min()) / pack_size,
-        max_samples_per_pack=int(nseq.max()),
-        attention_work_mean=float(work.mean()), attention_work_max=int(work.max()),
-        straggler_ratio=float(work.max() / work.mean()) if work.mean() > 0 else 1.0,
+        fill_p01=percentile_of_integers(fill, 1, top=fmax) / pack_size, fill_min=float(fmin) / pack_size,
+        max_samples_per_pack=nmax,
+        attention_work_mean=mean_work, attention_work_max=wmax,
+        straggler_ratio=float(wmax / mean_work) if mean_work > 0 else 1.0,
     )

@@ -9,7 +9,7 @@ server's budget (``Gate.claim``); it stops between chunks of items (``first_fit`
 as a visitor's heavy job arrives, dropping its partial work and giving the memory back, and tries again later;
 and it keeps a result only where the packing cache has room beside everything kept, evicting nothing
 (``BoundedCache.offer``). A visitor who asks for the packing it is
-computing waits for it instead of packing again (``join``).
+computing waits for it instead of packing again (``join``), and that result is then kept as the visitor's own.
 
     >>> worker = Ahead()
     >>> worker.pending(), worker.wait_idle(1.0)
@@ -149,7 +149,11 @@ class Ahead:
             key, hist, cfg = job
             try:
                 result = pack(hist, cfg, progress=self._progress, pause=self._pause)
-                kept = PACKINGS.offer(hist, cfg, result)
+                with self._cond:
+                    wanted = self._joined > 0
+                # a visitor waiting for it gets it kept as their own packing would be (the oldest kept goes if
+                # there is no room): offered like a guess and dropped, it had them wait and then pack again
+                kept = (PACKINGS.keep if wanted else PACKINGS.offer)(hist, cfg, result)
                 self.done += kept
                 self.dropped += not kept
                 del result

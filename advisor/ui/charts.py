@@ -94,7 +94,7 @@ def attention_work_histogram(result: PackingResult, bins: int = 60) -> go.Figure
     """Packs by attention work sum(s_i^2) (binned on the server), the mean and the heaviest marked."""
     _, _, work = result.per_pack
     m = result.metrics
-    top = max(1.0, float(work.max()))
+    top = max(1.0, float(m.attention_work_max))  # the packing's own maximum: no pass over millions of packs
     fig = go.Figure(_binned_bars(work, np.linspace(0, top * (1 + 1e-9), bins + 1), "#f58518", "sum(s^2)"))
     fig.add_vline(x=m.attention_work_mean, line_dash="dash", annotation_text="mean")
     fig.add_vline(x=m.attention_work_max, line_dash="dot", line_color="#e45756",
