@@ -50,7 +50,7 @@ from numba.extending import intrinsic
 
 from advisor.packing.max_tree import grown, leftmost_with_room, set_room
 
-__all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree"]
+__all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree", "wide_tree"]
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
 STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
@@ -289,6 +289,12 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
         fill = np.subtract(pack_size, room[:count], dtype=np.int32)
     return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq[:count], work=work[:count],
                     strip=strip[: state[1]].copy())
+
+
+def wide_tree(bins: int, pack_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(room, up, off): the kernel's zeroed max tree for up to ``bins`` bins of ``pack_size`` (``_tree``), for
+    other first-fit kernels (algorithms.py's first fit decreasing)."""
+    return _tree(bins, np.int16 if pack_size <= INT16_PACK else np.int32)
 
 
 def _within(items: np.ndarray, table: np.ndarray, pack_size: int) -> bool:

@@ -1,7 +1,8 @@
 """The binary max segment tree over bins that Megatron-Bridge's ``first_fit`` searches (algorithms.py, 0.6.2):
 leaf b holds bin b's room (unopened bins 0), each node the larger of its children, so the leftmost bin with room
-for an item is one descent from the root. Shared by first fit decreasing (``algorithms``) and the max-tree first
-fit kept as the benchmark's "before" (``first_fit.first_fit_tree``); the fast kernel uses a 32-wide tree of its own.
+for an item is one descent from the root. The max-tree first fit kept as the benchmark's "before"
+(``first_fit.first_fit_tree``) uses it; the fast kernels (first fit, and first fit decreasing in ``algorithms``)
+use first_fit.py's 32-wide tree.
 
 The tree is ``tree[1:2 * size]`` with leaves at ``size + b``; it grows by doubling (``grown``).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["grown", "leftmost_with_room", "open_bins", "set_room"]
+__all__ = ["grown", "leftmost_with_room", "set_room"]
 
 
 @njit(cache=True, nogil=True)  # nogil: a dashboard session packing 16M samples never stalls the others
@@ -51,18 +52,3 @@ def set_room(tree, size, b, room):
         left, right = tree[2 * i], tree[2 * i + 1]
         tree[i] = left if left > right else right
         i //= 2
-
-
-@njit(cache=True, nogil=True)
-def open_bins(tree, size, first, count, room_full, room_last):
-    """Open ``count`` bins from ``first`` on, all with ``room_full`` but the last (``room_last``), then fix the
-    ancestors level by level: O(count + log bins) instead of O(count log bins)."""
-    for b in range(first, first + count):
-        tree[b + size] = room_full
-    tree[first + count - 1 + size] = room_last
-    lo, hi = (first + size) // 2, (first + count - 1 + size) // 2
-    while lo >= 1:
-        for i in range(lo, hi + 1):
-            left, right = tree[2 * i], tree[2 * i + 1]
-            tree[i] = left if left > right else right
-        lo, hi = lo // 2, hi // 2

@@ -15,25 +15,28 @@ from numba import njit
 @njit(cache=True, nogil=True)
 def _pack_sums(offsets, items):
     n = offsets.size - 1
-    fill = np.zeros(n, np.int64)
-    work = np.zeros(n, np.int64)
+    fill = np.empty(n, np.int32)  # a pack's tokens, and its samples, are far below 2**31
+    nseq = np.empty(n, np.int32)
+    work = np.empty(n, np.int64)
     for p in range(n):
+        f = w = 0
         for k in range(offsets[p], offsets[p + 1]):
             s = np.int64(items[k])
-            fill[p] += s
-            work[p] += s * s
-    return fill, work
+            f += s
+            w += s * s
+        fill[p], nseq[p], work[p] = f, offsets[p + 1] - offsets[p], w
+    return fill, nseq, work
 
 
 def per_pack(offsets: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tokens, sequences, attention work sum(s^2)) of every pack, in one pass without copies of the items.
+    """(tokens, sequences, attention work sum(s^2)) of every pack, in one pass without copies of the items, in
+    arrays no wider than their values need (fresh pages cost: 8M packs' int64 sums and ``np.diff`` took ~0.2 s).
 
     >>> fill, nseq, work = per_pack(np.array([0, 2, 3]), np.array([3, 1, 4], dtype=np.int32))
     >>> fill.tolist(), nseq.tolist(), work.tolist()
     ([4, 4], [2, 1], [10, 16])
     """
-    fill, work = _pack_sums(np.asarray(offsets, dtype=np.int64), np.asarray(items))
-    return fill, np.diff(offsets), work
+    return _pack_sums(np.asarray(offsets, dtype=np.int64), np.asarray(items))
 
 
 @njit(cache=True, nogil=True)
