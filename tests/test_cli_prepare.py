@@ -123,3 +123,34 @@ def test_prepare_as_users_run_it(tmp_path):
     again = subprocess.run([sys.executable, "-m", "advisor", "prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size",
                             "256", "-o", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
     assert again.returncode == 2 and "pass --force" in again.stderr
+
+
+def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combinations_exit_2(capsys, tmp_path):
+    """``--prompt-completion`` writes what the API writes for Megatron-Bridge's prompt-completion preprocessing
+    (tests/test_prepare_exact.py checks that against Bridge's own preparation), and each option out of place is
+    one message with exit code 2."""
+    from advisor.data.tokenize.engine import TokenizeJob
+    from advisor.data.tokenize.sft import PromptCompletion, SftSettings
+
+    code, text, _ = cli(capsys, "prepare", SFT, "--tokenizer", TOKENIZER, "--prompt-completion", "--prompt-column",
+                        "input", "--completion-column", "output", "--separator", " ", "--loss-mode", "full",
+                        "--pack-size", 256, "--workers", 1, "--json", "--quiet", "-o", tmp_path / "cli")
+    assert code == 0, text
+    pc = PromptCompletion(prompt_column="input", completion_column="output", separator=" ", loss_mode="full")
+    job = TokenizeJob(data=SFT, tokenizer=TOKENIZER, fmt="sft", settings=SftSettings(prompt_completion=pc))
+    prepare(str(tmp_path / "api"), PrepareOptions(pack_size=256, workers=1), train=job)
+    for name in ("training_256.idx.parquet", "256_metadata.jsonl"):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "api" / name).read_bytes()
+    mask = pq.read_table(tmp_path / "cli" / "training_256.idx.parquet").column("loss_mask").to_pylist()
+    assert sum(map(sum, mask)) > 0.9 * sum(map(len, mask))  # full: every token but the pack ends carries loss
+    bad = [(["--prompt-column", "q"], "--prompt-column"),  # without --prompt-completion
+           (["--prompt-completion", "--format", "chat"], "--format sft"),
+           (["--prompt-completion", "--label-key", "x"], "--label-key"),
+           (["--prompt-completion", "--loss-mode", "assistant"], "--loss-mode"),
+           (["--prompt-completion", "--prompt-template", "Q: {question}"], "prompt_template"),
+           (["--format", "chat", "--loss-mode", "completion"], "--loss-mode")]
+    for k, (extra, named) in enumerate(bad):
+        code, out, err = cli(capsys, "prepare", SFT, "--tokenizer", TOKENIZER, *extra, "--pack-size", 256, "--quiet",
+                             "-o", tmp_path / f"bad{k}")
+        assert code == 2 and named in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert not (tmp_path / f"bad{k}").exists()

@@ -26,7 +26,7 @@ import pytest
 from advisor.data.ingest import load_lengths
 from advisor.data.tokenize.chat import ChatSettings
 from advisor.data.tokenize.engine import TokenizeJob
-from advisor.data.tokenize.sft import SftSettings
+from advisor.data.tokenize.sft import PromptCompletion, SftSettings
 from advisor.packing.offline import megatron_bridge_metadata
 from advisor.prepare.run import PrepareOptions, prepare
 from tests import mb_prepare_oracle as oracle
@@ -35,7 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "sample_data" / "raw"
 TOKENIZER = ROOT / "sample_data" / "tokenizers" / "tiny-bpe"
 SOURCES = {"sft": "sft_sample.jsonl", "chat": "chat_sample.jsonl"}
-PACK = {"sft": 256, "chat": 1024}  # SFT: 232 of 300 records cut by the dataset; chat: 15 longer than the pack
+PACK = {"sft": 256, "chat": 1024, "prompt_completion": 256}  # SFT: 232 of 300 records cut by the dataset; chat: 15
+# longer than the pack. "prompt_completion": the SFT sample through Bridge's prompt-completion preprocessing
+PC_OPTIONS = dict(prompt_column="input", completion_column="output", prompt_template="Question: {prompt}\nAnswer:",
+                  separator=" ", add_bos=True)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +92,11 @@ def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str
     size = pack_size or PACK[fmt]
     folder.mkdir()
     kwargs = oracle.dataset_kwargs(fmt, loss_mode)
-    for split, source in (("training", data[fmt]), ("validation", data[f"{fmt}-val"]))[:1 + validation]:
+    if fmt == "prompt_completion":
+        kwargs = {"prompt_completion_config": mb.sft.sft_processing.PromptCompletionSFTPreprocessingConfig(
+            **PC_OPTIONS, loss_mode=loss_mode)}
+    key = "sft" if fmt == "prompt_completion" else fmt
+    for split, source in (("training", data[key]), ("validation", data[f"{key}-val"]))[:1 + validation]:
         mb.offline.prepare_gpt_sft_packed_data(
             input_path=source, output_path=folder / f"{split}_{size}.idx.parquet",
             output_metadata_path=folder / f"{size}_metadata.jsonl", packed_sequence_size=size, tokenizer=mb_tok,
@@ -101,8 +108,12 @@ def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str
 def ours(data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: int = 1, loss_mode: str = "assistant",
          validation: bool = False, pack_size: int | None = None, **options):
     settings = ChatSettings(loss_mode=loss_mode) if fmt == "chat" else SftSettings()
+    source = fmt
+    if fmt == "prompt_completion":
+        settings = SftSettings(prompt_completion=PromptCompletion(**PC_OPTIONS, loss_mode=loss_mode))
+        fmt = source = "sft"
     jobs = {split: TokenizeJob(data=str(data[key]), tokenizer=str(TOKENIZER), fmt=fmt, settings=settings)
-            for split, key in (("train", fmt), ("validation", f"{fmt}-val"))[:1 + validation]}
+            for split, key in (("train", source), ("validation", f"{source}-val"))[:1 + validation]}
     options.setdefault("workers", 1)
     return prepare(str(folder), PrepareOptions(pack_size=pack_size or PACK[fmt], algorithm=algorithm, seed=seed,
                                                pad_seq_to_mult=pad, **options), **jobs)
@@ -117,6 +128,8 @@ CASES = [  # (format, algorithm, seed, pad_seq_to_mult, loss mode, validation sp
     pytest.param("chat", "first_fit_shuffle", 5678, 1, "last_turn", False, marks=FURTHER),
     pytest.param("chat", "first_fit_decreasing", 7, 1, "full", False, marks=FURTHER),
     pytest.param("chat", "first_fit_shuffle", 42, 8, "assistant", False, marks=FURTHER),
+    ("prompt_completion", "first_fit_shuffle", 1234, 1, "completion", True),
+    pytest.param("prompt_completion", "first_fit_decreasing", 11, 4, "full", False, marks=FURTHER),
 ]
 
 
@@ -141,6 +154,8 @@ def test_identical_to_megatron_bridge(mb, mb_tok, data, tmp_path, fmt, algorithm
         assert split.skipped == 15 and split.truncated == 0  # GPTSFTChatDataset does not cut; create_hist skips
     if fmt == "sft":
         assert split.skipped == 0 and split.truncated == 232  # GPTSFTDataset cuts the input field
+    if fmt == "prompt_completion":  # the prompt is cut first, then the completion
+        assert split.skipped == 0 and split.truncated > 100
 
 
 @pytest.mark.parametrize("fmt", ["sft", "chat"])
@@ -189,16 +204,19 @@ def _sequences(rows: list[dict]) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize("fmt", [pytest.param("sft", marks=FURTHER), "chat"])
+@pytest.mark.parametrize("fmt", [pytest.param("sft", marks=FURTHER), "chat",
+                                 pytest.param("prompt_completion", marks=FURTHER)])
 def test_megatron_bridge_reads_and_collates_every_folder(mb, mb_tok, data, tmp_path, fmt):
     """Bridge's builder reads the advisor's files (one file; numbered shards by glob; column generation's packs)
     and collates every pack; the batches train on exactly the tokens Bridge's own preparation trains on."""
     size = PACK[fmt]
-    theirs = mb_prepare(mb, mb_tok, data, tmp_path / "mb", fmt, algorithm="first_fit_shuffle", seed=1234)
+    mode = "completion" if fmt == "prompt_completion" else "assistant"
+    theirs = mb_prepare(mb, mb_tok, data, tmp_path / "mb", fmt, algorithm="first_fit_shuffle", seed=1234,
+                        loss_mode=mode)
     single = tmp_path / "single"
-    ours(data, single, fmt, algorithm="first_fit_shuffle", seed=1234)
+    ours(data, single, fmt, algorithm="first_fit_shuffle", seed=1234, loss_mode=mode)
     sharded = tmp_path / "sharded"
-    got = ours(data, sharded, fmt, algorithm="column_generation", seed=1234, rows_per_file=40)
+    got = ours(data, sharded, fmt, algorithm="column_generation", seed=1234, rows_per_file=40, loss_mode=mode)
     assert len(got.splits[0].files) > 1 and got.splits[0].files[0] == f"training_{size}_00000.idx.parquet"
     expected = _collated(oracle.reader(str(theirs / f"training_{size}.idx.parquet"), mb_tok, size, fmt=fmt))
     for spec in (single / f"training_{size}.idx.parquet", sharded / f"training_{size}_*.idx.parquet", single):

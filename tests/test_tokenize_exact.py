@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.data.tokenize.chat import ChatSettings, chat_lengths
-from advisor.data.tokenize.sft import PromptCompletion, RecordProblem, SftSettings, sft_lengths
+from advisor.data.tokenize.sft import PromptCompletion, RecordProblem, SftSettings, sft_lengths, sft_tokens
 from advisor.data.tokenize.tokenizer import Tokenizer, load_tokenizer
 from advisor.errors import InputError
 from tests import mb_sft_oracle as oracle
@@ -308,6 +308,41 @@ def test_prompt_completion_lengths_match_megatron_bridge(mb, mb_tok, folders, wo
                             **dataset_kwargs)
     assert_same(expected, sft_lengths(records, load_tokenizer(folders["bos"]), settings_), case)
     assert sum(isinstance(x, BaseException) for x in expected) >= 2, "bad rows must be among the records"
+
+
+@pytest.mark.parametrize("loss_mode", ["completion", "full"])
+@pytest.mark.parametrize("case", slow_after(sorted(PC_CASES), fast=2))
+def test_prompt_completion_ids_and_masks_match_megatron_bridge(mb, mb_tok, folders, work, case, loss_mode):
+    """What ``prepare`` packs from prompt-completion records: each record's ``input_ids`` and ``loss_mask`` as
+    Bridge's ``GPTSFTDataset`` hands them to packing, record by record, with pad-like added tokens (which Bridge
+    masks, ``extract_skipped_token_ids``) inside some prompts and completions."""
+    pc_kwargs, dataset_kwargs = PC_CASES[case]
+    records = pc_records(seed=len(case) + 7, n=60)
+    for rec in records[::4]:
+        for key in ("prompt", "completion", "input", "output", "question", "answer"):
+            if isinstance(rec.get(key), str):
+                rec[key] += " <|start_header_id|> x"
+    config = mb.sft_processing.PromptCompletionSFTPreprocessingConfig(**pc_kwargs, loss_mode=loss_mode)
+    theirs = oracle.mb_dataset(oracle.write_jsonl(records, work), mb_tok(), prompt_completion_config=config,
+                               max_seq_length=80, **dataset_kwargs)
+    settings_ = SftSettings(prompt_completion=PromptCompletion(**pc_kwargs, loss_mode=loss_mode), max_seq_length=80,
+                            **dataset_kwargs)
+    batch, lengths, problems = sft_tokens(records, load_tokenizer(folders["bos"]), settings_)
+    flagged, built, skipped_seen = {p.index for p in problems}, 0, False
+    for i in range(len(records)):
+        try:
+            item = theirs[i]
+        except Exception:  # noqa: BLE001 - Bridge refusing the record is the answer
+            assert lengths[i] == -1 and i in flagged, i
+            continue
+        a, b = batch.offsets[i], batch.offsets[i + 1]
+        assert batch.ids[a:b].tolist() == list(item["input_ids"]), i
+        mask = [int(x) for x in item["loss_mask"]]
+        assert batch.mask[a:b].tolist() == mask, i
+        built += 1
+        skipped_seen |= any(m == 0 for m in mask[item["answer_start_idx"]:])
+    assert built >= 40 and len(flagged) == len(records) - built
+    assert skipped_seen, "a pad-like token masked inside a completion must be among the records"
 
 
 # ---------------------------------------------------------------- chat: the tokenizer's chat template

@@ -198,7 +198,7 @@ def _raw_data(p: argparse.ArgumentParser, *, prepare: bool = False) -> None:
     from advisor.data.ingest import ON_BAD
     from advisor.data.tokenize.chat import ChatSettings
     from advisor.data.tokenize.engine import ENGINES, FORMATS
-    from advisor.data.tokenize.sft import SftSettings
+    from advisor.data.tokenize.sft import PromptCompletion, SftSettings
 
     p.add_argument("data", nargs="?" if prepare else None, help="JSONL (plain, .gz, .zst), Parquet, a folder or glob "
                    "of shards, or a datasets.save_to_disk folder" + (" (not with --from-cache)" if prepare else ""))
@@ -217,8 +217,18 @@ def _raw_data(p: argparse.ArgumentParser, *, prepare: bool = False) -> None:
                        "(default 1024, as Megatron-Bridge's builder)")
     p.add_argument("--truncation-method", choices=get_args(get_type_hints(SftSettings)["truncation_method"]),
                    help="sft: which end is cut (default right)")
-    p.add_argument("--loss-mode", choices=get_args(get_type_hints(ChatSettings)["loss_mode"]),
-                   help="chat: the loss mask's mode")
+    p.add_argument("--prompt-completion", action="store_true", help="sft: Megatron-Bridge's prompt-completion "
+                   "preprocessing (PromptCompletionSFTPreprocessingConfig: prompt and completion tokenized apart, no "
+                   "template of fields) instead of the prompt template; --prompt-template then holds only {prompt}")
+    p.add_argument("--prompt-column", help="--prompt-completion: the prompt's field (default prompt)")
+    p.add_argument("--completion-column", help="--prompt-completion: the completion's field (default completion)")
+    p.add_argument("--separator", help="--prompt-completion: text put between prompt and completion (default none)")
+    p.add_argument("--strip-whitespace", action=argparse.BooleanOptionalAction, default=None,
+                   help="--prompt-completion: strip spaces around both fields (default on)")
+    modes = tuple(dict.fromkeys((*get_args(get_type_hints(ChatSettings)["loss_mode"]),
+                                 *get_args(get_type_hints(PromptCompletion)["loss_mode"]))))
+    p.add_argument("--loss-mode", choices=modes, help="chat: the loss mask's mode (assistant, last_turn, full); "
+                   "--prompt-completion: completion (the prompt masked) or full")
     p.add_argument("--tool-schemas", help="chat: the data set's tools as JSON (records' own tools win)")
     p.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001, needs ray[client], or auto); "

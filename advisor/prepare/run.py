@@ -26,7 +26,7 @@ from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import metadata_file
 from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_tokenizer, tokenize
 from advisor.data.tokenize.records import data_files_and_notes
-from advisor.data.tokenize.sequences import MASK_KIND
+from advisor.data.tokenize.sequences import mask_kind
 from advisor.errors import InputError
 from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.offline import PackingResult, pack
@@ -215,7 +215,7 @@ def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptio
     os.makedirs(parts)
     job = replace(job, settings=settings, tokens_dir=parts)
     tok = job_tokenizer(job)
-    if job.fmt == "chat":
+    if job.fmt == "chat" or getattr(settings, "prompt_completion", None) is not None:
         # loaded here, before the pool forks: every worker inherits it instead of importing transformers itself
         # (seconds each, which on a small data set is most of the run)
         tok.transformers_tokenizer()
@@ -223,7 +223,7 @@ def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptio
                       progress=lambda text, done: say(f"{split}: {text}", 0.6 * done))
     files, _ = data_files_and_notes(job.data)
     say(f"{split}: fingerprinting the data and the tokenizer", 0.6)
-    meta = {"split": split, "format": job.fmt, "mask_kind": MASK_KIND[job.fmt], "eod": tok.special_id("eos"),
+    meta = {"split": split, "format": job.fmt, "mask_kind": mask_kind(job.fmt, settings), "eod": tok.special_id("eos"),
             "stored_max_seq_length": options.stored_max if job.fmt == "sft" else None,
             "settings": token_cache._settings_dict(settings), "data": job.data, "tokenizer": job.tokenizer,
             "fingerprint": token_cache.fingerprint(files, job.tokenizer, job.fmt, settings),

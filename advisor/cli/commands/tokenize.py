@@ -33,7 +33,15 @@ def _job(args: Namespace) -> TokenizeJob:
     from advisor.data.tokenize.engine import TokenizeJob
     from advisor.data.tokenize.sft import SftSettings
 
+    pc_fields = {"prompt_column": args.prompt_column, "completion_column": args.completion_column,
+                 "separator": args.separator, "strip_whitespace": args.strip_whitespace}
+    if args.prompt_completion or any(v is not None for v in pc_fields.values()):
+        return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt="sft", settings=_prompt_completion(args),
+                           on_bad=args.on_bad, loss_tokens=getattr(args, "loss_tokens", False))
     if args.format == "chat":
+        if args.loss_mode == "completion":
+            raise InputError("--loss-mode", None, "completion is --prompt-completion's mode; chat has assistant, "
+                             "last_turn and full")
         fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
         settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
     else:
@@ -44,6 +52,34 @@ def _job(args: Namespace) -> TokenizeJob:
         settings = SftSettings(**{k: v for k, v in fields.items() if v is not None})
     return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt=args.format, settings=settings,
                        on_bad=args.on_bad, loss_tokens=getattr(args, "loss_tokens", False))  # tokenize only
+
+
+def _prompt_completion(args: Namespace):
+    """``SftSettings`` with Megatron-Bridge's prompt-completion preprocessing from the options; a prompt-template
+    option, a chat one, or a prompt-completion option without ``--prompt-completion`` is refused by name."""
+    from advisor.data.tokenize.sft import PromptCompletion, SftSettings
+
+    given = [f"--{k.replace('_', '-')}" for k in ("prompt_column", "completion_column", "separator",
+                                                   "strip_whitespace") if getattr(args, k) is not None]
+    if not args.prompt_completion:
+        raise InputError(given[0], None, "a prompt-completion option: add --prompt-completion")
+    if args.format != "sft":
+        raise InputError("--prompt-completion", None, "prompt-completion preprocessing is SFT data (--format sft)")
+    for flag, value in (("--label-key", args.label_key), ("--truncation-field", args.truncation_field),
+                        ("--tool-schemas", args.tool_schemas)):
+        if value is not None:
+            raise InputError(flag, None, "not an option of --prompt-completion (it reads the prompt and completion "
+                             "columns only)")
+    if args.loss_mode not in (None, "completion", "full"):
+        raise InputError("--loss-mode", None, f"{args.loss_mode} is a chat mode; --prompt-completion has "
+                         "completion (the prompt masked) and full")
+    fields = {"prompt_column": args.prompt_column, "completion_column": args.completion_column,
+              "prompt_template": args.prompt_template, "separator": args.separator,
+              "strip_whitespace": args.strip_whitespace, "add_bos": args.add_bos, "add_sep": args.add_sep,
+              "add_eos": args.add_eos, "truncation_method": args.truncation_method, "loss_mode": args.loss_mode}
+    pc = PromptCompletion(**{k: v for k, v in fields.items() if v is not None})
+    length = {"max_seq_length": args.max_seq_length} if args.max_seq_length is not None else {}
+    return SftSettings(prompt_completion=pc, **length)
 
 
 def tokenize(args: Namespace) -> TokenizeOutcome:

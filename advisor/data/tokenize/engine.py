@@ -25,7 +25,7 @@ from advisor import caches
 from advisor.data.guard import display_name
 from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
-from advisor.data.tokenize.sequences import MASK_KIND, ROLLED
+from advisor.data.tokenize.sequences import ROLLED, mask_kind
 from advisor.errors import InputError
 from advisor.vocabulary import DataFormat
 
@@ -166,19 +166,20 @@ def _tokens_of(records: list[dict], job: TokenizeJob):
     return sft_tokens(records, tok, job.settings)
 
 
-def loss_counts(batch, fmt: str) -> np.ndarray:
+def loss_counts(batch, kind: str) -> np.ndarray:
     """Each record's label positions that carry loss, as Megatron-Bridge's packed collate counts them: the mask over
     the record's positions but its last (``_build_loss_mask``), after ``fill_packing_strategy``'s change of it
-    (a chat mask rolled by one; an SFT mask ``idx >= answer_start_idx - 1``, which the batch already holds).
+    (``kind`` ``loss_mask``: rolled by one; ``answer_start``: ``idx >= answer_start_idx - 1``, which the batch
+    already holds; ``sequences.mask_kind``).
 
         >>> from advisor.data.tokenize.sequences import TokenBatch
         >>> b = TokenBatch.of([[5, 6, 7, 8], [9, 9], []], [[0, 0, 1, 1], [1, 1], []], [False, False, False])
-        >>> loss_counts(b, "chat").tolist(), loss_counts(b, "sft").tolist()
+        >>> loss_counts(b, "loss_mask").tolist(), loss_counts(b, "answer_start").tolist()
         ([2, 1, -1], [1, 1, -1])
     """
     summed = np.concatenate([[0], np.cumsum(batch.mask, dtype=np.int64)])
     a, b = batch.offsets[:-1], batch.offsets[1:]
-    rolled = ROLLED[MASK_KIND[fmt]]
+    rolled = ROLLED[kind]
     # an empty span (a record that could not be built) is -1; its indices are clipped so none passes the end
     first, last = (np.minimum(a + 1, b), b) if rolled else (a, np.maximum(b - 1, a))
     return np.where(b > a, summed[last] - summed[first], -1).astype(np.int32)
@@ -241,7 +242,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
             if keep_tokens or job.loss_tokens:
                 batch, got, record_problems = _tokens_of([records[k] for _, k in good], job)
                 truncated[[j for j, _ in good]] = batch.truncated
-                loss[[j for j, _ in good]] = loss_counts(batch, job.fmt)
+                loss[[j for j, _ in good]] = loss_counts(batch, mask_kind(job.fmt, job.settings))
                 if keep_tokens:
                     token_parts.append((batch.ids, batch.mask))
             else:

@@ -11,8 +11,8 @@ own changes (``fill_packing_strategy`` in megatron/bridge/data/packing/algorithm
 - ``answer_start`` (SFT prompt templates: the example has no ``loss_mask``): packing derives
   ``idx >= answer_start_idx - 1`` over the stored tokens and does not shift it; positions added by
   ``pad_seq_to_mult`` therefore count (their index is past the answer start);
-- ``loss_mask`` (chat): the dataset's own mask, which packing rolls by one (``x[1:] + [False]``) to align it with
-  the labels; padding positions are 0.
+- ``loss_mask`` (chat, and SFT with prompt-completion preprocessing): the dataset's own mask, which packing rolls
+  by one (``x[1:] + [False]``) to align it with the labels; padding positions are 0.
 """
 
 from __future__ import annotations
@@ -27,6 +27,18 @@ MaskKind = Literal["answer_start", "loss_mask"]
 PAD_MASK: dict[str, int] = {"answer_start": 1, "loss_mask": 0}  # the mask value of a pre-padding position
 ROLLED: dict[str, bool] = {"answer_start": False, "loss_mask": True}  # does fill_packing_strategy shift it
 MASK_KIND: dict[str, MaskKind] = {"sft": "answer_start", "chat": "loss_mask"}  # each data format's mask
+
+
+def mask_kind(fmt: str, settings: object = None) -> MaskKind:
+    """The mask a format's records carry: SFT with prompt-completion preprocessing hands packing its own
+    ``loss_mask`` (``GPTSFTDataset._process_example``), which packing rolls as a chat mask.
+
+        >>> mask_kind("sft"), mask_kind("chat")
+        ('answer_start', 'loss_mask')
+    """
+    if fmt == "sft" and getattr(settings, "prompt_completion", None) is not None:
+        return "loss_mask"
+    return MASK_KIND[fmt]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,7 @@ class RecordProblem:
 @dataclass(frozen=True, kw_only=True)
 class PromptCompletion:
     """Megatron-Bridge 0.6.2's ``PromptCompletionSFTPreprocessingConfig`` (megatron/bridge/data/sft_processing.py),
-    the fields that change the length; its defaults. ``prompt_template`` may hold only ``{prompt}``.
+    with its defaults; ``loss_mode`` changes the loss mask only. ``prompt_template`` may hold only ``{prompt}``.
 
         >>> PromptCompletion(prompt_column="question", completion_column="answer", separator=" ").prompt_template
         '{prompt}'
@@ -61,6 +61,7 @@ class PromptCompletion:
     add_sep: bool = False
     add_eos: bool = True
     truncation_method: Literal["left", "right"] = "right"
+    loss_mode: Literal["completion", "full"] = "completion"  # the mask only (prepare): the prompt masked, or not
 
     def __post_init__(self):
         # PromptCompletionSFTPreprocessingConfig.validate
@@ -84,6 +85,9 @@ class PromptCompletion:
         if self.truncation_method not in ("left", "right"):
             raise InputError(SETTINGS, f"{where}.truncation_method",
                              f"must be 'left' or 'right', not {excerpt(self.truncation_method)}")
+        if self.loss_mode not in ("completion", "full"):
+            raise InputError(SETTINGS, f"{where}.loss_mode",
+                             f"must be 'completion' or 'full', not {excerpt(self.loss_mode)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -323,8 +327,7 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
     """
     s = settings if settings is not None else SftSettings()
     if s.prompt_completion is not None:
-        raise InputError(SETTINGS, "prompt_completion", "prepare writes prompt-template SFT data; prompt-completion "
-                         "preprocessing is not built yet (its per-token loss mask differs)")
+        return _prompt_completion_tokens(records, tok, s)
     if s.add_sep:
         # build_gpt_sft_split passes no sep_id, so GPTSFTDataset's is None: Bridge would put None into input_ids
         raise InputError(SETTINGS, "add_sep", "Megatron-Bridge 0.6.2's builder gives GPTSFTDataset no sep_id, so "
@@ -391,6 +394,86 @@ def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSe
     """``tokenize_prompt_completion_example`` (megatron/bridge/data/sft_processing.py), on token counts: prompt
     and completion encoded without special tokens, BOS + virtual tokens + prompt + SEP, then completion + EOS."""
     pc = s.prompt_completion
+    _check_prompt_completion_tokenizer(tok, pc)
+    texts, good, problems = _prompt_completion_texts(records, tok, s)
+    lengths = np.full(len(records), -1, dtype=np.int64)
+    counts = tok.lengths(texts, special=False).tolist()
+    special = _special_count(s)
+    for n, i in enumerate(good):
+        p, c = _prompt_completion_cut(counts[2 * n], counts[2 * n + 1], s)
+        total = special + p + c
+        if total < 2:
+            problems.append(RecordProblem(i, _too_short(total)))
+        else:
+            lengths[i] = total
+    problems.sort(key=lambda q: q.index)
+    return lengths, problems
+
+
+def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSettings
+                              ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+    """``tokenize_prompt_completion_example`` with the ids kept: ``[BOS] + virtual tokens (EOS ids) + prompt +
+    [SEP]`` as the context, ``completion + [EOS]`` as the target, cut as ``_prompt_completion_lengths`` counts
+    (a cut prompt or completion keeps its first tokens with ``right``, its last with ``left``). Its loss mask is
+    the example's own ``loss_mask`` (mask kind ``loss_mask``, which packing rolls by one): 0 over the context and
+    1 over the target with ``loss_mode`` ``completion``, 1 everywhere with ``full``; the tokenizer's pad-like added
+    tokens 0 either way (``extract_skipped_token_ids``)."""
+    pc = s.prompt_completion
+    _check_prompt_completion_tokenizer(tok, pc)
+    bos = tok.special_id("bos") if pc.add_bos else None
+    sep = tok.special_id("sep") if pc.add_sep else None
+    eos = tok.special_id("eos")
+    if (pc.add_eos or s.virtual_tokens) and eos is None:
+        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) "
+                         "need")
+    skipped = skipped_token_ids(tok)
+    texts, good, problems = _prompt_completion_texts(records, tok, s)
+    flat, offsets = tok.ids(texts, special=False)
+    head = np.asarray(([bos] if bos is not None else []) + [eos] * s.virtual_tokens, np.int32)
+    sep_ids = np.asarray([sep] if sep is not None else [], np.int32)
+    tail = np.asarray([eos] if pc.add_eos else [], np.int32)
+    ids_out: list[np.ndarray] = []
+    mask_out: list[np.ndarray] = []
+    record_len = np.zeros(len(records), dtype=np.int64)
+    lengths = np.full(len(records), -1, dtype=np.int64)
+    truncated = np.zeros(len(records), dtype=bool)
+    for n, i in enumerate(good):
+        prompt = flat[offsets[2 * n]:offsets[2 * n + 1]]
+        completion = flat[offsets[2 * n + 1]:offsets[2 * n + 2]]
+        p, c = _prompt_completion_cut(prompt.size, completion.size, s)
+        truncated[i] = p < prompt.size or c < completion.size
+        prompt = prompt[prompt.size - p:] if pc.truncation_method == "left" else prompt[:p]
+        completion = completion[completion.size - c:] if pc.truncation_method == "left" else completion[:c]
+        context = np.concatenate([head, prompt, sep_ids])
+        ids = np.concatenate([context, completion, tail]).astype(np.int32, copy=False)
+        if ids.size < 2:
+            problems.append(RecordProblem(i, _too_short(int(ids.size))))
+            continue
+        mask = (np.arange(ids.size) >= (context.size if pc.loss_mode == "completion" else 0)).astype(np.int8)
+        if skipped.size:
+            mask[np.isin(ids, skipped)] = 0
+        ids_out.append(ids)
+        mask_out.append(mask)
+        lengths[i] = record_len[i] = ids.size
+    problems.sort(key=lambda q: q.index)
+    offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
+    np.cumsum(record_len, out=offsets_out[1:])
+    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
+                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8),
+                       offsets=offsets_out, truncated=truncated)
+    return batch, lengths, problems
+
+
+def skipped_token_ids(tok: Tokenizer) -> np.ndarray:
+    """The added tokens that never carry loss (``extract_skipped_token_ids`` in megatron/bridge/data/token_utils.py:
+    those of transformers' ``added_tokens_decoder`` named in ``PAD_TOKENS``), sorted."""
+    from advisor.data.tokenize.chat_mask import PAD_TOKENS
+
+    hf = tok.transformers_tokenizer()
+    return np.array(sorted({i for i, t in hf.added_tokens_decoder.items() if str(t) in PAD_TOKENS}), np.int64)
+
+
+def _check_prompt_completion_tokenizer(tok: Tokenizer, pc: PromptCompletion) -> None:
     if tok.kind != "huggingface":
         raise InputError(str(tok.path), None, "Megatron-Bridge 0.6.2's prompt-completion preprocessing cannot "
                          "encode with a SentencePiece model (it calls encode(text, add_special_tokens=False))")
@@ -399,10 +482,16 @@ def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSe
         if flag and not present:
             raise InputError(str(tok.path), None, f"prompt-completion preprocessing requested {token}, but the "
                              f"tokenizer has no {token} token")
+
+
+def _prompt_completion_texts(records: Sequence[dict], tok: Tokenizer, s: SftSettings
+                             ) -> tuple[list[str], list[int], list[RecordProblem]]:
+    """Two texts per record Bridge can build (the rendered prompt, then the separator and the completion), those
+    records' indices, and a problem for each other record."""
+    pc = s.prompt_completion
     separator = pc.separator
     if separator.startswith(" ") and not tok.space_sensitive:
         separator = separator[1:]  # the split-template rule: a space-insensitive tokenizer drops one space
-    lengths = np.full(len(records), -1, dtype=np.int64)
     problems: list[RecordProblem] = []
     texts: list[str] = []
     good: list[int] = []
@@ -416,28 +505,36 @@ def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSe
             prompt, completion = prompt.strip(" "), completion.strip(" ")
         texts += [pc.prompt_template.format(prompt=prompt), separator + completion]
         good.append(i)
-    counts = tok.lengths(texts, special=False).tolist()
-    special = s.virtual_tokens + pc.add_bos + pc.add_sep + pc.add_eos
-    budget = s.max_seq_length - special
-    for n, i in enumerate(good):
-        p, c = counts[2 * n], counts[2 * n + 1]
-        overflow = p + max(c, s.tokens_to_generate) - budget
-        if overflow > 0:
-            cut = min(p, overflow)
-            p -= cut
-            overflow -= cut
-        if overflow > 0:
-            if pc.truncation_method == "right":
-                overflow += min(c, s.tokens_to_generate)  # the generation reserve, as GPTSFTDataset keeps it
-            c = max(0, c - overflow)
-        total = special + p + c
-        if total < 2:
-            problems.append(RecordProblem(i, f"only {total} token(s): Megatron-Bridge needs at least two for "
-                                             "next-token loss"))
-        else:
-            lengths[i] = total
-    problems.sort(key=lambda q: q.index)
-    return lengths, problems
+    return texts, good, problems
+
+
+def _special_count(s: SftSettings) -> int:
+    pc = s.prompt_completion
+    return s.virtual_tokens + pc.add_bos + pc.add_sep + pc.add_eos
+
+
+def _prompt_completion_cut(p: int, c: int, s: SftSettings) -> tuple[int, int]:
+    """The prompt's and the completion's tokens kept under ``max_seq_length``: the prompt gives first, then the
+    completion, keeping Bridge's generation reserve (``tokens_to_generate``) when it is cut from the right.
+
+        >>> s = SftSettings(prompt_completion=PromptCompletion(), max_seq_length=10)
+        >>> _prompt_completion_cut(6, 3, s), _prompt_completion_cut(12, 3, s), _prompt_completion_cut(2, 20, s)
+        ((6, 3), (6, 3), (0, 9))
+    """
+    overflow = p + max(c, s.tokens_to_generate) - (s.max_seq_length - _special_count(s))
+    if overflow > 0:
+        cut = min(p, overflow)
+        p -= cut
+        overflow -= cut
+    if overflow > 0:
+        if s.prompt_completion.truncation_method == "right":
+            overflow += min(c, s.tokens_to_generate)  # the generation reserve, as GPTSFTDataset keeps it
+        c = max(0, c - overflow)
+    return p, c
+
+
+def _too_short(total: int) -> str:
+    return f"only {total} token(s): Megatron-Bridge needs at least two for next-token loss"
 
 
 def _prompt_completion_pair(rec, pc: PromptCompletion, is_test: bool) -> tuple[str, str] | str:

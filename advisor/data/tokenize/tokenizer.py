@@ -138,9 +138,10 @@ class Tokenizer:
         """``ids`` as Megatron-Bridge's ``_tokenize`` encodes (see ``mb_lengths``)."""
         return self.ids(texts, special=self.include_special_tokens and self.kind == "huggingface")
 
-    def special_id(self, name: Literal["bos", "eos"]) -> int | None:
-        """The id Megatron-Core's wrapper gives ``bos_id`` / ``eos_id`` (its ``eod`` too), or None: Hugging Face's
-        named token, bos falling back to cls and eos to sep (``HuggingFaceTokenizer.__init__``); SentencePiece's
+    def special_id(self, name: Literal["bos", "eos", "sep"]) -> int | None:
+        """The id Megatron-Core's wrapper gives ``bos_id`` / ``eos_id`` (its ``eod`` too) / ``sep_id``, or None:
+        Hugging Face's named token, bos falling back to cls, eos to sep and sep to eos
+        (``HuggingFaceTokenizer.__init__``); SentencePiece's
         own (``bos_id()``/``eos_id()``, None when the model has none).
 
             >>> tok = load_tokenizer(_example_folder())
@@ -148,10 +149,15 @@ class Tokenizer:
             (0, 1)
         """
         if self.kind == "sentencepiece":
+            if name == "sep":  # Megatron-Core's SentencePiece wrapper has no SEP
+                return None
             value = self.backend.bos_id() if name == "bos" else self.backend.eos_id()
             return value if value >= 0 else None
-        content = (self.special.get("bos_token") or self.special.get("cls_token") if name == "bos"
-                   else self.special.get("eos_token") or self.special.get("sep_token"))
+        if name == "sep":  # the wrapper's sep_token: the tokenizer's, else its EOS
+            content = self.special.get("sep_token") or self.special.get("eos_token")
+        else:
+            content = (self.special.get("bos_token") or self.special.get("cls_token") if name == "bos"
+                       else self.special.get("eos_token") or self.special.get("sep_token"))
         return None if content is None else self.backend.token_to_id(content)
 
     def mb_lengths(self, texts: Sequence[str]) -> np.ndarray:
