@@ -48,6 +48,7 @@ OUT_PER_INPUT = 16  # a template may repeat its input this many times (system pr
 MAX_ALLOC_CHARS = 1 << 27  # everything a render may build, in all: bounds memory (at most ~512 MB) and time
 MAX_ITEMS = 1 << 20  # items in a list a template builds
 MAX_STEPS = 1_000_000  # loop iterations + calls + lookups: real templates need tens per message
+CLOCK_STEPS = 32  # the deadline is checked once in this many steps (a power of two)
 MAX_INT_BITS = 1 << 16  # integers a template computes (2**65536 is already a 19,729-digit number)
 MAX_INDENT = 64  # tojson / indent / center widths beyond this are never formatting
 RENDER_SECONDS = 1.0  # per record, plus SECONDS_PER_MB of its size: real templates take ~0.2 s per MB rendered
@@ -94,19 +95,24 @@ _STATE = threading.local()  # the budget of the render running on this thread (N
 
 
 def _budget() -> Budget:
-    budget = getattr(_STATE, "budget", None)
+    try:
+        budget = _STATE.budget
+    except AttributeError:  # a thread that never rendered
+        budget = None
     if budget is None:  # compile-time constant folding: sizes are still capped, nothing else is running
         return Budget(out_chars=MIN_OUT_CHARS, alloc_chars=MAX_ALLOC_CHARS)
     return budget
 
 
 def _step(n: int = 1) -> None:
-    """Spend ``n`` steps and check the clock: called by every hook, so a template cannot run unchecked for long."""
+    """Spend ``n`` steps, and check the clock every ``CLOCK_STEPS``: called by every hook, so a template cannot run
+    unchecked for long (a step's own work is bounded by the size caps, so 32 of them are microseconds; reading the
+    clock at every one was a tenth of a chat record's tokenizing)."""
     b = _budget()
     b.steps -= n
     if b.steps < 0:
         raise TemplateLimit(f"over {MAX_STEPS:,} loop iterations, calls and lookups", costly=True)
-    if time.monotonic() > b.deadline:
+    if b.steps & (CLOCK_STEPS - 1) < n and time.monotonic() > b.deadline:
         raise TemplateLimit(f"over {b.seconds:g} s", costly=True)
 
 
@@ -144,7 +150,18 @@ def text_size(value: Any, limit: int, indent: int = 0) -> int:
     while stack:
         v, depth = stack.pop()
         total += 4 + indent * depth  # quotes, separators, and the indent of its line
-        if isinstance(v, (str, bytes)):
+        t = type(v)  # JSON's own types first, by identity: the ABC checks below cost most of a chat record's sizing
+        if t is str:
+            total += len(v)
+        elif t is dict:
+            for k, x in v.items():
+                stack.append((k, depth + 1))
+                stack.append((x, depth + 1))
+        elif t is list:
+            stack.extend((x, depth + 1) for x in v)
+        elif t is int:
+            total += v.bit_length() // 3 + 1
+        elif isinstance(v, (str, bytes)):
             total += len(v)
         elif isinstance(v, bool) or v is None:
             total += 5
@@ -426,6 +443,9 @@ def _environment_class() -> type:
 
         def call_binop(self, context, operator, left, right):
             _step()
+            if operator == "+" and type(left) is str and type(right) is str:  # most of a chat template's operators
+                _spend(len(left) + len(right))  # what _check_binop does for two strings, without its dispatch
+                return left + right  # the sandbox's own "+" (binop_table: operator.add)
             _check_binop(operator, left, right)  # sizes checked and counted before: not counted again after
             return super().call_binop(context, operator, left, right)
 
