@@ -617,7 +617,13 @@ def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
         {1: 'a;', 2: 'a;b;'}
     """
     prepared = _prepared(messages, tools, None, special_tokens)
-    return {m: _render(template, prepared, prepared[0][:m], False, seconds) for m in counts}
+    if threading.current_thread() is not threading.main_thread():
+        return {m: _render(template, prepared, prepared[0][:m], False, seconds) for m in counts}
+    # one alarm for the record's renders, for all their time (arming and disarming a timer is two system calls a
+    # render, a tenth of a small one); each render still has its own budget and deadline, kept by the hooks
+    each = Budget.for_input(prepared[4], seconds).seconds
+    with _running(Budget.for_input(prepared[4], each * len(counts))):
+        return {m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False) for m in counts}
 
 
 def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mapping[str, str] | None) -> tuple:
@@ -645,12 +651,14 @@ def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mappin
     return chat, tools, documents, kwargs, text_size((chat, tools, documents), MAX_OUT_CHARS)
 
 
-def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None) -> str:
+def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None,
+            alarm: bool = True) -> str:
+    """One render in its budget; ``alarm=False``: under an alarm the caller armed (``render_prefixes``)."""
     _, tools, documents, kwargs, size = prepared
     if len(chat) == 0:
         raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
     budget = Budget.for_input(size, seconds)
-    with _running(budget):
+    with _running(budget) if alarm else _budgeted(budget):
         compiled = compile_template(template)
         pieces, size = [], 0
         stream = compiled.generate(messages=chat, tools=tools, documents=documents,
@@ -664,6 +672,23 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
         finally:
             stream.close()
     return "".join(pieces)
+
+
+class _budgeted:
+    """``budget`` for this thread's hooks, the one before put back after (no alarm: see ``_running``)."""
+
+    def __init__(self, budget: Budget):
+        self.budget = budget
+        self.outer = None
+
+    def __enter__(self):
+        self.outer = getattr(_STATE, "budget", None)
+        _STATE.budget = self.budget
+        return self
+
+    def __exit__(self, *exc):
+        _STATE.budget = self.outer
+        return False
 
 
 class _running:
