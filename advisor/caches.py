@@ -96,7 +96,7 @@ class BoundedCache:
         """Keep a value computed elsewhere for a caller waiting on it, as ``get`` keeps its own (the oldest go when
         there is no room); whether it was kept."""
         with self._lock:
-            self.entries[key] = value
+            self.entries.setdefault(key, value)  # one kept meanwhile (its visitor gave up waiting) stays
             self.entries.move_to_end(key)
             self._trim()
             self._done.notify_all()

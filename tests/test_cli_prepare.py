@@ -148,9 +148,19 @@ def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combination
            (["--prompt-completion", "--label-key", "x"], "--label-key"),
            (["--prompt-completion", "--loss-mode", "assistant"], "--loss-mode"),
            (["--prompt-completion", "--prompt-template", "Q: {question}"], "prompt_template"),
-           (["--format", "chat", "--loss-mode", "completion"], "--loss-mode")]
+           (["--format", "chat", "--loss-mode", "completion"], "--loss-mode"),
+           (["--loss-mode", "full"], "--loss-mode"),  # a chat option on prompt-template SFT
+           (["--format", "chat", "--add-eos"], "--add-eos"),  # an SFT option on chat
+           (["--tool-schemas", "[]"], "--tool-schemas")]
     for k, (extra, named) in enumerate(bad):
         code, out, err = cli(capsys, "prepare", SFT, "--tokenizer", TOKENIZER, *extra, "--pack-size", 256, "--quiet",
                              "-o", tmp_path / f"bad{k}")
         assert code == 2 and named in err and len(err.strip().splitlines()) == 1, (extra, err)
         assert not (tmp_path / f"bad{k}").exists()
+    # a re-pack uses the cache's own settings: a dataset option with it would be silently ignored, so it is refused
+    for extra, named in ((["--prompt-completion", "--loss-mode", "completion"], "--loss-mode"),
+                         (["--separator", " "], "--separator"), (["--format", "chat"], "--format")):
+        code, out, err = cli(capsys, "prepare", "--from-cache", tmp_path / "cli", *extra, "--pack-size", 512,
+                             "--quiet", "-o", tmp_path / "repack")
+        assert code == 2 and named in err and "--from-cache" in err, (extra, err)
+        assert not (tmp_path / "repack").exists()

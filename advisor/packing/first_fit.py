@@ -287,7 +287,9 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
         np.subtract(pack_size, fill, out=fill)
     else:
         fill = np.subtract(pack_size, room[:count], dtype=np.int32)
-    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq[:count], work=work[:count],
+    for column in (nseq, work):  # shrunk in place to the bins opened: what a cache counts is what is held
+        column.resize(count, refcheck=False)
+    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work,
                     strip=strip[: state[1]].copy())
 
 

@@ -104,12 +104,19 @@ def even_histogram(values: np.ndarray, lo: float, hi: float, bins: int) -> tuple
     >>> even_histogram(v.astype(float), 0.0, 10.0, 4)[0].tolist()
     [2, 1, 1, 3]
     """
+    if lo > hi:
+        raise ValueError("max must be larger than min in range parameter.")  # numpy's own refusal
+    if lo == hi:  # numpy widens an empty range by half a unit each way
+        lo, hi = lo - 0.5, hi + 0.5
     edges = np.linspace(lo, hi, bins + 1)
-    if values.dtype.kind in "iu" and values.size and np.isfinite(lo) and np.isfinite(hi):
+    if values.dtype.kind in "iu" and values.dtype != np.uint64 and values.size and np.isfinite(lo) \
+            and np.isfinite(hi):
         first, last = int(np.ceil(lo)), int(np.floor(hi))
         if last < first:
             return np.zeros(bins, np.int64), edges
-        if last - first < max(1 << 20, values.size):
+        # per value only where values repeat (the counts array at most an eighth of the values' entries, or 64k):
+        # 9.4M packs' work spanning 9M values took 0.2 s that way, against 0.03 s one by one
+        if last - first < max(1 << 16, values.size // 8):
             per_value = _counts_within(values, first, last)
             at = np.nonzero(per_value)[0]
             counts, _ = np.histogram(at + first, edges, weights=per_value[at])

@@ -150,10 +150,12 @@ class Ahead:
             try:
                 result = pack(hist, cfg, progress=self._progress, pause=self._pause)
                 with self._cond:
-                    wanted = self._joined > 0
-                # a visitor waiting for it gets it kept as their own packing would be (the oldest kept goes if
-                # there is no room): offered like a guess and dropped, it had them wait and then pack again
-                kept = (PACKINGS.keep if wanted else PACKINGS.offer)(hist, cfg, result)
+                    # a visitor waiting for it gets it kept as their own packing would be (the oldest kept goes if
+                    # there is no room): offered like a guess and dropped, it had them wait and then pack again.
+                    # Decided and kept under the lock, and no longer current before it is released, so a visitor
+                    # joins either before (and is counted) or after (and finds it kept, or packs it themselves)
+                    kept = (PACKINGS.keep if self._joined > 0 else PACKINGS.offer)(hist, cfg, result)
+                    self._current = None
                 self.done += kept
                 self.dropped += not kept
                 del result

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from advisor.cli.commands.files import named
-from advisor.cli.commands.tokenize import _job, check_ray_address
+from advisor.cli.commands.tokenize import DATASET_OPTIONS, _job, _refuse, check_ray_address
 from advisor.cli.output import Bar
 from advisor.errors import InputError
 
@@ -31,6 +31,12 @@ def prepare(args: Namespace) -> PrepareOutcome:
     if args.from_cache and (args.data or args.tokenizer or args.validation):
         raise InputError("prepare", "--from-cache", "re-packs a prepared folder's tokens: give it without DATA, "
                          "--tokenizer and --validation (the cache has them)")
+    if args.from_cache:
+        dataset = tuple(o for o in DATASET_OPTIONS if o != "max_seq_length")  # prepare's is the packing's
+        _refuse(args, dataset, "a dataset option: --from-cache re-packs the tokens and masks the cache holds, "
+                "tokenized with its own settings (prepare the raw data again to change them)")
+        if args.format != "sft":
+            raise InputError("--format", None, "--from-cache re-packs the cache's tokens in the cache's format")
     if not args.from_cache and not (args.data and args.tokenizer):
         raise InputError("prepare", None, "give DATA and --tokenizer (or --from-cache PREPARED_FOLDER)")
     if args.ray_address:

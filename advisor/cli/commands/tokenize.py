@@ -42,9 +42,13 @@ def _job(args: Namespace) -> TokenizeJob:
         if args.loss_mode == "completion":
             raise InputError("--loss-mode", None, "completion is --prompt-completion's mode; chat has assistant, "
                              "last_turn and full")
+        _refuse(args, SFT_OPTIONS, "an SFT option: chat samples are rendered by the tokenizer's chat template "
+                "and not cut (offline packing skips or cuts them)")
         fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
         settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
     else:
+        _refuse(args, CHAT_OPTIONS, "a chat option: SFT with a prompt template trains on the answer (add "
+                "--prompt-completion for its completion/full loss modes)")
         fields = {"prompt_template": args.prompt_template, "label_key": args.label_key,
                   "truncation_field": args.truncation_field, "add_bos": args.add_bos, "add_eos": args.add_eos,
                   "add_sep": args.add_sep, "max_seq_length": args.max_seq_length,
@@ -52,6 +56,21 @@ def _job(args: Namespace) -> TokenizeJob:
         settings = SftSettings(**{k: v for k, v in fields.items() if v is not None})
     return TokenizeJob(data=args.data, tokenizer=args.tokenizer, fmt=args.format, settings=settings,
                        on_bad=args.on_bad, loss_tokens=getattr(args, "loss_tokens", False))  # tokenize only
+
+
+SFT_OPTIONS = ("prompt_template", "label_key", "truncation_field", "add_bos", "add_eos", "add_sep", "max_seq_length",
+               "truncation_method")
+CHAT_OPTIONS = ("loss_mode", "tool_schemas")
+PROMPT_COMPLETION_OPTIONS = ("prompt_completion", "prompt_column", "completion_column", "separator",
+                             "strip_whitespace")
+DATASET_OPTIONS = (*SFT_OPTIONS, *CHAT_OPTIONS, *PROMPT_COMPLETION_OPTIONS)
+
+
+def _refuse(args: Namespace, names: tuple[str, ...], why: str) -> None:
+    """One message naming the first of these options given (argparse leaves the others None or False)."""
+    for name in names:
+        if getattr(args, name, None) not in (None, False):
+            raise InputError(f"--{name.replace('_', '-')}", None, why)
 
 
 def _prompt_completion(args: Namespace):

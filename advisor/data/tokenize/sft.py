@@ -441,7 +441,7 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
         prompt = flat[offsets[2 * n]:offsets[2 * n + 1]]
         completion = flat[offsets[2 * n + 1]:offsets[2 * n + 2]]
         p, c = _prompt_completion_cut(prompt.size, completion.size, s)
-        truncated[i] = p < prompt.size or c < completion.size
+        cut = p < prompt.size or c < completion.size
         prompt = prompt[prompt.size - p:] if pc.truncation_method == "left" else prompt[:p]
         completion = completion[completion.size - c:] if pc.truncation_method == "left" else completion[:c]
         context = np.concatenate([head, prompt, sep_ids])
@@ -455,6 +455,7 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
         ids_out.append(ids)
         mask_out.append(mask)
         lengths[i] = record_len[i] = ids.size
+        truncated[i] = cut  # counted for the records built only
     problems.sort(key=lambda q: q.index)
     offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
     np.cumsum(record_len, out=offsets_out[1:])
