@@ -29,7 +29,7 @@ from advisor.prepare.rows import build_rows
 from tests import mb_prepare_oracle
 from tests import mb_sft_oracle as oracle
 from tests.test_tokenize_exact import SFT_CASES, TOOLS, chat_records, sft_records
-from tests.tokenizer_fixture import build_tokenizer
+from tests.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
 
 MARKERS = ["<|eot_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|start_header_id|>",
            "<|end_header_id|>", "<|begin_of_text|>"]
@@ -175,3 +175,72 @@ def test_sft_ids_and_masks_match_megatron_bridge(folder, mb_tokenizer, work, cas
     got = sft_tokens(records, load_tokenizer(folder), SftSettings(**kwargs))
     assert_same_tokens(expected, got, f"sft/{case}", mask_kind="answer_start")
     assert got[0].truncated.any()
+
+
+# ---------------------------------------------------------------- {% generation %} blocks: Hugging Face's mask
+GENERATION_TEMPLATES = {
+    # the fixture's Llama-3-style template, the assistant's text and end marker in generation blocks: Bridge also
+    # knows its turn markers, so it takes Hugging Face's mask with the turns' end markers added
+    "llama3": CHAT_TEMPLATE.replace(
+        "{{- message['content'] | trim + '<|eot_id|>' }}",
+        "{%- if message['role'] == 'assistant' %}{% generation %}{{- message['content'] | trim + '<|eot_id|>' }}"
+        "{% endgeneration %}{%- else %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endif %}"),
+    # markers Bridge does not know: Hugging Face's mask alone (the last turn found through a prefix render)
+    "plain": "{%- for message in messages %}{%- if message['role'] == 'assistant' %}{{- 'Assistant: ' }}"
+             "{% generation %}{{- message['content'] }}{% endgeneration %}{{- '\\n' }}{%- else %}"
+             "{{- message['role'] + ': ' + message['content'] + '\\n' }}{%- endif %}{%- endfor %}",
+}
+
+
+@pytest.fixture(scope="module")
+def generation_folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen")
+    return {name: build_tokenizer(root / name, chat_template=t) for name, t in GENERATION_TEMPLATES.items()}
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")
+@pytest.mark.parametrize("loss_mode", ["assistant", "last_turn", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("template", sorted(GENERATION_TEMPLATES))
+def test_generation_blocks_give_megatron_bridges_masks(generation_folders, work, template, loss_mode):
+    """A template with ``{% generation %}`` blocks: the ids and the loss mask of every record as Bridge's
+    ``GPTSFTChatDataset`` builds them (Hugging Face's ``return_assistant_tokens_mask`` through transformers,
+    alone or with Bridge's turn markers), including records it rejects and ones with no assistant turn."""
+    reason = oracle.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    folder = generation_folders[template]
+    records = chat_records(seed=7 + len(template), n=40)
+    records += [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]},
+                {"messages": [{"role": "user", "content": "only a question"}]}]
+    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
+                        use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+    got = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode=loss_mode))
+    assert_same_tokens(expected, got, f"generation/{template}/{loss_mode}")
+    built = [x for x in expected if not isinstance(x, BaseException)]
+    assert len(built) >= 25 and any(x["loss_mask"].any() for x in built)
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "assistant"]),
+                                st.lists(st.sampled_from(MARKERS + ["hi", " there", "\n", "x y", ""]), max_size=4)),
+                      min_size=1, max_size=5),
+       loss_mode=st.sampled_from(["assistant", "last_turn"]))
+def test_generation_blocks_with_markers_inside_messages(generation_folders, work, turns, loss_mode):
+    """The generation template Bridge also knows the markers of, with messages holding those markers: whether
+    Bridge adds the turns' end markers, falls back to them, or keeps the generation mask."""
+    reason = oracle.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    key = ("generation", loss_mode)
+    if key not in _DATASETS:
+        path = oracle.write_jsonl(chat_records(seed=1, n=1), work)
+        _DATASETS[key] = oracle.mb_dataset(path, oracle.build_mb_tokenizer(generation_folders["llama3"]), chat=True,
+                                           use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+    record = {"messages": [{"role": r, "content": "".join(parts)} for r, parts in turns]}
+    try:
+        expected = [_DATASETS[key]._process_example(copy.deepcopy(record))]
+    except Exception as e:  # noqa: BLE001
+        expected = [e]
+    got = chat_tokens([record], load_tokenizer(generation_folders["llama3"]), ChatSettings(loss_mode=loss_mode))
+    assert_same_tokens(expected, got, f"generation markers/{loss_mode}")

@@ -125,11 +125,13 @@ def _ends(ids: np.ndarray, patterns: list[tuple[int, ...]], search: int, limit: 
     return found
 
 
-def mask_from_turns(ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Boundaries) -> np.ndarray | None:
+def mask_from_turns(ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Boundaries,
+                    include_content: bool = True) -> np.ndarray | None:
     """``_assistant_mask_from_conversation_turns``: for each assistant turn, ``(before, through)`` are the
     common-prefix lengths of the renders of the conversation before and through that turn with the whole
     render; the turn's start marker is the first after ``before`` and its end the last end marker before
-    ``through``. None where Bridge gives up (then the scan may be tried)."""
+    ``through``. None where Bridge gives up (then the scan may be tried). ``include_content=False``: the end
+    markers only (what Bridge adds to a ``{% generation %}`` mask)."""
     if not turns:
         return None
     start_tokens = b.starts.get(ASSISTANT)
@@ -147,15 +149,18 @@ def mask_from_turns(ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Bounda
         if not ends:
             return None
         content_end, _, after_end = max(ends)
-        mask[content_start:content_end] = 1
+        if include_content:
+            mask[content_start:content_end] = 1
         mask[content_end:after_end] = 1  # include_end_tokens_for_roles=("assistant",): learn to stop
     return mask
 
 
-def mask_from_scan(ids: np.ndarray, b: Boundaries, roles: Sequence[str] | None) -> np.ndarray | None:
+def mask_from_scan(ids: np.ndarray, b: Boundaries, roles: Sequence[str] | None,
+                   include_content: bool = True) -> np.ndarray | None:
     """``_assistant_mask_from_boundary_config``: every role's start markers in the ids; each assistant span runs
     to the first end marker before the next start marker. None when the assistant markers found do not match
-    the conversation's assistant turns one to one, or when no assistant span ends."""
+    the conversation's assistant turns one to one, or when no assistant span ends. ``include_content=False``:
+    the end markers only."""
     markers: list[tuple[int, str, int]] = []
     for role, tokens in b.starts.items():
         at = 0
@@ -190,7 +195,7 @@ def mask_from_scan(ids: np.ndarray, b: Boundaries, roles: Sequence[str] | None) 
             return None
         end_start, _, after_end = min(ends)
         found = True
-        if content_start < end_start:
+        if include_content and content_start < end_start:
             mask[content_start:end_start] = 1
         mask[end_start:after_end] = 1
     return mask if found else None

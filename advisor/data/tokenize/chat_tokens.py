@@ -10,8 +10,11 @@ differently when it is last); encoding them is skipped when a prefix is the whol
 a marker token such as ``<|eot_id|>``: added tokens split the text before the model sees it, so the prefix's
 tokens are then the whole text's tokens up to that marker (``_prefix_tokens``; tested against real encodes).
 
-Not built: templates with a ``{% generation %}`` block under assistant or last-turn loss (Bridge then takes
-Hugging Face's assistant mask), the legacy ``<extra_id_*>`` format, and named template sets for those modes.
+A template with ``{% generation %}`` blocks gives Hugging Face's assistant mask (its spans tracked while the
+conversation renders, mapped to tokens through the encoding's offsets), which Bridge takes alone, or with the turn
+markers' end tokens where it also knows the template's markers (``_assistant_mask``).
+
+Not built: the legacy ``<extra_id_*>`` format, and named template sets under assistant or last-turn loss.
 """
 
 from __future__ import annotations
@@ -70,15 +73,15 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         return native(source_name, "encoding", backend.encode, text, add_special_tokens=False).ids
 
     bounds = None
+    track = False  # the template's {% generation %} blocks give Hugging Face's assistant mask
     if s.loss_mode != "full":
-        named = s.chat_template is None and not isinstance(own, str)
-        if named or GENERATION_REGEX.search(template):
-            raise InputError(source_name, None, f"prepare builds the {s.loss_mode!r} loss mask from turn markers; "
-                             "this chat template " + ("is a set of named templates" if named else
-                                                      "has a {% generation %} block") + ", which prepare does not "
-                             "read yet: use loss_mode 'full' or a template without it")
+        if s.chat_template is None and not isinstance(own, str):
+            raise InputError(source_name, None, f"prepare builds the {s.loss_mode!r} loss mask from one chat "
+                             "template; this tokenizer has a set of named templates, which prepare does not read "
+                             "yet: use loss_mode 'full' or pass one template")
+        track = GENERATION_REGEX.search(template) is not None
         bounds = boundaries(template, encode)
-        if bounds is None:
+        if bounds is None and not track:
             raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
                              "with this chat template: it has no {% generation %} block and none of the turn markers "
                              "Bridge knows (ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a "
@@ -100,9 +103,13 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
             tools = schemas
         chosen = select_template(own, s.chat_template, tools)
         r = _Record(i, conversation, tools)
-        # with a mask to build, the conversation's first parts are rendered too, in one call (inputs prepared once)
-        wanted = r.prefixes() if bounds is not None else []
-        texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)])
+        # with a mask to build, the conversation's first parts are rendered too, in one call (inputs prepared once):
+        # for the turn markers' spans, and for last-turn loss the last turn's start
+        prefixed = bounds is not None or (track and s.loss_mode == "last_turn")
+        wanted = r.prefixes() if prefixed else []
+        r.generation = [] if track else None
+        texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)],
+                             track=r.generation)
         if isinstance(texts, RecordProblem):
             problems.append(RecordProblem(i, texts.reason))
             continue
@@ -110,13 +117,17 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         r.prefix_texts = texts
         work.append(r)
 
-    full_ids, panicked = _encode(backend, [r.text for r in work], source_name)
+    def generation_mask(j: int, encoding) -> None:
+        work[j].hf = _generation_mask(encoding, work[j].generation, len(encoding.ids))
+
+    full_ids, panicked = _encode(backend, [r.text for r in work], source_name,
+                                 on_encoding=generation_mask if track else None)
     for j, why in panicked:
         problems.append(RecordProblem(work[j].index, why))
     for r, ids in zip(work, full_ids, strict=True):
         r.ids = ids
     work = [r for r in work if r.ids is not None]
-    if bounds is not None:
+    if any(r.prefix_texts for r in work):
         failed = _prefix_lengths(work, markers, backend, source_name)
         problems.extend(RecordProblem(i, why) for i, why in failed.items())
         work = [r for r in work if r.index not in failed]
@@ -126,9 +137,12 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     mask_out: list[np.ndarray] = []
     for r in work:
         ids = r.ids
-        if bounds is None:
+        if bounds is None and not track:
             mask = apply_loss_mode(np.zeros(ids.size, np.int8), ids, "full", None, skipped)
         else:
+            if isinstance(r.hf, str):
+                problems.append(RecordProblem(r.index, r.hf))
+                continue
             mask = _assistant_mask(r, ids, bounds, encode)
             if mask is None:
                 problems.append(RecordProblem(r.index, _no_mask_reason(r.conversation, s.loss_mode)))
@@ -157,6 +171,8 @@ class _Record:
         self.turns: list[int] = [k for k, t in enumerate(conversation) if t.get("role") == ASSISTANT]
         self.last_turn_start: int | None = None
         self.ids: np.ndarray | None = None  # the whole rendering's token ids
+        self.generation: list[tuple[int, int]] | None = None  # {% generation %} spans (characters), when tracked
+        self.hf: np.ndarray | str | None = None  # Hugging Face's assistant mask from them, or why there is none
 
     def prefixes(self) -> list[int]:
         """How many messages to render for the loss mask: the conversation before and through each assistant turn
@@ -173,18 +189,54 @@ class _Record:
 
 
 def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray | None:
-    """``build_assistant_loss_mask`` without a generation mask: the turns first, the scan when they fail and no
-    message carries a marker of its own; also sets the last turn's start (``_infer_final_assistant_start``)."""
+    """``tokenize_chat_example``'s mask before its loss mode: with a generation mask (``r.hf``) and no turn markers
+    Bridge knows, that mask; else ``build_assistant_loss_mask``: the turns first, the scan when they fail and no
+    message carries a marker of its own; a generation mask with some loss keeps its spans and gains the turns' end
+    markers, one without any gives way to the markers' mask if that has some. Also sets the last turn's start
+    (``_infer_final_assistant_start``) where its prefix was rendered."""
     if r.turns:
         last = r.turns[-1]
-        r.last_turn_start = 0 if last == 0 else min(r.prefix_len[last], ids.size)
-    mask = mask_from_turns(ids, r.spans(ids.size), bounds)
-    if mask is None:
-        # Bridge would next try the turns again through its own tokenizer wrapper, which renders the same ids
+        if last == 0 or last in r.prefix_len:
+            r.last_turn_start = 0 if last == 0 else min(r.prefix_len[last], ids.size)
+    hf = r.hf
+    if hf is not None and bounds is None:
+        return hf
+
+    def safe() -> bool:  # _conversation_contains_boundary_tokens is False
         payloads = [{k: v for k, v in turn.items() if k != "role"} for turn in r.conversation]
         payloads.append({"tools": r.tools} if r.tools is not None else {})
-        if not contains_markers(payloads, encode, bounds):
-            mask = mask_from_scan(ids, bounds, [t.get("role") for t in r.conversation])
+        return not contains_markers(payloads, encode, bounds)
+
+    roles = [t.get("role") for t in r.conversation]
+    if hf is not None and hf.any():  # build_assistant_loss_mask: boundary tokens added to the generation mask
+        ends = mask_from_turns(ids, r.spans(ids.size), bounds, include_content=False)
+        if ends is None and safe():
+            ends = mask_from_scan(ids, bounds, roles, include_content=False)
+        return hf if ends is None else np.maximum(hf, ends)
+    # Bridge would next try the turns again through its own tokenizer wrapper, which renders the same ids
+    mask = mask_from_turns(ids, r.spans(ids.size), bounds)
+    if mask is None and safe():
+        mask = mask_from_scan(ids, bounds, roles)
+    if hf is not None:  # a generation mask without loss stays unless the markers found some
+        return mask if mask is not None and mask.any() else hf
+    return mask
+
+
+def _generation_mask(encoding, spans: list[tuple[int, int]], size: int) -> np.ndarray | str:
+    """Hugging Face's ``assistant_masks`` (``apply_chat_template(return_assistant_tokens_mask=True)`` in
+    transformers/tokenization_utils_base.py): each generation span's tokens, from the token of its first
+    character to that of its last (to the end where there is none), stopping at a span whose start has no token;
+    or why transformers fails (an empty span at the very start asks for character -1)."""
+    mask = np.zeros(size, np.int8)
+    for a, b in spans:
+        try:
+            start = encoding.char_to_token(a)
+            end = encoding.char_to_token(b - 1)
+        except (OverflowError, ValueError, TypeError) as e:
+            return f"the chat template's {{% generation %}} block cannot be mapped to tokens ({type(e).__name__})"
+        if start is None:
+            break
+        mask[start:(end + 1 if end else size)] = 1
     return mask
 
 
@@ -255,24 +307,34 @@ def _prefix_lengths(work: list[_Record], markers, backend, source: str) -> dict[
     return failed
 
 
-def _encode(backend, texts: list[str], source: str) -> tuple[list[np.ndarray | None], list[tuple[int, str]]]:
+def _encode(backend, texts: list[str], source: str, on_encoding=None
+            ) -> tuple[list[np.ndarray | None], list[tuple[int, str]]]:
     """Token ids of rendered texts, without special tokens (as ``apply_chat_template(tokenize=True)``); a batch the
-    Rust library panics on is encoded again text by text, and each text it panics on is None with its reason."""
+    Rust library panics on is encoded again text by text, and each text it panics on is None with its reason.
+    ``on_encoding(j, encoding)``: each text's encoding with its offsets, as it is made (only then are offsets
+    computed, and encodings are never all held)."""
     out: list[np.ndarray | None] = []
     panicked: list[tuple[int, str]] = []
+    batch = backend.encode_batch_fast if on_encoding is None else backend.encode_batch
     for start in range(0, len(texts), ENCODE_CHUNK):
         chunk = texts[start:start + ENCODE_CHUNK]
         try:
-            encodings = native(source, "encoding", backend.encode_batch_fast, chunk, add_special_tokens=False)
-            out.extend(np.asarray(e.ids, dtype=np.int64) for e in encodings)
+            encodings = native(source, "encoding", batch, chunk, add_special_tokens=False)
+            for j, e in enumerate(encodings, start):
+                out.append(np.asarray(e.ids, dtype=np.int64))
+                if on_encoding is not None:
+                    on_encoding(j, e)
             continue
         except TokenizerPanic:
             pass
         for j, text in enumerate(chunk, start):
             try:
-                out.append(np.asarray(native(source, "encoding", backend.encode, text,
-                                             add_special_tokens=False).ids, dtype=np.int64))
-            except TokenizerPanic as e:
+                e = native(source, "encoding", backend.encode, text, add_special_tokens=False)
+            except TokenizerPanic as err:
                 out.append(None)
-                panicked.append((j, e.what))
+                panicked.append((j, err.what))
+                continue
+            out.append(np.asarray(e.ids, dtype=np.int64))
+            if on_encoding is not None:
+                on_encoding(j, e)
     return out, panicked

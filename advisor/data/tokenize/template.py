@@ -29,6 +29,7 @@ A template over a limit raises ``TemplateLimit`` (one record's problem).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import signal
@@ -607,7 +608,8 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
 
 
 def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
-                    special_tokens: Mapping[str, str] | None = None, seconds: float | None = None) -> dict[int, str]:
+                    special_tokens: Mapping[str, str] | None = None, seconds: float | None = None,
+                    track: list | None = None) -> dict[int, str]:
     """``render_chat`` of ``messages[:m]`` for each m in ``counts`` (each at least 1), sharing the preparation of
     the inputs (rebuilt from plain JSON types and measured once, for the whole conversation: each prefix's budget
     is the whole conversation's, at least its own). Each render has its own deadline and limits.
@@ -615,15 +617,29 @@ def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
         >>> render_prefixes("{% for m in messages %}{{ m.content }};{% endfor %}",
         ...                 [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], [1, 2])
         {1: 'a;', 2: 'a;b;'}
+
+    ``track``: a list that receives the (start, end) characters of every ``{% generation %}`` block of the whole
+    conversation's render, as transformers' ``AssistantTracker`` records them (``return_assistant_tokens_mask``).
+
+        >>> spans = []
+        >>> render_prefixes("{% for m in messages %}{{ m.role }}:{% generation %}{{ m.content }}{% endgeneration %};"
+        ...                 "{% endfor %}", [{"role": "user", "content": "ab"}], [1], track=spans), spans
+        ({1: 'user:ab;'}, [(5, 7)])
     """
     prepared = _prepared(messages, tools, None, special_tokens)
+    whole = len(messages)
+
+    def tracked(m: int):
+        return track if m == whole else None
+
     if threading.current_thread() is not threading.main_thread():
-        return {m: _render(template, prepared, prepared[0][:m], False, seconds) for m in counts}
+        return {m: _render(template, prepared, prepared[0][:m], False, seconds, track=tracked(m)) for m in counts}
     # one alarm for the record's renders, for all their time (arming and disarming a timer is two system calls a
     # render, a tenth of a small one); each render still has its own budget and deadline, kept by the hooks
     each = Budget.for_input(prepared[4], seconds).seconds
     with _running(Budget.for_input(prepared[4], each * len(counts))):
-        return {m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False) for m in counts}
+        return {m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False, track=tracked(m))
+                for m in counts}
 
 
 def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mapping[str, str] | None) -> tuple:
@@ -652,26 +668,41 @@ def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mappin
 
 
 def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None,
-            alarm: bool = True) -> str:
-    """One render in its budget; ``alarm=False``: under an alarm the caller armed (``render_prefixes``)."""
+            alarm: bool = True, track: list | None = None) -> str:
+    """One render in its budget; ``alarm=False``: under an alarm the caller armed (``render_prefixes``);
+    ``track``: receives the generation blocks' character spans (``render_prefixes``)."""
     _, tools, documents, kwargs, size = prepared
     if len(chat) == 0:
         raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
     budget = Budget.for_input(size, seconds)
     with _running(budget) if alarm else _budgeted(budget):
         compiled = compile_template(template)
-        pieces, size = [], 0
-        stream = compiled.generate(messages=chat, tools=tools, documents=documents,
-                                   add_generation_prompt=add_generation_prompt, **kwargs)
-        try:
-            for piece in stream:
-                size += len(piece)
-                if size > budget.out_chars:
-                    raise TemplateLimit(f"output over {budget.out_chars:,} characters")
-                pieces.append(piece)
-        finally:
-            stream.close()
+        pieces: list[str] = []
+        # transformers' _render_with_assistant_indices: the tracker measures the pieces yielded so far, so they
+        # are appended to the very list it holds before the stream goes on. Its state lives on the environment
+        # all renders share: one tracked render at a time
+        with _TRACKING if track is not None else contextlib.nullcontext():
+            tracker = compiled.environment.activate_tracker(pieces, track) if track is not None \
+                else contextlib.nullcontext()
+            with tracker:
+                _stream(compiled.generate(messages=chat, tools=tools, documents=documents,
+                                          add_generation_prompt=add_generation_prompt, **kwargs), pieces, budget)
     return "".join(pieces)
+
+
+_TRACKING = threading.Lock()
+
+
+def _stream(stream, pieces: list, budget: Budget) -> None:
+    size = 0
+    try:
+        for piece in stream:
+            size += len(piece)
+            if size > budget.out_chars:
+                raise TemplateLimit(f"output over {budget.out_chars:,} characters")
+            pieces.append(piece)
+    finally:
+        stream.close()
 
 
 class _budgeted:
