@@ -244,3 +244,24 @@ def test_generation_blocks_with_markers_inside_messages(generation_folders, work
         expected = [e]
     got = chat_tokens([record], load_tokenizer(generation_folders["llama3"]), ChatSettings(loss_mode=loss_mode))
     assert_same_tokens(expected, got, f"generation markers/{loss_mode}")
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")
+def test_named_template_sets_are_refused_where_bridge_fails_every_record(tmp_path, work):
+    """Under assistant-only loss, Bridge reads no template from a named set (``_get_chat_template`` takes strings
+    only): it finds neither generation blocks nor markers and fails every record. The advisor says so once."""
+    from advisor.errors import InputError
+
+    reason = oracle.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    named = [{"name": "default", "template": CHAT_TEMPLATE}, {"name": "tool_use", "template": CHAT_TEMPLATE}]
+    folder = build_tokenizer(tmp_path / "named", chat_template=named)
+    records = chat_records(seed=3, n=8)
+    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
+                        use_hf_tokenizer_chat_template=True, loss_mode="assistant")
+    assert all(isinstance(x, BaseException) for x in expected)
+    with pytest.raises(InputError, match="set of named chat templates"):
+        chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode="assistant"))
+    batch, lengths, problems = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode="full"))
+    assert (lengths > 0).sum() >= 5  # full loss needs no mask: those records are built

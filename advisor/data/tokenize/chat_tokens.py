@@ -14,7 +14,8 @@ A template with ``{% generation %}`` blocks gives Hugging Face's assistant mask 
 conversation renders, mapped to tokens through the encoding's offsets), which Bridge takes alone, or with the turn
 markers' end tokens where it also knows the template's markers (``_assistant_mask``).
 
-Not built: the legacy ``<extra_id_*>`` format, and named template sets under assistant or last-turn loss.
+Not built: the legacy ``<extra_id_*>`` format. Refused: assistant or last-turn loss with a set of named templates
+(Bridge reads no template from one: every record would fail).
 """
 
 from __future__ import annotations
@@ -76,9 +77,12 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     track = False  # the template's {% generation %} blocks give Hugging Face's assistant mask
     if s.loss_mode != "full":
         if s.chat_template is None and not isinstance(own, str):
-            raise InputError(source_name, None, f"prepare builds the {s.loss_mode!r} loss mask from one chat "
-                             "template; this tokenizer has a set of named templates, which prepare does not read "
-                             "yet: use loss_mode 'full' or pass one template")
+            # Bridge reads a template only where chat_template is a string (_get_chat_template): with a named set
+            # it finds neither generation blocks nor markers, and every record fails
+            raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
+                             "with a set of named chat templates (it reads neither generation blocks nor turn "
+                             "markers from one, so every record would fail): pass one template, or use loss_mode "
+                             "'full'")
         track = GENERATION_REGEX.search(template) is not None
         bounds = boundaries(template, encode)
         if bounds is None and not track:
