@@ -147,8 +147,11 @@ class Ahead:
             if job is None:
                 return
             key, hist, cfg = job
+            memory, released = MEMORY_PER_SAMPLE * hist.num_samples, False
             try:
                 result = pack(hist, cfg, progress=self._progress, pause=self._pause)
+                self._gate().release(memory)  # computed: given back before anyone can see this packing done
+                released = True
                 with self._cond:
                     # a visitor waiting for it gets it kept as their own packing would be (the oldest kept goes if
                     # there is no room): offered like a guess and dropped, it had them wait and then pack again.
@@ -168,7 +171,8 @@ class Ahead:
             except Exception:  # noqa: BLE001 - a wish the engine refuses is dropped; the visitor sees why if asked
                 self.dropped += 1
             finally:
-                self._gate().release(MEMORY_PER_SAMPLE * hist.num_samples)
+                if not released:
+                    self._gate().release(memory)
                 with self._cond:
                     self._current = None
                     self._cond.notify_all()
