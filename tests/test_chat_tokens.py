@@ -265,3 +265,30 @@ def test_named_template_sets_are_refused_where_bridge_fails_every_record(tmp_pat
         chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode="assistant"))
     batch, lengths, problems = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode="full"))
     assert (lengths > 0).sum() >= 5  # full loss needs no mask: those records are built
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")
+@pytest.mark.parametrize("variant", ["bos", pytest.param("plain", marks=pytest.mark.slow)])
+def test_legacy_chat_ids_and_masks_match_megatron_bridge(tmp_path_factory, work, variant):
+    """The legacy ``<extra_id_*>`` format (``use_hf_tokenizer_chat_template=False``): ids and loss masks record by
+    record as Bridge's ``_preprocess`` and ``_mask_targets`` build them, typed conversations (labels) and masked
+    speakers included, and the records Bridge fails on."""
+    from tests.test_tokenize_exact import legacy_records
+
+    reason = oracle.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    folder = build_tokenizer(tmp_path_factory.mktemp("legacy") / variant, bos_in_post_processor=variant == "bos")
+    records = legacy_records(seed=5, n=60)
+    rng = np.random.default_rng(5)
+    for rec in records[:20]:  # TEXT_TO_VALUE too: labels after the response
+        if isinstance(rec.get("conversations"), list) and "type" not in rec and rng.random() < 0.4:
+            rec["type"] = "TEXT_TO_VALUE"
+            for t in rec["conversations"]:
+                t["label"] = f"toxicity:{rng.integers(0, 9)}"
+    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
+                        use_hf_tokenizer_chat_template=False)
+    got = chat_tokens(records, load_tokenizer(folder), ChatSettings(use_hf_tokenizer_chat_template=False))
+    assert_same_tokens(expected, got, f"legacy/{variant}")
+    built = [x for x in expected if not isinstance(x, BaseException)]
+    assert len(built) >= 40 and sum(isinstance(x, BaseException) for x in expected) >= 4

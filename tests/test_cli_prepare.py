@@ -89,13 +89,21 @@ def test_refusals_are_one_line_and_exit_2(capsys, tmp_path):
          "add_sep puts None"),
         (("prepare", SFT, "--tokenizer", TOKENIZER, "--pack-size", 64, "--max-seq-length", 128, "-o", tmp_path / "o"),
          "cannot exceed the pack size"),
-        (("prepare", CHAT, "--tokenizer", generation, "--format", "chat", "--pack-size", 64, "-o", tmp_path / "o"),
-         "has a {% generation %} block"),
+        (("prepare", CHAT, "--tokenizer", TOKENIZER, "--format", "chat", "--legacy-chat", "--loss-mode", "full",
+          "--pack-size", 64, "-o", tmp_path / "o"), "not an option of the legacy chat format"),
+        (("prepare", SFT, "--tokenizer", TOKENIZER, "--legacy-chat", "--pack-size", 64, "-o", tmp_path / "o"),
+         "--legacy-chat: a chat option"),
     ]
     for args, message in cases:
         code, _, err = cli(capsys, *args, "--quiet")
         assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, (args, err)
     assert not (tmp_path / "o").exists() and os.listdir(tmp_path / "full") == ["x"]
+    # a template whose {% generation %} blocks give the mask: built now (tests/test_chat_tokens.py checks the masks)
+    code, _, err = cli(capsys, "prepare", CHAT, "--tokenizer", generation, "--format", "chat", "--pack-size", 1024,
+                       "--workers", 1, "--quiet", "-o", tmp_path / "gen-out")
+    assert code == 0, err
+    mask = pq.read_table(tmp_path / "gen-out" / "training_1024.idx.parquet").column("loss_mask").to_pylist()
+    assert 0 < sum(map(sum, mask)) < sum(map(len, mask))
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
 
 

@@ -15,6 +15,7 @@ real function, so the real ``prepare_gpt_sft_packed_data`` runs for every case w
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -25,8 +26,10 @@ import pytest
 
 from advisor.data.ingest import load_lengths
 from advisor.data.tokenize.chat import ChatSettings
+from advisor.data.tokenize.chat_tokens import chat_tokens
 from advisor.data.tokenize.engine import TokenizeJob
 from advisor.data.tokenize.sft import PromptCompletion, SftSettings
+from advisor.data.tokenize.tokenizer import load_tokenizer
 from advisor.packing.offline import megatron_bridge_metadata
 from advisor.prepare.run import PrepareOptions, prepare
 from tests import mb_prepare_oracle as oracle
@@ -35,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "sample_data" / "raw"
 TOKENIZER = ROOT / "sample_data" / "tokenizers" / "tiny-bpe"
 SOURCES = {"sft": "sft_sample.jsonl", "chat": "chat_sample.jsonl"}
-PACK = {"sft": 256, "chat": 1024, "prompt_completion": 256}  # SFT: 232 of 300 records cut by the dataset; chat: 15
-# longer than the pack. "prompt_completion": the SFT sample through Bridge's prompt-completion preprocessing
+# SFT: 232 of 300 records cut by the dataset; chat: 15 longer than the pack. "prompt_completion": the SFT sample
+# through Bridge's prompt-completion preprocessing; "legacy": generated conversations in the <extra_id_*> format
+PACK = {"sft": 256, "chat": 1024, "prompt_completion": 256, "legacy": 512}
 PC_OPTIONS = dict(prompt_column="input", completion_column="output", prompt_template="Question: {prompt}\nAnswer:",
                   separator=" ", add_bos=True)
 
@@ -82,6 +86,15 @@ def data(tmp_path_factory) -> dict[str, Path]:
     out["chat-val"] = folder / "chat-val.jsonl"
     (folder / "sft-val.jsonl").write_text("".join((RAW / SOURCES["sft"]).read_text().splitlines(keepends=True)[:150]))
     out["sft-val"] = folder / "sft-val.jsonl"
+    # the legacy <extra_id_*> chat format: generated conversations Bridge can build (it stops at any other)
+    from tests.test_tokenize_exact import legacy_records
+
+    records = legacy_records(seed=9, n=300)
+    _, lengths, _ = chat_tokens(records, load_tokenizer(TOKENIZER), ChatSettings(use_hf_tokenizer_chat_template=False))
+    good = [r for r, n in zip(records, lengths.tolist(), strict=True) if n > 0]
+    for key, part in (("legacy", good), ("legacy-val", good[:100][::-1])):
+        out[key] = folder / f"{key}.jsonl"
+        out[key].write_text("".join(json.dumps(r) + "\n" for r in part))
     return out
 
 
@@ -92,6 +105,8 @@ def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str
     size = pack_size or PACK[fmt]
     folder.mkdir()
     kwargs = oracle.dataset_kwargs(fmt, loss_mode)
+    if fmt == "legacy":
+        kwargs = {"chat": True, "use_hf_tokenizer_chat_template": False}
     if fmt == "prompt_completion":
         kwargs = {"prompt_completion_config": mb.sft.sft_processing.PromptCompletionSFTPreprocessingConfig(
             **PC_OPTIONS, loss_mode=loss_mode)}
@@ -108,7 +123,9 @@ def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str
 def ours(data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: int = 1, loss_mode: str = "assistant",
          validation: bool = False, pack_size: int | None = None, **options):
     settings = ChatSettings(loss_mode=loss_mode) if fmt == "chat" else SftSettings()
-    source = fmt
+    source, pack_size = fmt, pack_size or PACK[fmt]
+    if fmt == "legacy":
+        settings, fmt = ChatSettings(use_hf_tokenizer_chat_template=False), "chat"
     if fmt == "prompt_completion":
         settings = SftSettings(prompt_completion=PromptCompletion(**PC_OPTIONS, loss_mode=loss_mode))
         fmt = source = "sft"
@@ -129,6 +146,8 @@ CASES = [  # (format, algorithm, seed, pad_seq_to_mult, loss mode, validation sp
     pytest.param("chat", "first_fit_decreasing", 7, 1, "full", False, marks=FURTHER),
     pytest.param("chat", "first_fit_shuffle", 42, 8, "assistant", False, marks=FURTHER),
     ("prompt_completion", "first_fit_shuffle", 1234, 1, "completion", True),
+    ("legacy", "first_fit_shuffle", 1234, 1, "assistant", True),
+    pytest.param("legacy", "first_fit_decreasing", 3, 8, "assistant", False, marks=FURTHER),
     pytest.param("prompt_completion", "first_fit_decreasing", 11, 4, "full", False, marks=FURTHER),
 ]
 
@@ -149,7 +168,8 @@ def test_identical_to_megatron_bridge(mb, mb_tok, data, tmp_path, fmt, algorithm
             assert pq.read_table(tmp_path / "ours" / name).to_pylist() == pq.read_table(theirs / name).to_pylist(), name
         assert mine == bridge, name
     split = result.splits[0]
-    assert split.records_read == 300 and split.packed + split.skipped == 300
+    if fmt != "legacy":  # the legacy records are the generated ones Bridge builds
+        assert split.records_read == 300 and split.packed + split.skipped == 300
     if fmt == "chat" and pad == 1:
         assert split.skipped == 15 and split.truncated == 0  # GPTSFTChatDataset does not cut; create_hist skips
     if fmt == "sft":

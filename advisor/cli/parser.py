@@ -230,6 +230,9 @@ def _raw_data(p: argparse.ArgumentParser, *, prepare: bool = False) -> None:
     p.add_argument("--loss-mode", choices=modes, help="chat: the loss mask's mode (assistant, last_turn, full); "
                    "--prompt-completion: completion (the prompt masked) or full")
     p.add_argument("--tool-schemas", help="chat: the data set's tools as JSON (records' own tools win)")
+    p.add_argument("--legacy-chat", action="store_true", help="chat: Megatron-Bridge's legacy <extra_id_*> format "
+                   "(ShareGPT conversations with a system field, use_hf_tokenizer_chat_template=False) instead of "
+                   "the tokenizer's chat template")
     p.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     p.add_argument("--ray-address", help="ray: an existing cluster (ray://HOST:10001, needs ray[client], or auto); "
                    "default a local Ray")

@@ -44,8 +44,13 @@ def _job(args: Namespace) -> TokenizeJob:
                              "last_turn and full")
         _refuse(args, SFT_OPTIONS, "an SFT option: chat samples are rendered by the tokenizer's chat template "
                 "and not cut (offline packing skips or cuts them)")
-        fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
-        settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
+        if getattr(args, "legacy_chat", False):
+            _refuse(args, ("loss_mode", "tool_schemas"), "not an option of the legacy chat format (its mask is its "
+                    "own: every speaker's turns but the masked ones', named by each record's 'mask' field)")
+            settings = ChatSettings(use_hf_tokenizer_chat_template=False)
+        else:
+            fields = {"loss_mode": args.loss_mode, "tool_schemas": args.tool_schemas}
+            settings = ChatSettings(**{k: v for k, v in fields.items() if v is not None})
     else:
         _refuse(args, CHAT_OPTIONS, "a chat option: SFT with a prompt template trains on the answer (add "
                 "--prompt-completion for its completion/full loss modes)")
@@ -60,7 +65,7 @@ def _job(args: Namespace) -> TokenizeJob:
 
 SFT_OPTIONS = ("prompt_template", "label_key", "truncation_field", "add_bos", "add_eos", "add_sep", "max_seq_length",
                "truncation_method")
-CHAT_OPTIONS = ("loss_mode", "tool_schemas")
+CHAT_OPTIONS = ("loss_mode", "tool_schemas", "legacy_chat")
 PROMPT_COMPLETION_OPTIONS = ("prompt_completion", "prompt_column", "completion_column", "separator",
                              "strip_whitespace")
 DATASET_OPTIONS = (*SFT_OPTIONS, *CHAT_OPTIONS, *PROMPT_COMPLETION_OPTIONS)

@@ -14,8 +14,8 @@ A template with ``{% generation %}`` blocks gives Hugging Face's assistant mask 
 conversation renders, mapped to tokens through the encoding's offsets), which Bridge takes alone, or with the turn
 markers' end tokens where it also knows the template's markers (``_assistant_mask``).
 
-Not built: the legacy ``<extra_id_*>`` format. Refused: assistant or last-turn loss with a set of named templates
-(Bridge reads no template from one: every record would fail).
+The legacy ``<extra_id_*>`` format is ``chat_legacy``'s. Refused: assistant or last-turn loss with a set of named
+templates (Bridge reads no template from one: every record would fail).
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     """
     s = settings if settings is not None else ChatSettings()
     if not s.use_hf_tokenizer_chat_template:
-        raise InputError("ChatSettings", "use_hf_tokenizer_chat_template", "prepare writes chat data rendered with "
-                         "the tokenizer's chat template; the legacy <extra_id_*> format is not built")
+        from advisor.data.tokenize.chat_legacy import legacy_tokens
+
+        return legacy_tokens(records, tok, s)
     hf, own, template = chat_template_of(tok, s)
     backend = hf.backend_tokenizer
     backend.no_truncation()
