@@ -32,7 +32,7 @@ with left:
         raw = st.file_uploader("SFT or chat records", type=["jsonl", "parquet"], key="raw_upload", help=H("raw_upload"))
         tokenizer = st.selectbox("Tokenizer (installed on the server)", list(raw_data.tokenizer_choices()),
                                  help=H("raw_tokenizer"))
-        fmt = st.radio("Format", raw_data.FORMATS, horizontal=True, help=H("raw_format"))
+        fmt = st.radio("Format", list(raw_data.FORMATS), horizontal=True, help=H("raw_format"))
         max_len = int(number(ui.RAW_MAX_SEQ_LENGTH, help=H("raw_max_seq_length")))
         if st.button("Tokenize", disabled=raw is None, help=H("raw_tokenize")):
             with progress("tokenizing") as bar:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -96,3 +97,34 @@ def test_hostile_uploads_keep_the_data_and_say_why(tmp_path):
     big = b'{"input": "a", "output": "b"}\n' * (raw_data.MAX_RAW_RECORDS + 1)
     assert not raw_data.use_raw_upload(state, big, "big.jsonl", "tiny-bpe", "sft", 4096, env="")
     assert "over the dashboard's 200,000" in state["upload_error"]
+
+
+@pytest.mark.slow  # tokenized in a child process
+@pytest.mark.parametrize("choice", ["sft, prompt-completion", "chat, legacy <extra_id_*>"])
+def test_prompt_completion_and_legacy_chat_uploads(choice):
+    """The upload's other two formats: Megatron-Bridge's prompt-completion preprocessing and its legacy chat
+    format, tokenized as the engine tokenizes them with those settings, their masks read, the plan's format
+    the base one."""
+    from advisor.data.tokenize.engine import TokenizeJob, tokenize
+    from tests.test_tokenize_exact import legacy_records
+
+    if choice.startswith("sft"):
+        records = [{"prompt": f"Question {k}: what is {k} plus {k}?", "completion": f"It is {2 * k}."}
+                   for k in range(40)]
+    else:
+        records = [r for r in legacy_records(seed=4, n=40)[:40]]
+    data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    state = _state()
+    assert raw_data.use_raw_upload(state, data, "mine.jsonl", "tiny-bpe", choice, 4096, env=""), \
+        state.get("upload_error")
+    tokenizer = str(raw_data.tokenizer_choices("")["tiny-bpe"])
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/d.jsonl"
+        open(path, "wb").write(data)
+        expected = tokenize(TokenizeJob(data=path, tokenizer=tokenizer, fmt=raw_data.FORMATS[choice],
+                                        settings=raw_data.settings_of(choice, 4096), on_bad="skip",
+                                        loss_tokens=True), workers=1)
+    hist = state["hist"]
+    assert hist.order.tolist() == expected.lengths.tolist() and hist.num_samples >= 25
+    assert hist.loss_tokens is not None and 0.0 < hist.loss_fraction < 1.0
+    assert state["plan"].data.format == raw_data.FORMATS[choice]

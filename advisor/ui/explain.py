@@ -47,8 +47,12 @@ HELP: dict[str, Explanation] = {
                         "sample tokenizer. Lengths depend on the tokenizer: use your model's.",
                         "advisor/data/tokenize/tokenizer.py"),
     "raw_format": _e("sft: GPTSFTDataset's prompt template '{input} {output}' with EOS, the input cut to "
-                     "max_seq_length; chat: GPTSFTChatDataset with the tokenizer's own chat template (no cut).",
-                     "Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py"),
+                     "max_seq_length; sft, prompt-completion: its prompt-completion preprocessing of 'prompt' and "
+                     "'completion' fields (Bridge's defaults; the prompt cut first); chat: GPTSFTChatDataset with the "
+                     "tokenizer's own chat template (no cut); chat, legacy: the <extra_id_*> format of ShareGPT "
+                     "'conversations' with a 'system' field. The command line sets the rest (python -m advisor "
+                     "tokenize --help).",
+                     "Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py, data/sft_processing.py"),
     "raw_max_seq_length": _e("GPTSFTDataset cuts the input field so a sample fits this many tokens (sft only).",
                              "Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py (_multiple_truncation)"),
     "raw_tokenize": _e("Tokenize every record exactly as Megatron-Bridge 0.6.2 would and use the lengths as the "

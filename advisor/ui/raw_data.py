@@ -14,7 +14,6 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import get_args
 
 from advisor.data.guard import open_parquet
 from advisor.data.lengths import check_expandable
@@ -31,7 +30,28 @@ MAX_MASKED_RECORDS = 50_000
 RAW_SUFFIXES = (".jsonl", ".parquet")
 MAX_RECORD_MB = 4  # one JSON line or Parquet row's text: a chat of 4 MB is already far past any context
 MAX_BATCH_MB = 4  # text handed to the tokenizer at once (it keeps ~60 bytes a token while encoding)
-FORMATS: tuple[DataFormat, ...] = get_args(DataFormat)  # the raw formats the upload tokenizes
+# the upload's formats: each is Megatron-Bridge's dataset with its settings (``settings_of``), and the plan's
+# data.format (chat samples longer than the pack are skipped by offline packing, SFT ones cut)
+FORMATS: dict[str, DataFormat] = {"sft": "sft", "sft, prompt-completion": "sft", "chat": "chat",
+                                  "chat, legacy <extra_id_*>": "chat"}
+
+
+def settings_of(choice: str, max_seq_length: int):
+    """The tokenize settings of an upload format (``FORMATS``); Megatron-Bridge's defaults otherwise.
+
+        >>> pc = settings_of("sft, prompt-completion", 512).prompt_completion
+        >>> type(settings_of("chat", 1024)).__name__, pc.prompt_column, pc.completion_column
+        ('ChatSettings', 'prompt', 'completion')
+    """
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.sft import PromptCompletion, SftSettings
+
+    if choice not in FORMATS:
+        raise InputError("Format", None, f"must be one of {', '.join(FORMATS)}, not {choice[:60]!r}")
+    if FORMATS[choice] == "chat":
+        return ChatSettings(use_hf_tokenizer_chat_template=choice == "chat")
+    pc = PromptCompletion() if choice == "sft, prompt-completion" else None
+    return SftSettings(max_seq_length=max_seq_length, prompt_completion=pc)
 MAX_DECODED_MB = 4 * RAW_UPLOAD_LIMIT_MB  # all of an upload's values decoded: a JSONL upload's text is its size
 MAX_ROW_GROUPS = 2_000  # an upload of 200,000 records needs no more; each one costs a footer entry and a read
 
@@ -94,10 +114,8 @@ def tokenize_upload(data: bytes, name: str, tokenizer: str, fmt: str, max_seq_le
 
 def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, max_seq_length: int, progress):
     """The upload written to a fresh temporary folder under a fixed name, tokenized in this process."""
-    from advisor.data.tokenize.chat import ChatSettings
     from advisor.data.tokenize.engine import TokenizeJob, tokenize
     from advisor.data.tokenize.records import Limits, plan_shards
-    from advisor.data.tokenize.sft import SftSettings
 
     with tempfile.TemporaryDirectory(prefix="advisor-raw-") as folder:
         path = Path(folder) / f"upload{suffix}"  # a fixed name: nothing of the visitor's reaches a path
@@ -106,10 +124,10 @@ def _tokenized(data: bytes, suffix: str, shown: str, tokenizer: str, fmt: str, m
         if records > MAX_RAW_RECORDS:
             raise InputError(shown, None, f"holds {records:,} records, over the dashboard's {MAX_RAW_RECORDS:,}: use "
                              "python -m advisor tokenize --sample N")
-        settings = ChatSettings() if fmt == "chat" else SftSettings(max_seq_length=max_seq_length)
+        settings = settings_of(fmt, max_seq_length)
         # loss_tokens: the loss weighting then counts the answer-only loss the data's masks give
         masked = records <= MAX_MASKED_RECORDS
-        job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=fmt, settings=settings, on_bad="skip",
+        job = TokenizeJob(data=str(path), tokenizer=tokenizer, fmt=FORMATS[fmt], settings=settings, on_bad="skip",
                           loss_tokens=masked,
                           limits=Limits(max_record_bytes=MAX_RECORD_MB << 20, max_batch_bytes=MAX_BATCH_MB << 20,
                                         max_file_bytes=MAX_DECODED_MB << 20))
@@ -217,6 +235,7 @@ def use_raw_upload(state, data: bytes, name: str, tokenizer: str, fmt: str, max_
     hist = outcome.hist
     state["hist"], state["data_name"] = hist, hist.source
     # the format goes into the plan: chat samples longer than the pack are skipped by offline packing, SFT ones cut
-    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None, "format": fmt}})
+    state["plan"] = state["plan"].changed({"data": {"lengths": name[:200], "column": None,
+                                                    "format": FORMATS.get(fmt, fmt)}})
     state.pop("upload_error", None)
     return True
