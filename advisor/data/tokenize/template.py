@@ -109,7 +109,9 @@ def _step(n: int = 1) -> None:
     """Spend ``n`` steps, and check the clock every ``CLOCK_STEPS``: called by every hook, so a template cannot run
     unchecked for long (a step's own work is bounded by the size caps, so 32 of them are microseconds; reading the
     clock at every one was a tenth of a chat record's tokenizing)."""
-    b = _budget()
+    b = getattr(_STATE, "budget", None)
+    if b is None:  # compiling: nothing runs yet (sizes are still capped, by _spend)
+        return
     b.steps -= n
     if b.steps < 0:
         raise TemplateLimit(f"over {MAX_STEPS:,} loop iterations, calls and lookups", costly=True)
