@@ -28,6 +28,11 @@ at pack size 640) and a binary max tree like Megatron-Bridge's (``first_fit_tree
 and a second opinion in tests). This one takes ~0.7 s at pack sizes 384-2048. Measured in bench/bench_packing.py
 against both and against Megatron-Bridge's own packer.
 
+Two threads do not help: first fit is a chain of filters (bin 0 takes, in order, every item that fits what it has
+left; bin 1 the same of the items bin 0 passed on; ...), so the first bins can be packed in one thread and the rest
+in another a chunk behind, exactly. Measured on Wikipedia, it gained nothing: the work follows the frontier of new
+bins, so the second stage starts only once the first has opened all its bins and then does most of the rest alone.
+
 numba does not vectorize a search loop that stops early, so the vector steps are written as LLVM IR (``_at_least``,
 ``_max_but``: llvmlite, numba's own dependency); LLVM lowers them to whatever the CPU has (AVX-512,
 AVX2, SSE). Written as plain loops they ran scalar, at twice the time.
