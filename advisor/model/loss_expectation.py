@@ -56,6 +56,13 @@ from advisor.plan import Plan
 # claims to measure. Offline packing without per-token loss moves 10-40 % on the bundled samples.
 MOVED_THRESHOLD = 0.01
 SEED = 0
+def _per_step(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b step by step, NaN where a step has no loss (0 / 0): ``Ratio.of`` leaves those steps out (a mean over
+    them was NaN, which no JSON reader takes)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return a / b
+
+
 def _signed(x: float) -> str:
     """A share with its sign, a rounding's -0.0 % shown as +0.0 %."""
     return f"{0.0 if abs(x) < 5e-4 else x:+.1%}"
@@ -86,6 +93,7 @@ class Ratio:
 
     @classmethod
     def of(cls, values: np.ndarray) -> Ratio:
+        """Over the steps where it is defined (a step no loss token reaches divides 0 by 0: left out)."""
         v = values[np.isfinite(values)]
         if v.size == 0:
             return cls(mean=1.0, low=1.0, high=1.0)
@@ -343,8 +351,9 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
         return LossWeighting(mode=mode, per_token_loss=ptl, average_in_collective=plan.average_in_collective,
                              forced=plan.per_token_loss_forced, packed=None, unpacked=unpacked_fig,
                              moved_vs_unpacked=0.0, short_shift_vs_unpacked=0.0, short_below=short_below,
-                             reported_same=1.0, reported_drawn=Ratio.of(r_u / r_drawn_u[:r_u.size]),
-                             objective_same=Ratio.of(np.ones(1)), objective_drawn=Ratio.of(j_u / j_drawn_u[:j_u.size]),
+                             reported_same=1.0, reported_drawn=Ratio.of(_per_step(r_u, r_drawn_u[:r_u.size])),
+                             objective_same=Ratio.of(np.ones(1)),
+                             objective_drawn=Ratio.of(_per_step(j_u, j_drawn_u[:j_u.size])),
                              curve=curve, bins=bins, steps_sampled=reference.num_steps, notes=tuple(notes),
                              loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)
     w_p = weigh(packed, ptl)
@@ -366,7 +375,7 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
         mode=mode, per_token_loss=ptl, average_in_collective=plan.average_in_collective,
         forced=plan.per_token_loss_forced, packed=packed_fig, unpacked=unpacked_fig,
         moved_vs_unpacked=float(moved.mean()), short_shift_vs_unpacked=float(shift.mean()), short_below=short_below,
-        reported_same=float(np.mean(r_p / r_same)), reported_drawn=Ratio.of(r_p[:n] / r_drawn_u[:n]),
-        objective_same=Ratio.of(j_p / j_same), objective_drawn=Ratio.of(j_p[:n] / j_drawn_u[:n]),
+        reported_same=Ratio.of(_per_step(r_p, r_same)).mean, reported_drawn=Ratio.of(_per_step(r_p[:n], r_drawn_u[:n])),
+        objective_same=Ratio.of(_per_step(j_p, j_same)), objective_drawn=Ratio.of(_per_step(j_p[:n], j_drawn_u[:n])),
         curve=curve, bins=bins, steps_sampled=packed.num_steps, notes=tuple(notes),
         loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)
