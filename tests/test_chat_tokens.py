@@ -292,3 +292,34 @@ def test_legacy_chat_ids_and_masks_match_megatron_bridge(tmp_path_factory, work,
     assert_same_tokens(expected, got, f"legacy/{variant}")
     built = [x for x in expected if not isinstance(x, BaseException)]
     assert len(built) >= 40 and sum(isinstance(x, BaseException) for x in expected) >= 4
+
+
+EMPTY_RAISES = ("{% for m in messages %}{% if m.role == 'assistant' and not m.content %}{{ raise_exception('empty') }}"
+                "{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+GENERATION_FIRST = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+                    "{% endgeneration %}{% else %}{{ m.role }}: {{ m.content }}{% endif %}\n{% endfor %}")
+TWO_RAISES = "{% if messages|length == 2 %}{{ raise_exception('two') }}{% endif %}" + GENERATION_TEMPLATES["plain"]
+
+
+@pytest.mark.filterwarnings("ignore:.*:UserWarning")
+@pytest.mark.parametrize("template, loss_mode", [(EMPTY_RAISES, "full"), (GENERATION_FIRST, "assistant"),
+                                                 (GENERATION_FIRST, "full"), (TWO_RAISES, "last_turn")])
+def test_the_renders_bridge_makes_beyond_the_mask_fail_the_same_records(tmp_path, work, template, loss_mode):
+    """Bridge renders each conversation ending with a reply once more with that reply emptied (to find where it
+    starts), and for last-turn loss without markers only the conversation before the last reply: a template that
+    fails there fails the record, in every loss mode (found by an independent review)."""
+    reason = oracle.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    folder = build_tokenizer(tmp_path / "t", chat_template=template)
+    records = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"}]},
+               {"messages": [{"role": "assistant", "content": "x"}]},
+               {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                             {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]},
+               {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"},
+                             {"role": "user", "content": "more"}]}]
+    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
+                        use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+    got = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode=loss_mode))
+    assert_same_tokens(expected, got, f"{loss_mode}")
+    assert any(isinstance(x, BaseException) for x in expected) or template == TWO_RAISES

@@ -159,7 +159,8 @@ def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combination
            (["--format", "chat", "--loss-mode", "completion"], "--loss-mode"),
            (["--loss-mode", "full"], "--loss-mode"),  # a chat option on prompt-template SFT
            (["--format", "chat", "--add-eos"], "--add-eos"),  # an SFT option on chat
-           (["--tool-schemas", "[]"], "--tool-schemas")]
+           (["--tool-schemas", "[]"], "--tool-schemas"),
+           (["--prompt-completion", "--legacy-chat"], "--legacy-chat")]
     for k, (extra, named) in enumerate(bad):
         code, out, err = cli(capsys, "prepare", SFT, "--tokenizer", TOKENIZER, *extra, "--pack-size", 256, "--quiet",
                              "-o", tmp_path / f"bad{k}")

@@ -411,3 +411,36 @@ def test_the_fuzz_generators_end_in_accepted_or_refused(tmp_path):
         outcomes.setdefault(surface, set()).add(outcome)
     assert not list((tmp_path / fuzz.MARKERS).iterdir())
     assert outcomes["folder"] == {"accepted", "refused"} and "refused" in outcomes["template"]
+
+
+def test_generation_spans_are_not_mixed_between_threads():
+    """The generation tracker lives on the one environment every render shares: a render of the same template on
+    another thread must neither add spans to a tracked render nor crash on the tracker switching off (found by an
+    independent review: 40 of 40 tracked renders got foreign spans)."""
+    from advisor.data.tokenize.template import render_prefixes
+
+    template = ("{% for m in messages %}{{ m.role }}: {% generation %}{{ m.content }}{% endgeneration %}\n"
+                "{% endfor %}")
+    messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}] * 15
+    alone: list = []
+    render_prefixes(template, messages, [len(messages)], track=alone)
+    stop, failures = threading.Event(), []
+
+    def other():
+        while not stop.is_set():
+            try:
+                render_chat(template, messages)
+            except Exception as e:  # noqa: BLE001 - what the test looks for
+                failures.append(e)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    try:
+        for _ in range(40):
+            spans: list = []
+            render_prefixes(template, messages, [len(messages)], track=spans)
+            assert spans == alone
+    finally:
+        stop.set()
+        worker.join(30)
+    assert failures == [] and len(alone) == 30

@@ -47,7 +47,7 @@ def settings_of(choice: str, max_seq_length: int):
     from advisor.data.tokenize.sft import PromptCompletion, SftSettings
 
     if choice not in FORMATS:
-        raise InputError("Format", None, f"must be one of {', '.join(FORMATS)}, not {choice[:60]!r}")
+        raise InputError("Format", None, f"must be one of {', '.join(map(repr, FORMATS))}, not {str(choice)[:60]!r}")
     if FORMATS[choice] == "chat":
         return ChatSettings(use_hf_tokenizer_chat_template=choice == "chat")
     pc = PromptCompletion() if choice == "sft, prompt-completion" else None

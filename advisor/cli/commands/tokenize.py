@@ -42,8 +42,8 @@ def _job(args: Namespace) -> TokenizeJob:
         if args.loss_mode == "completion":
             raise InputError("--loss-mode", None, "completion is --prompt-completion's mode; chat has assistant, "
                              "last_turn and full")
-        _refuse(args, SFT_OPTIONS, "an SFT option: chat samples are rendered by the tokenizer's chat template "
-                "and not cut (offline packing skips or cuts them)")
+        _refuse(args, SFT_OPTIONS, "an SFT option: chat samples are rendered whole and not cut (offline packing "
+                "skips or cuts them)")
         if getattr(args, "legacy_chat", False):
             _refuse(args, ("loss_mode", "tool_schemas"), "not an option of the legacy chat format (its mask is its "
                     "own: every speaker's turns but the masked ones', named by each record's 'mask' field)")
@@ -89,8 +89,9 @@ def _prompt_completion(args: Namespace):
         raise InputError(given[0], None, "a prompt-completion option: add --prompt-completion")
     if args.format != "sft":
         raise InputError("--prompt-completion", None, "prompt-completion preprocessing is SFT data (--format sft)")
+    legacy = getattr(args, "legacy_chat", False) or None
     for flag, value in (("--label-key", args.label_key), ("--truncation-field", args.truncation_field),
-                        ("--tool-schemas", args.tool_schemas)):
+                        ("--tool-schemas", args.tool_schemas), ("--legacy-chat", legacy)):
         if value is not None:
             raise InputError(flag, None, "not an option of --prompt-completion (it reads the prompt and completion "
                              "columns only)")

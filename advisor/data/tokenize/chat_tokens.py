@@ -75,16 +75,18 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         return native(source_name, "encoding", backend.encode, text, add_special_tokens=False).ids
 
     bounds = None
-    track = False  # the template's {% generation %} blocks give Hugging Face's assistant mask
+    named = s.chat_template is None and not isinstance(own, str)
+    # a template with {% generation %} blocks: Bridge asks transformers for its assistant mask in every loss mode
+    # (a template it reads: a string, _get_chat_template), so the spans are tracked, and their failures are its
+    track = not named and GENERATION_REGEX.search(template) is not None
     if s.loss_mode != "full":
-        if s.chat_template is None and not isinstance(own, str):
+        if named:
             # Bridge reads a template only where chat_template is a string (_get_chat_template): with a named set
             # it finds neither generation blocks nor markers, and every record fails
             raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
                              "with a set of named chat templates (it reads neither generation blocks nor turn "
                              "markers from one, so every record would fail): pass one template, or use loss_mode "
                              "'full'")
-        track = GENERATION_REGEX.search(template) is not None
         bounds = boundaries(template, encode)
         if bounds is None and not track:
             raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
@@ -109,9 +111,14 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         chosen = select_template(own, s.chat_template, tools)
         r = _Record(i, conversation, tools)
         # with a mask to build, the conversation's first parts are rendered too, in one call (inputs prepared once):
-        # for the turn markers' spans, and for last-turn loss the last turn's start
-        prefixed = bounds is not None or (track and s.loss_mode == "last_turn")
-        wanted = r.prefixes() if prefixed else []
+        # for the turn markers' spans; without markers, for last-turn loss only the last turn's start
+        # (_infer_final_assistant_start renders the conversation before it, and nothing else)
+        if bounds is not None:
+            wanted = r.prefixes()
+        elif track and s.loss_mode == "last_turn" and r.turns and r.turns[-1] > 0:
+            wanted = [r.turns[-1]]
+        else:
+            wanted = []
         r.generation = [] if track else None
         texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)],
                              track=r.generation)
@@ -120,6 +127,11 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
             continue
         r.text = texts.pop(len(conversation))
         r.prefix_texts = texts
+        if conversation[-1].get("role") == ASSISTANT:
+            why = _terminal_probe(chosen, conversation, tools, special_tokens, track, backend, source_name)
+            if why is not None:
+                problems.append(RecordProblem(i, why))
+                continue
         work.append(r)
 
     def generation_mask(j: int, encoding) -> None:
@@ -142,12 +154,12 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     mask_out: list[np.ndarray] = []
     for r in work:
         ids = r.ids
-        if bounds is None and not track:
+        if isinstance(r.hf, str):  # transformers fails mapping the generation spans: so does Bridge, in any mode
+            problems.append(RecordProblem(r.index, r.hf))
+            continue
+        if s.loss_mode == "full":
             mask = apply_loss_mode(np.zeros(ids.size, np.int8), ids, "full", None, skipped)
         else:
-            if isinstance(r.hf, str):
-                problems.append(RecordProblem(r.index, r.hf))
-                continue
             mask = _assistant_mask(r, ids, bounds, encode)
             if mask is None:
                 problems.append(RecordProblem(r.index, _no_mask_reason(r.conversation, s.loss_mode)))
@@ -225,6 +237,29 @@ def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray |
     if hf is not None:  # a generation mask without loss stays unless the markers found some
         return mask if mask is not None and mask.any() else hf
     return mask
+
+
+def _terminal_probe(template: str, conversation: list[dict], tools, special_tokens: dict, track: bool, backend,
+                    source: str) -> str | None:
+    """Why Bridge fails a record ending with an assistant turn where the whole render does not, or None.
+
+    ``_chat_preprocess`` asks ``tokenize_chat_example`` for the final reply's start, which renders (and tokenizes)
+    the conversation once more with that reply emptied (``_infer_terminal_assistant_content_start``). Nothing of
+    that render is packed, but a template that fails on an empty reply, or a generation block left empty at the
+    very start (transformers then asks for character -1), fails the record there."""
+    empty = [dict(turn) for turn in conversation]
+    empty[-1]["content"] = ""
+    spans: list[tuple[int, int]] | None = [] if track else None
+    out = render_boxed(template, empty, tools, special_tokens, prefixes=[len(empty)], track=spans)
+    if isinstance(out, RecordProblem):
+        return f"{out.reason} (with its last reply emptied, as Megatron-Bridge renders it to find where the reply " \
+               "starts)"
+    if spans and any(b == 0 for _, b in spans):
+        encoding = native(source, "encoding", backend.encode, out[len(empty)], add_special_tokens=False)
+        why = _generation_mask(encoding, spans, len(encoding.ids))
+        if isinstance(why, str):
+            return f"{why}, with its last reply emptied (as Megatron-Bridge renders it to find where the reply starts)"
+    return None
 
 
 def _generation_mask(encoding, spans: list[tuple[int, int]], size: int) -> np.ndarray | str:

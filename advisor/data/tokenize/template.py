@@ -683,7 +683,9 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
         # transformers' _render_with_assistant_indices: the tracker measures the pieces yielded so far, so they
         # are appended to the very list it holds before the stream goes on. Its state lives on the environment
         # all renders share: one tracked render at a time
-        with _TRACKING if track is not None else contextlib.nullcontext():
+        # any render of a template with generation blocks takes the lock: an untracked one would otherwise add its
+        # spans to a tracked render's list (or find the tracker switched off mid-block)
+        with _TRACKING if track is not None or _has_generation(template) else contextlib.nullcontext():
             tracker = compiled.environment.activate_tracker(pieces, track) if track is not None \
                 else contextlib.nullcontext()
             with tracker:
@@ -692,7 +694,12 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
     return "".join(pieces)
 
 
-_TRACKING = threading.Lock()
+_TRACKING = threading.RLock()
+
+
+@functools.lru_cache(maxsize=16)
+def _has_generation(template: str) -> bool:
+    return re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
 
 
 def _stream(stream, pieces: list, budget: Budget) -> None:
