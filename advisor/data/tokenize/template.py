@@ -702,6 +702,9 @@ def _has_generation(template: str) -> bool:
     return re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
 
 
+caches.listed("chat templates with generation blocks", _has_generation)
+
+
 def _stream(stream, pieces: list, budget: Budget) -> None:
     size = 0
     try:
