@@ -319,14 +319,7 @@ def _legacy_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings) ->
     token counts (``_mask_targets``).
     """
     tokens = dict(s.special_tokens or LEGACY_SPECIAL_TOKENS)
-    built: list[tuple[int, str, str, list[str], list[str], str, str | None]] = []
-    problems: list[RecordProblem] = []
-    for i, rec in enumerate(records):
-        item = _legacy_conversation(rec, tokens)
-        if isinstance(item, str):
-            problems.append(RecordProblem(i, item))
-        else:
-            built.append((i, *item))
+    built, problems = legacy_conversations(records, tokens)
     # every piece of every conversation in one batch: the whole text, its header, each turn and speaker name
     texts = [PREFIX_STR, PREFIX_STR + tokens["turn_start"]]
     for _, header, conversation, turns, speakers, _, _ in built:
@@ -350,6 +343,21 @@ def _legacy_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings) ->
         lengths[i] = total
     problems.sort(key=lambda p: p.index)
     return lengths, problems
+
+
+def legacy_conversations(records: Sequence[dict], tokens: Mapping[str, str]
+                         ) -> tuple[list[tuple[int, str, str, list[str], list[str], str, str | None]],
+                                    list[RecordProblem]]:
+    """(index, header, whole text, turn texts, speakers, mask role, type) of each record Bridge can build, and a
+    problem for each other (``_legacy_conversation``): what the lengths and the tokens both start from."""
+    built, problems = [], []
+    for i, rec in enumerate(records):
+        item = _legacy_conversation(rec, tokens)
+        if isinstance(item, str):
+            problems.append(RecordProblem(i, item))
+        else:
+            built.append((i, *item))
+    return built, problems
 
 
 def _legacy_conversation(rec, tokens: Mapping[str, str]

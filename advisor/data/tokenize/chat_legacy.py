@@ -6,7 +6,7 @@ Alternatives: ``chat.chat_lengths`` counts the same records' tokens without the 
 records rendered by the tokenizer's own chat template.
 
 A record is one string, ``<extra_id_0>System\\n{system}\\n`` then ``<extra_id_1>{from}\\n{value}\\n`` per turn
-(``chat._legacy_conversation``), encoded as Bridge's ``_tokenize`` encodes. Its loss mask leaves out the header,
+(``chat.legacy_conversations``), encoded as Bridge's ``_tokenize`` encodes. Its loss mask leaves out the header,
 the first turn, the masked speakers' turns (all but their first turn-start tokens, which end the turn before) and
 every speaker's name; typed conversations (``VALUE_TO_TEXT``, ``TEXT_TO_VALUE``) also leave out their labels or
 their responses. Every piece is measured as Bridge measures it: encoded after ``PREFIX_STR`` and cut past that
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advisor.data.tokenize.chat import LEGACY_SPECIAL_TOKENS, PREFIX_STR, ChatSettings, _legacy_conversation
+from advisor.data.tokenize.chat import LEGACY_SPECIAL_TOKENS, PREFIX_STR, ChatSettings, legacy_conversations
 from advisor.data.tokenize.sequences import TokenBatch
 from advisor.data.tokenize.sft import RecordProblem
 from advisor.data.tokenize.tokenizer import Tokenizer
@@ -39,13 +39,7 @@ def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     length (-1 where Bridge fails on it) and the problems, all pieces of all records encoded in one batch."""
     tokens = dict(s.special_tokens or LEGACY_SPECIAL_TOKENS)
     start, name_end = tokens["turn_start"], tokens["end_of_name"]
-    built, problems = [], []
-    for i, rec in enumerate(records):
-        item = _legacy_conversation(rec, tokens)
-        if isinstance(item, str):
-            problems.append(RecordProblem(i, item))
-        else:
-            built.append((i, *item))
+    built, problems = legacy_conversations(records, tokens)
     # GPTSFTChatDataset._build_samples_mapping's token runs, then per record: the whole text, its header, each
     # turn and each speaker's name, every one after PREFIX_STR but the first two
     texts = [PREFIX_STR, PREFIX_STR + tokens["label_start"], PREFIX_STR + name_end, PREFIX_STR + start]
@@ -63,7 +57,6 @@ def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     turn_start_tokens = ids(3).size - prefix
     ids_out, mask_out = [], []
     lengths = np.full(len(records), -1, dtype=np.int64)
-    record_len = np.zeros(len(records), dtype=np.int64)
     at = 4
     for i, _, _, turns, speakers, mask_role, gtype in built:
         n = len(turns)
@@ -82,14 +75,9 @@ def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
             continue
         ids_out.append(whole.astype(np.int32))
         mask_out.append((~masked).astype(np.int8))
-        lengths[i] = record_len[i] = whole.size
+        lengths[i] = whole.size
     problems.sort(key=lambda p: p.index)
-    offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
-    np.cumsum(record_len, out=offsets_out[1:])
-    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
-                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8), offsets=offsets_out,
-                       truncated=np.zeros(len(records), bool))
-    return batch, lengths, problems
+    return TokenBatch.built(ids_out, mask_out, lengths, np.zeros(len(records), bool)), lengths, problems
 
 
 def _find(sub: np.ndarray, seq: np.ndarray) -> int:

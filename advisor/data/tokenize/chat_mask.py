@@ -48,6 +48,12 @@ PAD_TOKENS = frozenset({
 ASSISTANT = "assistant"
 
 
+def skipped_token_ids(hf) -> np.ndarray:
+    """The added tokens that never carry loss (``extract_skipped_token_ids`` in megatron/bridge/data/token_utils.py:
+    those of transformers' ``added_tokens_decoder`` named in ``PAD_TOKENS``), sorted."""
+    return np.array(sorted({i for i, t in hf.added_tokens_decoder.items() if str(t) in PAD_TOKENS}), np.int64)
+
+
 @dataclass(frozen=True)
 class Boundaries:
     """``AssistantMaskBoundaryConfig`` as ``infer_assistant_mask_boundary_config`` builds it: each role's start

@@ -33,13 +33,13 @@ from advisor.data.tokenize.chat import (
 )
 from advisor.data.tokenize.chat_mask import (
     ASSISTANT,
-    PAD_TOKENS,
     apply_loss_mode,
     boundaries,
     common_prefix,
     contains_markers,
     mask_from_scan,
     mask_from_turns,
+    skipped_token_ids,
 )
 from advisor.data.tokenize.sequences import TokenBatch
 from advisor.data.tokenize.sft import RecordProblem
@@ -93,7 +93,7 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
                              "with this chat template: it has no {% generation %} block and none of the turn markers "
                              "Bridge knows (ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a "
                              "template")
-    skipped = np.array(sorted(i for i, t in hf.added_tokens_decoder.items() if str(t) in PAD_TOKENS), np.int64)
+    skipped = skipped_token_ids(hf)
     markers = _marker_ids(backend)
     schemas = s.tools()
     special_tokens = hf.special_tokens_map
@@ -169,12 +169,7 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         ids_out.append(ids.astype(np.int32))
         mask_out.append(mask)
     problems.sort(key=lambda p: p.index)
-    offsets = np.zeros(len(records) + 1, dtype=np.int64)
-    np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
-    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
-                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8), offsets=offsets,
-                       truncated=np.zeros(len(records), bool))
-    return batch, lengths, problems
+    return TokenBatch.built(ids_out, mask_out, lengths, np.zeros(len(records), bool)), lengths, problems
 
 
 class _Record:

@@ -80,6 +80,23 @@ class TokenBatch:
         return TokenBatch(ids=flat_ids, mask=flat_mask, offsets=offsets, truncated=np.asarray(truncated, dtype=bool))
 
     @staticmethod
+    def built(ids: Sequence[np.ndarray], masks: Sequence[np.ndarray], lengths: np.ndarray,
+              truncated: np.ndarray) -> TokenBatch:
+        """From the records built, in order (their ids and masks as arrays), and every record's length (-1 where one
+        was not built: an empty span).
+
+            >>> b = TokenBatch.built([np.array([5, 6]), np.array([8])], [np.array([0, 1]), np.array([1])],
+            ...                      np.array([2, -1, 1]), np.zeros(3, bool))
+            >>> b.offsets.tolist(), b.record(2)[0].tolist()
+            ([0, 2, 2, 3], [8])
+        """
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
+        return TokenBatch(ids=np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32),
+                          mask=np.concatenate(masks).astype(np.int8, copy=False) if masks else np.zeros(0, np.int8),
+                          offsets=offsets, truncated=np.asarray(truncated, dtype=bool))
+
+    @staticmethod
     def empty(records: int = 0) -> TokenBatch:
         return TokenBatch(ids=np.zeros(0, np.int32), mask=np.zeros(0, np.int8), offsets=np.zeros(records + 1, np.int64),
                           truncated=np.zeros(records, bool))

@@ -27,6 +27,7 @@ from typing import Literal
 
 import numpy as np
 
+from advisor.data.tokenize.chat_mask import skipped_token_ids
 from advisor.data.tokenize.sequences import TokenBatch
 from advisor.data.tokenize.tokenizer import Tokenizer
 from advisor.errors import InputError, excerpt
@@ -352,7 +353,6 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
     tail = [eos] if s.add_eos else []
     ids_out: list[np.ndarray] = []
     mask_out: list[np.ndarray] = []
-    record_len = np.zeros(len(records), dtype=np.int64)
     truncated = np.zeros(len(records), dtype=bool)
     for n, i in enumerate(good):
         at = n * per_record
@@ -379,14 +379,8 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
         ids_out.append(ids)
         mask_out.append(mask)
         lengths[i] = ids.size
-        record_len[i] = ids.size
     problems.sort(key=lambda p: p.index)
-    offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
-    np.cumsum(record_len, out=offsets_out[1:])
-    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
-                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8),
-                       offsets=offsets_out, truncated=truncated)
-    return batch, lengths, problems
+    return TokenBatch.built(ids_out, mask_out, lengths, truncated), lengths, problems
 
 
 def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
@@ -426,7 +420,7 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
     if (pc.add_eos or s.virtual_tokens) and eos is None:
         raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) "
                          "need")
-    skipped = skipped_token_ids(tok)
+    skipped = skipped_token_ids(tok.transformers_tokenizer())
     texts, good, problems = _prompt_completion_texts(records, tok, s)
     flat, offsets = tok.ids(texts, special=False)
     head = np.asarray(([bos] if bos is not None else []) + [eos] * s.virtual_tokens, np.int32)
@@ -434,7 +428,6 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
     tail = np.asarray([eos] if pc.add_eos else [], np.int32)
     ids_out: list[np.ndarray] = []
     mask_out: list[np.ndarray] = []
-    record_len = np.zeros(len(records), dtype=np.int64)
     lengths = np.full(len(records), -1, dtype=np.int64)
     truncated = np.zeros(len(records), dtype=bool)
     for n, i in enumerate(good):
@@ -454,24 +447,10 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
             mask[np.isin(ids, skipped)] = 0
         ids_out.append(ids)
         mask_out.append(mask)
-        lengths[i] = record_len[i] = ids.size
+        lengths[i] = ids.size
         truncated[i] = cut  # counted for the records built only
     problems.sort(key=lambda q: q.index)
-    offsets_out = np.zeros(len(records) + 1, dtype=np.int64)
-    np.cumsum(record_len, out=offsets_out[1:])
-    batch = TokenBatch(ids=np.concatenate(ids_out) if ids_out else np.zeros(0, np.int32),
-                       mask=np.concatenate(mask_out) if mask_out else np.zeros(0, np.int8),
-                       offsets=offsets_out, truncated=truncated)
-    return batch, lengths, problems
-
-
-def skipped_token_ids(tok: Tokenizer) -> np.ndarray:
-    """The added tokens that never carry loss (``extract_skipped_token_ids`` in megatron/bridge/data/token_utils.py:
-    those of transformers' ``added_tokens_decoder`` named in ``PAD_TOKENS``), sorted."""
-    from advisor.data.tokenize.chat_mask import PAD_TOKENS
-
-    hf = tok.transformers_tokenizer()
-    return np.array(sorted({i for i, t in hf.added_tokens_decoder.items() if str(t) in PAD_TOKENS}), np.int64)
+    return TokenBatch.built(ids_out, mask_out, lengths, truncated), lengths, problems
 
 
 def _check_prompt_completion_tokenizer(tok: Tokenizer, pc: PromptCompletion) -> None:
