@@ -197,11 +197,13 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
 
 
 def render_boxed(source: str, conversation: list[dict], tools, special_tokens: dict,
-                 prefixes: list[int] | None = None, track: list | None = None) -> str | dict[int, str] | RecordProblem:
+                 prefixes: list[int] | None = None, track: list | None = None, keep: list | None = None,
+                 emptied_last: tuple | None = None) -> str | dict[int, str] | RecordProblem:
     """The conversation rendered as ``hf.apply_chat_template(conversation, tools=tools, tokenize=False)`` renders
     it, in a box (a template may loop or grow without end: template.py), or the problem (index -1) that stops it.
     With ``prefixes``, the renders of ``conversation[:m]`` for each m instead ({m: text}), and with ``track`` the
-    whole conversation's ``{% generation %}`` spans (``render_prefixes``). A template that ran out of time or
+    whole conversation's ``{% generation %}`` spans, ``keep`` and ``emptied_last`` as there (``render_prefixes``).
+    A template that ran out of time or
     steps on STRIKES records in a row is not rendered again in this process."""
     if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
         return RecordProblem(-1, f"the chat template exceeded its limits (out of time or steps on {STRIKES} records "
@@ -212,8 +214,10 @@ def render_boxed(source: str, conversation: list[dict], tools, special_tokens: d
             return render_chat(source, conversation, tools=tools, special_tokens=special_tokens)
         if track is not None:
             track.clear()  # a render run again after a stall starts its spans afresh
+        if keep is not None:
+            keep.clear()
         return render_prefixes(source, conversation, prefixes, tools=tools, special_tokens=special_tokens,
-                               track=track)
+                               track=track, keep=keep, emptied_last=emptied_last)
 
     try:
         try:

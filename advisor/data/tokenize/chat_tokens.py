@@ -120,15 +120,17 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         else:
             wanted = []
         r.generation = [] if track else None
+        kept: list = []  # the inputs as prepared for the template, reused by the probe below
         texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)],
-                             track=r.generation)
+                             track=r.generation, keep=kept)
         if isinstance(texts, RecordProblem):
             problems.append(RecordProblem(i, texts.reason))
             continue
         r.text = texts.pop(len(conversation))
         r.prefix_texts = texts
         if conversation[-1].get("role") == ASSISTANT:
-            why = _terminal_probe(chosen, conversation, tools, special_tokens, track, backend, source_name)
+            why = _terminal_probe(chosen, conversation, tools, special_tokens, track, backend, source_name,
+                                  kept[0] if kept else None)
             if why is not None:
                 problems.append(RecordProblem(i, why))
                 continue
@@ -235,17 +237,18 @@ def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray |
 
 
 def _terminal_probe(template: str, conversation: list[dict], tools, special_tokens: dict, track: bool, backend,
-                    source: str) -> str | None:
+                    source: str, prepared: tuple | None = None) -> str | None:
     """Why Bridge fails a record ending with an assistant turn where the whole render does not, or None.
 
     ``_chat_preprocess`` asks ``tokenize_chat_example`` for the final reply's start, which renders (and tokenizes)
     the conversation once more with that reply emptied (``_infer_terminal_assistant_content_start``). Nothing of
     that render is packed, but a template that fails on an empty reply, or a generation block left empty at the
     very start (transformers then asks for character -1), fails the record there."""
-    empty = [dict(turn) for turn in conversation]
-    empty[-1]["content"] = ""
+    empty = [*conversation[:-1], {**conversation[-1], "content": ""}]
     spans: list[tuple[int, int]] | None = [] if track else None
-    out = render_boxed(template, empty, tools, special_tokens, prefixes=[len(empty)], track=spans)
+    # the whole conversation's prepared inputs with the last message prepared anew: the same inputs, half the work
+    out = render_boxed(template, empty, tools, special_tokens, prefixes=[len(empty)], track=spans,
+                       emptied_last=prepared)
     if isinstance(out, RecordProblem):
         return f"{out.reason} (with its last reply emptied, as Megatron-Bridge renders it to find where the reply " \
                "starts)"

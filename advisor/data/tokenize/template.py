@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor import caches
+from advisor.data.tokenize.template_plain import plain_ok
 
 MAX_TEMPLATE_CHARS = 1 << 19  # 512 Ki characters: real templates are 1-40 KiB
 MIN_OUT_CHARS = 1 << 20  # every record may render this much, whatever its size
@@ -611,7 +612,8 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
 
 def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
                     special_tokens: Mapping[str, str] | None = None, seconds: float | None = None,
-                    track: list | None = None) -> dict[int, str]:
+                    track: list | None = None, keep: list | None = None, emptied_last: tuple | None = None
+                    ) -> dict[int, str]:
     """``render_chat`` of ``messages[:m]`` for each m in ``counts`` (each at least 1), sharing the preparation of
     the inputs (rebuilt from plain JSON types and measured once, for the whole conversation: each prefix's budget
     is the whole conversation's, at least its own). Each render has its own deadline and limits.
@@ -627,8 +629,17 @@ def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
         >>> render_prefixes("{% for m in messages %}{{ m.role }}:{% generation %}{{ m.content }}{% endgeneration %};"
         ...                 "{% endfor %}", [{"role": "user", "content": "ab"}], [1], track=spans), spans
         ({1: 'user:ab;'}, [(5, 7)])
+
+    ``keep``: a list that receives the prepared inputs; ``emptied_last``: inputs ``keep`` received for this
+    conversation with its last message's content emptied, prepared anew for that message only (Bridge's render
+    to find the last reply's start, ``chat_tokens._terminal_probe``; measured as the whole conversation).
     """
-    prepared = _prepared(messages, tools, None, special_tokens)
+    if emptied_last is not None:
+        prepared = _with_emptied_last(emptied_last, messages[-1])
+    else:
+        prepared = _prepared(messages, tools, None, special_tokens)
+    if keep is not None:
+        keep.append(prepared)
     whole = len(messages)
 
     def tracked(m: int):
@@ -669,6 +680,17 @@ def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mappin
     return chat, tools, documents, kwargs, text_size((chat, tools, documents), MAX_OUT_CHARS)
 
 
+def _with_emptied_last(prepared: tuple, last: dict) -> tuple:
+    """``prepared`` with its last message replaced by ``last`` with content "", prepared as ``_prepared`` prepares
+    each message (None values dropped, plain JSON types, reasoning aliases), so its keys keep their order."""
+    from transformers.utils import chat_template_utils as ctu
+
+    message = {k: v for k, v in last.items() if v is not None or k == "content"}
+    message["content"] = ""
+    chat = prepared[0][:-1] + ctu._alias_reasoning_fields(ctu._plain_template_data([message]))
+    return (chat, *prepared[1:])
+
+
 def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None,
             alarm: bool = True, track: list | None = None) -> str:
     """One render in its budget; ``alarm=False``: under an alarm the caller armed (``render_prefixes``);
@@ -677,6 +699,17 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
     if len(chat) == 0:
         raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
     budget = Budget.for_input(size, seconds)
+    if track is None and _alarmed() and plain_ok(template):
+        # a template that cannot blow up renders in transformers' own environment: the deadline's timer and the
+        # output cap are its limits (template_plain); the hooks below would triple its time
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        pieces = []
+        with _running(budget) if alarm else _budgeted(budget):
+            _stream(_compile_jinja_template(template).generate(
+                messages=chat, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
+                **kwargs), pieces, budget)
+        return "".join(pieces)
     with _running(budget) if alarm else _budgeted(budget):
         compiled = compile_template(template)
         pieces: list[str] = []
@@ -697,6 +730,11 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
 _TRACKING = threading.RLock()
 
 
+def _alarmed() -> bool:
+    """Whether renders here run under a ``SIGALRM`` deadline (``_running``): the main thread, where timers exist."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
 @functools.lru_cache(maxsize=16)
 def _has_generation(template: str) -> bool:
     return re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
@@ -713,8 +751,27 @@ def _stream(stream, pieces: list, budget: Budget) -> None:
             if size > budget.out_chars:
                 raise TemplateLimit(f"output over {budget.out_chars:,} characters")
             pieces.append(piece)
+    except TemplateLimit:
+        raise
+    except Exception as e:
+        # Jinja rewrites a template's traceback on the way out, and that can fail itself on a frame the alarm
+        # interrupted between lines (TypeError in get_corresponding_lineno): the limit is what happened
+        limit = _limit_behind(e)
+        if limit is None:
+            raise
+        raise limit from None
     finally:
         stream.close()
+
+
+def _limit_behind(error: BaseException) -> TemplateLimit | None:
+    """The ``TemplateLimit`` an error was raised while handling, if any."""
+    seen = error.__context__
+    for _ in range(8):
+        if seen is None or isinstance(seen, TemplateLimit):
+            return seen
+        seen = seen.__context__
+    return None
 
 
 class _budgeted:

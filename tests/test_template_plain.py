@@ -1,0 +1,147 @@
+"""Templates rendered without the box's hooks (template_plain): only ones that cannot blow up pass, they render the
+text transformers renders, and the deadline and the output cap still stop them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.data.tokenize.template import TemplateLimit, render_chat, render_prefixes
+from advisor.data.tokenize.template_plain import plain_ok
+from tests.test_tokenize_exact import GENERATION_TEMPLATE, PLAIN_TEMPLATE
+from tests.test_tokenize_hostile import ATTACKS, CHATS, FEATURES_TEMPLATE, TOOLS
+from tests.tokenizer_fixture import CHAT_TEMPLATE
+
+# the constructs of real templates (Llama 3.1 and Qwen 3 style): reassigned messages, namespaces set in loops,
+# reasoning split out of the content, tool calls as JSON
+QWEN_LIKE = (
+    "{%- if tools %}<|im_start|>system\n{% for t in tools %}{{ t|tojson }}\n{% endfor %}<|im_end|>\n{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' %}{%- set ns.multi_step_tool = false %}"
+    "{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}{%- set content = message.content if message.content is string else '' %}"
+    "{%- if message.role == 'assistant' %}{%- set reasoning_content = '' %}"
+    "{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n')"
+    ".split('<think>')[-1].lstrip('\\n') %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}{%- if loop.index0 > ns.last_query_index and reasoning_content %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content }}"
+    "{%- else %}{{- '<|im_start|>assistant\\n' + content }}{%- endif %}"
+    "{%- if message.tool_calls %}{%- for tool_call in message.tool_calls %}"
+    "{%- set tool_call = tool_call.function if tool_call.function else tool_call %}"
+    "{{- '\\n<tool_call>\\n' }}{{- tool_call.arguments|tojson }}{{- '\\n</tool_call>' }}{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+REAL_LIKE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "qwen-like": QWEN_LIKE}
+
+# blow-ups with none of *, **, %, range or macros: only the growth rule can see them
+GROWTH = {
+    "doubling by +": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s + ns.s %}"
+                     "{% endfor %}{{ ns.s }}",
+    "doubling through a second name": "{% set ns = namespace(s='ab') %}{% for m in messages %}"
+                                      "{% set t = ns.s %}{% set ns.s = t + ns.s %}{% endfor %}",
+    "repr growth by tojson": "{% set ns = namespace(s='\\\\') %}{% for m in messages %}{% set ns.s = ns.s|tojson %}"
+                             "{% endfor %}{{ ns.s }}",
+    "repr growth by ~ and split": "{% set ns = namespace(s='a b') %}{% for m in messages %}"
+                                  "{% set ns.s = (ns.s ~ '').split() %}{% endfor %}{{ ns.s }}",
+    "nested references": "{% set ns = namespace(s='x') %}{% for m in messages %}{% set ns.s = [ns.s, ns.s] %}"
+                         "{% endfor %}{{ ns.s }}",
+    "a loop over itself": "{% set ns = namespace(l=[1]) %}{% for m in messages %}{% for x in ns.l %}"
+                          "{% set ns.l = ns.l + [x] %}{% endfor %}{% endfor %}{{ ns.l|length }}",
+    "default of itself": "{% set ns = namespace(s='ab') %}{% for m in messages %}"
+                         "{% set ns.s = ns.s|default('') + ns.s|default('') %}{% endfor %}",
+    "string filter": "{% set ns = namespace(s=['\\\\']) %}{% for m in messages %}{% set ns.s = ns.s|string %}"
+                     "{% endfor %}",
+    "join of itself": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s|join(ns.s) %}"
+                      "{% endfor %}",
+    "map of a filter": "{{ messages|map('tojson')|list }}",
+    "a wide join": "{{ messages|map(attribute='content')|join(messages[0].content) }}",
+    "a block set": "{% set x %}{% for m in messages %}{{ m.content }}{% endfor %}{% endset %}{{ x }}",
+}
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_every_attack_keeps_the_hooks(name):
+    assert not plain_ok(ATTACKS[name][0])
+
+
+@pytest.mark.parametrize("name", list(GROWTH))
+def test_growth_without_operators_keeps_the_hooks(name):
+    assert not plain_ok(GROWTH[name])
+
+
+@pytest.mark.parametrize("name", list(REAL_LIKE))
+def test_real_templates_render_without_hooks(name):
+    assert plain_ok(REAL_LIKE[name])
+
+
+def test_generation_blocks_and_macros_keep_the_hooks():
+    assert not plain_ok(GENERATION_TEMPLATE)  # their spans are tracked by the box's environment
+    assert not plain_ok(FEATURES_TEMPLATE)
+
+
+def _off_main_thread(fn):
+    """``fn()`` on another thread, where the box always renders with its hooks."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001 - compared by type and text
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool"]),
+                                 "content": st.one_of(TEXT, st.none())})
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversation=st.lists(MESSAGE, min_size=1, max_size=6), tools=st.sampled_from([None, TOOLS]),
+       name=st.sampled_from(sorted(REAL_LIKE)))
+def test_plain_renders_equal_the_boxed_ones(conversation, tools, name):
+    """The same text (or the same error) with and without the hooks, for every prefix of the conversation."""
+    template = REAL_LIKE[name]
+    counts = list(range(1, len(conversation) + 1))
+
+    def render():
+        try:
+            return render_prefixes(template, conversation, counts, tools=tools, special_tokens={"bos_token": "<s>"})
+        except Exception as e:  # noqa: BLE001 - the template's own errors must match too
+            return type(e).__name__, str(e)
+
+    assert render() == _off_main_thread(render)
+
+
+@pytest.mark.parametrize("conversation", CHATS, ids=["system", "tools-and-reasoning", "unicode"])
+def test_the_sample_chats_render_the_same(conversation):
+    for template in REAL_LIKE.values():
+        assert render_chat(template, conversation, tools=TOOLS) == \
+            _off_main_thread(lambda t=template: render_chat(t, conversation, tools=TOOLS))
+
+
+def test_the_output_cap_stops_a_plain_template():
+    template = "{% for a in messages %}{% for b in messages %}{{ b.content }}{% endfor %}{% endfor %}"
+    assert plain_ok(template)
+    messages = [{"role": "user", "content": "x" * 1000}] * 3000  # 9 G characters, quadratically
+    with pytest.raises(TemplateLimit, match="output over"):
+        render_chat(template, messages)
+
+
+@pytest.mark.slow  # waits for its deadline
+def test_the_deadline_stops_a_plain_template():
+    template = ("{% for a in messages %}{% for b in messages %}{% for c in messages %}{% if a == c %}{% endif %}"
+                "{% endfor %}{% endfor %}{% endfor %}")
+    assert plain_ok(template)
+    with pytest.raises(TemplateLimit, match="over 0.5 s"):
+        render_chat(template, [{"role": "user", "content": "x"}] * 2000, seconds=0.5)
