@@ -4,6 +4,7 @@ text transformers renders, and the deadline and the output cap still stop them."
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -35,7 +36,14 @@ QWEN_LIKE = (
     "{{- '\\n<tool_call>\\n' }}{{- tool_call.arguments|tojson }}{{- '\\n</tool_call>' }}{%- endfor %}{%- endif %}"
     "{{- '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-REAL_LIKE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "qwen-like": QWEN_LIKE}
+REAL = {p.stem: p.read_text(encoding="utf-8")
+        for p in sorted((Path(__file__).parent / "fixtures" / "chat_templates").glob("*.jinja"))}
+# the real templates that pass (the others use |list of a variable, tojson of one into itself, macros...)
+REAL_PLAIN = ("Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-V3.1", "google-gemma-2-2b-it",
+              "ibm-granite-granite-3.3-2B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
+              "microsoft-Phi-3.5-mini-instruct")
+REAL_LIKE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "qwen-like": QWEN_LIKE,
+             **{name: REAL[name] for name in REAL_PLAIN}}
 
 # blow-ups with none of *, **, %, range or macros: only the growth rule can see them
 GROWTH = {
@@ -60,6 +68,24 @@ GROWTH = {
     "map of a filter": "{{ messages|map('tojson')|list }}",
     "a wide join": "{{ messages|map(attribute='content')|join(messages[0].content) }}",
     "a block set": "{% set x %}{% for m in messages %}{{ m.content }}{% endfor %}{% endset %}{{ x }}",
+    # found by review: copies in one expression, loops over written lists, loop variables
+    "many copies in one expression": "{% set c = messages[0].content %}{{ ([" + ",".join(["c"] * 200) + "]|join)"
+                                     "|length }}",
+    "map with a variable default": "{% for m in messages %}{{ (m.content|list|map(attribute='z', "
+                                   "default=m.content)|join)|length }}{% endfor %}",
+    "a loop over a written list": "{% for a in [messages[0].content] %}{% for b in [[a, a]] %}{% for c in [[b, b]] %}"
+                                  "{{ c|tojson }}{% endfor %}{% endfor %}{% endfor %}",
+    "previtem": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% for x in ns.s.split() %}"
+                "{% set ns.s = loop.previtem + x %}{% endfor %}{% endfor %}",
+    "% of text": "{{ messages[0].content % 2 }}",
+    "a long replacement": "{{ messages[0].content|replace('a', 'aa') }}",
+}
+# chains of filters in one expression: accepted, and the box's guarded filters stop them
+FILTER_CHAINS = {
+    "tojson chain": ("{{ '\\\\'" + "|tojson" * 29 + "|length }}", "allowance"),
+    "join chain": ("{{ 'ab'" + ("|list|join('" + "x" * 64 + "')") * 5 + "|length }}", "over"),
+    "indent chain": ("{{ (messages[0].content" + "|indent(64, true)" * 60 + ")|length }}", "a string of"),
+    "tojson of deep input": ("{{ messages|tojson(indent=4) }}", "JSON text of"),
 }
 
 
@@ -76,6 +102,28 @@ def test_growth_without_operators_keeps_the_hooks(name):
 @pytest.mark.parametrize("name", list(REAL_LIKE))
 def test_real_templates_render_without_hooks(name):
     assert plain_ok(REAL_LIKE[name])
+
+
+def test_the_other_real_templates_keep_the_hooks():
+    assert len(REAL) == 10 and set(REAL_PLAIN) < set(REAL)
+    assert not any(plain_ok(REAL[name]) for name in set(REAL) - set(REAL_PLAIN))
+
+
+def _deep(depth: int, width: int):
+    value = [0] * width
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.slow  # some run to their deadline
+@pytest.mark.parametrize("name", list(FILTER_CHAINS))
+def test_filter_chains_are_stopped_by_the_guarded_filters(name):
+    template, fragment = FILTER_CHAINS[name]
+    assert plain_ok(template)
+    content = "\n" * 50_000 if name == "indent chain" else _deep(400, 30_000) if "deep" in name else "hi"
+    with pytest.raises(TemplateLimit, match=fragment):
+        render_chat(template, [{"role": "user", "content": content}])
 
 
 def test_generation_blocks_and_macros_keep_the_hooks():
@@ -125,9 +173,14 @@ def test_plain_renders_equal_the_boxed_ones(conversation, tools, name):
 
 @pytest.mark.parametrize("conversation", CHATS, ids=["system", "tools-and-reasoning", "unicode"])
 def test_the_sample_chats_render_the_same(conversation):
+    def render(template):
+        try:
+            return render_chat(template, conversation, tools=TOOLS)
+        except Exception as e:  # noqa: BLE001 - Gemma refuses a system turn: the same error both ways
+            return type(e).__name__, str(e)
+
     for template in REAL_LIKE.values():
-        assert render_chat(template, conversation, tools=TOOLS) == \
-            _off_main_thread(lambda t=template: render_chat(t, conversation, tools=TOOLS))
+        assert render(template) == _off_main_thread(lambda t=template: render(t))
 
 
 def test_the_output_cap_stops_a_plain_template():
