@@ -42,6 +42,7 @@ from typing import Any
 
 from advisor import caches
 from advisor.data.tokenize.template_plain import plain_ok
+from advisor.data.tokenize.template_prefix import prefix_stable
 
 MAX_TEMPLATE_CHARS = 1 << 19  # 512 Ki characters: real templates are 1-40 KiB
 MIN_OUT_CHARS = 1 << 20  # every record may render this much, whatever its size
@@ -680,8 +681,48 @@ def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
     # render, a tenth of a small one); each render still has its own budget and deadline, kept by the hooks
     each = Budget.for_input(prepared[4], seconds).seconds
     with _running(Budget.for_input(prepared[4], each * len(counts))):
+        if track is None and len(counts) > 1 and prefix_stable(template):
+            return _prefixes_of_whole(template, prepared, counts, seconds)
         return {m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False, track=tracked(m))
                 for m in counts}
+
+
+class _Marked(list):
+    """``messages`` for a ``prefix_stable`` render: notes how much text was out when each message's turn began
+    (``starts``: index in the whole conversation -> characters), through ``messages[1:]`` too."""
+
+    __slots__ = ("offset", "starts", "out")
+
+    def __getitem__(self, key):
+        got = list.__getitem__(self, key)
+        if not isinstance(key, slice):
+            return got
+        cut = _Marked(got)
+        cut.offset, cut.starts, cut.out = self.offset + key.indices(len(self))[0], self.starts, self.out
+        return cut
+
+    def __iter__(self):
+        for k, item in enumerate(list.__iter__(self)):
+            self.starts.setdefault(self.offset + k, self.out[0])
+            yield item
+
+
+def _prefixes_of_whole(template: str, prepared: tuple, counts, seconds: float | None) -> dict[int, str]:
+    """``render_prefixes`` for a ``prefix_stable`` template, under the caller's alarm: the whole conversation is
+    rendered once, each prefix is its text up to where the next message's turn began (rendered on its own where
+    no turn began, which the template's shape rules out)."""
+    chat = _Marked(prepared[0])
+    chat.offset, chat.starts, chat.out = 0, {}, [0]
+    budget = Budget.for_input(prepared[4], seconds)
+    pieces: list[str] = []
+    with _budgeted(budget):
+        _stream(compile_plain(template).generate(messages=chat, tools=prepared[1], documents=prepared[2],
+                                                 add_generation_prompt=False, **prepared[3]), pieces, budget,
+                out=chat.out)
+    text = "".join(pieces)
+    whole = len(prepared[0])
+    return {m: text if m == whole else text[:chat.starts[m]] if m in chat.starts else
+            _render(template, prepared, prepared[0][:m], False, seconds, alarm=False) for m in counts}
 
 
 def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mapping[str, str] | None) -> tuple:
@@ -771,7 +812,9 @@ def _has_generation(template: str) -> bool:
 caches.listed("chat templates with generation blocks", _has_generation)
 
 
-def _stream(stream, pieces: list, budget: Budget) -> None:
+def _stream(stream, pieces: list, budget: Budget, out: list | None = None) -> None:
+    """The stream's pieces into ``pieces``, cut off past the budget's output cap; ``out[0]``: the characters so
+    far, kept up to date for ``_Marked``."""
     size = 0
     try:
         for piece in stream:
@@ -779,6 +822,8 @@ def _stream(stream, pieces: list, budget: Budget) -> None:
             if size > budget.out_chars:
                 raise TemplateLimit(f"output over {budget.out_chars:,} characters")
             pieces.append(piece)
+            if out is not None:
+                out[0] = size
     except TemplateLimit:
         raise
     except Exception as e:

@@ -1,0 +1,69 @@
+"""Prefixes read off one render (template_prefix): only templates whose shape makes a prefix's text the start of
+the whole text qualify, and for them every prefix equals its own render."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from advisor.data.tokenize.template import render_prefixes
+from advisor.data.tokenize.template_prefix import prefix_stable
+from tests.test_template_plain import MESSAGE, QWEN_LIKE, REAL, _off_main_thread
+from tests.test_tokenize_exact import PLAIN_TEMPLATE
+from tests.test_tokenize_hostile import TOOLS
+from tests.tokenizer_fixture import CHAT_TEMPLATE
+
+STABLE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "gemma-2": REAL["google-gemma-2-2b-it"],
+          "counters and a namespace": "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                                      "[{{ loop.index }}/{{ ns.n }}{% if loop.first %}*{% endif %}]{{ m.content }}"
+                                      "{% if loop.previtem %}<{{ loop.previtem.role }}>{% endif %}{% endfor %}"
+                                      "{% if add_generation_prompt %}<go>{% endif %}"}
+LOOKS_AHEAD = {
+    "loop.last": "{% for m in messages %}{{ m.content }}{% if loop.last %}<eos>{% endif %}{% endfor %}",
+    "loop.length": "{% for m in messages %}{{ loop.length }}{% endfor %}",
+    "loop.nextitem": "{% for m in messages %}{{ loop.nextitem }}{% endfor %}",
+    "loop passed whole": "{% for m in messages %}{{ loop|string }}{% endfor %}",
+    "messages|length before": "{% if messages|length > 2 %}x{% endif %}"
+                              "{% for m in messages %}{{ m.content }}{% endfor %}",
+    "messages[-1] before": "{{ messages[-1].role }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "messages[1] before": "{{ messages[1].role }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "messages inside": "{% for m in messages %}{{ messages[0].content }}{% endfor %}",
+    "for-else": "{% for m in messages %}{{ m.content }}{% else %}empty{% endfor %}",
+    "output after": "{% for m in messages %}{{ m.content }}{% endfor %}<eos>",
+    "else after": "{% for m in messages %}{{ m.content }}{% endfor %}"
+                  "{% if add_generation_prompt %}a{% else %}b{% endif %}",
+    "break": "{% for m in messages %}{% if m.role == 'x' %}{% break %}{% endif %}{{ m.content }}{% endfor %}",
+    "two loops": "{% for m in messages %}{{ m.role }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "a nested loop": "{% if messages %}{% for m in messages %}{{ m.content }}{% endfor %}{% endif %}",
+    "a cut from 2": "{% set messages = messages[2:] %}{% for m in messages %}{{ m.content }}{% endfor %}",
+    "Phi-3.5 (eos after)": REAL["microsoft-Phi-3.5-mini-instruct"],
+    "Qwen-like (looks back from the end)": QWEN_LIKE,
+}
+
+
+@pytest.mark.parametrize("name", list(STABLE))
+def test_templates_built_message_by_message_qualify(name):
+    assert prefix_stable(STABLE[name])
+
+
+@pytest.mark.parametrize("name", list(LOOKS_AHEAD))
+def test_templates_that_look_ahead_do_not(name):
+    assert not prefix_stable(LOOKS_AHEAD[name])
+
+
+@settings(max_examples=80, deadline=None)
+@given(conversation=st.lists(MESSAGE, min_size=1, max_size=7), tools=st.sampled_from([None, TOOLS]),
+       name=st.sampled_from(sorted(STABLE)))
+def test_every_prefix_equals_its_own_render(conversation, tools, name):
+    """Read off the whole render on the main thread; rendered one by one in the box on another thread."""
+    counts = list(range(1, len(conversation) + 1))
+
+    def render():
+        try:
+            return render_prefixes(STABLE[name], conversation, counts, tools=tools,
+                                   special_tokens={"bos_token": "<s>"})
+        except Exception as e:  # noqa: BLE001 - a template's error must be the same one
+            return type(e).__name__, str(e)
+
+    assert render() == _off_main_thread(render)
