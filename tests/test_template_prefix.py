@@ -18,7 +18,9 @@ STABLE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "
           "counters and a namespace": "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
                                       "[{{ loop.index }}/{{ ns.n }}{% if loop.first %}*{% endif %}]{{ m.content }}"
                                       "{% if loop.previtem %}<{{ loop.previtem.role }}>{% endif %}{% endfor %}"
-                                      "{% if add_generation_prompt %}<go>{% endif %}"}
+                                      "{% if add_generation_prompt %}<go>{% endif %}",
+          "a cut at the top": "{% set first = messages[0].content %}{% set messages = messages[1:] %}({{ first }})"
+                              "{% for m in messages %}<{{ m.content }}>{% endfor %}"}
 LOOKS_AHEAD = {
     "loop.last": "{% for m in messages %}{{ m.content }}{% if loop.last %}<eos>{% endif %}{% endfor %}",
     "loop.length": "{% for m in messages %}{{ loop.length }}{% endfor %}",
@@ -38,6 +40,12 @@ LOOKS_AHEAD = {
     "a nested loop": "{% if messages %}{% for m in messages %}{{ m.content }}{% endfor %}{% endif %}",
     "a cut from 2": "{% set messages = messages[2:] %}{% for m in messages %}{{ m.content }}{% endfor %}",
     "Phi-3.5 (eos after)": REAL["microsoft-Phi-3.5-mini-instruct"],
+    # found by review: message 1 read after the cut, the generation prompt switched on
+    "messages[0] after a cut": "{% if messages[0].role == 'system' %}{% set messages = messages[1:] %}{% endif %}"
+                               "{% if messages[0] is defined %}[{{ messages[0].content }}]{% endif %}"
+                               "{% for m in messages %}<{{ m.content }}>{% endfor %}",
+    "add_generation_prompt set": "{% set add_generation_prompt = true %}{% for m in messages %}<{{ m.content }}>"
+                                 "{% endfor %}{% if add_generation_prompt %}<eos>{% endif %}",
     "Qwen-like (looks back from the end)": QWEN_LIKE,
 }
 
@@ -67,3 +75,14 @@ def test_every_prefix_equals_its_own_render(conversation, tools, name):
             return type(e).__name__, str(e)
 
     assert render() == _off_main_thread(render)
+
+
+def test_a_later_messages_error_is_not_a_shorter_prefixs():
+    """Only the prefixes asked for are rendered: an error in a message after them is not theirs."""
+    template = "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('no') }}{% endif %}" \
+               "{{ m.content }}{% endfor %}"
+    conversation = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "bad", "content": "c"}]
+    assert prefix_stable(template)
+    expected = {1: "a", 2: "ab"}
+    assert render_prefixes(template, conversation, [1, 2]) == expected
+    assert _off_main_thread(lambda: render_prefixes(template, conversation, [1, 2])) == expected

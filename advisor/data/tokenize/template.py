@@ -711,7 +711,8 @@ def _prefixes_of_whole(template: str, prepared: tuple, counts, seconds: float | 
     """``render_prefixes`` for a ``prefix_stable`` template, under the caller's alarm: the whole conversation is
     rendered once, each prefix is its text up to where the next message's turn began (rendered on its own where
     no turn began, which the template's shape rules out)."""
-    chat = _Marked(prepared[0])
+    whole = max(counts)  # the longest prefix asked for: a later message's error is not this call's
+    chat = _Marked(prepared[0][:whole])
     chat.offset, chat.starts, chat.out = 0, {}, [0]
     budget = Budget.for_input(prepared[4], seconds)
     pieces: list[str] = []
@@ -720,7 +721,6 @@ def _prefixes_of_whole(template: str, prepared: tuple, counts, seconds: float | 
                                                  add_generation_prompt=False, **prepared[3]), pieces, budget,
                 out=chat.out)
     text = "".join(pieces)
-    whole = len(prepared[0])
     return {m: text if m == whole else text[:chat.starts[m]] if m in chat.starts else
             _render(template, prepared, prepared[0][:m], False, seconds, alarm=False) for m in counts}
 

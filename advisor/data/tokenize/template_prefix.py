@@ -62,7 +62,9 @@ def _stable(tree) -> bool:
     for ref in loop.find_all(nodes.Name):  # loop passed whole somewhere could be asked anything
         if ref.name == "loop" and not _read_as_attribute(loop, ref):
             return False
-    if not all(_before_ok(n) for n in body[:at]):
+    if any(name.name == "add_generation_prompt" for name in tree.find_all(nodes.Name) if name.ctx == "store"):
+        return False  # the statement after the loop is read as false
+    if not _before_ok(body[:at]):
         return False
     return all(_after_ok(n) for n in body[at + 1:])
 
@@ -79,25 +81,31 @@ def _read_as_attribute(tree, name) -> bool:
     return any(isinstance(g, nodes.Getattr) and g.node is name for g in tree.find_all(nodes.Getattr))
 
 
-def _before_ok(node) -> bool:
-    """A statement before the loop: reads ``messages`` only as ``messages[0]...`` or cuts it to ``messages[1:]``."""
+def _before_ok(statements) -> bool:
+    """The statements before the loop read ``messages`` only as ``messages[0]...`` before any cut, and cut it only
+    to ``messages[1:]``: after a cut, ``messages[0]`` is message 1, which a prefix of one message does not have."""
     from jinja2 import nodes
 
-    allowed = set()
-    for item in node.find_all(nodes.Getitem):
-        if _is_messages(item.node) and isinstance(item.arg, nodes.Const) and item.arg.value == 0:
-            allowed.add(id(item.node))
-    for assign in node.find_all(nodes.Assign):
-        if isinstance(assign.target, nodes.Name) and assign.target.name == "messages":
-            cut = assign.node
-            if isinstance(cut, nodes.Getitem) and _is_messages(cut.node) and isinstance(cut.arg, nodes.Slice) \
-                    and isinstance(cut.arg.start, nodes.Const) and cut.arg.start.value == 1 \
-                    and cut.arg.stop is None and cut.arg.step is None:
-                allowed.add(id(cut.node))
-            else:
+    cut = False
+
+    def ok(node) -> bool:
+        nonlocal cut
+        if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name) and node.target.name == "messages":
+            value = node.node
+            if not (isinstance(value, nodes.Getitem) and _is_messages(value.node) and isinstance(value.arg, nodes.Slice)
+                    and isinstance(value.arg.start, nodes.Const) and value.arg.start.value == 1
+                    and value.arg.stop is None and value.arg.step is None):
                 return False
-    names = [node] if isinstance(node, nodes.Name) else list(node.find_all(nodes.Name))
-    return all(id(n) in allowed for n in names if _is_messages(n))
+            cut = True  # a cut statement reads messages only to cut it
+            return True
+        if isinstance(node, nodes.Getitem) and _is_messages(node.node):
+            return not cut and isinstance(node.arg, nodes.Const) and node.arg.value == 0 and \
+                not isinstance(node.arg.value, bool) and all(ok(n) for n in node.arg.iter_child_nodes())
+        if _is_messages(node):
+            return False  # messages read whole: its length, its last message...
+        return all(ok(n) for n in node.iter_child_nodes())  # in source order: an if's test before its branches
+
+    return all(ok(n) for n in statements)
 
 
 def _after_ok(node) -> bool:
