@@ -519,18 +519,10 @@ def _environment():
     extensions: the ``{% generation %}`` AssistantTracker and loopcontrols; its ``tojson`` filter,
     ``raise_exception``, ``strftime_now``, ``dict`` and ``namespace``): taken from
     ``transformers/utils/chat_template_utils.py`` ``_compile_jinja_template`` itself, so they cannot drift."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    theirs = _compile_jinja_template("").environment
-    env = _environment_class()(trim_blocks=theirs.trim_blocks, lstrip_blocks=theirs.lstrip_blocks,
-                               extensions=[type(e) for e in theirs.extensions.values()])
-    env.filters.update(_guard_filters(dict(theirs.filters)))
+    env = _like_transformers(_environment_class())
     env.filters["advisor_loop_guard"] = env.loop_guard
     env.filters["advisor_concat_guard"] = env.concat_guard
     env.filters["advisor_literal"] = env.literal
-    env.globals.update(theirs.globals)
-    env.globals["lipsum"] = _lipsum(theirs.globals["lipsum"])
-    env.finalize = _finalize
     return env
 
 
@@ -555,9 +547,18 @@ def _plain_environment():
     templates."""
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
+    return _like_transformers(type(_compile_jinja_template("").environment))
+
+
+def _like_transformers(cls: type):
+    """An environment of class ``cls`` configured as transformers configures its own (options, extensions,
+    globals), with the guarded filters, a bounded ``lipsum`` and ``_finalize``: shared by the box and the plain
+    path, so the two cannot drift apart."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
     theirs = _compile_jinja_template("").environment
-    env = type(theirs)(trim_blocks=theirs.trim_blocks, lstrip_blocks=theirs.lstrip_blocks,
-                       extensions=[type(e) for e in theirs.extensions.values()])
+    env = cls(trim_blocks=theirs.trim_blocks, lstrip_blocks=theirs.lstrip_blocks,
+              extensions=[type(e) for e in theirs.extensions.values()])
     env.filters.update(_guard_filters(dict(theirs.filters)))
     env.globals.update(theirs.globals)
     env.globals["lipsum"] = _lipsum(theirs.globals["lipsum"])
