@@ -31,7 +31,8 @@ from tests.mlm_oracle import folder
 TREE = Path(os.environ.get("ADVISOR_MLM_TREE")
             or Path(__file__).resolve().parent.parent / ".cache" / "megatron-lm-d48bd6be")
 STUBBED = {"megatron.core.transformer.moe.ops.paged_stash"}  # imports triton at module level
-CHECKED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
+CHECKED = ("pipeline_model_parallel_layout",
+           "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
            "group_query_attention", "num_query_groups", "normalization", "layernorm_epsilon",
            "layernorm_zero_centered_gamma",
            "qk_layernorm", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias", "position_embedding_type",
@@ -126,6 +127,7 @@ def main() -> None:
             validated = "ok"
         except Exception as e:  # noqa: BLE001 - reported to the test, which decides
             validated = f"{type(e).__name__}: {e}"
+        parsed["vpp_after_validation"] = getattr(args, "virtual_pipeline_model_parallel_size", None)
         results.append({"parsed": parsed, "validate_args": validated[:2000]})
     sys.stdout.write("\n" + json.dumps(results, default=str) + "\n")
 

@@ -72,6 +72,10 @@ def plans() -> dict:
         {"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
                                                 "moe_dispatcher": "flex_hybridep"},
          "training": {"seq_length": 4096, "global_batch_size": 256, "recompute": "none"}})
+    # DeepSeek-V3's 61 layers at PP 4 x VP 4: Megatron-Bridge's recipe layout, passed as Megatron-LM's own flag
+    out["deepseek-v3/layout"] = plan_from_dict(
+        {"model": "deepseek-v3", "parallel": {"gpus": 64, "pp": 4, "vpp": 4, "ep": 8},
+         "training": {"seq_length": 4096, "global_batch_size": 256}, "packing": {"mode": "none"}})
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
                                             "training": {"seq_length": 8192, "global_batch_size": 128}})
@@ -97,7 +101,17 @@ def parsed(tmp_path_factory):
     return dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True)), cases
 
 
-CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap"]
+CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap",
+         "deepseek-v3/layout"]
+
+
+def test_megatron_lm_takes_the_pipeline_layout(parsed):
+    """The layout flag sets the virtual pipeline itself (arguments.py), to the plan's vpp."""
+    results, cases = parsed
+    a = results["deepseek-v3/layout"]["parsed"]
+    assert a["pipeline_model_parallel_layout"].startswith("Et*4|t*4|")
+    assert a["vpp_after_validation"] == cases["deepseek-v3/layout"].parallel.vpp == 4
+    assert results["deepseek-v3/layout"]["validate_args"] == "ok"
 
 
 @pytest.mark.parametrize("name", CASES)

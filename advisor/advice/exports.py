@@ -22,6 +22,7 @@ from advisor.data.prepared import find_prepared
 from advisor.model.numerics import numerics_of
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
+from advisor.plan.pipeline_layout import layout_string
 from advisor.plan.presets import HF_REPOS
 from advisor.vocabulary import ExportFormat
 
@@ -124,6 +125,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if getattr(p, flag):
             model[flag] = True
+    if plan.pipeline_stages is not None:  # the recipe's own would go stale when pp or vpp are overridden
+        model["pipeline_model_parallel_layout"] = layout_string(plan.pipeline_stages)
     if p.tp_comm_overlap:
         model["tp_comm_overlap"] = True
     if plan.model.num_moe_experts:  # the dispatcher the estimate models (TransformerConfig's default is allgather)
@@ -466,7 +469,9 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     iters = train_iters(t.epochs, num_samples, gbs)  # Megatron-LM's global batch counts samples in every mode
     if iters is not None:
         args.append(f"--train-iters {iters}")
-    if p.vpp:
+    if plan.pipeline_stages is not None:  # sets the virtual pipeline itself (arguments.py: one or the other)
+        args.append(f"--pipeline-model-parallel-layout '{layout_string(plan.pipeline_stages)}'")
+    elif p.vpp:
         args.append(f"--num-layers-per-virtual-pipeline-stage "
                     f"{(plan.model.num_layers + p.pipeline_slots) // (p.pp * p.vpp)}")
     if p.account_for_embedding_in_pipeline_split:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from advisor.model.numerics import numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
 from advisor.plan import Plan
+from advisor.plan.pipeline_layout import rank_layers
 
 GIB = 1024**3
 DEFAULT_OVERHEAD_GIB = 3.0  # CUDA context (~0.5-1 GiB), NCCL buffers (~1-2 GiB), allocator fragmentation
@@ -193,17 +194,44 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     act_last = per_layer * layers_per_stage + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
-    stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0),
-              "last": (last, act_last, logits)}
-    name = max(stages, key=lambda k: sum(_state_split(plan, stages[k][0], routed, dense_layers)) + stages[k][1]
-               + stages[k][2])
-    params, act, lg = stages[name]
+    stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
+              "last": (last, act_last, logits, routed, dense_layers)}
+    if plan.pipeline_stages is not None:
+        stages = _ranks_by_layout(plan, counts, per_layer, embed_acts, logits, working, num_microbatches)
+    name = max(stages, key=lambda k: sum(_state_split(plan, stages[k][0], stages[k][3], stages[k][4]))
+               + stages[k][1] + stages[k][2])
+    params, act, lg, routed, dense_layers = stages[name]
     w, g, o = _state_split(plan, params, routed, dense_layers)
     mb = megatron_bridge_memory(plan, num_microbatches)
     return MemoryEstimate(weights=w, gradients=g, optimizer=o, activations=act, logits=lg, overhead=overhead_bytes,
                           stage=name if p.pp > 1 else "only", tokens_per_micro_batch=int(tokens_per_micro_batch),
                           capacity=capacity_bytes, megatron_bridge=mb,
                           differences=_differences(plan, tokens_per_micro_batch))
+
+
+def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, logits: float, working: float,
+                     num_microbatches: int) -> dict[str, tuple]:
+    """Each pipeline rank's (parameters, activations, logits, routed parameters, layer parameters) when a layout
+    places the layers (``Plan.pipeline_stages``). A rank keeps activations for the micro batches in flight in
+    Megatron-Core's 1F1B schedule: pp - r on rank r, interleaved 2 (pp - r - 1) + (vpp - 1) pp + 1 virtual stages'
+    worth (schedules.py ``get_pp_rank_microbatches``), at most all of them; an MTP layer counts as one more layer
+    of the last layer's kind with its own logits."""
+    m, p = plan.model, plan.parallel
+    vpp = p.vpp or 1
+    emb = counts.embedding / p.tp
+    out = {}
+    for r, rank in enumerate(rank_layers(plan.pipeline_stages, p.pp)):
+        ids = [*rank.decoders, *[m.num_layers - 1] * rank.mtp]
+        layers = sum(counts.dense_by_layer[i] for i in ids) / p.tp
+        routed = sum(counts.routed_by_layer[i] for i in ids) / (p.ep * p.etp)
+        params = layers + (emb + counts.vision / p.tp if rank.embedding else 0.0) + (
+            emb if rank.loss and (p.pp > 1 or not counts.tied) else 0.0)
+        warm = 2 * (p.pp - r - 1) + (vpp - 1) * p.pp + 1 if vpp > 1 else p.pp - r
+        in_flight = min(warm, num_microbatches * vpp) / vpp
+        act = (per_layer * len(ids) + (embed_acts if rank.embedding else 0.0)) * in_flight + working
+        name = "first" if r == 0 else "last" if r == p.pp - 1 else f"middle rank {r}"
+        out[name] = (params, act, logits * (1 + rank.mtp) if rank.loss or rank.mtp else 0.0, routed, layers)
+    return out
 
 
 def _with(plan: Plan, **training) -> Plan:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
+from advisor.plan.pipeline_layout import layout_problems, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.vocabulary import (
@@ -201,6 +202,12 @@ class ParallelSpec(_Section):
         "recompute"))
     fsdp: bool = Field(False, description="Megatron FSDP (use_megatron_fsdp): weights, gradients and optimizer "
                                           "state sharded over DP x CP, gathered layer by layer")
+    pipeline_layout: str | list[list[Annotated[str, Field(max_length=16)]]] | None = Field(
+        None, max_length=2000, description=(
+            "which layers each pipeline stage holds (Megatron-Core pipeline_model_parallel_layout): a string such as "
+            "'Et*3|(t*4|)*14tmL' (E embedding, t decoder layer, m MTP layer, L loss; | between stages, *n repeats) "
+            "or a list of lists of layer names; stages = pp x vpp. Null: Megatron-Bridge's recipe layout where its "
+            "recipe sets one (DeepSeek-V3, Kimi-K2), else the even split"))
 
     @property
     def dp(self) -> int:
@@ -338,6 +345,12 @@ class Plan(_Section):
     @property
     def model_name(self) -> str:
         return self.model.name
+
+    @property
+    def pipeline_stages(self) -> tuple[tuple[str, ...], ...] | None:
+        """The layers of each pipeline stage where a layout sets them (the plan's or its recipe's), else None."""
+        layout = stages_of(self.model, self.parallel)
+        return None if isinstance(layout, str) else layout
 
     @property
     def packing_mode(self) -> str:
@@ -509,6 +522,22 @@ class Plan(_Section):
         return out
 
 
+def stages_of(model: ModelSpec, parallel: ParallelSpec) -> tuple[tuple[str, ...], ...] | str | None:
+    """The pipeline's stages by layout: the plan's own, else the one Megatron-Bridge's recipe for the preset sets at
+    this pp and vpp (``pipeline_layout.recipe_layout``, without account_for_* flags), else None (the even split);
+    why the plan's own cannot be read, as a message."""
+    p = parallel
+    layout = p.pipeline_layout
+    if layout is None and not p.pipeline_slots:
+        layout = recipe_layout(model.preset, p.pp, p.vpp, model.mtp_num_layers)
+    if layout is None:
+        return None
+    try:
+        return parse_layout(layout)
+    except ValueError as e:
+        return str(e)
+
+
 def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None, training: TrainingSpec | None,
                          packing: PackingSpec | None, hardware: HardwareSpec | None) -> list[str]:
     """Megatron's divisibility rules within and across sections, one message per broken rule, each naming its
@@ -555,11 +584,20 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if m.query_groups % p.tp:
             out.append(f"model.num_query_groups {m.query_groups} is not divisible by parallel.tp {p.tp}")
         stages = p.pp * (p.vpp or 1)
-        if (m.num_layers + p.pipeline_slots) % stages:
+        layout = stages_of(m, p)
+        if isinstance(layout, str):
+            out.append(f"parallel.pipeline_layout: {layout}")
+        elif layout is not None:
+            if p.pipeline_slots:  # megatron/core/transformer/transformer_config.py refuses both
+                out.append("parallel.pipeline_layout places the embedding and the loss itself: set "
+                           "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split false")
+            out += [f"parallel.pipeline_layout {x}" for x in
+                    layout_problems(layout, p.pp, p.vpp, m.num_layers, m.mtp_num_layers)]
+        elif (m.num_layers + p.pipeline_slots) % stages:
             extra = f" + {p.pipeline_slots} (embedding/loss)" if p.pipeline_slots else ""
             out.append(f"model.num_layers {m.num_layers}{extra} is not divisible by pp*vpp = {stages} (Megatron "
                        "can count the embedding and the loss as layers: parallel.account_for_embedding_in_pipeline"
-                       "_split, account_for_loss_in_pipeline_split)")
+                       "_split, account_for_loss_in_pipeline_split; or give parallel.pipeline_layout)")
         if m.num_moe_experts:
             if m.num_moe_experts % p.ep:
                 out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")

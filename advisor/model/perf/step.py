@@ -28,6 +28,7 @@ from advisor.model.perf.gemms import layer_gemms, output_gemm
 from advisor.model.perf.hardware import Gpu, gpu_of
 from advisor.model.perf.kernels import attention_seconds, gemm_seconds, stream_seconds
 from advisor.plan import Plan
+from advisor.plan.pipeline_layout import RankLayers, rank_layers
 
 BF16 = 2
 # Adam with FP32 master weights, per trainable parameter: read param, grad, m, v (16 B), write param, m, v (12 B),
@@ -395,6 +396,19 @@ def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
     return exposed, stream_seconds(local * OPTIMIZER_BYTES, gpu), cast
 
 
+def _rank_phases(rank: RankLayers, pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase],
+                 head: tuple[Phase, Phase]) -> tuple[Phase, Phase]:
+    """Forward and backward of one micro batch through a pipeline rank's layers by layout: its decoder layers
+    (dense or MoE by ``moe_layer_freq``), the output layer where it holds the loss, and each MTP layer as one more
+    layer of the last layer's kind with its own output layer and loss (Megatron-Core multi_token_prediction.py:
+    a transformer layer on the shifted embedding, then the shared output layer)."""
+    n_moe = sum(1 for i in rank.decoders if pattern[i])
+    n_dense = len(rank.decoders) - n_moe
+    last = moe if pattern[-1] else dense
+    heads = int(rank.loss) + rank.mtp
+    return tuple(dense[k] * n_dense + moe[k] * n_moe + last[k] * rank.mtp + head[k] * heads for k in (0, 1))
+
+
 def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     """Seconds per optimizer step and where they go.
 
@@ -416,16 +430,25 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     layer_f = dense_f * (1 - moe_share) + moe_f * moe_share
     layer_b = dense_b * (1 - moe_share) + moe_b * moe_share
     head_f, head_b = output_phases(plan, gpu, eff, work)
-    slots = (m.num_layers + p.pipeline_slots) / p.pp
-    last_layers = slots - (1 if p.account_for_loss_in_pipeline_split else 0)
-    mean_layers = m.num_layers / p.pp
-    last_f, last_b = layer_f * last_layers + head_f, layer_b * last_layers + head_b
-    first_layers = slots - (1 if p.account_for_embedding_in_pipeline_split else 0)
-    first_f, first_b = layer_f * first_layers, layer_b * first_layers
-    first = first_f + first_b
-    last = last_f + last_b
-    slowest = last if last.total >= first.total else first
-    mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b).total / p.pp
+    stages = plan.pipeline_stages
+    if stages is not None:
+        ranks = [_rank_phases(r, pattern, (dense_f, dense_b), (moe_f, moe_b), (head_f, head_b))
+                 for r in rank_layers(stages, p.pp)]
+        (first_f, first_b), (last_f, last_b) = ranks[0], ranks[-1]
+        totals = [f + b for f, b in ranks]
+        slowest = max(totals, key=lambda x: x.total)
+        mean_stage = sum(x.total for x in totals) / p.pp
+    else:
+        slots = (m.num_layers + p.pipeline_slots) / p.pp
+        last_layers = slots - (1 if p.account_for_loss_in_pipeline_split else 0)
+        mean_layers = m.num_layers / p.pp
+        last_f, last_b = layer_f * last_layers + head_f, layer_b * last_layers + head_b
+        first_layers = slots - (1 if p.account_for_embedding_in_pipeline_split else 0)
+        first_f, first_b = layer_f * first_layers, layer_b * first_layers
+        first = first_f + first_b
+        last = last_f + last_b
+        slowest = last if last.total >= first.total else first
+        mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b).total / p.pp
     mb = work.micro_batches
     bubble = (p.pp - 1) / (p.vpp or 1) * mean_stage if p.pp > 1 else 0.0
     p2p = 0.0

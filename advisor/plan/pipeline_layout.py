@@ -1,0 +1,202 @@
+"""Which layers each pipeline stage holds: Megatron-Core's ``pipeline_model_parallel_layout``.
+
+Alternatives: the even split (``num_layers / (pp x vpp)`` layers a stage, the embedding and the loss optionally
+counted as layers: ``account_for_*_in_pipeline_split``), or this explicit layout, which DeepSeek-V3 and Kimi-K2 need
+(61 layers divide by no pipeline). Followed: megatron/core/transformer/pipeline_parallel_layer_layout.py
+(``PipelineParallelLayerLayout``: ``parse_str_to_list``, ``__init__``, ``validate_layer_layout``), Megatron-Core
+0.19.2, and the recipes' default layouts in Megatron-Bridge 0.6.2 (recipes/deepseek/h100/deepseek_v3.py
+``set_deepseek_v3_pipeline_model_parallel_layout``, recipes/kimi/h100/kimi_k2.py ``_get_kimi_k2_pipeline_layout``).
+
+A layout lists the virtual stages in schedule order: stage ``v x pp + r`` is virtual stage v of pipeline rank r.
+
+    >>> stages = parse_layout("Et|(tt|)*2L")
+    >>> stages
+    (('embedding', 'decoder'), ('decoder', 'decoder'), ('decoder', 'decoder'), ('loss',))
+    >>> [(r.decoders, r.embedding, r.loss) for r in rank_layers(stages, pp=2)]
+    [((0, 3, 4), True, False), ((1, 2), False, True)]
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+KINDS = ("embedding", "loss", "decoder", "mtp")
+MAX_STAGES = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankLayers:
+    """What one pipeline rank holds over its virtual stages: its decoder layers (0-based ids), whether it holds
+    the input embedding and the loss (with the output layer), and how many MTP layers."""
+
+    decoders: tuple[int, ...]
+    embedding: bool
+    loss: bool
+    mtp: int
+
+
+def parse_layout(layout: str | list) -> tuple[tuple[str, ...], ...]:
+    """The stages of a layout string (``parse_str_to_list``: commas dropped, ``(...)*n`` then ``x*n`` unrolled,
+    ``|`` between stages; E embedding, t decoder, m MTP, L loss) or list of lists of layer names (case and spaces
+    ignored, as Megatron-Core's ``LayerType[name.strip().lower()]``). Raises ValueError saying what is wrong.
+
+        >>> parse_layout([["Embedding", "decoder"], ["decoder ", "loss"]])
+        (('embedding', 'decoder'), ('decoder', 'loss'))
+        >>> parse_layout("Ex|L")
+        Traceback (most recent call last):
+        ...
+        ValueError: invalid layer character 'x' in stage 'Ex' (known: E, L, t, m)
+    """
+    if isinstance(layout, str):
+        text = layout.replace(",", "")
+        # the unrolled text can be huge ("t*99999999"): the repeat counts are checked before multiplying
+        for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+            text = re.sub(pattern, lambda x: x.group(1) * _count(x.group(2), len(x.group(1))), text)
+        stages = []
+        for stage in text.split("|"):
+            bad = next((c for c in stage if c not in CHARS), None)
+            if bad is not None:
+                raise ValueError(f"invalid layer character {bad!r} in stage {stage[:40]!r} (known: "
+                                 f"{', '.join(CHARS)})")
+            stages.append(tuple(CHARS[c] for c in stage))
+        out = tuple(stages)
+    elif isinstance(layout, list) and all(isinstance(row, list) for row in layout):
+        out = []
+        for row in layout:
+            names = []
+            for name in row:
+                key = name.strip().lower() if isinstance(name, str) else None
+                if key not in KINDS:
+                    raise ValueError(f"{str(name)[:40]!r} is not a layer type ({', '.join(KINDS)})")
+                names.append(key)
+            out.append(tuple(names))
+        out = tuple(out)
+    else:
+        raise ValueError("must be a layout string such as 'Et*3|(t*4|)*6tL' or a list of lists of layer names")
+    if len(out) > MAX_STAGES:
+        raise ValueError(f"{len(out):,} stages: at most {MAX_STAGES:,}")
+    return out
+
+
+def _count(digits: str, width: int) -> int:
+    n = int(digits[:8])
+    if len(digits) > 8 or n * width > 1_000_000:
+        raise ValueError(f"a repeat of {digits[:12]} is too long for a pipeline layout")
+    return n
+
+
+def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | None, num_layers: int,
+                    mtp_num_layers: int) -> list[str]:
+    """What Megatron-Core refuses in a parsed layout for this pipeline (``__init__``: stages a multiple of pp;
+    ``validate_layer_layout``), plus the plan's vpp against the layout's, one message per rule.
+
+        >>> layout_problems(parse_layout("Ett|tL"), pp=2, vpp=None, num_layers=4, mtp_num_layers=0)
+        ['has 3 decoder layers (t), the model 4 (model.num_layers)']
+    """
+    out = []
+    if not stages or len(stages) % pp:
+        return [f"has {len(stages)} stages, not a multiple of parallel.pp {pp}"]
+    v = len(stages) // pp
+    if (vpp or 1) != v:
+        out.append(f"has {len(stages)} stages: {v} virtual stage(s) per pipeline rank, and parallel.vpp is "
+                   f"{vpp} (set vpp to {v if v > 1 else 'null'})")
+    flat = [k for stage in stages for k in stage]
+    if not flat or flat[0] != "embedding":
+        out.append("must start with the embedding (E)")
+    if not flat or flat[-1] != "loss":
+        out.append("must end with the loss (L)")
+    for kind, letter in (("embedding", "E"), ("loss", "L")):
+        if flat.count(kind) != 1:
+            out.append(f"must hold the {kind} ({letter}) exactly once, not {flat.count(kind)} times")
+    if flat.count("decoder") != num_layers:
+        out.append(f"has {flat.count('decoder')} decoder layers (t), the model {num_layers} (model.num_layers)")
+    if flat.count("mtp") != mtp_num_layers:
+        out.append(f"has {flat.count('mtp')} MTP layers (m), the model {mtp_num_layers} (model.mtp_num_layers)")
+    if "mtp" in flat and "decoder" in flat[flat.index("mtp"):]:
+        out.append("places a decoder layer after an MTP layer")
+    grid = [[stages[u * pp + r] for u in range(v)] for r in range(pp)]
+    if any("mtp" in grid[r][u] for r in range(pp) for u in range(v - 1)):
+        out.append("places MTP layers before a rank's last virtual stage (Megatron-Core keeps them in the last)")
+    if any("mtp" in grid[r][-1] and grid[r][-1].count("mtp") != mtp_num_layers for r in range(pp)):
+        out.append("splits the MTP layers over stages (Megatron-Core needs them in one)")
+    return out
+
+
+def rank_layers(stages: tuple[tuple[str, ...], ...], pp: int) -> list[RankLayers]:
+    """Each pipeline rank's layers (layer ids counted in schedule order, as ``get_layer_offset``)."""
+    held: list[dict] = [{"decoders": [], "embedding": False, "loss": False, "mtp": 0} for _ in range(pp)]
+    layer = 0
+    for s, stage in enumerate(stages):
+        h = held[s % pp]
+        for kind in stage:
+            if kind == "decoder":
+                h["decoders"].append(layer)
+                layer += 1
+            elif kind == "mtp":
+                h["mtp"] += 1
+            else:
+                h[kind] = True
+    return [RankLayers(decoders=tuple(h["decoders"]), embedding=h["embedding"], loss=h["loss"], mtp=h["mtp"])
+            for h in held]
+
+
+def layout_string(stages: tuple[tuple[str, ...], ...]) -> str:
+    """The stages as a layout string both Megatron-LM's ``--pipeline-model-parallel-layout`` and Megatron-Core
+    parse back to the same stages (runs of one layer written ``t*4``).
+
+        >>> layout_string(parse_layout([["embedding", "decoder", "decoder", "decoder"], ["decoder", "mtp", "loss"]]))
+        'Et*3|tmL'
+    """
+    letter = {v: k for k, v in CHARS.items()}
+    out = []
+    for stage in stages:
+        text, k = "", 0
+        while k < len(stage):
+            j = k
+            while j < len(stage) and stage[j] == stage[k]:
+                j += 1
+            text += letter[stage[k]] + (f"*{j - k}" if j - k > 2 else letter[stage[k]] * (j - k - 1))
+            k = j
+        out.append(text)
+    return "|".join(out)
+
+
+# Megatron-Bridge's recipes set these when no layout is given (the performance scripts pass layout=None with
+# their pp and vp): DeepSeek-V3 with its MTP layers before the loss, Kimi-K2 without
+_LAST = object()  # where the recipe puts ["mtp"] * mtp_num_layers + ["loss"]
+
+
+def _recipe_map(*, two_by_eight: bool) -> dict[tuple[int, int], list]:
+    e = ["embedding"]
+    d = ["decoder"]
+    return {
+        (4, 1): [e + d * 16, d * 16, d * 16, d * 13 + [_LAST]],
+        (8, 1): [e + d * 8] + [d * 8] * 6 + [d * 5 + [_LAST]],
+        (4, 2): [e + d * 8] + [d * 8] * 6 + [d * 5 + [_LAST]],
+        (16, 1): [e + d * 4] + [d * 4] * 14 + [d + [_LAST]],
+        (8, 2): [e + d * 4] + [d * 4] * 14 + [d + [_LAST]],
+        (4, 4): [e + d * 4] + [d * 4] * 14 + [d + [_LAST]],
+        **({(2, 8): [e + d * 4] + [d * 4] * 14 + [d + [_LAST]]} if two_by_eight else {}),
+    }
+
+
+RECIPE_LAYOUTS = {"deepseek-v3": _recipe_map(two_by_eight=False), "kimi-k2": _recipe_map(two_by_eight=True)}
+
+
+def recipe_layout(preset: str | None, pp: int, vpp: int | None, mtp_num_layers: int) -> list[list[str]] | None:
+    """The layout Megatron-Bridge's recipe for ``preset`` sets at this pp and vpp, or None (no such recipe or
+    pipeline: the even split applies).
+
+        >>> recipe_layout("kimi-k2", 16, None, 0)[-1]
+        ['decoder', 'loss']
+        >>> recipe_layout("deepseek-v3", 16, None, 1)[-1]
+        ['decoder', 'mtp', 'loss']
+    """
+    table = RECIPE_LAYOUTS.get(preset or "")
+    rows = table.get((pp, vpp or 1)) if table else None
+    if rows is None:
+        return None
+    tail = ["mtp"] * mtp_num_layers + ["loss"]
+    return [[x for k in row for x in (tail if k is _LAST else [k])] for row in rows]
