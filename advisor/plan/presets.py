@@ -2,8 +2,9 @@
 
 Model fields use Megatron's TransformerConfig names. Sources: the models' Hugging Face ``config.json`` files and
 papers (Llama 3 herd paper, Qwen3 and Qwen2.5-VL reports, Mixtral paper, Nemotron-4 340B report, DeepSeek-V3
-report). DeepSeek-V3's multi-latent attention is approximated as 128 query and 128 KV heads of 192/128 channels
-(its real KV cache is far smaller; weights are within a few %). Grok-1's gated GELU MLP is counted as SwiGLU.
+report; Kimi-K2's and Llama 2's config.json). DeepSeek-V3's and Kimi-K2's multi-latent attention is approximated
+as MHA (128 and 64 heads of 192/128 channels: the real KV cache is far smaller; weights are within a few %).
+Grok-1's gated GELU MLP is counted as SwiGLU.
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ MODEL_PRESETS: dict[str, dict] = {
                         moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
                         moe_router_num_groups=8, moe_router_group_topk=4, moe_router_topk_scaling_factor=2.5,
                         approximated="multi-latent attention as MHA, without YaRN RoPE scaling"),
+    # moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with 64 heads, 384 experts of 2048 (top 8,
+    # one shared), one dense layer first, no MTP layer, sigmoid routing over one group (Megatron-Bridge 0.6.2
+    # models/kimi/kimi_bridge.py builds it so)
+    "kimi-k2": dict(hidden_size=7168, num_layers=61, num_attention_heads=64, num_query_groups=64,
+                    ffn_hidden_size=18432, vocab_size=163840, kv_channels=192, num_moe_experts=384,
+                    moe_router_topk=8, moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048,
+                    moe_layer_freq=[0] + [1] * 60, rotary_base=50000, norm_epsilon=1e-6,
+                    moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+                    moe_router_topk_scaling_factor=2.827,
+                    approximated="multi-latent attention as MHA, without YaRN RoPE scaling"),
+    # meta-llama/Llama-2-70b-hf config.json (Megatron-Bridge's Llama 2 70B LoRA recipe, the MLPerf workload)
+    "llama2-70b": dict(hidden_size=8192, num_layers=80, num_attention_heads=64, num_query_groups=8,
+                       ffn_hidden_size=28672, vocab_size=32000, kv_channels=128, rotary_base=10000, norm_epsilon=1e-5),
     "qwen2.5-vl-7b": dict(hidden_size=3584, num_layers=28, num_attention_heads=28, num_query_groups=4,
                           ffn_hidden_size=18944, vocab_size=152064, kv_channels=128, add_qkv_bias=True,
                           position_embedding_type="mrope", mrope_section=[16, 24, 24], rotary_base=1000000,
@@ -141,5 +155,6 @@ HF_REPOS: dict[str, str] = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "nemotron4-340b": "nvidia/Nemotron-4-340B-Base", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct", "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
-    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "gpt-oss-120b": "openai/gpt-oss-120b", "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+    "llama2-70b": "meta-llama/Llama-2-70b-hf",
 }
