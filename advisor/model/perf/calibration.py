@@ -19,6 +19,7 @@ what the model is judged on.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from advisor import caches
 from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, plan_from_dict
 
@@ -44,6 +46,11 @@ ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 EFFICIENCY = Efficiency(gemm=0.636, gemm_blackwell=0.544, gemm_fp4=0.374, attention=ATTENTION_EFFICIENCY,
                         attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.339, grouped=0.504,
                         expert_overhead_ms=0.301)
+MOE_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "grok1-314b", "deepseek-v3", "kimi-k2",
+              "mixtral-8x7b")
+# Megatron-Bridge's and NeMo's LoRA: dim 32 on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (megatron/bridge/
+# peft/lora.py LoRA defaults; the fine-tuning recipes pass none)
+LORA_RANK = 32
 SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
 CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
 MB_CALIBRATION_CSV = SAMPLE_DATA / "mb_performance_pretrain.csv"
@@ -120,33 +127,76 @@ def plan_of_row(row: dict, table: str) -> Plan:
     Llama 3 8B FSDP on H100), full sequences of pre-training."""
     model = MODEL_OF.get(row["model"], row["model"])
     precision = row["precision"].lower()
-    moe = model in ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "grok1-314b")
-    training = {"task": "pretrain", "seq_length": int(row["seq_length"]),
-                "micro_batch_size": int(row["micro_batch_size"]),
-                "global_batch_size": int(row["global_batch_size"]), "recompute": "none",
-                "grad_reduce_in_fp32": False, "precision": precision}
+    moe = model in MOE_MODELS
+    task = _task_of(row)
+    training = {"task": "pretrain" if task == "pretrain" else "llm-sft", "seq_length": int(row["seq_length"]),
+                "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
+                "grad_reduce_in_fp32": False, "precision": precision,
+                "peft": "lora" if task == "lora" else "none", "lora_rank": LORA_RANK}
+    packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
+    # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
+    training["global_batch_packs" if packed else "global_batch_size"] = int(row["global_batch_size"])
     if precision == "fp8":
-        training["fp8_recipe"] = FP8_RECIPE[table]
+        training["fp8_recipe"] = FP8_RECIPE.get(table, "tensorwise")
     gpu = row.get("system") or row.get("gpu") or "H100-80GB"
+    packing = {"mode": "offline", "pack_size": int(row["seq_length"])} if packed else {"mode": "none"}
     return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
-                           "packing": {"mode": "none"}, "hardware": {"gpu": gpu}},
+                           "packing": packing, "hardware": {"gpu": gpu}},
                           f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
 
 
+def _task_of(row: dict) -> str:
+    """pretrain, sft or lora, as the tables name them (finetune and fine-tuning are SFT; peft and lora LoRA)."""
+    task = (row.get("task") or "pretrain").strip().lower().replace("-", "").replace("_", "")
+    if task in ("pretrain", "pretraining"):
+        return "pretrain"
+    if task in ("lora", "peft"):
+        return "lora"
+    if task in ("sft", "finetune", "finetuning", "fullsft"):
+        return "sft"
+    raise ValueError(f"task {row.get('task')!r}: pretrain, sft or lora")
+
+
+def work_of(plan: Plan) -> StepWork:
+    """What a step of a table's row runs. Pre-training: full sequences, one causal mask each. Fine-tuning (the
+    performance scripts of NeMo and Megatron-Bridge fine-tune on SQuAD, packed to the sequence length:
+    Megatron-Bridge scripts/performance/configs/llama/llama3_llm_finetune.py, packed_sequence=True): the packs
+    the advisor forms from the bundled SQuAD lengths at that size, their tokens and sum(s_i^2) per micro batch."""
+    t = plan.training
+    if plan.packing_mode == "none":
+        return StepWork(tokens=t.micro_batch_size * t.seq_length,
+                        seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
+                        micro_batches=t.global_batch_size / (t.micro_batch_size * plan.parallel.dp))
+    from advisor.model.estimate import _micro_batches  # the estimate's own packing (it imports this module)
+
+    mb, result = _micro_batches(plan, _squad(), plan.packing_mode)
+    return StepWork(tokens=float(np.mean(mb.computed_tokens)), seqlen_squared_sum=float(np.mean(mb.attention_computed)),
+                    micro_batches=plan.micro_batches_per_step(result.packing_factor if result else None))
+
+
+@functools.lru_cache(maxsize=1)
+def _squad():
+    from advisor.data.ingest import load_lengths
+
+    return load_lengths(SAMPLE_DATA / "squad_v1.1_len384_hist.csv")
+
+
+caches.listed("the SQuAD lengths fine-tuning rows are packed from", _squad)
+
+
 def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS) -> list[Measurement]:
-    """Rows of the published-runs tables as plans and work (pre-training: full sequences, one causal mask each)."""
+    """Rows of the published-runs tables as plans and work (``work_of``): pre-training, SFT and LoRA rows."""
     out = []
     for path in [paths] if isinstance(paths, Path) else paths:
         with open(path, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 plan = plan_of_row(row, path.name)
                 t = plan.training
-                work = StepWork(tokens=t.micro_batch_size * t.seq_length,
-                                seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
-                                micro_batches=t.global_batch_size / (t.micro_batch_size * plan.parallel.dp))
+                work = work_of(plan)
                 release = f"{row['release']} " if row.get("release") else ""
+                task = "" if t.task == "pretrain" else f" {_task_of(row)}"
                 out.append(Measurement(
-                    name=f"{release}{row['model']} {plan.hardware.gpu} {t.precision} {row['gpus']}", plan=plan,
+                    name=f"{release}{row['model']}{task} {plan.hardware.gpu} {t.precision} {row['gpus']}", plan=plan,
                     work=work, step_seconds=float(row["step_seconds"]), source=row["source"],
                     system=plan.hardware.gpu, precision=t.precision))
     return out

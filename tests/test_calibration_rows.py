@@ -1,0 +1,47 @@
+"""Fine-tuning rows of a published table (task sft or lora, packed) become fine-tuning plans on packed SQuAD, not
+pre-training: what ``bench/calibrate.py --csv`` predicts for a kept-aside fine-tuning table."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from advisor.model.perf.calibration import EFFICIENCY, LORA_RANK, load_measurements
+from advisor.model.perf.step import step_time
+
+HEADER = ("model,task,gpu,precision,gpus,tp,pp,cp,ep,vpp,micro_batch_size,global_batch_size,seq_length,packed,"
+          "step_seconds,tflops_per_gpu,source")
+
+
+def _rows(tmp_path, lines: list[str]):
+    path = tmp_path / "finetune.csv"
+    path.write_text(HEADER + "\n" + "\n".join(lines) + "\n")
+    return {r.name: r for r in load_measurements(path)}, list(csv.DictReader(path.open()))
+
+
+def test_fine_tuning_rows_are_packed_fine_tuning_plans(tmp_path):
+    rows, _ = _rows(tmp_path, [
+        "llama3.1-8b,pretrain,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,no,1.0,0,t",
+        "llama3.1-8b,sft,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t",
+        "llama3.1-8b,lora,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t",
+    ])
+    pre, sft, lora = rows["llama3.1-8b H100-80GB bf16 8"], rows["llama3.1-8b sft H100-80GB bf16 8"], \
+        rows["llama3.1-8b lora H100-80GB bf16 8"]
+    assert pre.plan.training.task == "pretrain" and pre.plan.packing_mode == "none"
+    assert sft.plan.training.task == "llm-sft" and sft.plan.packing_mode == "offline"
+    assert sft.plan.pack_size == 4096 and sft.plan.training.global_batch_packs == 8  # the table counts packs
+    assert lora.plan.training.peft == "lora" and lora.plan.training.lora_rank == LORA_RANK == 32
+    # SQuAD packs nearly full at 4096, each sample a few hundred tokens: little attention work per pack
+    assert 0.95 * 4096 < sft.work.tokens <= 4096
+    assert sft.work.seqlen_squared_sum < 0.1 * pre.work.seqlen_squared_sum
+    assert sft.work.micro_batches == 1
+    t_pre, t_sft, t_lora = (step_time(r.plan, r.work, EFFICIENCY).step_seconds for r in (pre, sft, lora))
+    assert t_sft < t_pre  # the same tokens without full causal attention over 4096
+    # LoRA skips the frozen weights' gradient GEMMs: a third of the linear work, less the adapters'
+    assert 0.6 < t_lora / t_sft < 0.8
+
+
+def test_a_task_the_harness_does_not_know_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="task 'rlhf'"):
+        _rows(tmp_path, ["llama3.1-8b,rlhf,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t"])
