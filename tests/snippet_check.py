@@ -33,7 +33,9 @@ CLASSES = {
               "dataset:llm-sft": ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig"),
               "dataset:vlm-sft": ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig"),
               "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
-              "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs")},
+              "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs"),
+              "peft": ("megatron.bridge.peft.lora", "LoRA"),
+              "container": ("megatron.bridge.training.config", "ConfigContainer")},
     "0.3.1": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
               "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
               "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
@@ -42,7 +44,9 @@ CLASSES = {
               "dataset:llm-sft": ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
               "dataset:vlm-sft": ("megatron.bridge.data.vlm_datasets.hf_provider", "HFDatasetConversationProvider"),
               "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
-              "specs": ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs")},
+              "specs": ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
+              "peft": ("megatron.bridge.peft.lora", "LoRA"),
+              "container": ("megatron.bridge.training.config", "ConfigContainer")},
 }[VERSION]
 SPEC_FIELDS = {"offline_packing_specs", "packed_sequence_specs"}
 
@@ -100,6 +104,16 @@ def _mixed_precision_stub(log: list, recipes: set[str]) -> None:
     sys.modules[module.__name__] = module
 
 
+def _lora_stub(log: list) -> None:
+    """``megatron.bridge.peft.lora`` for the snippet: ``LoRA()`` is a recorded section holding the class's default
+    dim (the real module imports torch and Megatron-Core; its fields are checked from the source)."""
+    module = types.ModuleType("megatron.bridge.peft.lora")
+    module.LoRA = lambda: (log.append(("peft", "<created>", "LoRA")), _Section("peft", log, {"dim": 32}))[1]
+    for parent in ("megatron", "megatron.bridge", "megatron.bridge.peft"):
+        sys.modules.setdefault(parent, types.ModuleType(parent))
+    sys.modules[module.__name__] = module
+
+
 def _load_specs_class():
     module, name = CLASSES["specs"]
     stubs = dict(MB_STUBS)
@@ -110,7 +124,7 @@ def _load_specs_class():
     return getattr(specs_module, name)
 
 
-def recipe_config(task: str, specs_cls, with_specs: bool, log: list):
+def recipe_config(task: str, specs_cls, with_specs: bool, log: list, lora: bool = False):
     """A recipe-like ConfigContainer whose dataset holds the recipe's seed, kwargs and (real) packing specs."""
     dataset = {k: (dict(v) if isinstance(v, dict) else v) for k, v in RECIPE_DATASET.items()}
     if task == "llm-sft":
@@ -122,6 +136,7 @@ def recipe_config(task: str, specs_cls, with_specs: bool, log: list):
     for section in ("model", "train", "ddp", "mixed_precision", "comm_overlap"):  # a MoE recipe has a comm overlap
         setattr(cfg, section, _Section(section, log, {}))
     cfg.dataset = _Section("dataset", log, dataset)
+    cfg.peft = _Section("peft", log, {"dim": 32}) if lora else None  # a recipe made with peft="lora", or not
     return cfg
 
 
@@ -145,6 +160,15 @@ def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> t
     for line in lines:
         path, _, raw = line.partition("=")
         key = path.split(".")
+        if key == ["peft"]:  # a top-level field of the ConfigContainer
+            if path not in fields["container"]:
+                bad.append(line)
+            else:
+                cfg.peft = yaml.safe_load(raw)
+            continue
+        if key[0] == "peft" and cfg.peft is None:
+            (unapplied if len(key) == 2 and key[1] in fields["peft"] else bad).append(line)
+            continue
         ok = len(key) in (2, 3) and key[0] in fields and key[1] in fields[key[0]]
         if ok and len(key) == 3:
             ok = (key[1] in SPEC_FIELDS and key[2] in spec_fields) or key[1] == "dataset_kwargs"
@@ -167,22 +191,29 @@ def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> t
 def main() -> None:
     task, snippet_path, overrides_path = sys.argv[1:4]
     with_specs = (sys.argv[4] if len(sys.argv) > 4 else "specs") == "specs"
+    lora = (sys.argv[5] if len(sys.argv) > 5 else "full") == "lora"  # the recipe was made with peft="lora"
     specs_cls = _load_specs_class()
-    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision", "comm_overlap")}
+    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision", "comm_overlap",
+                                                     "peft", "container")}
     fields["dataset"] = class_fields(*CLASSES[f"dataset:{task}"])
     spec_fields = class_fields(*CLASSES["specs"])
     log: list = []
-    cfg = recipe_config(task, specs_cls, with_specs, log)
+    cfg = recipe_config(task, specs_cls, with_specs, log, lora)
     recipes = registered_recipes()
     _mixed_precision_stub(log, recipes)
+    _lora_stub(log)
     exec(open(snippet_path).read(), {"cfg": cfg})  # noqa: S102 - the advisor's own export, under test
-    unknown = [f"cfg.{s}.{k}" for s, k, _ in log if k != "<recipe>" and k not in fields[s]]
+    top = sorted(k for k in vars(cfg) if k not in fields["container"])  # fields the snippet set on cfg itself
+    unknown = [f"cfg.{s}.{k}" for s, k, _ in log if k not in ("<recipe>", "<created>") and k not in fields[s]]
+    unknown += [f"cfg.{k}" for k in top]
+    peft = cfg.peft if cfg.peft is None else dict(cfg.peft._values)
     specs = _specs_of(cfg, spec_fields)
     specs_obj = next((cfg.dataset._values[k] for k in SPEC_FIELDS if cfg.dataset._values.get(k) is not None), None)
-    over_cfg = recipe_config(task, specs_cls, with_specs, [])
+    over_cfg = recipe_config(task, specs_cls, with_specs, [], lora)
     bad_overrides, unapplied = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
     print(json.dumps({
-        "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log if k != "<recipe>"], "unknown": unknown,
+        "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log if k not in ("<recipe>", "<created>")],
+        "unknown": unknown,
         "precision_recipes": [v for _, k, v in log if k == "<recipe>"], "recipes_registered": sorted(recipes),
         "mixed_precision": {k: v for s, k, v in log if s == "mixed_precision" and k != "<recipe>"},
         "specs_class": specs["class"] if specs else None,
@@ -193,7 +224,8 @@ def main() -> None:
         "override_specs": (_specs_of(over_cfg, spec_fields) or {}).get("fields"),
         "override_dataset": {k: over_cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
         "override_train": over_cfg.train._values, "bad_overrides": bad_overrides,
-        "unapplied_overrides": unapplied,
+        "unapplied_overrides": unapplied, "peft": peft, "peft_created": any(k == "<created>" for _, k, _ in log),
+        "override_peft": over_cfg.peft if over_cfg.peft is None else dict(over_cfg.peft._values),
     }, default=str))
 
 

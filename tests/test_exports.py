@@ -65,15 +65,35 @@ PLANS = {
 N = 2.5  # a packing factor: offline exports write the global batch in packs, samples / n
 
 
-def run_check(version, name, tmp_path, recipe="specs", **size):
+def run_check(version, name, tmp_path, recipe="specs", peft="full", **size):
     plan = name if not isinstance(name, str) else plan_from_dict(PLANS[name])
     (tmp_path / "s.py").write_text(python_snippet(plan, version, N, **size))
     (tmp_path / "o.txt").write_text(overrides(plan, version, N, **size))
     env = {**os.environ, "ADVISOR_MB_VERSION": version}
     proc = subprocess.run([sys.executable, "-m", "tests.snippet_check", plan.training.task, str(tmp_path / "s.py"),
-                           str(tmp_path / "o.txt"), recipe], capture_output=True, text=True, cwd=ROOT, env=env)
+                           str(tmp_path / "o.txt"), recipe, peft], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return plan, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("version", ["0.6.2", "0.3.1"])
+@pytest.mark.parametrize("recipe", ["full", "lora"])
+def test_a_lora_plan_trains_lora_on_either_recipe(version, recipe, tmp_path):
+    """The plan's LoRA rank lands on the recipe's LoRA (the LoRA recipe's own object, or Megatron-Bridge's LoRA on
+    a full fine-tuning recipe); a full fine-tuning plan takes a LoRA recipe's adapters off."""
+    lora = plan_from_dict({**PLANS["offline-cp-sp"], "training": {**PLANS["offline-cp-sp"].get("training", {}),
+                                                                  "peft": "lora", "lora_rank": 16}})
+    _, out = run_check(version, lora, tmp_path, peft=recipe)
+    assert out["unknown"] == [] and out["bad_overrides"] == []
+    assert out["peft"] == {"dim": 16} and out["peft_created"] is (recipe == "full")
+    # a dotlist cannot create the LoRA object: on a full recipe the override is reported, not applied
+    assert (out["override_peft"], out["unapplied_overrides"]) == (({"dim": 16}, []) if recipe == "lora" else
+                                                                  (None, ["peft.dim=16"]))
+    full = plan_from_dict(PLANS["offline-cp-sp"])
+    _, out = run_check(version, full, tmp_path, peft=recipe)
+    assert out["unknown"] == [] and out["bad_overrides"] == []
+    assert out["peft"] is None and out["override_peft"] is None
 
 
 @pytest.mark.parametrize("version", slow_after(["0.6.2", "0.3.1"]))

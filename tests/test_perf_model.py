@@ -61,8 +61,8 @@ def test_lora_twin_is_faster_by_the_weight_gradients_it_skips(tmp_path):
     full = _estimate_json(full_plan, tmp_path, "full")
     lora = _estimate_json(lora_plan, tmp_path, "lora")
     expected = _gemm_flops_ratio(full_plan)
-    assert expected == pytest.approx(0.672, abs=0.002)  # a third of the GEMMs gone, 0.8 % back for the adapters
-    # the GEMM time follows the FLOPs plus the adapters' memory traffic: a rank-16 adapter does 0.4 % of its layer's
+    assert expected == pytest.approx(0.676, abs=0.002)  # a third of the GEMMs gone, 1.4 % back for the adapters
+    # the GEMM time follows the FLOPs plus the adapters' memory traffic: a rank-32 adapter does 0.8 % of its layer's
     # FLOPs but reads its input and writes a full-width output (fc1's B writes tokens x 2 x ffn), three passes each
     gemm_ratio = lora["breakdown"]["gemm"] / full["breakdown"]["gemm"]
     assert expected < gemm_ratio < expected + 0.08

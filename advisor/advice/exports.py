@@ -259,6 +259,7 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
                   "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
                   f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})"]
         lines += [f"cfg.comm_overlap.{k} = {_py(v)}" for k, v in s.comm_overlap.items()]
+    lines += _peft_lines(plan)
     if plan.training.epochs and "train_iters" not in s.train:
         lines.append("# training.epochs: give the lengths (--lengths or data.lengths) to have train_iters written")
     if s.mixed_precision is not None:
@@ -273,6 +274,19 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
     return "\n".join(lines) + "\n"
 
 
+def _peft_lines(plan: Plan) -> list[str]:
+    """What the plan trains, on the recipe's ``cfg.peft`` (ConfigContainer.peft): LoRA adapters of the plan's
+    rank (megatron/bridge/peft/lora.py ``LoRA``, dim; a full fine-tuning recipe gets Megatron-Bridge's LoRA with its
+    default targets), or every weight (a LoRA recipe's adapters would change the memory and the time estimated)."""
+    if plan.training.peft == "lora":
+        return ["from megatron.bridge.peft.lora import LoRA",
+                "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
+                "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(plan.training.lora_rank)}"]
+    if plan.training.task == "pretrain":
+        return []
+    return ["cfg.peft = None  # the plan fine-tunes every weight (no LoRA adapters)"]
+
+
 def _comment(text: str) -> str:
     return repr(text)[1:-1].replace("\n", " ")
 
@@ -280,7 +294,8 @@ def _comment(text: str) -> str:
 def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
               num_samples: int | None = None, num_packs: int | None = None) -> str:
     """The same settings as OmegaConf dotlist overrides for Megatron-Bridge recipe scripts, one per line (each sets
-    one field, so the recipe's other packing-spec fields stay; the recipe must have the specs object)."""
+    one field, so the recipe's other packing-spec fields stay; the recipe must have the specs object, and for a LoRA
+    plan its LoRA: a recipe made with peft="lora")."""
     s = derived_settings(plan, version, packing_factor, num_samples=num_samples, num_packs=num_packs)
     out = []
     for section, values in (("model", s.model), ("train", s.train), ("ddp", s.ddp), ("dataset", s.dataset)):
@@ -295,6 +310,10 @@ def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: flo
     if s.mixed_precision is not None:  # the named recipe's fields, on the recipe's MixedPrecisionConfig object
         out += [f"mixed_precision.{k}={_dotlist(v)}" for k, v in s.mixed_precision.items()]
     out += [f"comm_overlap.{k}={_dotlist(v)}" for k, v in s.comm_overlap.items()]  # the recipe's comm-overlap config
+    if plan.training.peft == "lora":  # on the LoRA recipe's own LoRA object (a dotlist cannot create one)
+        out.append(f"peft.dim={plan.training.lora_rank}")
+    elif plan.training.task != "pretrain":
+        out.append("peft=null")
     return "\n".join(out) + "\n"
 
 
@@ -459,6 +478,9 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     gbs = max(unit, round(asked / unit) * unit)
     head = [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
         if gbs != asked else []
+    if t.peft == "lora":  # the plan's estimate is LoRA's; say so rather than hand over a silently different run
+        head.append("# LoRA: Megatron-LM's pretrain_gpt.py has no LoRA; these arguments train every weight (the "
+                    "advisor's estimate is for LoRA: use the Megatron-Bridge export for it)")
     blackwell = plan.hardware.table["compute_capability"] >= 10
     if (p.tp > 1 or p.cp > 1) and not blackwell and not p.fsdp:  # validate_args asserts it below Blackwell
         head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")

@@ -240,7 +240,7 @@ class TrainingSpec(_Section):
     fp8_recipe: Fp8Recipe | None = Field(None, description="precision fp8 only: FP8 scaling (null = tensorwise, "
                                          "current scaling)")
     peft: Peft = Field("none", description="parameter-efficient fine-tuning")
-    lora_rank: int = _int(1, 4096, "LoRA rank", 16)
+    lora_rank: int = _int(1, 4096, "LoRA rank (Megatron-Bridge's LoRA dim, default 32)", 32)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
     epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
                                  "exports turn it into train_iters (null: the recipe's train_iters)")
