@@ -204,3 +204,22 @@ def test_exports_carry_the_layout(tmp_path):
     args = megatron_lm_args(plan)
     assert "--pipeline-model-parallel-layout 'Et*4|" in args
     assert "--num-layers-per-virtual-pipeline-stage" not in args  # Megatron-LM takes one or the other
+
+
+def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout():
+    """Without a layout Megatron-Core builds the MTP layers on the last stage; written out, the same layout."""
+    base = {"model": {"preset": "llama3.1-8b", "mtp_num_layers": 1}, "packing": {"mode": "none"},
+            "parallel": {"gpus": 8, "pp": 4}, "training": {"task": "pretrain", "seq_length": 4096,
+                                                             "global_batch_size": 64}}
+    even = plan_from_dict(base)
+    written = plan_from_dict({**base, "parallel": {"gpus": 8, "pp": 4, "pipeline_layout": "Et*8|t*8|t*8|t*8mL"}})
+    without = plan_from_dict({**base, "model": "llama3.1-8b"})
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    a, b, c = (step_time(p, work, EFFICIENCY) for p in (even, written, without))
+    assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-12)
+    assert a.stage_seconds > c.stage_seconds  # one more layer and output layer on the slowest stage
+    m_even, m_written = estimate_memory(even, 4096, 16), estimate_memory(written, 4096, 16)
+    assert (m_even.stage, m_even.total) == (m_written.stage, pytest.approx(m_written.total, rel=1e-4))
+    one = {**base, "parallel": {"gpus": 8}}  # one stage: the MTP layer's logits beside the model's
+    assert estimate_memory(plan_from_dict(one), 4096, 16).logits == pytest.approx(
+        2 * estimate_memory(plan_from_dict({**one, "model": "llama3.1-8b"}), 4096, 16).logits)

@@ -442,13 +442,17 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
         slots = (m.num_layers + p.pipeline_slots) / p.pp
         last_layers = slots - (1 if p.account_for_loss_in_pipeline_split else 0)
         mean_layers = m.num_layers / p.pp
-        last_f, last_b = layer_f * last_layers + head_f, layer_b * last_layers + head_b
+        # Megatron-Core builds the MTP layers on the last stage, each a layer of the last layer's kind with its
+        # own output layer
+        kind_f, kind_b = (moe_f, moe_b) if pattern[-1] else (dense_f, dense_b)
+        mtp_f, mtp_b = (kind_f + head_f) * m.mtp_num_layers, (kind_b + head_b) * m.mtp_num_layers
+        last_f, last_b = layer_f * last_layers + head_f + mtp_f, layer_b * last_layers + head_b + mtp_b
         first_layers = slots - (1 if p.account_for_embedding_in_pipeline_split else 0)
         first_f, first_b = layer_f * first_layers, layer_b * first_layers
         first = first_f + first_b
         last = last_f + last_b
         slowest = last if last.total >= first.total else first
-        mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b).total / p.pp
+        mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b + mtp_f + mtp_b).total / p.pp
     mb = work.micro_batches
     bubble = (p.pp - 1) / (p.vpp or 1) * mean_stage if p.pp > 1 else 0.0
     p2p = 0.0
