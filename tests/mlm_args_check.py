@@ -31,7 +31,7 @@ from tests.mlm_oracle import folder
 TREE = Path(os.environ.get("ADVISOR_MLM_TREE")
             or Path(__file__).resolve().parent.parent / ".cache" / "megatron-lm-d48bd6be")
 STUBBED = {"megatron.core.transformer.moe.ops.paged_stash"}  # imports triton at module level
-CHECKED = ("pipeline_model_parallel_layout",
+CHECKED = ("pipeline_model_parallel_layout", "mtp_num_layers",
            "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
            "group_query_attention", "num_query_groups", "normalization", "layernorm_epsilon",
            "layernorm_zero_centered_gamma",
@@ -128,6 +128,16 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported to the test, which decides
             validated = f"{type(e).__name__}: {e}"
         parsed["vpp_after_validation"] = getattr(args, "virtual_pipeline_model_parallel_size", None)
+        layout = getattr(args, "pipeline_model_parallel_layout", None)
+        if isinstance(layout, str):  # what TransformerConfig checks when it is built: the layers the layout places
+            from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+            try:
+                PipelineParallelLayerLayout(layout, args.pipeline_model_parallel_size).validate_layer_layout(
+                    args.num_layers, args.mtp_num_layers)
+                parsed["layout_check"] = "ok"
+            except Exception as e:  # noqa: BLE001 - reported to the test
+                parsed["layout_check"] = f"{type(e).__name__}: {e}"
         results.append({"parsed": parsed, "validate_args": validated[:2000]})
     sys.stdout.write("\n" + json.dumps(results, default=str) + "\n")
 

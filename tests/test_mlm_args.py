@@ -76,6 +76,9 @@ def plans() -> dict:
     out["deepseek-v3/layout"] = plan_from_dict(
         {"model": "deepseek-v3", "parallel": {"gpus": 64, "pp": 4, "vpp": 4, "ep": 8},
          "training": {"seq_length": 4096, "global_batch_size": 256}, "packing": {"mode": "none"}})
+    out["deepseek-v3/layout-mtp"] = plan_from_dict(
+        {"model": {"preset": "deepseek-v3", "mtp_num_layers": 1}, "parallel": {"gpus": 64, "pp": 8, "vpp": 2, "ep": 8},
+         "training": {"seq_length": 4096, "global_batch_size": 256}, "packing": {"mode": "none"}})
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
                                             "training": {"seq_length": 8192, "global_batch_size": 128}})
@@ -102,16 +105,22 @@ def parsed(tmp_path_factory):
 
 
 CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap",
-         "deepseek-v3/layout"]
+         "deepseek-v3/layout", "deepseek-v3/layout-mtp"]
 
 
-def test_megatron_lm_takes_the_pipeline_layout(parsed):
-    """The layout flag sets the virtual pipeline itself (arguments.py), to the plan's vpp."""
+@pytest.mark.parametrize("name", ["deepseek-v3/layout", "deepseek-v3/layout-mtp"])
+def test_megatron_lm_takes_the_pipeline_layout(parsed, name):
+    """The layout flag sets the virtual pipeline itself (arguments.py), to the plan's vpp, and Megatron-Core's
+    layout check passes with the MTP layers the export declares."""
+    from advisor.plan.pipeline_layout import parse_layout
+
     results, cases = parsed
-    a = results["deepseek-v3/layout"]["parsed"]
-    assert a["pipeline_model_parallel_layout"].startswith("Et*4|t*4|")
-    assert a["vpp_after_validation"] == cases["deepseek-v3/layout"].parallel.vpp == 4
-    assert results["deepseek-v3/layout"]["validate_args"] == "ok"
+    a, plan = results[name]["parsed"], cases[name]
+    assert parse_layout(a["pipeline_model_parallel_layout"]) == plan.pipeline_stages
+    assert a["vpp_after_validation"] == plan.parallel.vpp
+    assert (a["mtp_num_layers"] or 0) == plan.model.mtp_num_layers
+    assert results[name]["validate_args"] == "ok"
+    assert a["layout_check"] == "ok"
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -69,36 +69,91 @@ stages_lists = st.lists(st.lists(st.sampled_from(["embedding", "decoder", "mtp",
                         min_size=1, max_size=12)
 
 
-@settings(max_examples=400, deadline=None)
-@given(stages_lists, st.integers(1, 4), st.integers(0, 8), st.integers(0, 2))
-def test_validation_agrees_with_megatron_core(mcore, stages, pp, num_layers, mtp):
-    """A layout passes here exactly when Megatron-Core's constructor and validate_layer_layout accept it."""
+@st.composite
+def valid_layouts(draw):
+    """A layout Megatron-Core accepts: pp x vpp stages, the decoder layers cut anywhere (empty stages too), the
+    embedding first, the MTP layers and the loss last."""
+    pp, vpp = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    num_layers, mtp = draw(st.integers(0, 10)), draw(st.integers(0, 2))
+    cuts = sorted(draw(st.lists(st.integers(0, num_layers), min_size=pp * vpp - 1, max_size=pp * vpp - 1)))
+    bounds = [0, *cuts, num_layers]
+    stages = [["decoder"] * (bounds[i + 1] - bounds[i]) for i in range(pp * vpp)]
+    stages[0].insert(0, "embedding")
+    stages[-1] += ["mtp"] * mtp + ["loss"]
+    return stages, pp, num_layers, mtp
+
+
+def _mutated(draw_data, stages: list, num_layers: int, mtp: int):
+    """One change Megatron-Core may or may not accept: a layer dropped, added, moved or swapped, or the model's
+    layer or MTP count off by one."""
+    stages = [list(x) for x in stages]
+    flat = [(i, j) for i, stage in enumerate(stages) for j in range(len(stage))]
+    kind = draw_data.draw(st.sampled_from(["none", "drop", "add", "move", "swap", "layers", "mtp"]))
+    if kind in ("drop", "move", "swap") and flat:
+        i, j = draw_data.draw(st.sampled_from(flat))
+        item = stages[i].pop(j)
+        if kind == "move":
+            k = draw_data.draw(st.integers(0, len(stages) - 1))
+            stages[k].insert(draw_data.draw(st.integers(0, len(stages[k]))), item)
+        elif kind == "swap":
+            k = draw_data.draw(st.integers(0, len(stages) - 1))
+            stages[k].insert(draw_data.draw(st.integers(0, len(stages[k]))), item)
+            stages[i].insert(j, stages[k].pop(0) if stages[k] else item)
+    elif kind == "add":
+        k = draw_data.draw(st.integers(0, len(stages) - 1))
+        stages[k].insert(draw_data.draw(st.integers(0, len(stages[k]))),
+                         draw_data.draw(st.sampled_from(["embedding", "decoder", "mtp", "loss"])))
+    elif kind == "layers":
+        num_layers = max(0, num_layers + draw_data.draw(st.sampled_from([-1, 1])))
+    elif kind == "mtp":
+        mtp = max(0, mtp + draw_data.draw(st.sampled_from([-1, 1])))
+    return stages, num_layers, mtp
+
+
+def _megatron_core_accepts(mcore, stages, pp, num_layers, mtp) -> bool:
     try:
-        layout = mcore.PipelineParallelLayerLayout([list(s) for s in stages], pp)
+        layout = mcore.PipelineParallelLayerLayout([list(x) for x in stages], pp)
         layout.validate_layer_layout(num_layers, mtp if mtp else None)
-        accepted = True
+        return True
     except (AssertionError, IndexError):  # an empty layout has no first layer to check: refused all the same
-        accepted = False
-    parsed = parse_layout([list(s) for s in stages])
-    vpp = len(stages) // pp if len(stages) % pp == 0 else None
-    problems = layout_problems(parsed, pp, vpp if vpp and vpp > 1 else None, num_layers, mtp)
-    assert (problems == []) == accepted, problems
+        return False
+
+
+@settings(max_examples=600, deadline=None)
+@given(valid_layouts(), st.data())
+def test_validation_agrees_with_megatron_core(mcore, layout, data):
+    """Near-valid layouts (a valid one, changed once): accepted here exactly when Megatron-Core's constructor and
+    validate_layer_layout accept them."""
+    stages, pp, num_layers, mtp = layout
+    stages, num_layers, mtp = _mutated(data, stages, num_layers, mtp)
+    parsed = parse_layout([list(x) for x in stages])
+    vpp = len(stages) // pp
+    problems = layout_problems(parsed, pp, vpp if vpp > 1 else None, num_layers, mtp)
+    assert (problems == []) == _megatron_core_accepts(mcore, stages, pp, num_layers, mtp), problems
 
 
 @settings(max_examples=200, deadline=None)
-@given(stages_lists, st.integers(1, 4))
-def test_each_rank_holds_the_layers_megatron_core_builds_there(mcore, stages, pp):
-    if len(stages) % pp:
-        return
+@given(stages_lists, st.integers(1, 4), st.integers(0, 8), st.integers(0, 2))
+def test_random_layouts_are_refused_as_megatron_core_refuses_them(mcore, stages, pp, num_layers, mtp):
+    parsed = parse_layout([list(s) for s in stages])
+    vpp = len(stages) // pp if len(stages) % pp == 0 else None
+    problems = layout_problems(parsed, pp, vpp if vpp and vpp > 1 else None, num_layers, mtp)
+    assert (problems == []) == _megatron_core_accepts(mcore, stages, pp, num_layers, mtp), problems
+
+
+@settings(max_examples=300, deadline=None)
+@given(valid_layouts())
+def test_each_rank_holds_the_layers_megatron_core_builds_there(mcore, layout):
+    stages, pp, _, _ = layout
     vpp = len(stages) // pp
-    layout = mcore.PipelineParallelLayerLayout([list(s) for s in stages], pp)
+    theirs = mcore.PipelineParallelLayerLayout([list(s) for s in stages], pp)
     mcore.state["vpp"] = vpp if vpp > 1 else None
     for r, rank in enumerate(rank_layers(parse_layout([list(s) for s in stages]), pp)):
-        theirs = [i for v in range(vpp) for i in layout.get_layer_id_list(mcore.LayerType.decoder, v, r)]
-        assert list(rank.decoders) == theirs
-        assert rank.mtp == sum(layout.get_num_layers_to_build(mcore.LayerType.mtp, v, r) for v in range(vpp))
-        assert rank.embedding == any(layout.get_num_layers_to_build(mcore.LayerType.embedding, v, r)
-                                     for v in range(vpp))
+        assert list(rank.decoders) == [i for v in range(vpp)
+                                       for i in theirs.get_layer_id_list(mcore.LayerType.decoder, v, r)]
+        assert rank.mtp == sum(theirs.get_num_layers_to_build(mcore.LayerType.mtp, v, r) for v in range(vpp))
+        # GPTModel builds the embedding on the first rank (pre_process) and the output layer and loss on the last
+        assert (rank.embedding, rank.loss) == (r == 0, r == pp - 1)
 
 
 @settings(max_examples=200, deadline=None)
@@ -111,18 +166,27 @@ def test_layout_string_reads_back_as_the_same_stages(mcore, stages):
 
 
 def test_recipe_layouts_are_megatron_bridges():
+    """Every pipeline either recipe is asked for: the same layout, or none where Bridge has none (Kimi-K2's
+    recipe raises, DeepSeek-V3's leaves the layout alone)."""
     kimi = load_function("megatron/bridge/recipes/kimi/h100/kimi_k2.py", "_get_kimi_k2_pipeline_layout")
     deepseek = load_function("megatron/bridge/recipes/deepseek/h100/deepseek_v3.py",
                              "set_deepseek_v3_pipeline_model_parallel_layout")
-    for pp, vp in RECIPE_LAYOUTS["kimi-k2"]:
-        assert recipe_layout("kimi-k2", pp, vp if vp > 1 else None, 0) == kimi(pp, vp)
-    assert kimi(1, 1) is None and recipe_layout("kimi-k2", 1, None, 0) is None
-    for (pp, vp) in RECIPE_LAYOUTS["deepseek-v3"]:
-        for mtp in (0, 1):
-            cfg = types.SimpleNamespace(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vp,
-                                        mtp_num_layers=mtp, pipeline_model_parallel_layout=None)
-            deepseek(cfg)
-            assert recipe_layout("deepseek-v3", pp, vp if vp > 1 else None, mtp) == cfg.pipeline_model_parallel_layout
+    known = 0
+    for pp in (1, 2, 3, 4, 8, 16, 32):
+        for vp in (1, 2, 3, 4, 8):
+            try:
+                theirs = kimi(pp, vp)
+            except ValueError:
+                theirs = None
+            assert recipe_layout("kimi-k2", pp, vp if vp > 1 else None, 0) == theirs, (pp, vp)
+            for mtp in (0, 1):
+                cfg = types.SimpleNamespace(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vp,
+                                            mtp_num_layers=mtp, pipeline_model_parallel_layout=None)
+                deepseek(cfg)
+                assert recipe_layout("deepseek-v3", pp, vp if vp > 1 else None, mtp) == \
+                    cfg.pipeline_model_parallel_layout, (pp, vp, mtp)
+                known += cfg.pipeline_model_parallel_layout is not None
+    assert known == 2 * len(RECIPE_LAYOUTS["deepseek-v3"])
     assert recipe_layout("llama3.1-8b", 4, None, 0) is None
 
 
@@ -201,9 +265,34 @@ def test_exports_carry_the_layout(tmp_path):
     text = overrides(plan)
     assert "model.pipeline_model_parallel_layout=Et*4|t*4|" in text
     assert parse_layout(text.split("model.pipeline_model_parallel_layout=")[1].split("\n")[0]) == plan.pipeline_stages
+    # the Bridge provider builds DeepSeek-V3's MTP layer from its checkpoint; the plan's layout and estimate have none
+    assert "model.mtp_num_layers=null" in text
     args = megatron_lm_args(plan)
     assert "--pipeline-model-parallel-layout 'Et*4|" in args
     assert "--num-layers-per-virtual-pipeline-stage" not in args  # Megatron-LM takes one or the other
+    # no layout here (the embedding and the loss counted as layers): the recipe's own layout is taken off
+    split = plan_from_dict({**DEEPSEEK, "parallel": {"gpus": 288, "pp": 9, "ep": 32, "vpp": 7,
+                                                     "account_for_embedding_in_pipeline_split": True,
+                                                     "account_for_loss_in_pipeline_split": True}})
+    assert split.pipeline_stages is None
+    assert "model.pipeline_model_parallel_layout=null" in overrides(split)
+
+
+@pytest.mark.parametrize("version", ["0.6.2", "0.3.1"])
+def test_the_layout_fields_are_the_bridges(version, tmp_path):
+    """The snippet and the overrides with a layout and the MTP count, against the version's real dataclasses."""
+    from tests.test_exports import run_check
+
+    _, out = run_check(version, plan_from_dict(DEEPSEEK), tmp_path)
+    assert out["unknown"] == [] and out["bad_overrides"] == []
+    assert {"cfg.model.pipeline_model_parallel_layout", "cfg.model.mtp_num_layers"} <= set(out["set"])
+
+
+def test_a_changed_preset_gets_no_recipe_layout():
+    """The recipe's layout is for its own 61 layers: a 64-layer DeepSeek-V3 splits evenly."""
+    plan = plan_from_dict({**DEEPSEEK, "model": {"preset": "deepseek-v3", "num_layers": 64,
+                                                 "moe_layer_freq": [0] * 3 + [1] * 61}})
+    assert plan.pipeline_stages is None
 
 
 def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout():
@@ -223,3 +312,14 @@ def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout(
     one = {**base, "parallel": {"gpus": 8}}  # one stage: the MTP layer's logits beside the model's
     assert estimate_memory(plan_from_dict(one), 4096, 16).logits == pytest.approx(
         2 * estimate_memory(plan_from_dict({**one, "model": "llama3.1-8b"}), 4096, 16).logits)
+
+
+@pytest.mark.parametrize("text", ["(t*99999|)*99999", "t*999999999", "E" + "(t*999|)*999" * 3 + "L"])
+def test_a_layout_that_unrolls_past_a_million_layers_is_refused_at_once(text):
+    with pytest.raises(PlanError, match="unrolls past 1,000,000 characters"):
+        plan_from_dict({**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "pipeline_layout": text}})
+
+
+def test_lora_needs_a_fine_tuning_task():
+    with pytest.raises(PlanError, match="training.peft lora fine-tunes a pretrained model"):
+        plan_from_dict({**DEEPSEEK, "training": {**DEEPSEEK["training"], "peft": "lora"}})

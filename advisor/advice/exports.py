@@ -22,8 +22,8 @@ from advisor.data.prepared import find_prepared
 from advisor.model.numerics import numerics_of
 from advisor.packing.online.from_plan import dataset_order
 from advisor.plan import Plan, dump_plan
-from advisor.plan.pipeline_layout import layout_string
-from advisor.plan.presets import HF_REPOS
+from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_string
+from advisor.plan.presets import HF_REPOS, PROVIDER_MTP_LAYERS
 from advisor.vocabulary import ExportFormat
 
 DEFAULT_MB_VERSION = "0.6.2"
@@ -71,7 +71,7 @@ ARCHITECTURE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_atte
                        "rotary_base", "rotary_percent", "norm_epsilon", "layernorm_zero_centered_gamma", "qk_layernorm",
                        "add_bias_linear", "add_qkv_bias", "moe_router_score_function",
                        "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
-                       "moe_router_topk_scaling_factor")
+                       "moe_router_topk_scaling_factor", "mtp_num_layers")
 RENAMED = {"norm_epsilon": "layernorm_epsilon"}  # megatron/core/transformer/transformer_config.py
 
 
@@ -125,8 +125,15 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
         if getattr(p, flag):
             model[flag] = True
+    preset = plan.model.preset
     if plan.pipeline_stages is not None:  # the recipe's own would go stale when pp or vpp are overridden
         model["pipeline_model_parallel_layout"] = layout_string(plan.pipeline_stages)
+    elif preset in RECIPE_LAYOUTS:  # the recipe set one for its own pipeline: the even split here
+        model["pipeline_model_parallel_layout"] = None
+    if plan.pipeline_stages is not None or PROVIDER_MTP_LAYERS.get(preset):
+        # the MTP layers the estimate and the layout count (Megatron-Core checks the layout's m against them); the
+        # DeepSeek-V3 provider builds one from its checkpoint's config, which the plan may not
+        model["mtp_num_layers"] = plan.model.mtp_num_layers or None
     if p.tp_comm_overlap:
         model["tp_comm_overlap"] = True
     if plan.model.num_moe_experts:  # the dispatcher the estimate models (TransformerConfig's default is allgather)
@@ -365,6 +372,8 @@ def mlm_architecture(plan: Plan) -> list[str]:
             f"--num-attention-heads {m.num_attention_heads}", f"--kv-channels {m.head_dim}"]
     if m.query_groups != m.num_attention_heads:
         args += ["--group-query-attention", f"--num-query-groups {m.query_groups}"]
+    if m.mtp_num_layers:
+        args.append(f"--mtp-num-layers {m.mtp_num_layers}")
     args += [f"--normalization {m.normalization}", _flag("norm-epsilon", m.norm_epsilon)]
     if m.layernorm_zero_centered_gamma:
         args.append("--apply-layernorm-1p")

@@ -194,12 +194,14 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     act_last = per_layer * layers_per_stage + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
-    # MTP layers: on the last stage, each a layer of the last layer's kind with its own logits (Megatron-Core)
+    # MTP layers: on the last stage, each a layer of the last layer's kind with its own logits, and a rank with
+    # MTP layers builds its own copy of the embedding (Megatron-Core gpt_model.py: pre_process or mtp_process)
     mtp = m.mtp_num_layers
     mtp_dense, mtp_routed = (mtp * counts.dense_by_layer[-1] / p.tp, mtp * counts.routed_by_layer[-1] / (p.ep * p.etp))
+    mtp_embedding = emb if mtp and p.pp > 1 else 0.0
     stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
-              "last": (last + mtp_dense, act_last + per_layer * mtp, logits * (1 + mtp), routed + mtp_routed,
-                       dense_layers + mtp_dense)}
+              "last": (last + mtp_dense + mtp_embedding, act_last + per_layer * mtp, logits * (1 + mtp),
+                       routed + mtp_routed, dense_layers + mtp_dense)}
     if p.pp == 1:  # one stage holds everything
         stages = {"first": (first + mtp_dense, act_first + per_layer * mtp, logits * (1 + mtp),
                             routed + mtp_routed, dense_layers + mtp_dense)}
@@ -221,8 +223,8 @@ def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, lo
     """Each pipeline rank's (parameters, activations, logits, routed parameters, layer parameters) when a layout
     places the layers (``Plan.pipeline_stages``). A rank keeps activations for the micro batches in flight in
     Megatron-Core's 1F1B schedule: pp - r on rank r, interleaved 2 (pp - r - 1) + (vpp - 1) pp + 1 virtual stages'
-    worth (schedules.py ``get_pp_rank_microbatches``), at most all of them; an MTP layer counts as one more layer
-    of the last layer's kind with its own logits."""
+    worth (one more with the EP all-to-all overlap; schedules.py ``get_pp_rank_microbatches``), at most all of them;
+    an MTP layer counts as one more layer of the last layer's kind, its logits on the last rank."""
     m, p = plan.model, plan.parallel
     vpp = p.vpp or 1
     emb = counts.embedding / p.tp
@@ -232,12 +234,16 @@ def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, lo
         layers = sum(counts.dense_by_layer[i] for i in ids) / p.tp
         routed = sum(counts.routed_by_layer[i] for i in ids) / (p.ep * p.etp)
         params = layers + (emb + counts.vision / p.tp if rank.embedding else 0.0) + (
-            emb if rank.loss and (p.pp > 1 or not counts.tied) else 0.0)
-        warm = 2 * (p.pp - r - 1) + (vpp - 1) * p.pp + 1 if vpp > 1 else p.pp - r
+            emb if rank.loss and (p.pp > 1 or not counts.tied) else 0.0) + (
+            emb if rank.mtp and not rank.embedding else 0.0)  # an MTP rank's own embedding (gpt_model.py)
+        # warm-up micro batches (schedules.py get_pp_rank_microbatches), plus the one being computed; one more
+        # with the EP all-to-all overlap
+        warm = 2 * (p.pp - r - 1) + (vpp - 1) * p.pp + int(p.moe_a2a_overlap) + 1 if vpp > 1 else p.pp - r
         in_flight = min(warm, num_microbatches * vpp) / vpp
         act = (per_layer * len(ids) + (embed_acts if rank.embedding else 0.0)) * in_flight + working
         name = "first" if r == 0 else "last" if r == p.pp - 1 else f"middle rank {r}"
-        out[name] = (params, act, logits * (1 + rank.mtp) if rank.loss or rank.mtp else 0.0, routed, layers)
+        # the MTP layers' logits are the post-process's, on the last rank (process_mtp_loss)
+        out[name] = (params, act, logits * (1 + m.mtp_num_layers) if rank.loss else 0.0, routed, layers)
     return out
 
 

@@ -50,10 +50,7 @@ def parse_layout(layout: str | list) -> tuple[tuple[str, ...], ...]:
         ValueError: invalid layer character 'x' in stage 'Ex' (known: E, L, t, m)
     """
     if isinstance(layout, str):
-        text = layout.replace(",", "")
-        # the unrolled text can be huge ("t*99999999"): the repeat counts are checked before multiplying
-        for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-            text = re.sub(pattern, lambda x: x.group(1) * _count(x.group(2), len(x.group(1))), text)
+        text = _unrolled(layout.replace(",", ""))
         stages = []
         for stage in text.split("|"):
             bad = next((c for c in stage if c not in CHARS), None)
@@ -80,11 +77,30 @@ def parse_layout(layout: str | list) -> tuple[tuple[str, ...], ...]:
     return out
 
 
-def _count(digits: str, width: int) -> int:
-    n = int(digits[:8])
-    if len(digits) > 8 or n * width > 1_000_000:
-        raise ValueError(f"a repeat of {digits[:12]} is too long for a pipeline layout")
-    return n
+MAX_CHARS = 1_000_000  # unrolled layout characters: a pipeline of 4,096 stages of 244 layers
+
+
+def _unrolled(text: str) -> str:
+    """``(...)*n`` then ``x*n`` unrolled, as ``parse_str_to_list`` does, within ``MAX_CHARS`` in all: 16 characters
+    such as "(t*99999|)*99999" would otherwise unroll to 10^10 (the growth is counted as each repeat is made, so
+    a pass stops at the first repeat past the budget)."""
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, _Repeats(len(text)), text)
+    return text
+
+
+class _Repeats:
+    """``re.sub``'s replacement for one pass: each repeat made, the text's size kept, refused past the budget."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __call__(self, x: re.Match) -> str:
+        n = int(x.group(2)) if len(x.group(2)) <= 7 else MAX_CHARS + 1
+        self.size += len(x.group(1)) * n - len(x.group(0))
+        if self.size > MAX_CHARS:
+            raise ValueError(f"unrolls past {MAX_CHARS:,} characters ({x.group(0)[:40]!r} and before it)")
+        return x.group(1) * n
 
 
 def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | None, num_layers: int,
@@ -125,8 +141,11 @@ def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | Non
 
 
 def rank_layers(stages: tuple[tuple[str, ...], ...], pp: int) -> list[RankLayers]:
-    """Each pipeline rank's layers (layer ids counted in schedule order, as ``get_layer_offset``)."""
-    held: list[dict] = [{"decoders": [], "embedding": False, "loss": False, "mtp": 0} for _ in range(pp)]
+    """Each pipeline rank's layers (layer ids counted in schedule order, as ``get_layer_offset``). The embedding
+    and the output layer with the loss are where Megatron-Core builds them, on the first and the last rank
+    (GPTModel's pre_process and post_process), whatever stage the E and L of a valid layout sit in ("|Et|tL" leaves
+    stage 0 empty); the MTP layers where the layout puts them (``mtp_on_this_rank``)."""
+    held: list[dict] = [{"decoders": [], "mtp": 0} for _ in range(pp)]
     layer = 0
     for s, stage in enumerate(stages):
         h = held[s % pp]
@@ -136,10 +155,8 @@ def rank_layers(stages: tuple[tuple[str, ...], ...], pp: int) -> list[RankLayers
                 layer += 1
             elif kind == "mtp":
                 h["mtp"] += 1
-            else:
-                h[kind] = True
-    return [RankLayers(decoders=tuple(h["decoders"]), embedding=h["embedding"], loss=h["loss"], mtp=h["mtp"])
-            for h in held]
+    return [RankLayers(decoders=tuple(h["decoders"]), embedding=r == 0, loss=r == pp - 1, mtp=h["mtp"])
+            for r, h in enumerate(held)]
 
 
 def layout_string(stages: tuple[tuple[str, ...], ...]) -> str:

@@ -147,6 +147,10 @@ GPU_SOURCES: dict[str, str] = {
              "sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8",
 }
 
+# MTP layers Megatron-Bridge's provider builds from the checkpoint's config (num_nextn_predict_layers;
+# models/deepseek/deepseek_v3_bridge.py) where the preset leaves them out: the exports set the plan's count
+PROVIDER_MTP_LAYERS: dict[str, int] = {"deepseek-v3": 1}
+
 # Each preset's Hugging Face repository, whose tokenizer Megatron-LM's HuggingFaceTokenizer loads (the Megatron-LM
 # export writes it as the default of a TOKENIZER_MODEL placeholder); presets without one get a required placeholder
 HF_REPOS: dict[str, str] = {

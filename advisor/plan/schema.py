@@ -528,7 +528,8 @@ def stages_of(model: ModelSpec, parallel: ParallelSpec) -> tuple[tuple[str, ...]
     why the plan's own cannot be read, as a message."""
     p = parallel
     layout = p.pipeline_layout
-    if layout is None and not p.pipeline_slots:
+    if layout is None and not p.pipeline_slots and model.preset in MODEL_PRESETS and \
+            model.num_layers == MODEL_PRESETS[model.preset]["num_layers"]:  # the recipe's map is for its layers
         layout = recipe_layout(model.preset, p.pp, p.vpp, model.mtp_num_layers)
     if layout is None:
         return None
@@ -576,6 +577,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
     if p is not None and t is not None and p.moe_a2a_overlap and t.recompute == "full":  # Megatron-Core asserts it
         out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")
+    if t is not None and t.peft == "lora" and t.task == "pretrain":  # ConfigContainer.validate asserts a checkpoint
+        out.append("training.peft lora fine-tunes a pretrained model: set training.task to llm-sft or vlm-sft")
     if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
         out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:

@@ -124,7 +124,8 @@ def plan_of_row(row: dict, table: str) -> Plan:
     """The benchmark's settings: the layout as published, the precision (FP8 with the table's recipe), the
     distributed optimizer with BF16 gradient reduction (grad_reduce_in_fp32 False in both tables' scripts), no
     recompute (NeMo's model_configs_h100.csv recompute_layers 0; Megatron-Bridge's perf recipes set none but for
-    Llama 3 8B FSDP on H100), full sequences of pre-training."""
+    Llama 3 8B FSDP on H100); the row's task: pre-training on full sequences, or SFT and LoRA on packs of the
+    sequence length (``work_of``)."""
     model = MODEL_OF.get(row["model"], row["model"])
     precision = row["precision"].lower()
     moe = model in MOE_MODELS

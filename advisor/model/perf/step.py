@@ -397,15 +397,16 @@ def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
 
 
 def _rank_phases(rank: RankLayers, pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase],
-                 head: tuple[Phase, Phase]) -> tuple[Phase, Phase]:
+                 head: tuple[Phase, Phase], mtp_layers: int) -> tuple[Phase, Phase]:
     """Forward and backward of one micro batch through a pipeline rank's layers by layout: its decoder layers
-    (dense or MoE by ``moe_layer_freq``), the output layer where it holds the loss, and each MTP layer as one more
-    layer of the last layer's kind with its own output layer and loss (Megatron-Core multi_token_prediction.py:
-    a transformer layer on the shifted embedding, then the shared output layer)."""
+    (dense or MoE by ``moe_layer_freq``), each MTP layer it holds as one more layer of the last layer's kind, and on
+    the last rank the output layer once for the model and once per MTP layer (Megatron-Core
+    multi_token_prediction.py: each MTP layer's hidden states go through the shared output layer and its loss in
+    the post-process, ``process_mtp_loss``)."""
     n_moe = sum(1 for i in rank.decoders if pattern[i])
     n_dense = len(rank.decoders) - n_moe
     last = moe if pattern[-1] else dense
-    heads = int(rank.loss) + rank.mtp
+    heads = 1 + mtp_layers if rank.loss else 0
     return tuple(dense[k] * n_dense + moe[k] * n_moe + last[k] * rank.mtp + head[k] * heads for k in (0, 1))
 
 
@@ -432,7 +433,7 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     head_f, head_b = output_phases(plan, gpu, eff, work)
     stages = plan.pipeline_stages
     if stages is not None:
-        ranks = [_rank_phases(r, pattern, (dense_f, dense_b), (moe_f, moe_b), (head_f, head_b))
+        ranks = [_rank_phases(r, pattern, (dense_f, dense_b), (moe_f, moe_b), (head_f, head_b), m.mtp_num_layers)
                  for r in rank_layers(stages, p.pp)]
         (first_f, first_b), (last_f, last_b) = ranks[0], ranks[-1]
         totals = [f + b for f, b in ranks]
