@@ -198,7 +198,7 @@ class Analysis:
                 "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
                 "megatron_bridge_global_batch_size": self.global_batch_packs or p.training.global_batch_size,
                 "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
-                "batch": p.batch_text(self.packing_factor)}
+                "batch": p.batch_text(self.packing_factor), "pipeline_layout": p.pipeline_layout_summary()}
 
 
 def _analysis_arrays(a: Analysis) -> list:

@@ -323,3 +323,24 @@ def test_a_layout_that_unrolls_past_a_million_layers_is_refused_at_once(text):
 def test_lora_needs_a_fine_tuning_task():
     with pytest.raises(PlanError, match="training.peft lora fine-tunes a pretrained model"):
         plan_from_dict({**DEEPSEEK, "training": {**DEEPSEEK["training"], "peft": "lora"}})
+
+
+def test_the_estimate_says_which_layout_placed_the_layers(tmp_path):
+    """A user sees the recipe layout that made their pipeline valid, and each rank's layers, in text and JSON."""
+    import json
+    import subprocess
+    import sys
+
+    from advisor.plan import dump_plan
+    from tests.conftest import ROOT, SAMPLE
+
+    path = tmp_path / "plan.yaml"
+    path.write_text(dump_plan(plan_from_dict(DEEPSEEK)))
+    lengths = str(SAMPLE / "wikipedia_bert_len512_hist.csv")
+    run = [sys.executable, "-m", "advisor", "estimate", str(path), "--lengths", lengths]
+    text = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "(Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4): decoder layers per rank 16, 16, 16, 13" \
+        in text
+    out = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, cwd=ROOT, check=True).stdout)
+    assert out["pipeline_layout"]["layers_per_rank"] == [16, 16, 16, 13]
+    assert parse_layout(out["pipeline_layout"]["layout"]) == plan_from_dict(DEEPSEEK).pipeline_stages

@@ -145,6 +145,11 @@ def estimate_text(r: EstimateResult) -> None:
                   f"skipped (longer than {est.packing.config.effective_max_seq_length:,} tokens)"]
     else:
         lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
+    layout = s["pipeline_layout"]
+    if layout is not None:
+        mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(layout["mtp_per_rank"]) if k)
+        lines.append(f"  pipeline layout {layout['layout']} ({layout['source']}): decoder layers per rank "
+                     f"{', '.join(map(str, layout['layers_per_rank']))}{mtp}")
     lines.append(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
                  f"{'fits' if m.fits else 'DOES NOT FIT'}")
     lines += [f"    {name:<16} {_gib(value):>12}" for name, value in m.breakdown.items()]

@@ -93,6 +93,7 @@ class Estimate:
             "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
             "online": None if self.online is None else online_summary(self.online),
             "notes": list(self.notes),
+            "pipeline_layout": self.plan.pipeline_layout_summary(),
         }
 
 

@@ -180,6 +180,17 @@ def layout_string(stages: tuple[tuple[str, ...], ...]) -> str:
     return "|".join(out)
 
 
+def layout_summary(stages: tuple[tuple[str, ...], ...], pp: int) -> dict:
+    """What a layout places, for people: the layout string and each rank's decoder layers and MTP layers.
+
+        >>> layout_summary(parse_layout("Et*3|tmL"), 2)
+        {'layout': 'Et*3|tmL', 'layers_per_rank': [3, 1], 'mtp_per_rank': [0, 1]}
+    """
+    ranks = rank_layers(stages, pp)
+    return {"layout": layout_string(stages), "layers_per_rank": [len(r.decoders) for r in ranks],
+            "mtp_per_rank": [r.mtp for r in ranks]}
+
+
 # Megatron-Bridge's recipes set these when no layout is given (the performance scripts pass layout=None with
 # their pp and vp): DeepSeek-V3 with its MTP layers before the loss, Kimi-K2 without
 _LAST = object()  # where the recipe puts ["mtp"] * mtp_num_layers + ["loss"]

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
-from advisor.plan.pipeline_layout import layout_problems, parse_layout, recipe_layout
+from advisor.plan.pipeline_layout import layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.vocabulary import (
@@ -351,6 +351,16 @@ class Plan(_Section):
         """The layers of each pipeline stage where a layout sets them (the plan's or its recipe's), else None."""
         layout = stages_of(self.model, self.parallel)
         return None if isinstance(layout, str) else layout
+
+    def pipeline_layout_summary(self) -> dict | None:
+        """The layout where one places the layers (the plan's, or its recipe's, said which): its string and each
+        rank's layers; None with the even split."""
+        if self.pipeline_stages is None:
+            return None
+        p = self.parallel
+        source = "the plan's" if p.pipeline_layout is not None else (
+            f"Megatron-Bridge's {self.model.preset} recipe layout for PP {p.pp} x VP {p.vpp or 1}")
+        return {**layout_summary(self.pipeline_stages, p.pp), "source": source}
 
     @property
     def packing_mode(self) -> str:
