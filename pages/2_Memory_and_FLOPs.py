@@ -25,6 +25,8 @@ with st.spinner("estimating"):
     est, problem = ui.estimate_of(analysis)
 stop_on(problem)
 st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
+if (layout := views.pipeline_layout_text(analysis.plan)) is not None:
+    st.caption(ui.plain(layout))
 if not est.memory.fits:
     st.error(ui.plain(views.memory_error_text(est)))
 k = st.columns(4)

@@ -244,3 +244,18 @@ def test_recommendations_page_shows_the_loss_weighting_and_its_fix_makes_it_inva
     labels = {m.label: m.value for m in at.metric}
     assert labels["objective at step 0, packed / unpacked"] == "1.000"
     assert labels["gradient weight moved by packing"] == "0.0%"
+
+
+def test_memory_page_names_the_recipe_layout_that_placed_deepseeks_layers():
+    """DeepSeek-V3's 61 layers on PP 4 x VP 4: the page says the recipe layout placed them, rank by rank."""
+    from advisor.plan import plan_from_dict
+
+    plan = plan_from_dict({"model": "deepseek-v3", "hardware": {"gpu": "GB200"},
+                           "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64},
+                           "training": {"task": "pretrain", "seq_length": 4096, "global_batch_size": 2048},
+                           "packing": {"mode": "none"}})
+    at = run("pages/2_Memory_and_FLOPs.py", {"plan": plan})
+    assert not at.exception
+    captions = [shown(c) for c in at.caption]
+    assert any("Pipeline layout: Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4" in c
+               and "decoder layers per rank 16, 16, 16, 13" in c for c in captions), captions

@@ -201,8 +201,9 @@ def test_deepseek_at_megatron_bridges_published_pipelines_is_accepted():
     plan = plan_from_dict(DEEPSEEK)
     ranks = rank_layers(plan.pipeline_stages, 4)
     assert [len(r.decoders) for r in ranks] == [16, 16, 16, 13]
-    with pytest.raises(PlanError, match="not divisible by pp\\*vpp = 12"):
+    with pytest.raises(PlanError, match="not divisible by pp\\*vpp = 12") as e:
         plan_from_dict({**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "vpp": 3}})
+    assert "Megatron-Bridge's deepseek-v3 recipe has layouts for PP x VP 4 x 1, 4 x 2, 4 x 4, 8 x 1" in str(e.value)
     own = {**DEEPSEEK["parallel"], "vpp": 2, "pp": 8, "ep": 32, "pipeline_layout": "Et*4|(t*4|)*14tmL"}
     with pytest.raises(PlanError, match="has 1 MTP layers \\(m\\), the model 0"):  # Megatron-Core refuses the m
         plan_from_dict({**DEEPSEEK, "parallel": own})

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
-from advisor.plan.pipeline_layout import layout_problems, layout_summary, parse_layout, recipe_layout
+from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.vocabulary import (
@@ -608,9 +608,12 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
                     layout_problems(layout, p.pp, p.vpp, m.num_layers, m.mtp_num_layers)]
         elif (m.num_layers + p.pipeline_slots) % stages:
             extra = f" + {p.pipeline_slots} (embedding/loss)" if p.pipeline_slots else ""
+            known = RECIPE_LAYOUTS.get(m.preset or "")
+            recipe = (f"; Megatron-Bridge's {m.preset} recipe has layouts for PP x VP "
+                      f"{', '.join(f'{a} x {b}' for a, b in sorted(known))}") if known else ""
             out.append(f"model.num_layers {m.num_layers}{extra} is not divisible by pp*vpp = {stages} (Megatron "
                        "can count the embedding and the loss as layers: parallel.account_for_embedding_in_pipeline"
-                       "_split, account_for_loss_in_pipeline_split; or give parallel.pipeline_layout)")
+                       f"_split, account_for_loss_in_pipeline_split; or give parallel.pipeline_layout{recipe})")
         if m.num_moe_experts:
             if m.num_moe_experts % p.ep:
                 out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")

@@ -114,6 +114,24 @@ def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
     return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits", "breaks"])
 
 
+def pipeline_layout_text(plan) -> str | None:
+    """Which layout places the layers on the pipeline ranks, when one does (the plan's own, or the recipe's that
+    made a 61-layer model fit its pipeline), and each rank's layers; None with the even split.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> pipeline_layout_text(plan_from_dict({"model": "deepseek-v3", "parallel": {"gpus": 64, "pp": 4, "ep": 8},
+    ...                                      "training": {"task": "pretrain"}, "packing": {"mode": "none"}}))[:58]
+    "Pipeline layout: Megatron-Bridge's deepseek-v3 recipe layo"
+    """
+    s = plan.pipeline_layout_summary()
+    if s is None:
+        return None
+    mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(s["mtp_per_rank"]) if k)
+    return (f"Pipeline layout: {s['source']}, {s['layout']}; decoder layers per rank "
+            f"{', '.join(map(str, s['layers_per_rank']))}{mtp}. The slowest rank sets the pace and the fullest the "
+            "memory.")
+
+
 def candidates_table(result: SearchResult) -> pd.DataFrame:
     """Your plan and the search's candidates, the batch in both units (packs ≈ samples) on every row."""
     rows = [{"plan": "yours", **result.baseline.summary()}]
