@@ -78,10 +78,15 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, action="append", help="a table of published runs (default: both shipped)")
     ap.add_argument("--quick", action="store_true", help="the stored constants only, no refit")
     args = ap.parse_args()
-    rows = load_measurements(args.csv or CALIBRATION_CSVS)
+    refused: list = []
+    rows = load_measurements(args.csv or CALIBRATION_CSVS, refused)
     print(f"stored constants: {EFFICIENCY}")
     errors = table(rows, EFFICIENCY)
     by_group(rows, errors)
+    if refused:  # every row is accounted for: a refused one is listed, not dropped
+        print(f"\nrefused {len(refused)} of {len(refused) + len(rows)} rows (no estimate):")
+        for table_name, line, what, why in refused:
+            print(f"  {table_name} line {line}: {what}: {why}")
     if args.quick:
         return
     start = time.perf_counter()

@@ -45,3 +45,18 @@ def test_fine_tuning_rows_are_packed_fine_tuning_plans(tmp_path):
 def test_a_task_the_harness_does_not_know_is_refused(tmp_path):
     with pytest.raises(ValueError, match="task 'rlhf'"):
         _rows(tmp_path, ["llama3.1-8b,rlhf,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t"])
+
+
+def test_a_row_the_plan_refuses_is_listed_not_dropped(tmp_path):
+    """A table's row for a model without a preset: the harness lists it with its line and why, and reads the rest."""
+    path = tmp_path / "mixed.csv"
+    path.write_text(HEADER + "\n" + "\n".join([
+        "nemotronh-56b,pretrain,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,no,1.0,0,t",
+        "llama3.1-8b,pretrain,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,no,1.0,0,t"]) + "\n")
+    refused: list = []
+    rows = load_measurements(path, refused)
+    assert [r.name for r in rows] == ["llama3.1-8b H100-80GB bf16 8"]
+    assert [(t, line, what) for t, line, what, _ in refused] == [("mixed.csv", 2, "nemotronh-56b H100-80GB bf16 8")]
+    assert "unknown preset 'nemotronh-56b'" in refused[0][3]
+    with pytest.raises(Exception, match="unknown preset"):  # without the list, as the shipped tables are read
+        load_measurements(path)

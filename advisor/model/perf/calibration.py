@@ -29,7 +29,7 @@ import numpy as np
 
 from advisor import caches
 from advisor.model.perf.step import Efficiency, StepWork, step_time
-from advisor.plan import Plan, plan_from_dict
+from advisor.plan import Plan, PlanError, plan_from_dict
 
 BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
           "grouped": (0.3, 1.0), "expert_overhead_ms": (0.0, 3.0)}
@@ -84,6 +84,13 @@ MOE_SETTINGS = {
     ("qwen3-30b-a3b", "B300"): ("flex_hybridep", False), ("qwen3-30b-a3b", "GB200"): ("flex_hybridep", False),
     ("qwen3-30b-a3b", "GB300"): ("flex_hybridep", False),
     ("gpt-oss-120b", "GB200"): ("alltoall", True), ("gpt-oss-120b", "B300"): ("flex_hybridep", False),
+    # scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: HybridEP on Blackwell (DeepEP for the
+    # B200 V2 FP8 and NVFP4 variants, which a table row does not tell apart), and configs/deepseek/
+    # deepseek_llm_pretrain.py enable_deepep=True on H100; configs/kimi/kimi_workload_base_configs.py: HybridEP on
+    # GB200 and GB300, the bridge's alltoall elsewhere
+    **{("deepseek-v3", g): ("flex_hybridep", False) for g in ("GB200", "GB300", "B200", "B300")},
+    ("deepseek-v3", "H100-80GB"): ("flex_deepep", False),
+    ("kimi-k2", "GB200"): ("flex_hybridep", False), ("kimi-k2", "GB300"): ("flex_hybridep", False),
 }
 
 
@@ -185,13 +192,22 @@ def _squad():
 caches.listed("the SQuAD lengths fine-tuning rows are packed from", _squad)
 
 
-def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS) -> list[Measurement]:
-    """Rows of the published-runs tables as plans and work (``work_of``): pre-training, SFT and LoRA rows."""
+def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS, refused: list | None = None) -> list[Measurement]:
+    """Rows of the published-runs tables as plans and work (``work_of``): pre-training, SFT and LoRA rows. A row
+    the plan refuses (a model without a preset, a layout Megatron would refuse) raises, or with ``refused`` is
+    counted there as (table, line, row's model and system, why) and the others are read."""
     out = []
     for path in [paths] if isinstance(paths, Path) else paths:
         with open(path, newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
-                plan = plan_of_row(row, path.name)
+            for line, row in enumerate(csv.DictReader(f), start=2):
+                try:
+                    plan = plan_of_row(row, path.name)
+                except (PlanError, ValueError) as e:
+                    if refused is None:
+                        raise
+                    refused.append((path.name, line, f"{row.get('model')} {row.get('system') or row.get('gpu')} "
+                                    f"{row.get('precision')} {row.get('gpus')}", str(e).splitlines()[-1][:300]))
+                    continue
                 t = plan.training
                 work = work_of(plan)
                 release = f"{row['release']} " if row.get("release") else ""
