@@ -59,6 +59,10 @@ class Settings:
     mixed_precision: dict | None = None  # the MixedPrecisionConfig fields the plan's precision sets (None: BF16)
     precision_recipe: str | None = None  # Megatron-Bridge's recipe name for it (get_mixed_precision_config)
     comm_overlap: dict = field(default_factory=dict)  # CommOverlapConfig fields (the EP all-to-all overlap)
+    # what the plan trains, on the recipe's cfg.peft (ConfigContainer.peft): LoRA's dim (megatron/bridge/peft/lora.py
+    # LoRA), "off" for every weight (a LoRA recipe's adapters would change the memory and time estimated), or None
+    # (pre-training: left to the recipe)
+    peft: int | str | None = None
 
 
 # Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
@@ -205,9 +209,10 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         mixed.pop("fp4_param_gather", None)
     if mixed is not None and not t.grad_reduce_in_fp32:
         mixed["grad_reduce_in_fp32"] = False
+    peft = t.lora_rank if t.peft == "lora" else None if t.task == "pretrain" else "off"
     return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode,
                     comm_overlap=comm_overlap, mixed_precision=mixed,
-                    precision_recipe=num.mb_recipe if num.quantized else None)
+                    precision_recipe=num.mb_recipe if num.quantized else None, peft=peft)
 
 
 # The MixedPrecisionConfig fields each of Megatron-Bridge's recipes sets (training/mixed_precision.py, 0.3.1 to 0.6.2):
@@ -266,7 +271,12 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
                   "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
                   f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})"]
         lines += [f"cfg.comm_overlap.{k} = {_py(v)}" for k, v in s.comm_overlap.items()]
-    lines += _peft_lines(plan)
+    if isinstance(s.peft, int):  # a full fine-tuning recipe gets Megatron-Bridge's LoRA with its default targets
+        lines += ["from megatron.bridge.peft.lora import LoRA",
+                  "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
+                  "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(s.peft)}"]
+    elif s.peft == "off":
+        lines.append("cfg.peft = None  # the plan fine-tunes every weight (no LoRA adapters)")
     if plan.training.epochs and "train_iters" not in s.train:
         lines.append("# training.epochs: give the lengths (--lengths or data.lengths) to have train_iters written")
     if s.mixed_precision is not None:
@@ -279,19 +289,6 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
         lines += ["# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
                   "# 'bf16_mixed' first through get_mixed_precision_config) set grad_reduce_in_fp32 = False"]
     return "\n".join(lines) + "\n"
-
-
-def _peft_lines(plan: Plan) -> list[str]:
-    """What the plan trains, on the recipe's ``cfg.peft`` (ConfigContainer.peft): LoRA adapters of the plan's
-    rank (megatron/bridge/peft/lora.py ``LoRA``, dim; a full fine-tuning recipe gets Megatron-Bridge's LoRA with its
-    default targets), or every weight (a LoRA recipe's adapters would change the memory and the time estimated)."""
-    if plan.training.peft == "lora":
-        return ["from megatron.bridge.peft.lora import LoRA",
-                "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
-                "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(plan.training.lora_rank)}"]
-    if plan.training.task == "pretrain":
-        return []
-    return ["cfg.peft = None  # the plan fine-tunes every weight (no LoRA adapters)"]
 
 
 def _comment(text: str) -> str:
@@ -317,9 +314,9 @@ def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: flo
     if s.mixed_precision is not None:  # the named recipe's fields, on the recipe's MixedPrecisionConfig object
         out += [f"mixed_precision.{k}={_dotlist(v)}" for k, v in s.mixed_precision.items()]
     out += [f"comm_overlap.{k}={_dotlist(v)}" for k, v in s.comm_overlap.items()]  # the recipe's comm-overlap config
-    if plan.training.peft == "lora":  # on the LoRA recipe's own LoRA object (a dotlist cannot create one)
-        out.append(f"peft.dim={plan.training.lora_rank}")
-    elif plan.training.task != "pretrain":
+    if isinstance(s.peft, int):  # on the LoRA recipe's own LoRA object (a dotlist cannot create one)
+        out.append(f"peft.dim={s.peft}")
+    elif s.peft == "off":
         out.append("peft=null")
     return "\n".join(out) + "\n"
 

@@ -194,17 +194,18 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     act_last = per_layer * layers_per_stage + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
-    # MTP layers: on the last stage, each a layer of the last layer's kind with its own logits, and a rank with
-    # MTP layers builds its own copy of the embedding (Megatron-Core gpt_model.py: pre_process or mtp_process)
-    mtp = m.mtp_num_layers
-    mtp_dense, mtp_routed = (mtp * counts.dense_by_layer[-1] / p.tp, mtp * counts.routed_by_layer[-1] / (p.ep * p.etp))
-    mtp_embedding = emb if mtp and p.pp > 1 else 0.0
     stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
-              "last": (last + mtp_dense + mtp_embedding, act_last + per_layer * mtp, logits * (1 + mtp),
-                       routed + mtp_routed, dense_layers + mtp_dense)}
-    if p.pp == 1:  # one stage holds everything
-        stages = {"first": (first + mtp_dense, act_first + per_layer * mtp, logits * (1 + mtp),
-                            routed + mtp_routed, dense_layers + mtp_dense)}
+              "last": (last, act_last, logits, routed, dense_layers)}
+    if m.mtp_num_layers:
+        # MTP layers: on the last stage (the only one with pp 1), each a layer of the last layer's kind with its own
+        # logits; a later stage with MTP layers builds its own copy of the embedding (Megatron-Core gpt_model.py:
+        # pre_process or mtp_process)
+        mtp = m.mtp_num_layers
+        mtp_dense = mtp * counts.dense_by_layer[-1] / p.tp
+        extra = (mtp_dense + (emb if p.pp > 1 else 0.0), per_layer * mtp, logits * mtp,
+                 mtp * counts.routed_by_layer[-1] / (p.ep * p.etp), mtp_dense)
+        holder = "last" if p.pp > 1 else "first"
+        stages[holder] = tuple(a + b for a, b in zip(stages[holder], extra, strict=True))
     if plan.pipeline_stages is not None:
         stages = _ranks_by_layout(plan, counts, per_layer, embed_acts, logits, working, num_microbatches)
     name = max(stages, key=lambda k: sum(_state_split(plan, stages[k][0], stages[k][3], stages[k][4]))

@@ -30,6 +30,7 @@ import numpy as np
 from advisor import caches
 from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, PlanError, plan_from_dict
+from advisor.plan.presets import MODEL_PRESETS
 
 BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
           "grouped": (0.3, 1.0), "expert_overhead_ms": (0.0, 3.0)}
@@ -46,8 +47,6 @@ ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 EFFICIENCY = Efficiency(gemm=0.636, gemm_blackwell=0.544, gemm_fp4=0.374, attention=ATTENTION_EFFICIENCY,
                         attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.339, grouped=0.504,
                         expert_overhead_ms=0.301)
-MOE_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "grok1-314b", "deepseek-v3", "kimi-k2",
-              "mixtral-8x7b")
 # Megatron-Bridge's and NeMo's LoRA: dim 32 on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (megatron/bridge/
 # peft/lora.py LoRA defaults; the fine-tuning recipes pass none)
 LORA_RANK = 32
@@ -135,7 +134,7 @@ def plan_of_row(row: dict, table: str) -> Plan:
     sequence length (``work_of``)."""
     model = MODEL_OF.get(row["model"], row["model"])
     precision = row["precision"].lower()
-    moe = model in MOE_MODELS
+    moe = bool(MODEL_PRESETS.get(model, {}).get("num_moe_experts"))
     task = _task_of(row)
     training = {"task": "pretrain" if task == "pretrain" else "llm-sft", "seq_length": int(row["seq_length"]),
                 "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",

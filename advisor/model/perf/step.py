@@ -399,15 +399,20 @@ def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
 def _rank_phases(rank: RankLayers, pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase],
                  head: tuple[Phase, Phase], mtp_layers: int) -> tuple[Phase, Phase]:
     """Forward and backward of one micro batch through a pipeline rank's layers by layout: its decoder layers
-    (dense or MoE by ``moe_layer_freq``), each MTP layer it holds as one more layer of the last layer's kind, and on
-    the last rank the output layer once for the model and once per MTP layer (Megatron-Core
-    multi_token_prediction.py: each MTP layer's hidden states go through the shared output layer and its loss in
-    the post-process, ``process_mtp_loss``)."""
+    (dense or MoE by ``moe_layer_freq``), each MTP layer it holds, and on the last rank the output layer once for
+    the model and once per MTP layer (Megatron-Core multi_token_prediction.py: each MTP layer's hidden states go
+    through the shared output layer and its loss in the post-process, ``process_mtp_loss``)."""
     n_moe = sum(1 for i in rank.decoders if pattern[i])
     n_dense = len(rank.decoders) - n_moe
-    last = moe if pattern[-1] else dense
+    mtp = _mtp_layer(pattern, dense, moe)
     heads = 1 + mtp_layers if rank.loss else 0
-    return tuple(dense[k] * n_dense + moe[k] * n_moe + last[k] * rank.mtp + head[k] * heads for k in (0, 1))
+    return tuple(dense[k] * n_dense + moe[k] * n_moe + mtp[k] * rank.mtp + head[k] * heads for k in (0, 1))
+
+
+def _mtp_layer(pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase]) -> tuple[Phase, Phase]:
+    """An MTP layer's forward and backward: a transformer layer of the last decoder layer's kind (Megatron-Core
+    builds the MTP block from the decoder's last layer spec)."""
+    return moe if pattern[-1] else dense
 
 
 def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
@@ -443,9 +448,8 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
         slots = (m.num_layers + p.pipeline_slots) / p.pp
         last_layers = slots - (1 if p.account_for_loss_in_pipeline_split else 0)
         mean_layers = m.num_layers / p.pp
-        # Megatron-Core builds the MTP layers on the last stage, each a layer of the last layer's kind with its
-        # own output layer
-        kind_f, kind_b = (moe_f, moe_b) if pattern[-1] else (dense_f, dense_b)
+        # Megatron-Core builds the MTP layers on the last stage, each with its own pass through the output layer
+        kind_f, kind_b = _mtp_layer(pattern, (dense_f, dense_b), (moe_f, moe_b))
         mtp_f, mtp_b = (kind_f + head_f) * m.mtp_num_layers, (kind_b + head_b) * m.mtp_num_layers
         last_f, last_b = layer_f * last_layers + head_f + mtp_f, layer_b * last_layers + head_b + mtp_b
         first_layers = slots - (1 if p.account_for_embedding_in_pipeline_split else 0)
