@@ -11,9 +11,9 @@ st.title("Memory & FLOPs")
 for where, name in zip(st.columns(7), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",
                                        "parallel.cp", "training.micro_batch_size"), strict=True):
     control(name, where)
-for where, name in zip(st.columns(7), ("training.seq_length", "training.batch_unit", "training.batch",
-                                       "parallel.sp", "training.recompute", "training.precision", "parallel.fsdp"),
-                       strict=True):
+for where, name in zip(st.columns(8), ("training.seq_length", "training.batch_unit", "training.batch",
+                                       "parallel.sp", "training.recompute", "training.precision", "parallel.fsdp",
+                                       "training.cpu_offloading_num_layers"), strict=True):
     control(name, where)
 if st.toggle("Custom model fields", key="custom_model", help=H("custom_model")):
     for where, field in zip(st.columns(len(controls.CUSTOM_FIELDS)), controls.CUSTOM_FIELDS, strict=True):
@@ -27,6 +27,8 @@ stop_on(problem)
 st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
 if (layout := views.pipeline_layout_text(analysis.plan)) is not None:
     st.caption(ui.plain(layout))
+if (offload := views.offload_text(est)) is not None:
+    st.caption(ui.plain(offload))
 if not est.memory.fits:
     st.error(ui.plain(views.memory_error_text(est)))
 k = st.columns(4)

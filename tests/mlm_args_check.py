@@ -45,7 +45,8 @@ CHECKED = ("pipeline_model_parallel_layout", "mtp_num_layers",
            "train_iters", "global_batch_size", "micro_batch_size", "sequence_parallel", "fp8", "fp8_recipe",
            "fp8_param_gather", "fp8_amax_history_len", "fp4", "fp4_recipe", "fp4_param_gather", "use_megatron_fsdp",
            "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu",
-           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm")
+           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
+           "cpu_offloading_num_layers")
 
 
 def missing_reason() -> str | None:
@@ -128,6 +129,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported to the test, which decides
             validated = f"{type(e).__name__}: {e}"
         parsed["vpp_after_validation"] = getattr(args, "virtual_pipeline_model_parallel_size", None)
+        parsed["cpu_offloading_after_validation"] = getattr(args, "cpu_offloading", None)
         layout = getattr(args, "pipeline_model_parallel_layout", None)
         if isinstance(layout, str):  # what TransformerConfig checks when it is built: the layers the layout places
             from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout

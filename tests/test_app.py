@@ -76,6 +76,26 @@ def test_memory_page_refuses_an_inconsistent_layout():
     assert at.session_state["plan"].parallel.gpus == 8  # the last good plan is kept
 
 
+def test_memory_page_offloads_layers_and_refuses_what_megatron_core_refuses():
+    """Offloading with selective recompute (the default) is refused and the plan kept; with recompute none the
+    activations shrink and the page says what went to host memory."""
+    from advisor.ui.controls import CONTROLS
+
+    at = run("pages/2_Memory_and_FLOPs.py")
+    offload = CONTROLS["training.cpu_offloading_num_layers"].key
+    at.number_input(key=offload).set_value(8).run()
+    assert "needs training.recompute none, not selective" in shown(at.error[0])
+    assert at.session_state["plan"].training.cpu_offloading_num_layers == 0
+    assert at.number_input(key=offload).value == 0
+    at.selectbox(key=CONTROLS["training.recompute"].key).set_value("none").run()
+    before = at.session_state["plan"]
+    at.number_input(key=offload).set_value(8).run()
+    assert not at.exception and not at.error
+    plan = at.session_state["plan"]
+    assert plan.training.cpu_offloading_num_layers == 8 and plan.model == before.model
+    assert any("CPU offloading:" in shown(c) and "in host memory" in shown(c) for c in at.caption)
+
+
 def test_export_matches_the_command_line(tmp_path):
     at = run("pages/3_Recommendations.py")
     shown = at.code[0].value

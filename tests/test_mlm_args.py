@@ -82,6 +82,11 @@ def plans() -> dict:
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
                                             "training": {"seq_length": 8192, "global_batch_size": 128}})
+    # activation offloading as Megatron-Bridge's GB200 FSDP recipe runs it: pp 1, no recompute
+    out["llama3.1-8b/offload"] = plan_from_dict(
+        {"model": "llama3.1-8b", "parallel": {"gpus": 16, "fsdp": True}, "hardware": {"gpu": "GB200"},
+         "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "none",
+                      "cpu_offloading_num_layers": 20}})
     return out
 
 
@@ -105,7 +110,17 @@ def parsed(tmp_path_factory):
 
 
 CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap",
-         "deepseek-v3/layout", "deepseek-v3/layout-mtp"]
+         "deepseek-v3/layout", "deepseek-v3/layout-mtp", "llama3.1-8b/offload"]
+
+
+def test_megatron_lm_offloads_the_plans_layers(parsed):
+    """The count is Megatron-LM's own flag; validate_args turns cpu_offloading on from it."""
+    results, cases = parsed
+    a = results["llama3.1-8b/offload"]["parsed"]
+    assert a["cpu_offloading_num_layers"] == cases["llama3.1-8b/offload"].training.cpu_offloading_num_layers
+    assert a["cpu_offloading_after_validation"] is True
+    assert results["llama3.1-8b/offload"]["validate_args"] == "ok"
+    assert not results["llama3.1-8b/cp"]["parsed"]["cpu_offloading_after_validation"]
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3/layout", "deepseek-v3/layout-mtp"])

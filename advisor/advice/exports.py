@@ -164,6 +164,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     if t.recompute == "full":
         model["recompute_method"] = "uniform"
         model["recompute_num_layers"] = 1
+    if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
+        model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,
+                     cpu_offloading_weights=False)
     ddp = {"use_distributed_optimizer": t.distributed_optimizer}
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
@@ -534,6 +537,8 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args.append("--recompute-granularity selective")
     elif t.recompute == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if t.cpu_offloading_num_layers:  # validate_args turns cpu_offloading on from the count
+        args.append(f"--cpu-offloading-num-layers {t.cpu_offloading_num_layers}")
     if t.distributed_optimizer:
         args.append("--use-distributed-optimizer")
     if p.fsdp:  # Megatron FSDP asserts the fsdp_dtensor checkpoint format; ZeRO-3 as Megatron-Bridge's recipes run it

@@ -153,6 +153,9 @@ def estimate_text(r: EstimateResult) -> None:
     lines.append(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
                  f"{'fits' if m.fits else 'DOES NOT FIT'}")
     lines += [f"    {name:<16} {_gib(value):>12}" for name, value in m.breakdown.items()]
+    if m.offloaded:
+        lines.append(f"    (and {_gib(m.offloaded)} of activations in host memory: "
+                     f"{plan.training.cpu_offloading_num_layers} layers offloaded)")
     mb = m.megatron_bridge
     lines.append(f"  Megatron-Bridge 0.6.2 estimate (its log): weight and optimizer "
                  f"{mb.weight_and_optimizer_bytes / 2**20:,.2f} MB, activation {mb.activation_bytes / 2**20:,.2f} "
@@ -164,7 +167,8 @@ def estimate_text(r: EstimateResult) -> None:
               f"({f.padding_waste:.1%} on padding)",
               f"  attention core per step: THD {a['thd']:.3e}, padded {a['padded']:.3e}, block-masked "
               f"{a['block_mask']:.3e}; sum(s^2)/(sum s)^2 = {f.attention_ratio:.3f}",
-              f"  step {t.step_seconds:.3f} s ({t.model}; MFU {t.mfu:.0%}, straggler x{t.straggler_factor:.3f}), "
+              f"  step {t.step_seconds:.3f} s ({t.model}; MFU {t.mfu:.0%} of the {t.peak_format.upper()} peak, "
+              f"straggler x{t.straggler_factor:.3f}), "
               f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
               f"({t.steps_per_epoch:,.0f} steps)",
               "    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown)]

@@ -94,8 +94,9 @@ def _estimate(p: argparse.ArgumentParser) -> None:
     from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 
     _plan_args(p)
-    p.add_argument("--mfu", type=number(check_mfu), help="fix the model FLOPs utilisation, in [0.01, 1], instead of "
-                                                         "the performance model's step time")
+    p.add_argument("--mfu", type=number(check_mfu), help="fix the model FLOPs utilisation (of the dense peak at the "
+                                                         "plan's precision: FP8's for fp8 and mxfp8), in [0.01, 1], "
+                                                         "instead of the performance model's step time")
     p.add_argument("--overhead-gib", type=number(check_overhead),
                    help=f"fixed memory overhead per GPU, 0 to 1024 (default {DEFAULT_OVERHEAD_GIB:g} GiB)")
     _json_quiet(p)

@@ -6,7 +6,7 @@ packing settings, so changing the model, layout or GPU re-estimates without pack
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from advisor.model.micro_batches import (
     padded_micro_batches,
     pretrain_micro_batches,
 )
+from advisor.model.numerics import numerics_of
 from advisor.model.throughput import TimeEstimate, estimate_time, rank_straggler
 from advisor.packing.cache import packing_for
 from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
@@ -143,7 +144,10 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
     run = schedule_of(plan, hist) if mode == "online" else None
     mb, result = (online_micro_batches(run), None) if run is not None else _micro_batches(plan, hist, mode)
     capacity = plan.hardware.capacity_gib * GIB
-    peak = plan.hardware.peak_tflops * 1e12
+    # MFU against the dense peak of the format the linear layers run in (NVIDIA's published FP8 MFUs are of the FP8
+    # peak: dgxc-benchmarking's READMEs), so a fixed MFU means the same on every precision
+    fmt = numerics_of(plan).gemm
+    peak = (plan.hardware.table.get(f"{fmt}_tflops") or plan.hardware.peak_tflops) * 1e12
     n = result.packing_factor if result is not None else None
     num_microbatches = plan.micro_batches_per_step(n) if run is None else \
         max(1, round(run.summary.micro_batches_mean))
@@ -175,6 +179,7 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
                          seed=plan.packing_seed,
                          straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
                          model_flops=mlm_flops)
+    time = replace(time, peak_format=fmt)
     notes = []
     if p.cp > 1:
         notes.append(f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "

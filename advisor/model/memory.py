@@ -99,6 +99,7 @@ class MemoryEstimate:
     capacity: float
     megatron_bridge: MegatronBridgeMemory
     differences: tuple[str, ...]
+    offloaded: float = 0.0  # activations held in host memory (training.cpu_offloading_num_layers), not on the GPU
 
     @property
     def breakdown(self) -> dict[str, float]:
@@ -190,8 +191,13 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     if t.recompute == "full":  # one layer's full set is rebuilt at a time during backward
         working = tokens * activation_bytes_per_token_per_layer(_with(plan, recompute="selective"))
     embed_acts = tokens * (8 + m.hidden_size)
-    act_first = (per_layer * layers_per_stage + embed_acts) * first_in_flight + working
-    act_last = per_layer * layers_per_stage + working
+    # CPU offloading (pp 1 only): Transformer Engine's default synchronizer holds the offloaded layers' activations
+    # until the last of them is copied out, so the peak on the GPU is (layers - offloaded) layers' worth
+    # (transformer_engine/pytorch/cpu_offload.py, DefaultOffloadSynchronizer)
+    offloaded = min(t.cpu_offloading_num_layers, layers_per_stage)
+    resident = layers_per_stage - offloaded
+    act_first = (per_layer * resident + embed_acts) * first_in_flight + working
+    act_last = per_layer * resident + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
     stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
@@ -216,7 +222,7 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     return MemoryEstimate(weights=w, gradients=g, optimizer=o, activations=act, logits=lg, overhead=overhead_bytes,
                           stage=name if p.pp > 1 else "only", tokens_per_micro_batch=int(tokens_per_micro_batch),
                           capacity=capacity_bytes, megatron_bridge=mb,
-                          differences=_differences(plan, tokens_per_micro_batch))
+                          differences=_differences(plan, tokens_per_micro_batch), offloaded=per_layer * offloaded)
 
 
 def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, logits: float, working: float,

@@ -34,6 +34,7 @@ class TimeEstimate:
     ideal_step_seconds: float  # without the straggler wait
     breakdown: dict = field(default_factory=dict)  # seconds per step by what they model; sums to step_seconds
     model: str = "performance model"
+    peak_format: str = "bf16"  # whose dense peak the MFU is of: the format the linear layers run in
 
 
 def straggler_factor(costs: np.ndarray, global_batch: int, dp: int, seed: int = 0, max_steps: int = 2000) -> float:

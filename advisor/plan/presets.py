@@ -101,31 +101,34 @@ MODEL_PRESETS: dict[str, dict] = {
 # gpus_per_node GPUs, rail-aligned (one NIC per GPU in every system here); nvlink_domain: GPUs one NVLink switch
 # fabric joins (8 on HGX/DGX boards, 72 in an NVL72 rack); sms: streaming multiprocessors (GEMM waves);
 # compute_capability: what Transformer Engine checks a recipe against (transformer_engine/pytorch/quantization.py).
+# host_gbps: one GPU's link to host memory per direction, GB/s, which CPU offloading of activations crosses: PCIe
+# Gen4 x16 (32) on DGX A100, Gen5 x16 (64) on DGX H100/H200/B200 and on DGX B300 (its Xeon 6 hosts run Gen5), and on
+# GB200/GB300 the Grace CPU's NVLink-C2C, 900 GB/s both ways for the superchip's two GPUs: 225 each way per GPU.
 GPU_PRESETS: dict[str, dict] = {
     "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=1.555,
                       nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-                      compute_capability=8.0),
+                      compute_capability=8.0, host_gbps=32.0),
     "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=2.039,
                       nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-                      compute_capability=8.0),
+                      compute_capability=8.0, host_gbps=32.0),
     "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=3.35,
                       nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
-                      compute_capability=9.0),
+                      compute_capability=9.0, host_gbps=64.0),
     "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=4.8,
                        nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
-                       compute_capability=9.0),
+                       compute_capability=9.0, host_gbps=64.0),
     "B200": dict(memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, hbm_tbps=8.0,
                  nvlink_gbps=900.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=148,
-                 compute_capability=10.0),
+                 compute_capability=10.0, host_gbps=64.0),
     "B300": dict(memory_gib=268.2, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=13500.0, hbm_tbps=8.0,
                  nvlink_gbps=900.0, nics_per_node=8, nic_gbps=100.0, gpus_per_node=8, nvlink_domain=8, sms=160,
-                 compute_capability=10.3),
+                 compute_capability=10.3, host_gbps=64.0),
     "GB200": dict(memory_gib=173.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0, hbm_tbps=8.0,
                   nvlink_gbps=900.0, nics_per_node=4, nic_gbps=50.0, gpus_per_node=4, nvlink_domain=72, sms=148,
-                  compute_capability=10.0),
+                  compute_capability=10.0, host_gbps=225.0),
     "GB300": dict(memory_gib=268.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=15000.0, hbm_tbps=8.0,
                   nvlink_gbps=900.0, nics_per_node=4, nic_gbps=100.0, gpus_per_node=4, nvlink_domain=72, sms=160,
-                  compute_capability=10.3),
+                  compute_capability=10.3, host_gbps=225.0),
 }
 # Where each row comes from (the README's hardware table prints these)
 GPU_SOURCES: dict[str, str] = {

@@ -242,6 +242,10 @@ class TrainingSpec(_Section):
     peft: Peft = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank (Megatron-Bridge's LoRA dim, default 32)", 32)
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
+    cpu_offloading_num_layers: int = _int(0, 1 << 20, (
+        "layers whose saved activations go to host memory in forward and come back for backward (Megatron-Core "
+        "cpu_offloading_num_layers, Megatron-Bridge's GB200/GB300 FSDP recipes): fewer than the layers, pp 1, no "
+        "recompute, and CUDA graphs only over the full iteration"), 0)
     epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
                                  "exports turn it into train_iters (null: the recipe's train_iters)")
     # Megatron-Core's names and defaults (transformer_config.py calculate_per_token_loss, DistributedDataParallelConfig
@@ -589,6 +593,17 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")
     if t is not None and t.peft == "lora" and t.task == "pretrain":  # ConfigContainer.validate asserts a checkpoint
         out.append("training.peft lora fine-tunes a pretrained model: set training.task to llm-sft or vlm-sft")
+    if t is not None and t.cpu_offloading_num_layers:  # megatron/core/transformer/transformer_config.py refuses these
+        n = t.cpu_offloading_num_layers
+        if m is not None and n >= m.num_layers:
+            out.append(f"training.cpu_offloading_num_layers {n} must be below model.num_layers {m.num_layers}: "
+                       "Megatron-Core offloads only layers less than the layer count")
+        if p is not None and p.pp > 1:
+            out.append(f"training.cpu_offloading_num_layers needs parallel.pp 1, not {p.pp}: Megatron-Core does not "
+                       "offload with pipeline parallelism")
+        if t.recompute != "none":
+            out.append(f"training.cpu_offloading_num_layers needs training.recompute none, not {t.recompute}: "
+                       "Megatron-Core does not offload with activation recompute")
     if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
         out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:

@@ -169,6 +169,7 @@ _ALL = [
             options=lambda s: list(get_args(Precision))),
     Control(name="parallel.fsdp", label="Megatron FSDP", kind="toggle", help="fsdp",
             read=lambda s: s["plan"].parallel.fsdp, write=lambda s, v: {"parallel": {"fsdp": bool(v)}}),
+    _number("training.cpu_offloading_num_layers", "offloaded layers", "cpu_offload", 0, 1 << 20),
     Control(name="training.batch_unit", label="global batch counts", kind="radio", help="batch_unit",
             read=_batch_unit, write=_batch_unit_write, options=_batch_unit_options),
     Control(name="training.batch", label="global batch", kind="number", help="global_batch", lo=1, hi=1 << 24,

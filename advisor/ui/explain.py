@@ -136,6 +136,11 @@ HELP: dict[str, Explanation] = {
                "optimizer state sharded over the data-parallel ranks, each layer's weights gathered before its "
                "forward and backward and its gradients reduce-scattered after, behind the neighbouring layer's "
                "compute.", "advisor/model/perf/step.py"),
+    "cpu_offload": _e("Layers whose saved activations Transformer Engine copies to host memory in forward and back "
+                      "for backward (Megatron-Core cpu_offloading_num_layers): the GPU holds the other layers' only. "
+                      "Needs PP 1 and no recompute. The copies hide behind the compute while the host link keeps up: "
+                      "NVLink-C2C on GB200/GB300 does, PCIe on x86 nodes much less.",
+                      "advisor/model/perf/offload.py"),
     "gpus": _e("GPUs in the job: tensor x pipeline x context x data parallel sizes.", "Megatron-Core parallel_state"),
     "tp": _e("Tensor parallelism: each layer's matrices split over TP GPUs (fast links needed, usually one node).",
              "Megatron-Core tensor_parallel"),

@@ -114,6 +114,17 @@ def memory_grid_frame(analysis: Analysis) -> pd.DataFrame:
     return pd.DataFrame(memory_grid(analysis), columns=["cp", "pack_size", "memory_gib", "fits", "breaks"])
 
 
+def offload_text(est) -> str | None:
+    """What CPU offloading moves off the GPU and what its copies cost, when the plan offloads; None otherwise."""
+    m = est.memory
+    if not m.offloaded:
+        return None
+    exposed = est.time.breakdown.get("offload", 0.0)
+    cost = f"{exposed:.3f} s a step waiting for the host link" if exposed else "hidden behind the compute"
+    return (f"CPU offloading: {m.offloaded / 2**30:.1f} GiB of activations per GPU in host memory "
+            f"(not in the GPU total); the copies out and back are {cost}.")
+
+
 def pipeline_layout_text(plan) -> str | None:
     """Which layout places the layers on the pipeline ranks, when one does (the plan's own, or the recipe's that
     made a 61-layer model fit its pipeline), and each rank's layers; None with the even split.

@@ -41,12 +41,14 @@ BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.
 ATTENTION_EFFICIENCY = 0.55
 # On B200 FlashAttention-4 reaches 1,605 TFLOP/s forward in BF16, 1.3x cuDNN 9.13 (Zadouri, Dao et al. 2026,
 # together.ai/blog/flashattention-4), which Transformer Engine runs: cuDNN's forward ~1,235 = 0.55 of 2,250; with
-# backward at Hopper's 0.82 of forward (510/620), 3.5 / (1/0.55 + 2.5/0.45) = 0.47 of peak
+# backward at Hopper's 0.82 of forward (510/620), 3.5 / (1/0.55 + 2.5/0.45) = 0.47 of peak. Blackwell Ultra (B300,
+# GB300) runs at Hopper's figure: it doubles the exponentials per clock, restoring Hopper's ratio of tensor-core to
+# softmax work (Efficiency.attention_for)
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
-EFFICIENCY = Efficiency(gemm=0.636, gemm_blackwell=0.544, gemm_fp4=0.374, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.339, grouped=0.504,
-                        expert_overhead_ms=0.301)
+EFFICIENCY = Efficiency(gemm=0.632, gemm_blackwell=0.538, gemm_fp4=0.363, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.379, grouped=0.506,
+                        expert_overhead_ms=0.302)
 # Megatron-Bridge's and NeMo's LoRA: dim 32 on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (megatron/bridge/
 # peft/lora.py LoRA defaults; the fine-tuning recipes pass none)
 LORA_RANK = 32
@@ -91,6 +93,14 @@ MOE_SETTINGS = {
     ("deepseek-v3", "H100-80GB"): ("flex_deepep", False),
     ("kimi-k2", "GB200"): ("flex_hybridep", False), ("kimi-k2", "GB300"): ("flex_hybridep", False),
 }
+
+
+# Activation offloading in Megatron-Bridge's FSDP runs of Llama 3 70B (scripts/performance/configs/llama/
+# llama3_workload_base_configs.py at v0.3.1, V1 and V2 alike: cpu_offloading_num_layers 20 on GB300 and 40 on GB200 in
+# FP8-CS, 30 and 20 in BF16, 5 on B200 in FP8-CS): without it the plan's activations would not fit the GPU
+CPU_OFFLOAD = {("llama3.1-70b", "GB300", "fp8"): 20, ("llama3.1-70b", "GB200", "fp8"): 40,
+               ("llama3.1-70b", "GB300", "bf16"): 30, ("llama3.1-70b", "GB200", "bf16"): 20,
+               ("llama3.1-70b", "B200", "fp8"): 5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +156,8 @@ def plan_of_row(row: dict, table: str) -> Plan:
     if precision == "fp8":
         training["fp8_recipe"] = FP8_RECIPE.get(table, "tensorwise")
     gpu = row.get("system") or row.get("gpu") or "H100-80GB"
+    if row.get("fsdp") == "yes" and int(row["pp"]) == 1:
+        training["cpu_offloading_num_layers"] = CPU_OFFLOAD.get((model, gpu, precision), 0)
     packing = {"mode": "offline", "pack_size": int(row["seq_length"])} if packed else {"mode": "none"}
     return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
                            "packing": packing, "hardware": {"gpu": gpu}},

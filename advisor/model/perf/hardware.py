@@ -22,6 +22,9 @@ from advisor.plan import Plan
 # InfiniBand measures 192 GB/s of the NICs' 200 (NVIDIA/nccl#812, 2023), and one 400 Gb/s ConnectX-7 NIC 48-49 of
 # 50 GB/s (NVIDIA/nccl-tests#267, 2025). Streaming kernels reach 80-90 % of HBM (BabelStream-style figures on H100).
 NVLINK_EFFICIENCY = 0.82
+# pinned host-device copies on their own stream: nvbandwidth's host_to_device_memcpy_ce reads ~55 of PCIe Gen5 x16's
+# 64 GB/s on H100 systems; taken for NVLink-C2C too
+HOST_LINK_EFFICIENCY = 0.85
 NETWORK_EFFICIENCY = 0.96
 HBM_EFFICIENCY = 0.8
 NVLINK_LATENCY = 10e-6  # seconds per collective inside an NVLink domain (NCCL small-message latency)
@@ -69,6 +72,7 @@ class Gpu:
     sms: int
     nvlink: Link
     network: Link  # one GPU's NIC (its rail)
+    host: Link = Link(bandwidth=64e9 * HOST_LINK_EFFICIENCY, latency=NETWORK_LATENCY, name="host")  # to host memory
     domain: int = 8  # GPUs one NVLink fabric joins
     compute_capability: float = 9.0
 
@@ -106,4 +110,6 @@ def gpu_of(plan: Plan) -> Gpu:
                nvlink=Link(bandwidth=row["nvlink_gbps"] * 1e9 * NVLINK_EFFICIENCY, latency=NVLINK_LATENCY,
                            name="nvlink"),
                network=Link(bandwidth=per_gpu_nic * 1e9 * NETWORK_EFFICIENCY, latency=NETWORK_LATENCY,
-                            name="network"))
+                            name="network"),
+               host=Link(bandwidth=row["host_gbps"] * 1e9 * HOST_LINK_EFFICIENCY, latency=NETWORK_LATENCY,
+                         name="host"))

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from advisor.model.memory import lora_parameters
+from advisor.model.memory import activation_bytes_per_token_per_layer, lora_parameters
 from advisor.model.numerics import Numerics, numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
 from advisor.model.perf import collectives as cc
 from advisor.model.perf.gemms import layer_gemms, output_gemm
 from advisor.model.perf.hardware import Gpu, gpu_of
 from advisor.model.perf.kernels import attention_seconds, gemm_seconds, stream_seconds
+from advisor.model.perf.offload import offload_seconds
 from advisor.plan import Plan
 from advisor.plan.pipeline_layout import RankLayers, rank_layers
 
@@ -40,6 +41,7 @@ BUCKET_PARAMETERS = 40e6
 # loss on the vocabulary-parallel logits (fused cross entropy): BF16 logits written, FP32 softmax read and written,
 # the gradient written, bytes per logit over forward and backward
 LOSS_BYTES_PER_LOGIT = 16
+BLACKWELL_ULTRA = 10.3  # compute capability of B300 and GB300 (SM103)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +67,12 @@ class Efficiency:
         return self.gemm_fp4 or base if fmt == "fp4" else base
 
     def attention_for(self, gpu: Gpu) -> float:
+        """Blackwell (10.0) doubled the tensor cores' throughput per SM over Hopper but kept 16 exponentials per
+        clock and SM, so softmax stalls its attention kernels (``attention_blackwell``); Blackwell Ultra (10.3)
+        doubles the exponentials too ("Making Softmax More Efficient with NVIDIA Blackwell Ultra", NVIDIA technical
+        blog, 2026), which restores Hopper's balance of matrix to exponential work and so Hopper's efficiency."""
+        if gpu.compute_capability >= BLACKWELL_ULTRA:
+            return self.attention
         return (self.attention_blackwell or self.attention) if gpu.compute_capability >= 10 else self.attention
 
 
@@ -92,6 +100,7 @@ class Phase:
     moe_all_to_all: float = 0.0
     moe_dispatch: float = 0.0
     fsdp_comm: float = 0.0
+    offload: float = 0.0
 
     @property
     def total(self) -> float:
@@ -396,6 +405,15 @@ def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
     return exposed, stream_seconds(local * OPTIMIZER_BYTES, gpu), cast
 
 
+def _offload(plan: Plan, gpu: Gpu, work: StepWork, forward: float, backward: float) -> Phase:
+    """The copies of CPU offloading (pp 1) the layers' compute does not hide, per micro batch: each offloaded layer's
+    saved activations out over the host link in forward and back in backward (``offload``)."""
+    layer_bytes = activation_bytes_per_token_per_layer(plan) * work.tokens / plan.parallel.cp
+    copy = layer_bytes / gpu.host.bandwidth + gpu.host.latency
+    fwd, bwd = offload_seconds(plan.model.num_layers, plan.training.cpu_offloading_num_layers, forward, backward, copy)
+    return Phase(offload=fwd + bwd)
+
+
 def _rank_phases(rank: RankLayers, pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase],
                  head: tuple[Phase, Phase], mtp_layers: int) -> tuple[Phase, Phase]:
     """Forward and backward of one micro batch through a pipeline rank's layers by layout: its decoder layers
@@ -458,6 +476,8 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
         last = last_f + last_b
         slowest = last if last.total >= first.total else first
         mean_stage = ((layer_f + layer_b) * mean_layers).total + (head_f + head_b + mtp_f + mtp_b).total / p.pp
+    if plan.training.cpu_offloading_num_layers and p.pp == 1:
+        slowest = slowest + _offload(plan, gpu, work, layer_f.total, layer_b.total)
     mb = work.micro_batches
     bubble = (p.pp - 1) / (p.vpp or 1) * mean_stage if p.pp > 1 else 0.0
     p2p = 0.0
