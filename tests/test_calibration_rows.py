@@ -60,3 +60,21 @@ def test_a_row_the_plan_refuses_is_listed_not_dropped(tmp_path):
     assert "unknown preset 'nemotronh-56b'" in refused[0][3]
     with pytest.raises(Exception, match="unknown preset"):  # without the list, as the shipped tables are read
         load_measurements(path)
+
+
+def test_moe_rows_run_the_dispatcher_their_release_ran():
+    """Megatron-Bridge's performance scripts changed Qwen3 30B-A3B's dispatcher on H100 between releases (v0.2.0
+    all-to-all with the overlap, v0.3.0 DeepEP with it, v0.3.1 HybridEP without); a later release's row gets the
+    newest settings; the overlap is dropped where the published layout has PP without a virtual pipeline (Megatron-Core
+    would refuse it)."""
+    from advisor.model.perf.calibration import plan_of_row
+
+    row = {"model": "qwen3-30b-a3b", "task": "pretrain", "system": "H100-80GB", "precision": "fp8", "gpus": "16",
+           "tp": "1", "pp": "2", "cp": "1", "vpp": "12", "ep": "8", "fsdp": "no", "micro_batch_size": "1",
+           "global_batch_size": "1024", "seq_length": "4096"}
+    seen = {release: plan_of_row({**row, "release": release}, "mb_performance_pretrain.csv").parallel
+            for release in ("25.11", "26.02", "26.02.01", "26.08")}
+    assert [(p.moe_dispatcher, p.moe_a2a_overlap) for p in seen.values()] == [
+        ("alltoall", True), ("flex_deepep", True), ("flex_hybridep", False), ("flex_hybridep", False)]
+    no_vp = plan_of_row({**row, "release": "25.11", "vpp": ""}, "mb_performance_pretrain.csv").parallel
+    assert no_vp.moe_dispatcher == "alltoall" and not no_vp.moe_a2a_overlap

@@ -86,3 +86,27 @@ def test_copies_wait_no_less_than_the_stream_needs_and_no_more_than_all_copies(t
     # a slower link never waits less
     slower = offload_seconds(total, n, fwd, bwd, copy * 1.5)
     assert slower[0] >= f - 1e-9 and slower[1] >= b - 1e-9
+
+
+def test_memory_fixes_offer_the_fewest_offloaded_layers_that_fit():
+    """A plan that does not fit is offered CPU offloading of the least count that fits (n fits, n - 1 does not),
+    without recompute as Megatron-Core requires; with PP it is not offered."""
+    from advisor.advice.memory_fixes import fitting_fixes
+
+    plan = plan_with(0).changed({"training": {"recompute": "selective"}})
+    memory = estimate_memory(plan, 16384, 2, capacity_bytes=plan.hardware.capacity_gib * GIB)
+    assert not memory.fits
+    fixes = fitting_fixes(plan, memory, lambda p: set(), most=10)
+    offload = [f for f in fixes if "cpu_offloading_num_layers" in f.fix.get("training", {})]
+    assert len(offload) == 1 and offload[0].fix["training"]["recompute"] == "none"
+    n = offload[0].fix["training"]["cpu_offloading_num_layers"]
+
+    def total(k):
+        return estimate_memory(plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": k}}),
+                               16384, 1, capacity_bytes=memory.capacity).total
+
+    assert total(n) <= memory.capacity < total(n - 1) and offload[0].total_bytes == total(n)
+    piped = plan.changed({"parallel": {"pp": 2}})
+    memory = estimate_memory(piped, 16384, 2, capacity_bytes=memory.capacity)
+    assert not any("cpu_offloading_num_layers" in f.fix.get("training", {})
+                   for f in fitting_fixes(piped, memory, lambda p: set(), most=10))

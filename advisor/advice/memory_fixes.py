@@ -1,6 +1,6 @@
-"""Changes that make a plan fit its GPU, each checked with the memory model: recompute, then more CP, TP or PP,
-then both, then the largest smaller pack that fits. The samples per step and the sequence length are never
-changed.
+"""Changes that make a plan fit its GPU, each checked with the memory model: recompute, then CPU offloading of the
+fewest layers that fit (PP 1), then more CP, TP or PP, then both, then the largest smaller pack that fits. The
+samples per step and the sequence length are never changed.
 
 A change is offered only when the changed plan's memory, computed with an upper bound on its micro batch (a whole
 pack, or micro batch x seq_length rows), fits; so once applied the plan fits and the memory finding is gone: every
@@ -76,10 +76,36 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def _candidates(plan: Plan):
+def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
+    """The fewest layers whose activations CPU offloading must take to host memory for the plan to fit (pp 1; the
+    offload runs without recompute, as Megatron-Core requires), or None where no count fits or the plan has PP."""
+    layers = plan.model.num_layers
+    if plan.parallel.pp != 1 or layers < 2:
+        return None
+
+    def fits(n: int) -> bool:
+        try:
+            changed = plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": n}})
+        except PlanError:
+            return False
+        return estimate_memory(changed, memory.tokens_per_micro_batch, 1, overhead_bytes=memory.overhead,
+                               capacity_bytes=memory.capacity).fits
+
+    if not fits(layers - 1):
+        return None
+    lo, hi = 1, layers - 1  # the least n that fits: memory falls as n grows
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    change = {"training": {"recompute": "none", "cpu_offloading_num_layers": lo}}
+    return change, f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute)"
+
+
+def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
     """(change, description) in the order tried."""
     p, t = plan.parallel, plan.training
     recompute = {"training": {"recompute": "full"}} if t.recompute != "full" else None
+    offload = _offload(plan, memory) if memory is not None and not t.cpu_offloading_num_layers else None
     layout = []
     for factor in (2, 4, 8):
         layout.append((_parallel_change(plan, cp=p.cp * factor), f"CP {p.cp}->{p.cp * factor}"))
@@ -90,6 +116,8 @@ def _candidates(plan: Plan):
         layout.append((_parallel_change(plan, pp=p.pp * factor), f"PP {p.pp}->{p.pp * factor}"))
     if recompute:
         yield recompute, "full recompute"
+    if offload:
+        yield offload
     yield from layout
     if recompute:
         for change, what in layout:
@@ -107,7 +135,7 @@ def fitting_fixes(plan: Plan, memory: MemoryEstimate, errors_of: Callable[[Plan]
     """The first ``most`` changes under which the plan fits, each bringing no rule error the plan did not have."""
     before = errors_of(plan)
     out: list[MemoryFix] = []
-    for change, what in _candidates(plan):
+    for change, what in _candidates(plan, memory):
         if "pack_size" in change.get("packing", {}) and any("pack_size" in f.fix.get("packing", {}) for f in out):
             continue  # the largest pack that fits, not every smaller one as well
         try:

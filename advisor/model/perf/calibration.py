@@ -46,9 +46,9 @@ ATTENTION_EFFICIENCY = 0.55
 # softmax work (Efficiency.attention_for)
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
-EFFICIENCY = Efficiency(gemm=0.632, gemm_blackwell=0.538, gemm_fp4=0.363, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.379, grouped=0.506,
-                        expert_overhead_ms=0.302)
+EFFICIENCY = Efficiency(gemm=0.631, gemm_blackwell=0.538, gemm_fp4=0.363, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.386, grouped=0.517,
+                        expert_overhead_ms=0.318)
 # Megatron-Bridge's and NeMo's LoRA: dim 32 on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (megatron/bridge/
 # peft/lora.py LoRA defaults; the fine-tuning recipes pass none)
 LORA_RANK = 32
@@ -71,20 +71,19 @@ PIPELINE_SLOTS = ("llama3.1-405b", "qwen3-235b-a22b")
 # NeMo 25.02's performance scripts ran FP8 with delayed scaling (bf16_with_fp8_mixed); the dgxc README names no
 # recipe. Megatron-Bridge's table says FP8-CS: current scaling, tensorwise
 FP8_RECIPE = {"published_step_times.csv": "delayed", "mb_performance_pretrain.csv": "tensorwise"}
-# Megatron-Bridge's MoE settings per model and system (dispatcher, EP all-to-all overlap), as its performance
-# scripts set them: scripts/performance/configs/qwen/qwen3_workload_base_configs.py with qwen3_llm_pretrain.py (the
-# 235B on GB200/GB300 and the 30B everywhere: moe_token_dispatcher_type flex, moe_flex_dispatcher_backend hybridep;
-# the 235B on B200/B300 and H100: alltoall; H100's 235B moe_a2a_overlap=True, which sets overlap_moe_expert_parallel
-# _comm and delay_wgrad_compute), scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py (V2, GBS
-# 1280: GB200 moe_a2a_overlap=True; B300 hybridep; the rest alltoall, the recipes' default). NeMo's Grok-1 (24.12)
-# ran the all-to-all dispatcher without overlap, Megatron-Core's defaults.
+# Megatron-Bridge's MoE settings per model and system (dispatcher, EP all-to-all overlap), as the performance scripts
+# of the release that ran the row set them: scripts/performance/configs/qwen3/workload_base_configs.py at v0.2.0
+# (the 25.11 container), configs/qwen/qwen3_workload_base_configs.py at v0.3.0 (26.02) and v0.3.1 (26.02.01), with
+# the *_llm_pretrain.py functions and utils/overrides.py that apply them. The 235B on GB200/GB300 and the 30B on
+# GB200/GB300/B300: moe_token_dispatcher_type flex, moe_flex_dispatcher_backend hybridep; the 235B elsewhere: alltoall,
+# with moe_a2a_overlap (overlap_moe_expert_parallel_comm with delay_wgrad_compute) on H100 in every release; GPT-OSS
+# (configs/gpt_oss/): alltoall without the overlap on every system and release (a hybridep label on main after v0.3.1
+# never reaches the model). NeMo's Grok-1 (24.12) ran the all-to-all dispatcher without overlap, Megatron-Core's
+# defaults.
 MOE_SETTINGS = {
     ("qwen3-235b-a22b", "GB200"): ("flex_hybridep", False), ("qwen3-235b-a22b", "GB300"): ("flex_hybridep", False),
     ("qwen3-235b-a22b", "H100-80GB"): ("alltoall", True),
-    ("qwen3-30b-a3b", "H100-80GB"): ("flex_hybridep", False), ("qwen3-30b-a3b", "B200"): ("flex_hybridep", False),
-    ("qwen3-30b-a3b", "B300"): ("flex_hybridep", False), ("qwen3-30b-a3b", "GB200"): ("flex_hybridep", False),
-    ("qwen3-30b-a3b", "GB300"): ("flex_hybridep", False),
-    ("gpt-oss-120b", "GB200"): ("alltoall", True), ("gpt-oss-120b", "B300"): ("flex_hybridep", False),
+    **{("qwen3-30b-a3b", g): ("flex_hybridep", False) for g in ("GB200", "GB300", "B200", "B300", "H100-80GB")},
     # scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: HybridEP on Blackwell (DeepEP for the
     # B200 V2 FP8 and NVFP4 variants, which a table row does not tell apart), and configs/deepseek/
     # deepseek_llm_pretrain.py enable_deepep=True on H100; configs/kimi/kimi_workload_base_configs.py: HybridEP on
@@ -92,6 +91,17 @@ MOE_SETTINGS = {
     **{("deepseek-v3", g): ("flex_hybridep", False) for g in ("GB200", "GB300", "B200", "B300")},
     ("deepseek-v3", "H100-80GB"): ("flex_deepep", False),
     ("kimi-k2", "GB200"): ("flex_hybridep", False), ("kimi-k2", "GB300"): ("flex_hybridep", False),
+}
+# The table above is the newest release's (v0.3.1), which a later table's rows get too; where an earlier release ran
+# them differently (release, model, system): the 30B on B200 ran alltoall before v0.3.1, on H100 alltoall with the
+# overlap (v0.2.0), then DeepEP with it (v0.3.0); the 235B on B200 ran the overlap in v0.2.0, on B300 in v0.3.0
+RELEASE_MOE_SETTINGS = {
+    ("25.11", "qwen3-30b-a3b", "H100-80GB"): ("alltoall", True),
+    ("26.02", "qwen3-30b-a3b", "H100-80GB"): ("flex_deepep", True),
+    ("25.11", "qwen3-30b-a3b", "B200"): ("alltoall", False),
+    ("26.02", "qwen3-30b-a3b", "B200"): ("alltoall", False),
+    ("25.11", "qwen3-235b-a22b", "B200"): ("alltoall", True),
+    ("26.02", "qwen3-235b-a22b", "B300"): ("alltoall", True),
 }
 
 
@@ -131,8 +141,10 @@ def _parallel(row: dict, model: str, moe: bool, system: str = "H100-80GB") -> di
         parallel["vpp"] = int(vpp)
     if model in PIPELINE_SLOTS:
         parallel.update(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-    dispatcher, overlap = MOE_SETTINGS.get((model, system), ("alltoall", False))
-    parallel.update(moe_dispatcher=dispatcher, moe_a2a_overlap=overlap and ep > 1)
+    dispatcher, overlap = RELEASE_MOE_SETTINGS.get((row.get("release", ""), model, system)) or \
+        MOE_SETTINGS.get((model, system), ("alltoall", False))
+    # the overlap needs a virtual pipeline with PP (Megatron-Core); a row published without one ran without it
+    parallel.update(moe_dispatcher=dispatcher, moe_a2a_overlap=overlap and ep > 1 and (pp == 1 or "vpp" in parallel))
     return parallel
 
 
