@@ -289,3 +289,19 @@ def test_lora_adapters_are_sharded_by_tp_like_their_layers():
         return sum(g.flops() for g in layer_gemms(plan, 4096, moe=False) if "lora" in g.name)
 
     assert adapter_flops(8) == pytest.approx(adapter_flops(1) / 8)
+
+
+@pytest.mark.parametrize(("precision", "gpu", "peak_key"), [("fp8", "H100-80GB", "fp8_tflops"),
+                                                             ("mxfp8", "B200", "fp8_tflops"),
+                                                             ("nvfp4", "GB300", "fp4_tflops"),
+                                                             ("bf16", "B200", "bf16_tflops")])
+def test_mfu_is_of_the_peak_the_linear_layers_run_at(chat, precision, gpu, peak_key):
+    """NVIDIA publishes FP8 runs' MFU against the FP8 peak (dgxc-benchmarking): so does the estimate, in both
+    directions (the model's MFU, and a fixed MFU's step time)."""
+    plan = _sft().changed({"training": {"precision": precision}, "hardware": {"gpu": gpu}})
+    est = estimate(plan, chat)
+    peak = plan.hardware.table[peak_key] * 1e12
+    assert est.time.peak_format == peak_key.split("_")[0]
+    assert est.time.mfu == pytest.approx(est.flops.model_per_step / (est.time.step_seconds * 8 * peak), rel=1e-6)
+    fixed = estimate(plan, chat, mfu=0.4).time
+    assert fixed.step_seconds == pytest.approx(est.flops.computed_per_step / (8 * peak * 0.4) * fixed.straggler_factor)

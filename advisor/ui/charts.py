@@ -193,7 +193,8 @@ def step_breakdown(est: Estimate) -> go.Figure:
                              hovertemplate=f"{name}: %{{x:.3f}} s ({seconds / t.step_seconds:.1%})<extra></extra>"))
     tail = f"; under 0.1 %: {', '.join(small)}" if small else ""
     fig.update_layout(barmode="stack", height=260, xaxis_title="seconds per step", margin=dict(t=60, b=40),
-                      title=f"Step {t.step_seconds:.3f} s, MFU {t.mfu:.0%} ({t.model}){tail}",
+                      title=f"Step {t.step_seconds:.3f} s, MFU {t.mfu:.0%} of the {t.peak_format.upper()} peak "
+                            f"({t.model}){tail}",
                       legend=dict(orientation="h", y=-0.45, traceorder="normal"))
     return fig
 

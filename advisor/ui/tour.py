@@ -145,8 +145,8 @@ def step_figures(index: int) -> list[str]:
     if index == 8:
         t = a.estimate.time
         top = sorted(t.breakdown.items(), key=lambda kv: -kv[1])[:4]
-        return [f"Step {t.step_seconds:.2f} s, MFU {t.mfu:.0%}: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f} s"
-                                                                          for k, v in top) + "."]
+        terms = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in top)
+        return [f"Step {t.step_seconds:.2f} s, MFU {t.mfu:.0%} of the {t.peak_format.upper()} peak: {terms}."]
     if index == 9:
         c = views.packing_comparison(plan, hist)
         rows = {r["way"]: r for r in c.rows()}
