@@ -8,8 +8,9 @@ from advisor.ui.explain import help_text as H
 from pages._frame import control, errors, explained, stop_on
 
 st.title("Memory & FLOPs")
-for where, name in zip(st.columns(7), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",
-                                       "parallel.cp", "training.micro_batch_size"), strict=True):
+for where, name in zip(st.columns(9), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",
+                                       "parallel.vpp", "parallel.cp", "parallel.ep", "training.micro_batch_size"),
+                       strict=True):
     control(name, where)
 for where, name in zip(st.columns(8), ("training.seq_length", "training.batch_unit", "training.batch",
                                        "parallel.sp", "training.recompute", "training.precision", "parallel.fsdp",

@@ -96,6 +96,30 @@ def test_memory_page_offloads_layers_and_refuses_what_megatron_core_refuses():
     assert any("CPU offloading:" in shown(c) and "in host memory" in shown(c) for c in at.caption)
 
 
+def test_memory_page_sets_expert_and_virtual_pipeline_parallelism():
+    """EP on a dense model and VP without PP are refused with the plan kept; on a MoE preset EP lands, and VP 1
+    means no virtual pipeline."""
+    from advisor.ui.controls import CONTROLS
+
+    at = run("pages/2_Memory_and_FLOPs.py")
+    ep, vp = CONTROLS["parallel.ep"].key, CONTROLS["parallel.vpp"].key
+    at.number_input(key=ep).set_value(2).run()
+    assert "parallel.ep > 1 needs a MoE model" in shown(at.error[0]) and at.number_input(key=ep).value == 1
+    at.selectbox(key=CONTROLS["model.preset"].key).set_value("qwen3-30b-a3b").run()
+    at.number_input(key=ep).set_value(8).run()
+    assert not at.exception and at.session_state["plan"].parallel.ep == 8
+    at.number_input(key=vp).set_value(2).run()
+    assert "parallel.vpp needs pp > 1" in shown(at.error[0]) and at.session_state["plan"].parallel.vpp is None
+    at.number_input(key=CONTROLS["parallel.pp"].key).set_value(2).run()  # EP 8 x PP 2 needs 16 GPUs
+    assert "not divisible by ep*etp*pp = 16" in shown(at.error[0]) and at.session_state["plan"].parallel.pp == 1
+    at.number_input(key=CONTROLS["parallel.gpus"].key).set_value(16).run()
+    at.number_input(key=CONTROLS["parallel.pp"].key).set_value(2).run()
+    at.number_input(key=vp).set_value(3).run()
+    assert not at.exception and at.session_state["plan"].parallel.vpp == 3
+    at.number_input(key=vp).set_value(1).run()
+    assert at.session_state["plan"].parallel.vpp is None and at.number_input(key=vp).value == 1
+
+
 def test_export_matches_the_command_line(tmp_path):
     at = run("pages/3_Recommendations.py")
     shown = at.code[0].value

@@ -141,6 +141,12 @@ HELP: dict[str, Explanation] = {
                       "Needs PP 1 and no recompute. The copies hide behind the compute while the host link keeps up: "
                       "NVLink-C2C on GB200/GB300 does, PCIe on x86 nodes much less.",
                       "advisor/model/perf/offload.py"),
+    "vpp": _e("Virtual pipeline stages per rank (interleaved 1F1B; 1 = none): the bubble shrinks by VP, each stage "
+              "holds layers / (PP x VP) at a time and keeps more micro batches in flight. Needs PP > 1.",
+              "Megatron-Core pipeline_parallel/schedules.py"),
+    "ep": _e("Expert parallelism (MoE): the experts split over EP GPUs, tokens sent to their experts and back by the "
+             "dispatcher (all-to-all) every MoE layer; EP x PP must divide the GPUs.",
+             "Megatron-Core transformer/moe/token_dispatcher.py"),
     "gpus": _e("GPUs in the job: tensor x pipeline x context x data parallel sizes.", "Megatron-Core parallel_state"),
     "tp": _e("Tensor parallelism: each layer's matrices split over TP GPUs (fast links needed, usually one node).",
              "Megatron-Core tensor_parallel"),
