@@ -305,3 +305,25 @@ def test_mfu_is_of_the_peak_the_linear_layers_run_at(chat, precision, gpu, peak_
     assert est.time.mfu == pytest.approx(est.flops.model_per_step / (est.time.step_seconds * 8 * peak), rel=1e-6)
     fixed = estimate(plan, chat, mfu=0.4).time
     assert fixed.step_seconds == pytest.approx(est.flops.computed_per_step / (8 * peak * 0.4) * fixed.straggler_factor)
+
+
+def test_a_given_bf16_peak_scales_the_other_precisions_peaks():
+    """A GPU outside the table (H100's bandwidths) or a preset with its BF16 peak overridden keeps the row's ratios
+    of FP8 and FP4 to BF16, instead of H100's or the datasheet's absolute FP8 peak."""
+    from advisor.plan.presets import GPU_PRESETS
+
+    custom = plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "X1", "memory_gib": 96, "bf16_tflops": 500}})
+    assert custom.hardware.table["fp8_tflops"] == pytest.approx(500 * 1979 / 989)
+    capped = plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "B200", "bf16_tflops": 1800}})
+    row = GPU_PRESETS["B200"]
+    assert capped.hardware.table["fp8_tflops"] == pytest.approx(row["fp8_tflops"] * 1800 / row["bf16_tflops"])
+    assert capped.hardware.table["fp4_tflops"] == pytest.approx(row["fp4_tflops"] * 1800 / row["bf16_tflops"])
+    assert plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "B200"}}).hardware.table["fp8_tflops"] == \
+        row["fp8_tflops"]
+
+
+def test_a_fixed_mfu_cannot_rank_precisions(chat):
+    from advisor.advice.search import search
+
+    with pytest.raises(ValueError, match="--vary precision with --mfu"):
+        search(_sft(), chat, mfu=0.4, vary={"precision"})

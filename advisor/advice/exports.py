@@ -165,8 +165,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         model["recompute_method"] = "uniform"
         model["recompute_num_layers"] = 1
     if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
+        # and no CUDA graphs, which Megatron-Core refuses beside it (a recipe may have set some)
         model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,
-                     cpu_offloading_weights=False)
+                     cpu_offloading_weights=False, cuda_graph_impl="none")
     ddp = {"use_distributed_optimizer": t.distributed_optimizer}
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN

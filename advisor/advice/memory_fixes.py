@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
+from advisor.model.perf.calibration import EFFICIENCY
+from advisor.model.perf.step import StepWork, step_time
 from advisor.plan import Plan, PlanError
 
 MAX_FIXES = 3  # offered: the first that fit, in the order tried
@@ -77,35 +79,48 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
-    """The fewest layers whose activations CPU offloading must take to host memory for the plan to fit (pp 1; the
-    offload runs without recompute, as Megatron-Core requires), or None where no count fits or the plan has PP."""
-    layers = plan.model.num_layers
-    if plan.parallel.pp != 1 or layers < 2:
+    """The fewest layers (more than the plan offloads already) whose activations CPU offloading must take to host
+    memory for the plan to fit (pp 1; without recompute, as Megatron-Core requires), with what the copies cost a
+    micro batch; None where no count fits or the plan has PP."""
+    layers, now = plan.model.num_layers, plan.training.cpu_offloading_num_layers
+    if plan.parallel.pp != 1 or now >= layers - 1:
         return None
 
-    def fits(n: int) -> bool:
+    def changed(n: int) -> Plan | None:
         try:
-            changed = plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": n}})
+            return plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": n}})
         except PlanError:
-            return False
-        return estimate_memory(changed, memory.tokens_per_micro_batch, 1, overhead_bytes=memory.overhead,
-                               capacity_bytes=memory.capacity).fits
+            return None
+
+    def fits(n: int) -> bool:
+        p = changed(n)
+        return p is not None and estimate_memory(p, memory.tokens_per_micro_batch, 1, overhead_bytes=memory.overhead,
+                                                 capacity_bytes=memory.capacity).fits
 
     if not fits(layers - 1):
         return None
-    lo, hi = 1, layers - 1  # the least n that fits: memory falls as n grows
+    lo, hi = now + 1, layers - 1  # the least n that fits: memory falls as n grows
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    tokens = memory.tokens_per_micro_batch
+    t = step_time(changed(lo), StepWork(tokens=tokens, seqlen_squared_sum=float(tokens) ** 2, micro_batches=1),
+                  EFFICIENCY)
+    exposed = t.breakdown["offload"]
+    cost = (f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "
+            f"{plan.hardware.gpu}'s host link" if exposed > 0 else "the copies hide behind the compute")
     change = {"training": {"recompute": "none", "cpu_offloading_num_layers": lo}}
-    return change, f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute)"
+    return change, f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute; {cost})"
 
 
 def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
     """(change, description) in the order tried."""
     p, t = plan.parallel, plan.training
-    recompute = {"training": {"recompute": "full"}} if t.recompute != "full" else None
-    offload = _offload(plan, memory) if memory is not None and not t.cpu_offloading_num_layers else None
+    # recompute and PP cannot run beside CPU offloading (Megatron-Core): they replace it
+    instead = ({"training": {"cpu_offloading_num_layers": 0}}, " instead of CPU offloading") \
+        if t.cpu_offloading_num_layers else ({}, "")
+    recompute = _merge({"training": {"recompute": "full"}}, instead[0]) if t.recompute != "full" else None
+    offload = _offload(plan, memory) if memory is not None else None
     layout = []
     for factor in (2, 4, 8):
         layout.append((_parallel_change(plan, cp=p.cp * factor), f"CP {p.cp}->{p.cp * factor}"))
@@ -113,15 +128,16 @@ def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
         sp = "" if p.sp else " with sequence parallelism"
         layout.append((_parallel_change(plan, tp=p.tp * factor), f"TP {p.tp}->{p.tp * factor}{sp}"))
     for factor in (2, 4, 8):
-        layout.append((_parallel_change(plan, pp=p.pp * factor), f"PP {p.pp}->{p.pp * factor}"))
+        layout.append((_merge(_parallel_change(plan, pp=p.pp * factor), instead[0]), f"PP {p.pp}->{p.pp * factor}"))
     if recompute:
-        yield recompute, "full recompute"
+        yield recompute, f"full recompute{instead[1]}"
     if offload:
         yield offload
-    yield from layout
+    for change, what in layout:
+        yield change, what + (instead[1] if "pp" in change["parallel"] else "")
     if recompute:
         for change, what in layout:
-            yield _merge(recompute, change), f"full recompute and {what}"
+            yield _merge(recompute, change), f"full recompute and {what}{instead[1]}"
     if plan.packing_mode == "offline":
         cut = "skipped (chat data)" if plan.data.format == "chat" else "truncated"
         size = plan.pack_size // 2

@@ -283,6 +283,10 @@ def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None
     """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline; ``vary``
     frees seq_length and/or the batch (see the module docstring)."""
     vary = check_vary(vary)
+    if mfu is not None and "precision" in vary:
+        raise ValueError("--vary precision with --mfu: a fixed MFU is of each precision's own peak, so the ranking "
+                         "would be the datasheet's ratio of peaks; drop --mfu (the performance model prices each "
+                         "precision) or keep the precision fixed")
     baseline = evaluate(plan, hist, mfu, estimator)
     target = _target_samples(plan, baseline)
     seen, viable, evaluated = {_layout(plan)}, [], 0

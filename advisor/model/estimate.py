@@ -80,6 +80,7 @@ class Estimate:
             "memory": {
                 "total_bytes": m.total, "breakdown": m.breakdown, "fits": m.fits, "capacity_bytes": m.capacity,
                 "stage": m.stage, "tokens_per_micro_batch": m.tokens_per_micro_batch,
+                "offloaded_to_host_bytes": m.offloaded,
                 "megatron_bridge": {"weight_and_optimizer_bytes": m.megatron_bridge.weight_and_optimizer_bytes,
                                     "activation_bytes": m.megatron_bridge.activation_bytes,
                                     "total_bytes": m.megatron_bridge.total_bytes,

@@ -308,6 +308,9 @@ def _differences(plan: Plan, tokens: int) -> tuple[str, ...]:
         out.append(f"Megatron-Bridge assumes selective recompute; this plan uses {t.recompute!r}.")
     if t.peft == "lora":
         out.append("Megatron-Bridge counts gradients and optimizer states for every weight; LoRA freezes the base.")
+    if t.cpu_offloading_num_layers:
+        out.append(f"Megatron-Bridge counts every layer's activations on the GPU; CPU offloading keeps "
+                   f"{t.cpu_offloading_num_layers} layers' in host memory.")
     if m.vision:
         out.append("Megatron-Bridge leaves out the vision encoder.")
     if m.normalization != "LayerNorm":

@@ -145,9 +145,10 @@ GPU_SOURCES: dict[str, str] = {
             "2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8",
     "GB200": "NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 with "
              "sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 Gb/s "
-             "ConnectX-7",
+             "ConnectX-7; GB200 superchip: one Grace CPU and two GPUs over NVLink-C2C, 900 GB/s bidirectional",
     "GB300": "NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 with "
-             "sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8",
+             "sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8; Grace CPU to its two "
+            "GPUs over NVLink-C2C, 900 GB/s bidirectional",
 }
 
 # MTP layers Megatron-Bridge's provider builds from the checkpoint's config (num_nextn_predict_layers;

@@ -322,8 +322,11 @@ class HardwareSpec(_Section):
 
     @property
     def table(self) -> dict:
-        """The GPU's row of the hardware table; a GPU not in it gets H100's bandwidths and SM count."""
+        """The GPU's row of the hardware table; a GPU not in it gets H100's bandwidths and SM count. A BF16 peak
+        given in the plan scales the row's FP8 and FP4 peaks with it (the tensor cores' ratios stay the row's)."""
         row = dict(GPU_PRESETS.get(self.gpu, GPU_PRESETS["H100-80GB"]))
+        scale = self.peak_tflops / row["bf16_tflops"]
+        row.update({k: row[k] * scale for k in ("fp8_tflops", "fp4_tflops") if row.get(k)})
         row.update(memory_gib=self.capacity_gib, bf16_tflops=self.peak_tflops)
         return row
 
@@ -604,6 +607,13 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if t.recompute != "none":
             out.append(f"training.cpu_offloading_num_layers needs training.recompute none, not {t.recompute}: "
                        "Megatron-Core does not offload with activation recompute")
+        if t.cuda_graphs:  # 0.16.1 refuses every cuda_graph_impl with it, 0.19.2 all but full_iteration
+            out.append("training.cpu_offloading_num_layers cannot run with training.cuda_graphs: Megatron-Core "
+                       "refuses CUDA graphs with CPU offloading (only whole-iteration graphs from 0.19)")
+        if p is not None and p.moe_a2a_overlap:
+            out.append("training.cpu_offloading_num_layers cannot run with parallel.moe_a2a_overlap: the overlapped "
+                       "schedule runs the layers outside the block's offload context "
+                       "(megatron/core/models/common/model_chunk_schedule_plan.py), so nothing would be offloaded")
     if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
         out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:

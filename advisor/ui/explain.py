@@ -179,14 +179,17 @@ HELP: dict[str, Explanation] = {
     "step_time": _e("Seconds per optimizer step from the performance model: every layer's GEMMs by shape, attention "
                     "by kernel, the communication Megatron does not hide (TP, CP, pipeline, data parallel, MoE), the "
                     "pipeline bubble and the optimizer, times the straggler factor simulated from the real packs. "
-                    "Two efficiency constants are fitted on 12 published H100 runs (median error 3 %, max 12 %).",
-                    "advisor/model/perf/step.py; sample_data/published_step_times.csv"),
+                    "Six constants are fitted on 101 published pre-training runs (H100, B200, B300, GB200, GB300; "
+                    "BF16, FP8, MXFP8, NVFP4): median error 7.9 %, 90th percentile 20.7 %, MoE models the weak part "
+                    "(the README's calibration table).",
+                    "advisor/model/perf/calibration.py; sample_data/mb_performance_pretrain.csv"),
     "step_breakdown": _e("Where one step's seconds go. Compute (GEMMs, attention, memory-bound work, recompute) is "
                          "what the GPU must do; the communication terms are only the part left exposed (TP overlap, "
                          "the CP ring behind attention, gradient sync behind the last backward); the bubble is "
                          "(PP - 1) / VPP micro batches of fill and drain; the straggler wait is the time "
-                         "data-parallel ranks wait for the one with the heaviest packs. MFU = Megatron's model "
-                         "FLOPs / (step x GPUs x peak). LoRA skips the frozen weights' weight-gradient GEMMs: a "
+                         "data-parallel ranks wait for the one with the heaviest packs; offload is the wait for CPU "
+                         "offloading's copies. MFU = Megatron's model FLOPs / (step x GPUs x the dense peak of the "
+                         "precision the linear layers run in). LoRA skips the frozen weights' weight-gradient GEMMs: a "
                          "third of the GEMM time.",
                          "advisor/model/perf/step.py"),
     "tokens_per_second": _e("Real (non-padding) tokens trained per second per GPU.", "advisor/model/throughput.py"),
