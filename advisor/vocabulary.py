@@ -16,6 +16,8 @@ Task = Literal["llm-sft", "vlm-sft", "pretrain"]
 PackingMode = Literal["offline", "in-batch", "online", "none", "auto"]
 Recompute = Literal["none", "selective", "full"]
 Peft = Literal["none", "lora"]
+# the linear layers LoRA adapts (Megatron-Bridge peft/lora.py target_modules; linear_fc1/fc2 match MoE experts' too)
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 # Megatron-Core moe_token_dispatcher_type "alltoall", or "flex" with moe_flex_dispatcher_backend deepep or hybridep
 MoeDispatcher = Literal["alltoall", "flex_deepep", "flex_hybridep"]
 CpCommType = Literal["p2p", "a2a", "all_gather", "a2a+p2p"]  # Transformer Engine spells all_gather with an underscore

@@ -78,3 +78,15 @@ def test_moe_rows_run_the_dispatcher_their_release_ran():
         ("alltoall", True), ("flex_deepep", True), ("flex_hybridep", False), ("flex_hybridep", False)]
     no_vp = plan_of_row({**row, "release": "25.11", "vpp": ""}, "mb_performance_pretrain.csv").parallel
     assert no_vp.moe_dispatcher == "alltoall" and not no_vp.moe_a2a_overlap
+
+
+def test_lora_rows_adapt_what_the_performance_scripts_adapt(tmp_path):
+    """LoRA rows adapt linear_qkv only, as Megatron-Bridge's and NeMo's performance scripts set it, unless the table
+    says its rank and targets."""
+    path = tmp_path / "lora.csv"
+    path.write_text(HEADER + ",lora_rank,lora_targets\n"
+                    "llama3.1-70b,lora,H100-80GB,bf16,8,1,4,1,1,5,1,32,4096,yes,1.0,0,t,,\n"
+                    "llama3.1-70b,lora,H100-80GB,bf16,16,1,4,1,1,5,1,32,4096,yes,1.0,0,t,16,linear_qkv linear_fc1\n")
+    default, own = load_measurements(path)
+    assert default.plan.training.lora_targets == ["linear_qkv"] and default.plan.training.lora_rank == LORA_RANK
+    assert own.plan.training.lora_targets == ["linear_qkv", "linear_fc1"] and own.plan.training.lora_rank == 16

@@ -87,13 +87,15 @@ def test_a_lora_plan_trains_lora_on_either_recipe(version, recipe, tmp_path):
     """The plan's LoRA rank lands on the recipe's LoRA (the LoRA recipe's own object, or Megatron-Bridge's LoRA on
     a full fine-tuning recipe); a full fine-tuning plan takes a LoRA recipe's adapters off."""
     lora = plan_from_dict({**PLANS["offline-cp-sp"], "training": {**PLANS["offline-cp-sp"].get("training", {}),
-                                                                  "peft": "lora", "lora_rank": 16}})
+                                                                  "peft": "lora", "lora_rank": 16,
+                                                                  "lora_targets": ["linear_qkv"]}})
     _, out = run_check(version, lora, tmp_path, peft=recipe)
     assert out["unknown"] == [] and out["bad_overrides"] == []
-    assert out["peft"] == {"dim": 16} and out["peft_created"] is (recipe == "full")
-    # a dotlist cannot create the LoRA object: on a full recipe the override is reported, not applied
-    assert (out["override_peft"], out["unapplied_overrides"]) == (({"dim": 16}, []) if recipe == "lora" else
-                                                                  (None, ["peft.dim=16"]))
+    lora_fields = {"dim": 16, "target_modules": ["linear_qkv"]}  # the performance scripts' LoRA: QKV only
+    assert out["peft"] == lora_fields and out["peft_created"] is (recipe == "full")
+    # a dotlist cannot create the LoRA object: on a full recipe the overrides are reported, not applied
+    assert (out["override_peft"], out["unapplied_overrides"]) == (
+        (lora_fields, []) if recipe == "lora" else (None, ["peft.dim=16", "peft.target_modules=[linear_qkv]"]))
     full = plan_from_dict(PLANS["offline-cp-sp"])
     _, out = run_check(version, full, tmp_path, peft=recipe)
     assert out["unknown"] == [] and out["bad_overrides"] == []

@@ -15,7 +15,7 @@ from advisor.model.estimate import estimate
 from advisor.model.parameters import padded_vocab_size
 from advisor.model.perf.calibration import EFFICIENCY, fit, fitted_names, load_measurements, residuals
 from advisor.model.perf.step import StepWork, step_time
-from advisor.plan import plan_from_dict
+from advisor.plan import PlanError, plan_from_dict
 from advisor.plan.io import dump_plan
 from advisor.trial.model import TrialModelConfig
 from advisor.trial.run import predicted_step
@@ -327,3 +327,30 @@ def test_a_fixed_mfu_cannot_rank_precisions(chat):
 
     with pytest.raises(ValueError, match="--vary precision with --mfu"):
         search(_sft(), chat, mfu=0.4, vary={"precision"})
+
+
+def test_lora_adapts_only_its_targets_experts_included():
+    """Adapters (two rank-r GEMMs each) beside the targeted linears only; linear_fc1 names the experts' too
+    (Megatron-Bridge matches modules by name); parameters and time grow with the targets."""
+    from advisor.model.memory import lora_parameters
+    from advisor.model.perf.gemms import layer_gemms
+
+    def adapters(model, targets, moe):
+        plan = plan_from_dict({"model": model, "parallel": {"gpus": 8, "ep": 8 if moe else 1},
+                               "training": {"peft": "lora", "lora_targets": targets}})
+        return {g.name for g in layer_gemms(plan, 4096, moe=moe) if g.name.endswith(("_lora_a", "_lora_b"))}, plan
+
+    names, qkv = adapters("llama3.1-8b", ["linear_qkv"], False)
+    assert names == {"linear_qkv_lora_a", "linear_qkv_lora_b"}
+    names, _ = adapters("qwen3-30b-a3b", ["linear_fc1"], True)
+    assert names == {"expert_fc1_lora_a", "expert_fc1_lora_b"}
+    _, every = adapters("llama3.1-8b", ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], False)
+    assert every == plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
+                                    "training": {"peft": "lora"}})  # Megatron-Bridge's default targets
+    assert 0 < lora_parameters(qkv) < lora_parameters(every)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=4)
+    assert step_time(qkv, work, EFFICIENCY).step_seconds < step_time(every, work, EFFICIENCY).step_seconds
+    with pytest.raises(PlanError, match="lists a layer twice"):
+        plan_from_dict({"model": "llama3.1-8b", "training": {"peft": "lora", "lora_targets": ["linear_qkv"] * 2}})
+    with pytest.raises(PlanError):
+        plan_from_dict({"model": "llama3.1-8b", "training": {"peft": "lora", "lora_targets": []}})

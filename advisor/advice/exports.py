@@ -63,6 +63,7 @@ class Settings:
     # LoRA), "off" for every weight (a LoRA recipe's adapters would change the memory and time estimated), or None
     # (pre-training: left to the recipe)
     peft: int | str | None = None
+    lora_targets: list | None = None  # LoRA's target_modules with LoRA, else None
 
 
 # Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
@@ -216,7 +217,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     peft = t.lora_rank if t.peft == "lora" else None if t.task == "pretrain" else "off"
     return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode,
                     comm_overlap=comm_overlap, mixed_precision=mixed,
-                    precision_recipe=num.mb_recipe if num.quantized else None, peft=peft)
+                    precision_recipe=num.mb_recipe if num.quantized else None, peft=peft,
+                    lora_targets=list(t.lora_targets) if t.peft == "lora" else None)
 
 
 # The MixedPrecisionConfig fields each of Megatron-Bridge's recipes sets (training/mixed_precision.py, 0.3.1 to 0.6.2):
@@ -275,10 +277,11 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
                   "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
                   f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})"]
         lines += [f"cfg.comm_overlap.{k} = {_py(v)}" for k, v in s.comm_overlap.items()]
-    if isinstance(s.peft, int):  # a full fine-tuning recipe gets Megatron-Bridge's LoRA with its default targets
+    if isinstance(s.peft, int):  # a full fine-tuning recipe gets Megatron-Bridge's LoRA, on the plan's targets
         lines += ["from megatron.bridge.peft.lora import LoRA",
                   "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
-                  "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(s.peft)}"]
+                  "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(s.peft)}",
+                  f"cfg.peft.target_modules = {_py(s.lora_targets)}"]
     elif s.peft == "off":
         lines.append("cfg.peft = None  # the plan fine-tunes every weight (no LoRA adapters)")
     if plan.training.epochs and "train_iters" not in s.train:
@@ -319,7 +322,7 @@ def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: flo
         out += [f"mixed_precision.{k}={_dotlist(v)}" for k, v in s.mixed_precision.items()]
     out += [f"comm_overlap.{k}={_dotlist(v)}" for k, v in s.comm_overlap.items()]  # the recipe's comm-overlap config
     if isinstance(s.peft, int):  # on the LoRA recipe's own LoRA object (a dotlist cannot create one)
-        out.append(f"peft.dim={s.peft}")
+        out += [f"peft.dim={s.peft}", f"peft.target_modules={_dotlist(s.lora_targets)}"]
     elif s.peft == "off":
         out.append("peft=null")
     return "\n".join(out) + "\n"

@@ -154,13 +154,13 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
 
 
 def lora_parameters(plan: Plan) -> float:
-    """LoRA adapters of rank r on the attention and MLP projections: r (in + out) per linear layer."""
-    m, r = plan.model, plan.training.lora_rank
+    """LoRA adapters of rank r on the plan's target layers (all four projections by default): r (in + out) each."""
+    m, t = plan.model, plan.training
     h, q, kv = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
     ffn = m.moe_ffn_hidden_size if m.num_moe_experts else m.ffn_hidden_size
     up = 2 * ffn if m.gated_linear_unit else ffn
-    per_layer = r * ((h + q + 2 * kv) + (q + h) + (h + up) + (ffn + h))
-    return per_layer * m.num_layers
+    widths = {"linear_qkv": h + q + 2 * kv, "linear_proj": q + h, "linear_fc1": h + up, "linear_fc2": ffn + h}
+    return t.lora_rank * sum(widths[x] for x in t.lora_targets) * m.num_layers
 
 
 def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: int,

@@ -20,7 +20,7 @@ Two things a reader must know:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -34,6 +34,7 @@ from advisor.vocabulary import (
     CpCommType,
     DataFormat,
     Fp8Recipe,
+    LoraTarget,
     MegatronLmBranch,
     MoeDispatcher,
     OnlineScheduler,
@@ -241,6 +242,10 @@ class TrainingSpec(_Section):
                                          "current scaling)")
     peft: Peft = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank (Megatron-Bridge's LoRA dim, default 32)", 32)
+    lora_targets: list[LoraTarget] = Field(
+        default_factory=lambda: list(get_args(LoraTarget)), min_length=1, max_length=4, description=(
+            "linear layers LoRA adapts (Megatron-Bridge LoRA target_modules; its default: all four; the performance "
+            "scripts of Megatron-Bridge and NeMo adapt linear_qkv only); linear_fc1/fc2 include MoE experts'"))
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
     cpu_offloading_num_layers: int = _int(0, 1 << 20, (
         "layers whose saved activations go to host memory in forward and come back for backward (Megatron-Core "
@@ -594,6 +599,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
     if p is not None and t is not None and p.moe_a2a_overlap and t.recompute == "full":  # Megatron-Core asserts it
         out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")
+    if t is not None and len(set(t.lora_targets)) != len(t.lora_targets):
+        out.append(f"training.lora_targets lists a layer twice: {t.lora_targets}")
     if t is not None and t.peft == "lora" and t.task == "pretrain":  # ConfigContainer.validate asserts a checkpoint
         out.append("training.peft lora fine-tunes a pretrained model: set training.task to llm-sft or vlm-sft")
     if t is not None and t.cpu_offloading_num_layers:  # megatron/core/transformer/transformer_config.py refuses these

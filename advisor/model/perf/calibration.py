@@ -49,9 +49,13 @@ ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 EFFICIENCY = Efficiency(gemm=0.631, gemm_blackwell=0.538, gemm_fp4=0.363, attention=ATTENTION_EFFICIENCY,
                         attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.386, grouped=0.517,
                         expert_overhead_ms=0.318)
-# Megatron-Bridge's and NeMo's LoRA: dim 32 on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (megatron/bridge/
-# peft/lora.py LoRA defaults; the fine-tuning recipes pass none)
+# Megatron-Bridge's LoRA dim, 32 (megatron/bridge/peft/lora.py; the fine-tuning recipes pass none), on linear_qkv
+# only, as both performance scripts set it: Megatron-Bridge's scripts/performance/configs/llama/llama3_llm_finetune.py
+# (every system, v0.3.1: cfg.peft.target_modules = ["linear_qkv"]) and NeMo's recipes in performance mode
+# (finetune_performance_optimizations: recipe.peft.target_modules = ['linear_qkv']). A table's lora_rank and
+# lora_targets columns (targets separated by spaces), where it has them, say otherwise.
 LORA_RANK = 32
+LORA_TARGETS = ["linear_qkv"]
 SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
 CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
 MB_CALIBRATION_CSV = SAMPLE_DATA / "mb_performance_pretrain.csv"
@@ -161,7 +165,9 @@ def plan_of_row(row: dict, table: str) -> Plan:
     training = {"task": "pretrain" if task == "pretrain" else "llm-sft", "seq_length": int(row["seq_length"]),
                 "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
                 "grad_reduce_in_fp32": False, "precision": precision,
-                "peft": "lora" if task == "lora" else "none", "lora_rank": LORA_RANK}
+                "peft": "lora" if task == "lora" else "none",
+                "lora_rank": int(row.get("lora_rank") or LORA_RANK),
+                "lora_targets": (row.get("lora_targets") or "").split() or LORA_TARGETS}
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
     # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
     training["global_batch_packs" if packed else "global_batch_size"] = int(row["global_batch_size"])

@@ -3,7 +3,8 @@
 Alternatives: FLOPs per token (Megatron-LM's ``num_floating_point_operations``: right in total, blind to shape and
 to frozen weights) or traced kernels (needs the model on a GPU). Here: the shapes Megatron-Core's column- and
 row-parallel linears run (megatron/core/tensor_parallel/layers.py), split by TP, experts by EP and ETP, and
-LoRA's adapters on linear_qkv, linear_proj, linear_fc1 and linear_fc2 (Megatron-Bridge peft/lora.py defaults).
+LoRA's adapters on its target_modules (Megatron-Bridge peft/lora.py: linear_qkv, linear_proj, linear_fc1 and
+linear_fc2 by default).
 
 Each GEMM runs three times in training: forward [m, k] x [k, n], the activation gradient (dgrad, [m, n] x [n, k])
 and the weight gradient (wgrad, [k, m] x [m, n]). A frozen weight (LoRA's base model) skips its wgrad: that is
@@ -73,24 +74,28 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
         out += [Gemm(name="linear_fc1", m=tokens, n=up * f / tp, k=h, trains=base),
                 Gemm(name="linear_fc2", m=tokens, n=h, k=f / tp, trains=base)]
     if t.peft == "lora":
-        out += lora_gemms(out, t.lora_rank, tp)
+        out += lora_gemms(out, t.lora_rank, tp, t.lora_targets)
     return out
 
 
-LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "expert_fc1", "expert_fc2", "shared_fc1",
-                "shared_fc2")
+# the GEMMs each of LoRA's target_modules names: Megatron-Bridge matches by the module's own name, which MoE experts
+# and shared experts share with the dense MLP's
+LORA_TARGETS = {"linear_qkv": ("linear_qkv",), "linear_proj": ("linear_proj",),
+                "linear_fc1": ("linear_fc1", "expert_fc1", "shared_fc1"),
+                "linear_fc2": ("linear_fc2", "expert_fc2", "shared_fc2")}
 
 
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1", "expert_fc1", "shared_fc1")
 
 
-def lora_gemms(base: list[Gemm], rank: int, tp: int) -> list[Gemm]:
+def lora_gemms(base: list[Gemm], rank: int, tp: int, targets=tuple(LORA_TARGETS)) -> list[Gemm]:
     """Adapters A (in -> r) and B (r -> out) beside each targeted linear; they train. Megatron-Bridge shards both
     (peft/lora.py, LoRAMerge): beside a column-parallel linear A is [r/TP, in] and B [out/TP, r]; beside a
     row-parallel one A is [r, in/TP] and B [out/TP, r]."""
     out = []
+    adapted = {name for target in targets for name in LORA_TARGETS[target]}
     for g in base:
-        if g.name not in LORA_TARGETS:
+        if g.name not in adapted:
             continue
         column = g.name in COLUMN_PARALLEL
         out += [Gemm(name=f"{g.name}_lora_a", m=g.m, n=rank / tp if column else rank, k=g.k, trains=True,
