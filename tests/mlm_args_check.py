@@ -46,7 +46,7 @@ CHECKED = ("pipeline_model_parallel_layout", "mtp_num_layers",
            "fp8_param_gather", "fp8_amax_history_len", "fp4", "fp4_recipe", "fp4_param_gather", "use_megatron_fsdp",
            "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu",
            "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
-           "cpu_offloading_num_layers")
+           "cpu_offloading_num_layers", "recompute_granularity", "recompute_method", "recompute_num_layers")
 
 
 def missing_reason() -> str | None:

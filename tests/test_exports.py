@@ -47,6 +47,8 @@ PLANS = {
                                   "training": {"task": "pretrain", "global_batch_size": 256, "precision": "fp8",
                                                "micro_batch_size": 2, "recompute": "none",
                                                "cpu_offloading_num_layers": 40}, "hardware": {"gpu": "GB200"}},
+    "offline-block-recompute": {"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
+                                "training": {"recompute": "full", "recompute_num_layers": 1, "global_batch_size": 32}},
     "offline-fp8-tensorwise": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
                                "training": {"global_batch_size": 64, "precision": "fp8"}},
     "offline-nvfp4": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "hardware": {"gpu": "GB300"},
@@ -152,6 +154,8 @@ def test_snippet_and_overrides_resolve_in_the_real_wheel(version, name, tmp_path
         assert out["precision_recipes"] == []
     if plan.parallel.fsdp:
         assert {"cfg.ddp.use_megatron_fsdp", "cfg.ddp.data_parallel_sharding_strategy"} <= set(out["set"])
+    if plan.training.recompute_num_layers:  # Megatron-Core's block method, as the performance recipes set it
+        assert {"cfg.model.recompute_method", "cfg.model.recompute_num_layers"} <= set(out["set"])
     if plan.training.cpu_offloading_num_layers:  # ModelParallelConfig's fields in both generations
         assert {"cfg.model.cpu_offloading", "cfg.model.cpu_offloading_num_layers"} <= set(out["set"])
     if plan.model.num_moe_experts:  # TransformerConfig / CommOverlapConfig fields of the version

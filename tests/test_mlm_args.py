@@ -87,6 +87,10 @@ def plans() -> dict:
         {"model": "llama3.1-8b", "parallel": {"gpus": 16, "fsdp": True}, "hardware": {"gpu": "GB200"},
          "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "none",
                       "cpu_offloading_num_layers": 20}})
+    # block recompute, as Megatron-Bridge's H100 recipes set recompute_num_layers
+    out["llama3.1-8b/block-recompute"] = plan_from_dict(
+        {"model": "llama3.1-8b", "parallel": {"gpus": 16, "pp": 2},
+         "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full", "recompute_num_layers": 5}})
     return out
 
 
@@ -110,7 +114,14 @@ def parsed(tmp_path_factory):
 
 
 CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap",
-         "deepseek-v3/layout", "deepseek-v3/layout-mtp", "llama3.1-8b/offload"]
+         "deepseek-v3/layout", "deepseek-v3/layout-mtp", "llama3.1-8b/offload", "llama3.1-8b/block-recompute"]
+
+
+def test_megatron_lm_recomputes_the_block_the_plan_names(parsed):
+    results, cases = parsed
+    a = results["llama3.1-8b/block-recompute"]["parsed"]
+    assert (a["recompute_granularity"], a["recompute_method"], a["recompute_num_layers"]) == ("full", "block", 5)
+    assert results["llama3.1-8b/block-recompute"]["validate_args"] == "ok"
 
 
 def test_megatron_lm_offloads_the_plans_layers(parsed):

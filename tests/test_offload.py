@@ -145,3 +145,25 @@ def test_a_plan_that_offloads_too_few_is_offered_more_and_the_rest_replace_it():
     memory = estimate_memory(b200, 32768, 1, capacity_bytes=b200.hardware.capacity_gib * GIB)
     what = [f.what for f in fitting_fixes(b200, memory, lambda p: set(), most=10) if "offload" in f.what]
     assert what and "to the step over B200's host link" in what[0]
+
+
+def test_block_recompute_rebuilds_the_first_layers_of_each_chunk():
+    """Megatron-Core's block method recomputes the first N layers of each pipeline chunk: memory and recompute time
+    fall between none and full, in proportion to N / layers per chunk."""
+    from advisor.model.memory import recomputed_share
+
+    def plan(recompute, n=None):
+        return plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
+                               "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n}})
+
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    none, full = plan("none"), plan("full")
+    acts = {n: estimate_memory(plan("full", n), 4096, 8).activations for n in (1, 2, 3, 4)}
+    times = {n: step_time(plan("full", n), work, EFFICIENCY).breakdown["recompute"] for n in (1, 2, 3, 4)}
+    assert [recomputed_share(plan("full", n)) for n in (1, 2, 4, 9)] == [0.25, 0.5, 1.0, 1.0]  # 4 layers a chunk
+    assert estimate_memory(none, 4096, 8).activations > acts[1] > acts[2] > acts[3] > acts[4]
+    assert acts[4] == pytest.approx(estimate_memory(full, 4096, 8).activations)
+    full_time = step_time(full, work, EFFICIENCY).breakdown["recompute"]
+    assert times[1] == pytest.approx(full_time / 4) and times[4] == pytest.approx(full_time)
+    with pytest.raises(PlanError, match="recompute_num_layers needs training.recompute full"):
+        plan("selective", 2)

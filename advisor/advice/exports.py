@@ -162,9 +162,10 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         model["calculate_per_token_loss"] = True
     model.update(architecture(plan))
     model["recompute_granularity"] = None if t.recompute == "none" else t.recompute
-    if t.recompute == "full":
-        model["recompute_method"] = "uniform"
-        model["recompute_num_layers"] = 1
+    if t.recompute == "full":  # every layer (uniform, one a unit), or the first N of each chunk (block)
+        block = t.recompute_num_layers is not None
+        model["recompute_method"] = "block" if block else "uniform"
+        model["recompute_num_layers"] = t.recompute_num_layers if block else 1
     if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
         # and no CUDA graphs, which Megatron-Core refuses beside it (a recipe may have set some)
         model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,
@@ -539,6 +540,9 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args.append("--no-create-attention-mask-in-dataloader")
     if t.recompute == "selective":
         args.append("--recompute-granularity selective")
+    elif t.recompute == "full" and t.recompute_num_layers is not None:
+        args += ["--recompute-granularity full", "--recompute-method block",
+                 f"--recompute-num-layers {t.recompute_num_layers}"]
     elif t.recompute == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if t.cpu_offloading_num_layers:  # validate_args turns cpu_offloading on from the count

@@ -135,7 +135,11 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
     h, tp = m.hidden_size, p.tp
     x = numerics_of(plan).saved_input_bytes
     if t.recompute == "full":
-        return 2 * h / (tp if p.sp else 1)
+        kept = 2 * h / (tp if p.sp else 1)
+        share = recomputed_share(plan)
+        if share >= 1:
+            return kept
+        return share * kept + (1 - share) * activation_bytes_per_token_per_layer(_with(plan, recompute="selective"))
     q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
     mlp_factor = 6 if m.gated_linear_unit else 4
     pattern = moe_layer_pattern(m)
@@ -151,6 +155,25 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
         split = 2 * (q + 2 * kv) + x * q + (mlp_in - x * h) + (mlp_factor - 2 + x) * width
         total += (whole + split) / tp if (p.sp or tp == 1) else whole + split / tp
     return total / len(pattern)
+
+
+def recomputed_share(plan: Plan) -> float:
+    """The share of layers full recompute rebuilds: every one with Megatron-Core's uniform method (what the exports
+    write), the first ``recompute_num_layers`` of each pipeline chunk with the block method
+    (megatron/core/transformer/transformer_block.py, _checkpointed_forward).
+
+    >>> from advisor.plan import plan_from_dict
+    >>> recomputed_share(plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
+    ...                                  "training": {"recompute": "full", "recompute_num_layers": 1}}))
+    0.25
+    """
+    t, p = plan.training, plan.parallel
+    if t.recompute != "full":
+        return 0.0
+    if t.recompute_num_layers is None:
+        return 1.0
+    per_chunk = plan.model.num_layers / (p.pp * (p.vpp or 1))
+    return min(1.0, t.recompute_num_layers / per_chunk)
 
 
 def lora_parameters(plan: Plan) -> float:

@@ -233,6 +233,9 @@ class TrainingSpec(_Section):
         "PACKS per optimizer step: Megatron-Bridge's global_batch_size with offline packing, as an MB config "
         "writes it (a multiple of DP); exclusive with global_batch_size"))
     recompute: Recompute = Field("selective", description="activation recompute")
+    recompute_num_layers: int | None = Field(None, ge=1, le=1 << 20, description=(
+        "with recompute full: Megatron-Core's block method, only the first N layers of each pipeline chunk "
+        "recomputed (Megatron-Bridge's performance recipes' recompute_num_layers); null: every layer (uniform)"))
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
     grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
                                                         "default; performance recipes turn it off: half the bytes)")
@@ -599,6 +602,8 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
     if p is not None and t is not None and p.moe_a2a_overlap and t.recompute == "full":  # Megatron-Core asserts it
         out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")
+    if t is not None and t.recompute_num_layers is not None and t.recompute != "full":  # Megatron-Core refuses it
+        out.append(f"training.recompute_num_layers needs training.recompute full, not {t.recompute}")
     if t is not None and len(set(t.lora_targets)) != len(t.lora_targets):
         out.append(f"training.lora_targets lists a layer twice: {t.lora_targets}")
     if t is not None and t.peft == "lora" and t.task == "pretrain":  # ConfigContainer.validate asserts a checkpoint

@@ -46,9 +46,9 @@ ATTENTION_EFFICIENCY = 0.55
 # softmax work (Efficiency.attention_for)
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
-EFFICIENCY = Efficiency(gemm=0.631, gemm_blackwell=0.538, gemm_fp4=0.363, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.386, grouped=0.517,
-                        expert_overhead_ms=0.318)
+EFFICIENCY = Efficiency(gemm=0.635, gemm_blackwell=0.539, gemm_fp4=0.364, attention=ATTENTION_EFFICIENCY,
+                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.357, grouped=0.516,
+                        expert_overhead_ms=0.319)
 # Megatron-Bridge's LoRA dim, 32 (megatron/bridge/peft/lora.py; the fine-tuning recipes pass none), on linear_qkv
 # only, as both performance scripts set it: Megatron-Bridge's scripts/performance/configs/llama/llama3_llm_finetune.py
 # (every system, v0.3.1: cfg.peft.target_modules = ["linear_qkv"]) and NeMo's recipes in performance mode
@@ -117,6 +117,15 @@ CPU_OFFLOAD = {("llama3.1-70b", "GB300", "fp8"): 20, ("llama3.1-70b", "GB200", "
                ("llama3.1-70b", "B200", "fp8"): 5}
 
 
+# Block recompute in Megatron-Bridge's H100 runs (utils/overrides.py: recompute_num_layers sets granularity full,
+# method block): Llama 3 8B FP8-CS pre-training, 5 layers (v0.2.0 to v0.3.1); Llama 3 70B LoRA, 1 layer, in BF16
+# from v0.3.0 (26.02) and in FP8-CS before (v0.2.0); keyed (model, system, precision, task[, release])
+RECOMPUTE_LAYERS = {("llama3.1-8b", "H100-80GB", "fp8", "pretrain"): 5,
+                    ("llama3.1-70b", "H100-80GB", "bf16", "lora"): 1,
+                    ("llama3.1-70b", "H100-80GB", "fp8", "lora", "25.11"): 1,
+                    ("llama3.1-70b", "H100-80GB", "bf16", "lora", "25.11"): 0}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Measurement:
     """One published run: its plan as the benchmark ran it, its work per step and its measured step time."""
@@ -155,9 +164,9 @@ def _parallel(row: dict, model: str, moe: bool, system: str = "H100-80GB") -> di
 def plan_of_row(row: dict, table: str) -> Plan:
     """The benchmark's settings: the layout as published, the precision (FP8 with the table's recipe), the
     distributed optimizer with BF16 gradient reduction (grad_reduce_in_fp32 False in both tables' scripts), no
-    recompute (NeMo's model_configs_h100.csv recompute_layers 0; Megatron-Bridge's perf recipes set none but for
-    Llama 3 8B FSDP on H100); the row's task: pre-training on full sequences, or SFT and LoRA on packs of the
-    sequence length (``work_of``)."""
+    recompute (NeMo's model_configs_h100.csv recompute_layers 0; Megatron-Bridge's perf recipes set none but the
+    block recompute of ``RECOMPUTE_LAYERS``), the CPU offloading of ``CPU_OFFLOAD``; the row's task: pre-training
+    on full sequences, or SFT and LoRA on packs of the sequence length (``work_of``)."""
     model = MODEL_OF.get(row["model"], row["model"])
     precision = row["precision"].lower()
     moe = bool(MODEL_PRESETS.get(model, {}).get("num_moe_experts"))
@@ -176,6 +185,11 @@ def plan_of_row(row: dict, table: str) -> Plan:
     gpu = row.get("system") or row.get("gpu") or "H100-80GB"
     if row.get("fsdp") == "yes" and int(row["pp"]) == 1:
         training["cpu_offloading_num_layers"] = CPU_OFFLOAD.get((model, gpu, precision), 0)
+    if table == "mb_performance_pretrain.csv" or "Megatron-Bridge" in (row.get("source") or ""):
+        key = (model, gpu, precision, task)
+        layers = RECOMPUTE_LAYERS.get((*key, row.get("release", "")), RECOMPUTE_LAYERS.get(key, 0))
+        if layers:
+            training.update(recompute="full", recompute_num_layers=layers)
     packing = {"mode": "offline", "pack_size": int(row["seq_length"])} if packed else {"mode": "none"}
     return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
                            "packing": packing, "hardware": {"gpu": gpu}},

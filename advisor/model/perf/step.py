@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from advisor.model.memory import activation_bytes_per_token_per_layer, lora_parameters
+from advisor.model.memory import activation_bytes_per_token_per_layer, lora_parameters, recomputed_share
 from advisor.model.numerics import Numerics, numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
 from advisor.model.perf import collectives as cc
@@ -226,8 +226,8 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
     dispatch = _moe_overhead(plan, eff) / 3 if moe else 0.0  # a third in forward, two in backward, as the work
     fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, quantize=q_fwd, tp_comm=tp_f, cp_comm=cp_f,
                 moe_all_to_all=a2a, moe_dispatch=dispatch)
-    if t.recompute == "full":
-        recompute = fwd.total  # the layer's forward runs again before its backward
+    if t.recompute == "full":  # the layer's forward runs again before its backward, in every layer or the block's
+        recompute = fwd.total * recomputed_share(plan)
     elif t.recompute == "selective":
         recompute = attn_f  # core attention recomputed (Megatron's selective default)
     else:
