@@ -96,6 +96,23 @@ def test_memory_page_offloads_layers_and_refuses_what_megatron_core_refuses():
     assert any("CPU offloading:" in shown(c) and "in host memory" in shown(c) for c in at.caption)
 
 
+def test_leaving_full_recompute_drops_the_block_size():
+    """A plan file's block recompute (recompute_num_layers) belongs to full recompute: choosing another recompute on
+    the page drops it instead of refusing the edit; back to full, every layer is recomputed."""
+    from advisor.ui.controls import CONTROLS
+    from advisor.ui.state import default_plan
+
+    plan = default_plan().changed({"training": {"recompute": "full", "recompute_num_layers": 2}})
+    at = run("pages/2_Memory_and_FLOPs.py", {"plan": plan})
+    key = CONTROLS["training.recompute"].key
+    at.selectbox(key=key).set_value("selective").run()
+    assert not at.error and at.session_state["plan"].training.recompute == "selective"
+    assert at.session_state["plan"].training.recompute_num_layers is None
+    at.selectbox(key=key).set_value("full").run()
+    assert (at.session_state["plan"].training.recompute, at.session_state["plan"].training.recompute_num_layers) == \
+        ("full", None)
+
+
 def test_memory_page_sets_expert_and_virtual_pipeline_parallelism():
     """EP on a dense model and VP without PP are refused with the plan kept; on a MoE preset EP lands, and VP 1
     means no virtual pipeline."""

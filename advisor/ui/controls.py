@@ -132,6 +132,13 @@ def _precision_write(state, value) -> dict:
     return {"training": {"precision": value, "fp8_recipe": t.fp8_recipe if value == "fp8" else None}}
 
 
+def _recompute_write(state, value) -> dict:
+    """Another recompute drops a block size, which applies to full recompute only (the plan refuses it elsewhere)."""
+    t = state["plan"].training
+    return {"training": {"recompute": value, "recompute_num_layers": t.recompute_num_layers if value == "full"
+                         else None}}
+
+
 def _recompute_options(state) -> list[str]:
     return list(get_args(Recompute))
 
@@ -166,8 +173,7 @@ _ALL = [
     _number("training.micro_batch_size", "micro batch", "micro_batch", 1, 4096),
     _number("training.seq_length", "seq_length", "seq_length", 16, 1 << 20, step=1024),
     Control(name="training.recompute", label="recompute", kind="select", help="recompute",
-            read=lambda s: s["plan"].training.recompute, write=lambda s, v: {"training": {"recompute": v}},
-            options=_recompute_options),
+            read=lambda s: s["plan"].training.recompute, write=_recompute_write, options=_recompute_options),
     Control(name="training.precision", label="precision", kind="select", help="precision",
             read=lambda s: s["plan"].training.precision, write=_precision_write,
             options=lambda s: list(get_args(Precision))),
