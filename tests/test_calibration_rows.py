@@ -31,7 +31,7 @@ def test_fine_tuning_rows_are_packed_fine_tuning_plans(tmp_path):
     assert pre.plan.training.task == "pretrain" and pre.plan.packing_mode == "none"
     assert sft.plan.training.task == "llm-sft" and sft.plan.packing_mode == "offline"
     assert sft.plan.pack_size == 4096 and sft.plan.training.global_batch_packs == 8  # the table counts packs
-    assert lora.plan.training.peft == "lora" and lora.plan.training.lora_rank == LORA_RANK == 32
+    assert lora.plan.training.peft == "lora" and lora.plan.training.lora_rank == 8  # llama3_8b_peft_config
     # SQuAD packs nearly full at 4096, each sample a few hundred tokens: little attention work per pack
     assert 0.95 * 4096 < sft.work.tokens <= 4096
     assert sft.work.seqlen_squared_sum < 0.1 * pre.work.seqlen_squared_sum
@@ -88,5 +88,15 @@ def test_lora_rows_adapt_what_the_performance_scripts_adapt(tmp_path):
                     "llama3.1-70b,lora,H100-80GB,bf16,8,1,4,1,1,5,1,32,4096,yes,1.0,0,t,,\n"
                     "llama3.1-70b,lora,H100-80GB,bf16,16,1,4,1,1,5,1,32,4096,yes,1.0,0,t,16,linear_qkv linear_fc1\n")
     default, own = load_measurements(path)
-    assert default.plan.training.lora_targets == ["linear_qkv"] and default.plan.training.lora_rank == LORA_RANK
+    assert default.plan.training.lora_targets == ["linear_qkv"]
+    assert default.plan.training.lora_rank == 16  # Megatron-Bridge's llama3_70b_peft_config
     assert own.plan.training.lora_targets == ["linear_qkv", "linear_fc1"] and own.plan.training.lora_rank == 16
+    from advisor.model.perf.calibration import plan_of_row
+
+    row = {"model": "llama3-8b", "task": "lora", "system": "B200", "precision": "bf16", "gpus": "8", "tp": "1",
+           "pp": "1", "cp": "1", "vpp": "", "ep": "1", "fsdp": "no", "micro_batch_size": "1",
+           "global_batch_size": "32", "seq_length": "4096"}
+    old = plan_of_row({**row, "release": "25.11"}, "mb_performance_pretrain.csv").training  # no targets set yet
+    new = plan_of_row({**row, "release": "26.02"}, "mb_performance_pretrain.csv").training
+    assert (len(old.lora_targets), new.lora_targets, new.lora_rank) == (4, ["linear_qkv"], 8)
+    assert plan_of_row({**row, "model": "qwen3-8b"}, "t.csv").training.lora_rank == LORA_RANK

@@ -167,3 +167,45 @@ def test_block_recompute_rebuilds_the_first_layers_of_each_chunk():
     assert times[1] == pytest.approx(full_time / 4) and times[4] == pytest.approx(full_time)
     with pytest.raises(PlanError, match="recompute_num_layers needs training.recompute full"):
         plan("selective", 2)
+
+
+def test_a_block_recompute_plan_is_checked_and_offered_every_layer():
+    """Found by review: the long-context finding's fix (selective) kept the block size and the check crashed; a
+    block plan that does not fit was offered neither recompute of every layer nor offloading."""
+    from advisor.advice.memory_fixes import fitting_fixes
+    from advisor.advice.rules import check
+
+    long = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "pp": 2},
+                           "training": {"task": "pretrain", "seq_length": 16384, "recompute": "full",
+                                        "recompute_num_layers": 2}})
+    memory = estimate_memory(long, 16384, 2, capacity_bytes=long.hardware.capacity_gib * GIB)
+    found = [f for f in check(long, None, memory) if f.id == "long_context.recompute"]
+    assert found and (not found[0].fix or long.changed(found[0].fix).training.recompute_num_layers is None)
+    block = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
+                            "training": {"task": "pretrain", "seq_length": 8192, "micro_batch_size": 2,
+                                         "recompute": "full", "recompute_num_layers": 2}})
+    memory = estimate_memory(block, 16384, 1, capacity_bytes=block.hardware.capacity_gib * GIB)
+    assert not memory.fits
+    fixes = {f.what: f.fix for f in fitting_fixes(block, memory, lambda p: set(), most=10)}
+    assert fixes["full recompute of every layer"]["training"] == {"recompute": "full", "recompute_num_layers": None}
+    assert any(w.startswith("offload ") for w in fixes)
+    for fix in fixes.values():
+        block.changed(fix)  # each a plan Megatron-Core accepts
+
+
+def test_exports_write_the_recompute_the_plan_runs():
+    """Block, uniform, or none at all: a recipe's own recompute_method and recompute_num_layers (Megatron-Bridge's
+    Qwen3 recipes set full/uniform/1) are overwritten, since Megatron-Core refuses them beside selective recompute."""
+    from advisor.advice.exports import derived_settings, megatron_lm_args
+
+    def settings(recompute, n=None):
+        plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "pp": 2},
+                               "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n}})
+        m = derived_settings(plan).model
+        return (m["recompute_granularity"], m["recompute_method"], m["recompute_num_layers"]), megatron_lm_args(plan)
+
+    (block, args) = settings("full", 5)
+    assert block == ("full", "block", 5) and "--recompute-method block" in args and "--recompute-num-layers 5" in args
+    assert settings("full")[0] == ("full", "uniform", 1)
+    assert settings("selective")[0] == ("selective", None, None)
+    assert settings("none")[0] == (None, None, None)

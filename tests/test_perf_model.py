@@ -354,3 +354,26 @@ def test_lora_adapts_only_its_targets_experts_included():
         plan_from_dict({"model": "llama3.1-8b", "training": {"peft": "lora", "lora_targets": ["linear_qkv"] * 2}})
     with pytest.raises(PlanError):
         plan_from_dict({"model": "llama3.1-8b", "training": {"peft": "lora", "lora_targets": []}})
+
+
+def test_lora_parameters_count_shared_experts_and_dense_layers_of_moe_models():
+    """DeepSeek-V3: the routed experts share one adapter a layer, the shared expert has its own, and the first three
+    (dense) layers adapt the dense MLP's width."""
+    from advisor.model.memory import lora_parameters
+    from advisor.model.parameters import moe_layer_pattern
+
+    def params(**model):
+        return lora_parameters(plan_from_dict({"model": {"preset": "deepseek-v3", **model},
+                                               "parallel": {"gpus": 64, "ep": 8},
+                                               "training": {"peft": "lora", "lora_targets": ["linear_fc2"]}}))
+
+    plan = plan_from_dict({"model": "deepseek-v3", "parallel": {"gpus": 64, "ep": 8}})
+    m, moe_layers = plan.model, sum(moe_layer_pattern(plan.model))
+    dense_layers = m.num_layers - moe_layers
+    assert dense_layers == 3
+    # fc2's adapter: r (in + out) = r (width + h), per layer by its kind
+    expected = 32 * (dense_layers * (m.ffn_hidden_size + m.hidden_size)
+                     + moe_layers * (m.moe_ffn_hidden_size + m.hidden_size
+                                     + m.moe_shared_expert_intermediate_size + m.hidden_size))
+    assert params() == expected
+    assert params(moe_shared_expert_intermediate_size=None) < expected

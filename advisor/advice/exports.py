@@ -162,10 +162,12 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         model["calculate_per_token_loss"] = True
     model.update(architecture(plan))
     model["recompute_granularity"] = None if t.recompute == "none" else t.recompute
-    if t.recompute == "full":  # every layer (uniform, one a unit), or the first N of each chunk (block)
-        block = t.recompute_num_layers is not None
-        model["recompute_method"] = "block" if block else "uniform"
-        model["recompute_num_layers"] = t.recompute_num_layers if block else 1
+    # full: every layer (uniform, one a unit) or the first N of each chunk (block); otherwise both None, which
+    # Megatron-Core requires with selective recompute and a recipe may have set (Megatron-Bridge's Qwen3 recipes)
+    block = t.recompute_num_layers is not None
+    full = t.recompute == "full"
+    model["recompute_method"] = ("block" if block else "uniform") if full else None
+    model["recompute_num_layers"] = (t.recompute_num_layers if block else 1) if full else None
     if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
         # and no CUDA graphs, which Megatron-Core refuses beside it (a recipe may have set some)
         model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,

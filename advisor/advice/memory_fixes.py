@@ -78,6 +78,12 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
+def _no_block(plan: Plan, change: dict) -> dict:
+    """``change`` with the plan's block recompute size dropped, where it has one (it belongs to the block method)."""
+    return _merge(change, {"training": {"recompute_num_layers": None}}) if plan.training.recompute_num_layers \
+        else change
+
+
 def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
     """The fewest layers (more than the plan offloads already) whose activations CPU offloading must take to host
     memory for the plan to fit (pp 1; without recompute, as Megatron-Core requires), with what the copies cost a
@@ -88,7 +94,7 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
 
     def changed(n: int) -> Plan | None:
         try:
-            return plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": n}})
+            return plan.changed(_no_block(plan, {"training": {"recompute": "none", "cpu_offloading_num_layers": n}}))
         except PlanError:
             return None
 
@@ -109,7 +115,7 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
     exposed = t.breakdown["offload"]
     cost = (f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "
             f"{plan.hardware.gpu}'s host link" if exposed > 0 else "the copies hide behind the compute")
-    change = {"training": {"recompute": "none", "cpu_offloading_num_layers": lo}}
+    change = _no_block(plan, {"training": {"recompute": "none", "cpu_offloading_num_layers": lo}})
     return change, f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute; {cost})"
 
 
@@ -119,7 +125,9 @@ def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
     # recompute and PP cannot run beside CPU offloading (Megatron-Core): they replace it
     instead = ({"training": {"cpu_offloading_num_layers": 0}}, " instead of CPU offloading") \
         if t.cpu_offloading_num_layers else ({}, "")
-    recompute = _merge({"training": {"recompute": "full"}}, instead[0]) if t.recompute != "full" else None
+    # full recompute of every layer: from none or selective, or from the block method's first N layers a chunk
+    every = t.recompute != "full" or t.recompute_num_layers is not None
+    recompute = _merge(_no_block(plan, {"training": {"recompute": "full"}}), instead[0]) if every else None
     offload = _offload(plan, memory) if memory is not None else None
     layout = []
     for factor in (2, 4, 8):
@@ -130,7 +138,7 @@ def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
     for factor in (2, 4, 8):
         layout.append((_merge(_parallel_change(plan, pp=p.pp * factor), instead[0]), f"PP {p.pp}->{p.pp * factor}"))
     if recompute:
-        yield recompute, f"full recompute{instead[1]}"
+        yield recompute, f"full recompute{' of every layer' if t.recompute_num_layers else ''}{instead[1]}"
     if offload:
         yield offload
     for change, what in layout:

@@ -224,10 +224,12 @@ def rule_long_context(plan: Plan, packing: PackingResult | None) -> list[Finding
         out.append(Finding(
             id="long_context.recompute", severity="info",
             message="long sequences with full recompute: prefer more CP to full recompute",
-            reason="Full recompute reruns every layer's forward (about 30 % slower); CP divides activations without "
+            reason="Full recompute reruns the layers' forward (about 30 % slower when every layer); CP divides "
+                   "activations without "
                    "recomputing. Try selective recompute with twice the CP if GPUs allow.",
             source="Megatron-Bridge docs (performance guide: context parallelism vs recompute)",
-            fix={"training": {"recompute": "selective"}}))
+            fix={"training": {"recompute": "selective",  # a block size belongs to full recompute: it goes too
+                              **({"recompute_num_layers": None} if t.recompute_num_layers else {})}}))
     return out
 
 

@@ -177,13 +177,24 @@ def recomputed_share(plan: Plan) -> float:
 
 
 def lora_parameters(plan: Plan) -> float:
-    """LoRA adapters of rank r on the plan's target layers (all four projections by default): r (in + out) each."""
+    """LoRA adapters of rank r on the plan's target layers (all four projections by default): r (in + out) each.
+    A MoE layer's routed experts share one adapter (Megatron-Bridge's LoRA on grouped experts), its shared experts
+    have their own; dense layers of a MoE model (moe_layer_freq) have the dense MLP's width."""
     m, t = plan.model, plan.training
     h, q, kv = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
-    ffn = m.moe_ffn_hidden_size if m.num_moe_experts else m.ffn_hidden_size
-    up = 2 * ffn if m.gated_linear_unit else ffn
-    widths = {"linear_qkv": h + q + 2 * kv, "linear_proj": q + h, "linear_fc1": h + up, "linear_fc2": ffn + h}
-    return t.lora_rank * sum(widths[x] for x in t.lora_targets) * m.num_layers
+    gate = 2 if m.gated_linear_unit else 1
+
+    def mlp(ffn: float) -> dict:
+        return {"linear_fc1": h + gate * ffn, "linear_fc2": ffn + h}
+
+    attention = {"linear_qkv": h + q + 2 * kv, "linear_proj": q + h}
+    total = 0.0
+    for moe in moe_layer_pattern(m):
+        widths = [attention, mlp(m.ffn_hidden_size)] if not moe else \
+            [attention, mlp(m.moe_ffn_hidden_size or m.ffn_hidden_size)] + \
+            ([mlp(m.moe_shared_expert_intermediate_size)] if m.moe_shared_expert_intermediate_size else [])
+        total += sum(w.get(x, 0) for w in widths for x in t.lora_targets)
+    return t.lora_rank * total
 
 
 def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: int,
@@ -211,7 +222,9 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     else:
         first_in_flight = min(num_microbatches, p.pp)
     working = 0.0
-    if t.recompute == "full":  # one layer's full set is rebuilt at a time during backward
+    # one layer's full set is rebuilt at a time during backward; with the block method the chunk's later layers,
+    # stored whole, have freed theirs by the time backward reaches the recomputed first ones
+    if t.recompute == "full" and recomputed_share(plan) >= 1:
         working = tokens * activation_bytes_per_token_per_layer(_with(plan, recompute="selective"))
     embed_acts = tokens * (8 + m.hidden_size)
     # CPU offloading (pp 1 only): Transformer Engine's default synchronizer holds the offloaded layers' activations

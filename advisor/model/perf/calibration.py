@@ -49,13 +49,17 @@ ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 EFFICIENCY = Efficiency(gemm=0.635, gemm_blackwell=0.539, gemm_fp4=0.364, attention=ATTENTION_EFFICIENCY,
                         attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.357, grouped=0.516,
                         expert_overhead_ms=0.319)
-# Megatron-Bridge's LoRA dim, 32 (megatron/bridge/peft/lora.py; the fine-tuning recipes pass none), on linear_qkv
-# only, as both performance scripts set it: Megatron-Bridge's scripts/performance/configs/llama/llama3_llm_finetune.py
-# (every system, v0.3.1: cfg.peft.target_modules = ["linear_qkv"]) and NeMo's recipes in performance mode
-# (finetune_performance_optimizations: recipe.peft.target_modules = ['linear_qkv']). A table's lora_rank and
-# lora_targets columns (targets separated by spaces), where it has them, say otherwise.
+# LoRA as the performance runs set it: the recipes' dim, 16 for Llama 3 70B and 8 for 8B (Megatron-Bridge
+# recipes/llama/llama3.py llama3_70b_peft_config / llama3_8b_peft_config, as NeMo's Llama 3 recipes), else Bridge's
+# LoRA default, 32 (megatron/bridge/peft/lora.py); on linear_qkv only, as both performance scripts set it from the
+# 26.02 container: Megatron-Bridge's scripts/performance/configs/llama/llama3_llm_finetune.py (v0.3.0, v0.3.1: every
+# system, cfg.peft.target_modules = ["linear_qkv"]) and NeMo's recipes in performance mode
+# (finetune_performance_optimizations); the 25.11 scripts (v0.2.0) set no targets: LoRA's default four. A table's
+# lora_rank and lora_targets columns (targets separated by spaces), where it has them, say otherwise.
 LORA_RANK = 32
+LORA_RANKS = {"llama3.1-70b": 16, "llama3.1-8b": 8}
 LORA_TARGETS = ["linear_qkv"]
+RELEASE_LORA_TARGETS = {"25.11": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
 SAMPLE_DATA = Path(__file__).resolve().parents[3] / "sample_data"
 CALIBRATION_CSV = SAMPLE_DATA / "published_step_times.csv"
 MB_CALIBRATION_CSV = SAMPLE_DATA / "mb_performance_pretrain.csv"
@@ -175,8 +179,9 @@ def plan_of_row(row: dict, table: str) -> Plan:
                 "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
                 "grad_reduce_in_fp32": False, "precision": precision,
                 "peft": "lora" if task == "lora" else "none",
-                "lora_rank": int(row.get("lora_rank") or LORA_RANK),
-                "lora_targets": (row.get("lora_targets") or "").split() or LORA_TARGETS}
+                "lora_rank": int(row.get("lora_rank") or LORA_RANKS.get(model, LORA_RANK)),
+                "lora_targets": (row.get("lora_targets") or "").split()
+                or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS)}
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
     # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
     training["global_batch_packs" if packed else "global_batch_size"] = int(row["global_batch_size"])
