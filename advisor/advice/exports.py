@@ -103,6 +103,15 @@ def train_iters(epochs: float | None, items: int | None, global_batch: int) -> i
     return max(1, math.ceil(epochs * items / global_batch))
 
 
+def recompute_method(plan: Plan) -> tuple[str | None, int | None]:
+    """Megatron-Core's recompute_method and recompute_num_layers for the plan: with full recompute every layer
+    (uniform, one layer a unit) or the first N of each pipeline chunk (block); none otherwise."""
+    t = plan.training
+    if t.recompute != "full":
+        return None, None
+    return ("uniform", 1) if t.recompute_num_layers is None else ("block", t.recompute_num_layers)
+
+
 def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
                      num_samples: int | None = None, num_packs: int | None = None) -> Settings:
     """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs.
@@ -162,12 +171,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         model["calculate_per_token_loss"] = True
     model.update(architecture(plan))
     model["recompute_granularity"] = None if t.recompute == "none" else t.recompute
-    # full: every layer (uniform, one a unit) or the first N of each chunk (block); otherwise both None, which
-    # Megatron-Core requires with selective recompute and a recipe may have set (Megatron-Bridge's Qwen3 recipes)
-    block = t.recompute_num_layers is not None
-    full = t.recompute == "full"
-    model["recompute_method"] = ("block" if block else "uniform") if full else None
-    model["recompute_num_layers"] = (t.recompute_num_layers if block else 1) if full else None
+    # both None beside selective recompute, which Megatron-Core requires and a recipe may have set otherwise
+    # (Megatron-Bridge's Qwen3 recipes)
+    model["recompute_method"], model["recompute_num_layers"] = recompute_method(plan)
     if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
         # and no CUDA graphs, which Megatron-Core refuses beside it (a recipe may have set some)
         model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,
@@ -542,11 +548,9 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
         args.append("--no-create-attention-mask-in-dataloader")
     if t.recompute == "selective":
         args.append("--recompute-granularity selective")
-    elif t.recompute == "full" and t.recompute_num_layers is not None:
-        args += ["--recompute-granularity full", "--recompute-method block",
-                 f"--recompute-num-layers {t.recompute_num_layers}"]
     elif t.recompute == "full":
-        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+        method, layers = recompute_method(plan)
+        args += ["--recompute-granularity full", f"--recompute-method {method}", f"--recompute-num-layers {layers}"]
     if t.cpu_offloading_num_layers:  # validate_args turns cpu_offloading on from the count
         args.append(f"--cpu-offloading-num-layers {t.cpu_offloading_num_layers}")
     if t.distributed_optimizer:

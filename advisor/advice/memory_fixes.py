@@ -92,9 +92,12 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
     if plan.parallel.pp != 1 or now >= layers - 1:
         return None
 
+    def change(n: int) -> dict:
+        return _no_block(plan, {"training": {"recompute": "none", "cpu_offloading_num_layers": n}})
+
     def changed(n: int) -> Plan | None:
         try:
-            return plan.changed(_no_block(plan, {"training": {"recompute": "none", "cpu_offloading_num_layers": n}}))
+            return plan.changed(change(n))
         except PlanError:
             return None
 
@@ -115,8 +118,8 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
     exposed = t.breakdown["offload"]
     cost = (f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "
             f"{plan.hardware.gpu}'s host link" if exposed > 0 else "the copies hide behind the compute")
-    change = _no_block(plan, {"training": {"recompute": "none", "cpu_offloading_num_layers": lo}})
-    return change, f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute; {cost})"
+    return change(lo), (f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no "
+                        f"recompute; {cost})")
 
 
 def _candidates(plan: Plan, memory: MemoryEstimate | None = None):

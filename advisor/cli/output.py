@@ -147,9 +147,9 @@ def estimate_text(r: EstimateResult) -> None:
         lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
     layout = s["pipeline_layout"]
     if layout is not None:
-        mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(layout["mtp_per_rank"]) if k)
-        lines.append(f"  pipeline layout {layout['layout']} ({layout['source']}): decoder layers per rank "
-                     f"{', '.join(map(str, layout['layers_per_rank']))}{mtp}")
+        from advisor.plan.pipeline_layout import ranks_text
+
+        lines.append(f"  pipeline layout {layout['layout']} ({layout['source']}): {ranks_text(layout)}")
     lines.append(f"  memory per GPU ({m.stage} stage): {_gib(m.total)} of {_gib(m.capacity)} -> "
                  f"{'fits' if m.fits else 'DOES NOT FIT'}")
     lines += [f"    {name:<16} {_gib(value):>12}" for name, value in m.breakdown.items()]

@@ -191,6 +191,16 @@ def layout_summary(stages: tuple[tuple[str, ...], ...], pp: int) -> dict:
             "mtp_per_rank": [r.mtp for r in ranks]}
 
 
+def ranks_text(summary: dict) -> str:
+    """Each rank's layers from ``layout_summary``, as the CLI and the dashboard say them.
+
+        >>> ranks_text(layout_summary(parse_layout("Et*3|tmL"), 2))
+        'decoder layers per rank 3, 1, MTP 1 on rank 1'
+    """
+    mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(summary["mtp_per_rank"]) if k)
+    return f"decoder layers per rank {', '.join(map(str, summary['layers_per_rank']))}{mtp}"
+
+
 # Megatron-Bridge's recipes set these when no layout is given (the performance scripts pass layout=None with
 # their pp and vp): DeepSeek-V3 with its MTP layers before the loss, Kimi-K2 without
 _LAST = object()  # where the recipe puts ["mtp"] * mtp_num_layers + ["loss"]

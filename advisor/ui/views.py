@@ -18,6 +18,7 @@ from advisor.packing.baselines import without_packing
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
 from advisor.plan import Plan
+from advisor.plan.pipeline_layout import ranks_text
 from advisor.ui.samples import MAX_DASHBOARD_PACK
 
 
@@ -137,10 +138,8 @@ def pipeline_layout_text(plan) -> str | None:
     s = plan.pipeline_layout_summary()
     if s is None:
         return None
-    mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(s["mtp_per_rank"]) if k)
-    return (f"Pipeline layout: {s['source']}, {s['layout']}; decoder layers per rank "
-            f"{', '.join(map(str, s['layers_per_rank']))}{mtp}. The slowest rank sets the pace and the fullest the "
-            "memory.")
+    return (f"Pipeline layout: {s['source']}, {s['layout']}; {ranks_text(s)}. The slowest rank sets the pace and "
+            "the fullest the memory.")
 
 
 def candidates_table(result: SearchResult) -> pd.DataFrame:
