@@ -51,11 +51,13 @@ def by_group(rows, errors) -> None:
     for (system, precision), errs in sorted(groups.items()):
         a = np.abs(errs)
         print(f"| {system} | {precision} | {len(a)} | {np.median(a):.1%} | {a.max():.1%} | {np.mean(errs):+.1%} |")
-    dense = [abs(e) for r, e in zip(rows, errors, strict=True) if not r.plan.model.num_moe_experts]
-    moe = [abs(e) for r, e in zip(rows, errors, strict=True) if r.plan.model.num_moe_experts]
-    print(f"dense models: {len(dense)} rows, median {np.median(dense):.1%}, 90th percentile "
-          f"{np.percentile(dense, 90):.1%}; MoE models: {len(moe)} rows, median {np.median(moe):.1%}, 90th "
-          f"percentile {np.percentile(moe, 90):.1%}")
+    parts = []
+    for label, moe in (("dense models", False), ("MoE models", True)):
+        errs = [abs(e) for r, e in zip(rows, errors, strict=True) if bool(r.plan.model.num_moe_experts) == moe]
+        if errs:  # a table of one kind only (a dense fine-tuning table) has no line for the other
+            parts.append(f"{label}: {len(errs)} rows, median {np.median(errs):.1%}, 90th percentile "
+                         f"{np.percentile(errs, 90):.1%}")
+    print("; ".join(parts))
 
 
 def leave_one_out(rows, key, label) -> None:

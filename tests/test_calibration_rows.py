@@ -100,3 +100,24 @@ def test_lora_rows_adapt_what_the_performance_scripts_adapt(tmp_path):
     new = plan_of_row({**row, "release": "26.02"}, "mb_performance_pretrain.csv").training
     assert (len(old.lora_targets), new.lora_targets, new.lora_rank) == (4, ["linear_qkv"], 8)
     assert plan_of_row({**row, "model": "qwen3-8b"}, "t.csv").training.lora_rank == LORA_RANK
+
+
+def test_the_harness_reads_a_dense_fine_tuning_table_and_names_bad_cells(tmp_path):
+    """bench/calibrate.py on a table of dense fine-tuning rows only (as a kept-aside SFT or LoRA table is): the fit
+    per group prints without a MoE line, and a bad lora_rank or target is one refused row naming its cell."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "sft.csv"
+    path.write_text(HEADER + ",lora_rank,lora_targets\n"
+                    "llama3.1-8b,sft,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t,,\n"
+                    "llama3.1-8b,lora,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t,abc,\n"
+                    "llama3.1-8b,lora,H100-80GB,bf16,8,1,1,1,1,,1,8,4096,yes,1.0,0,t,16,linear_q\n")
+    proc = subprocess.run([sys.executable, "bench/calibrate.py", "--quick", "--csv", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "dense models: 1 rows" in proc.stdout and "MoE models" not in proc.stdout
+    assert "refused 2 of 3 rows" in proc.stdout
+    assert "lora_rank 'abc' is not a whole number" in proc.stdout and "(got 'linear_q')" in proc.stdout

@@ -179,7 +179,7 @@ def plan_of_row(row: dict, table: str) -> Plan:
                 "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
                 "grad_reduce_in_fp32": False, "precision": precision,
                 "peft": "lora" if task == "lora" else "none",
-                "lora_rank": int(row.get("lora_rank") or LORA_RANKS.get(model, LORA_RANK)),
+                "lora_rank": _whole(row.get("lora_rank"), "lora_rank") or LORA_RANKS.get(model, LORA_RANK),
                 "lora_targets": (row.get("lora_targets") or "").split()
                 or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS)}
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
@@ -199,6 +199,16 @@ def plan_of_row(row: dict, table: str) -> Plan:
     return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
                            "packing": packing, "hardware": {"gpu": gpu}},
                           f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
+
+
+def _whole(cell: str | None, column: str) -> int | None:
+    """An optional whole-number cell: None when blank, else its value, or a message naming the column."""
+    text = (cell or "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{column} {text[:20]!r} is not a whole number")
+    return int(text)
 
 
 def _task_of(row: dict) -> str:
