@@ -7,7 +7,11 @@ and ``trial --out`` wrote into system folders. The rules, for a file and for a f
   without ``--force`` either;
 * no symlink is followed, neither the final name nor any folder on the way (a link could point anywhere);
 * system folders (/dev, /proc, /sys, /etc, /usr, ...) and anything but a regular file are never written;
-* an output is never one of the inputs (same inode, a hard link included) nor inside an input folder;
+* an output is never one of the inputs (same inode, a hard link included), nor inside an input folder, nor a
+  folder that holds an input;
+* a folder is replaced whole (``prepare -o OUT --force``) only when everything in it is what the command itself
+  writes (its ``owned`` names), and never the working folder, a home folder or a folder above either: ``--force``
+  once removed the raw data, the tokenizer or the whole working folder named as the output;
 * the bytes go to a temporary file in the same folder (``O_EXCL``, mode 0o644) which then takes the name in one
   step, so a reader never sees half a file and a refused or failed write leaves the old file as it was.
 
@@ -29,10 +33,11 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from advisor.errors import InputError
 
@@ -101,19 +106,65 @@ def _inputs(inputs: Iterable[str | None]) -> list[str]:
     return found
 
 
-def _not_an_input(path: str, given: str, inputs: Iterable[str | None]) -> None:
-    """Refuse an output that is an input (same inode: a hard link or another spelling) or lies in an input folder."""
+def _not_an_input(path: str, given: str, inputs: Iterable[str | None], *, whole: bool = False) -> None:
+    """Refuse an output that is an input (same inode: a hard link or another spelling) or lies in an input folder;
+    with ``whole`` (a folder to be replaced whole) also a folder that holds an input: replacing it removes it."""
     real = os.path.realpath(path)
     for item in _inputs(inputs):
         try:
+            held = os.path.realpath(item)
             if os.path.isdir(item):
-                folder = os.path.realpath(item)
-                if real == folder or real.startswith(folder.rstrip(os.sep) + os.sep):
+                if real == held:
+                    raise _refuse(given, f"is the input folder {shown(item)}; not written")
+                if real.startswith(held.rstrip(os.sep) + os.sep):
                     raise _refuse(given, f"is inside the input folder {shown(item)}; not written")
             elif os.path.exists(path) and os.path.samefile(path, item):
                 raise _refuse(given, f"is the input {shown(item)}; not overwritten")
+            if whole and os.path.lexists(item) and held.startswith(real.rstrip(os.sep) + os.sep):
+                raise _refuse(given, f"holds the input {shown(item)}; not written")
         except OSError:
             continue  # an input that cannot be looked at cannot be the output either
+
+
+def _above_or_same(folder: str, inner: str) -> bool:
+    return inner == folder or inner.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def protected_folder(path: str) -> str | None:
+    """Why the folder ``path`` may never be replaced whole, or None: the working folder, a home folder, a
+    top-level folder, or any folder above one of them.
+
+    >>> protected_folder("/"), protected_folder("/home"), protected_folder(os.getcwd())
+    ('the root folder', 'a top-level folder', 'the working folder')
+    >>> protected_folder(os.path.join(os.getcwd(), "never-made-out")) is None
+    True
+    """
+    real = os.path.realpath(path)
+    if real == os.sep:
+        return "the root folder"
+    if os.path.dirname(real) == os.sep:
+        return "a top-level folder"
+    if _above_or_same(real, os.path.realpath(os.getcwd())):
+        return "the working folder" if real == os.path.realpath(os.getcwd()) else "a folder above the working folder"
+    home = os.path.realpath(os.path.expanduser("~"))
+    if _above_or_same(real, home):
+        return "a home folder" if real == home else "a folder above a home folder"
+    if os.path.dirname(real) in ("/home", "/Users"):
+        return "a home folder"
+    return None
+
+
+def _check_replaceable(full: str, given: str, holds: list[str], owned: Callable[[str], bool]) -> None:
+    """An existing folder that ``--force`` would replace whole: only one the command wrote (every name in it
+    ``owned``), never a protected one."""
+    why = protected_folder(full)
+    if why:
+        raise _refuse(given, f"is {why}; --force replaces only a folder this command wrote, give a new folder")
+    foreign = sorted(name for name in holds if not owned(name))
+    if foreign:
+        more = f" and {len(foreign) - 1:,} more" if len(foreign) > 1 else ""
+        raise _refuse(given, f"holds {shown(foreign[0])}{more}, which this command did not write; --force replaces "
+                      "only a folder it wrote (give a new or empty folder)")
 
 
 def check_output_file(path: str, *, force: bool = False, inputs: Iterable[str | None] = ()) -> str:
@@ -158,9 +209,12 @@ def check_output_file(path: str, *, force: bool = False, inputs: Iterable[str | 
 
 
 def check_output_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (),
-                        names: Iterable[str] = ()) -> str:
+                        names: Iterable[str] = (), owned: Callable[[str], bool] | None = None) -> str:
     """The absolute folder to write ``names`` into (created when missing), or one InputError saying why not: an
     existing folder must be empty unless ``force``, and then each named file is checked as by check_output_file.
+    With ``owned`` the folder is to be replaced whole: with ``force`` only if every name in it is ``owned``
+    (what the command writes) and it is no protected folder (see protected_folder). Everything is checked before
+    anything is created.
 
     >>> check_output_folder("/proc/x")
     Traceback (most recent call last):
@@ -183,12 +237,15 @@ def check_output_folder(path: str, *, force: bool = False, inputs: Iterable[str 
             holds = os.listdir(full)
         except OSError as e:
             raise _refuse(given, f"cannot be read ({e.strerror})") from None
+        _not_an_input(full, given, inputs, whole=owned is not None)
         if holds and not force:
             raise _refuse(given, "is a folder that is not empty; pass --force to write into it")
+        if holds and owned is not None:
+            _check_replaceable(full, given, holds, owned)
         for name in names:
             check_output_file(os.path.join(full, name), force=force, inputs=inputs)
     else:
-        _not_an_input(full, given, inputs)
+        _not_an_input(full, given, inputs, whole=owned is not None)
         above = _existing_parent(full)
         if not os.access(above, os.W_OK | os.X_OK):
             raise _refuse(given, f"the folder {shown(above)} is not writable")
@@ -280,11 +337,78 @@ def _link_new(temp: str, name: str, dir_fd: int, given: str) -> None:
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = ()) -> str:
+_STAGED = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-(?P<start>\d+)\.[0-9a-f]{12}\.(?P<kind>partial|old)")
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of process ``pid``, or None when no such process runs: a pid alone
+    may have been reused since a run was killed."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+        return int(stat_line[stat_line.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        if not os.path.isdir("/proc/self"):  # no /proc (macOS): whether the pid lives is all there is
+            try:
+                os.kill(pid, 0)
+                return 0
+            except ProcessLookupError:
+                return None
+            except OSError:
+                return 0
+        return None
+
+
+def _tag() -> str:
+    """This process's pid and start time, as staging names carry them."""
+    return f"{os.getpid()}-{_process_start(os.getpid()) or 0}"
+
+
+def _dead(pid: str, start: str) -> bool:
+    now = _process_start(int(pid))
+    return now is None or (now != 0 and str(now) != start)
+
+
+def sweep_stale(path: str) -> list[str]:
+    """Remove what an interrupted run (SIGKILL, a power cut) left beside the folder ``path``: its hidden staging
+    folders (``.NAME.PID-START.HEX.partial``) and a previous folder set aside (``.old``, put back when ``path`` is
+    missing, removed otherwise), only those whose process is gone. Returns what it did, one line each.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp(); os.mkdir(os.path.join(root, ".out.999999999-1.00112233aabb.partial"))
+    >>> sweep_stale(os.path.join(root, "out")), os.listdir(root)
+    (['removed .out.999999999-1.00112233aabb.partial, left by an interrupted run'], [])
+    """
+    full = os.path.abspath(path).rstrip(os.sep)
+    parent, name = os.path.split(full)
+    done: list[str] = []
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return done
+    for entry in entries:
+        m = _STAGED.fullmatch(entry)
+        if not m or m["name"] != name[:100] or not _dead(m["pid"], m["start"]):
+            continue
+        where = os.path.join(parent, entry)
+        if not os.path.isdir(where) or os.path.islink(where):
+            continue
+        if m["kind"] == "old" and not os.path.lexists(full):
+            os.rename(where, full)  # killed between setting the old folder aside and publishing: put it back
+            done.append(f"put back {shown(entry)} as {shown(name)}, set aside by an interrupted run")
+        else:
+            shutil.rmtree(where, ignore_errors=True)
+            done.append(f"removed {shown(entry)}, left by an interrupted run")
+    return done
+
+
+def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (),
+                   owned: Callable[[str], bool] | None = None) -> str:
     """A new, empty, hidden folder beside ``path`` to write a whole output folder into, after
-    check_output_folder's checks of ``path`` (an existing folder with data in it only with ``force``). Hand it to
-    ``publish_folder`` when everything is written, or ``discard_folder`` on failure: until then ``path`` is
-    untouched, so a failure leaves nothing half-written.
+    check_output_folder's checks of ``path`` (an existing folder with data in it only with ``force``, and then only
+    one whose every name is ``owned``). Hand it to ``publish_folder`` when everything is written, or
+    ``discard_folder`` on failure: until then ``path`` is untouched, so a failure leaves nothing half-written. Its
+    name carries this process's pid and start time, so a later run can tell it is stale (``sweep_stale``).
 
     >>> import tempfile
     >>> root = tempfile.mkdtemp()
@@ -293,10 +417,10 @@ def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | Non
     >>> sorted(os.listdir(root)), os.listdir(os.path.join(root, "out"))
     (['out'], ['a.txt'])
     """
-    full = check_output_folder(path, force=force, inputs=inputs)
+    full = check_output_folder(path, force=force, inputs=inputs, owned=owned or (lambda name: True))
     parent, name = os.path.split(full.rstrip(os.sep))
     make_folder(parent, force=True)  # parents missing are created one by one, never through a link
-    temp = os.path.join(parent, f".{name[:100]}.{secrets.token_hex(6)}.partial")
+    temp = os.path.join(parent, f".{name[:100]}.{_tag()}.{secrets.token_hex(6)}.partial")
     try:
         os.mkdir(temp, 0o755)
     except OSError as e:
@@ -304,21 +428,24 @@ def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | Non
     return temp
 
 
-def publish_folder(temp: str, path: str, *, force: bool = False) -> None:
+def publish_folder(temp: str, path: str, *, force: bool = False, owned: Callable[[str], bool] | None = None) -> None:
     """Give the staged folder ``temp`` the name ``path``: a rename when ``path`` is missing or empty; with ``force``
-    an existing folder is first renamed aside, then removed once ``temp`` holds the name. ``path`` is checked again
-    (time passed since the staging) and never followed through a link."""
+    an existing folder (only one whose every name is ``owned``) is first renamed aside, then removed once ``temp``
+    holds the name. ``path`` is checked again (time passed since the staging) and never followed through a link."""
     full = os.path.abspath(path)
     _no_links_on_the_way(full, path)
     aside = None
     if os.path.lexists(full):
         if not os.path.isdir(full):
             raise _refuse(path, "exists and is not a folder")
-        if os.listdir(full):
+        holds = os.listdir(full)
+        if holds:
             if not force:
                 raise _refuse(path, "is a folder that is not empty; pass --force to write into it")
+            if owned is not None:
+                _check_replaceable(full, path, holds, owned)
             parent, name = os.path.split(full)
-            aside = os.path.join(parent, f".{name[:100]}.{secrets.token_hex(6)}.old")
+            aside = os.path.join(parent, f".{name[:100]}.{_tag()}.{secrets.token_hex(6)}.old")
             os.rename(full, aside)
     try:
         os.rename(temp, full)  # replaces an empty folder in one step, fails on one that got data meanwhile

@@ -173,3 +173,88 @@ def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combination
                              "--quiet", "-o", tmp_path / "repack")
         assert code == 2 and named in err and "--from-cache" in err, (extra, err)
         assert not (tmp_path / "repack").exists()
+
+
+# ------------------------------------------------------------------------------------------ interrupted runs
+
+
+def _processes_naming(marker: str) -> list[int]:
+    """Pids of the processes whose command line holds ``marker`` (a run's own output folder): the run and the
+    workers it forked (they share its command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _big_sft(folder) -> str:
+    folder.mkdir()
+    lines = open(SFT).read()
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        (folder / name).write_text(lines * 40)
+    return str(folder)
+
+
+def _wait_for(condition, seconds: float = 60.0) -> bool:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_an_interrupted_prepare_leaves_no_process_and_no_folder(tmp_path, sig):
+    """SIGTERM: one line, exit 143, the staging folder removed, the workers killed. SIGKILL: the workers die with
+    their parent (PR_SET_PDEATHSIG), and the staging folder it could not remove is removed by the next run."""
+    import signal
+
+    data = _big_sft(tmp_path / "data")
+    out = str(tmp_path / f"out-{sig}")
+    cmd = [sys.executable, "-m", "advisor", "prepare", data, "--tokenizer", TOKENIZER, "--pack-size", "2048",
+           "--workers", "2", "--quiet", "-o", out]
+    run = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # what a person would see first: the workers at work (the run and two forked workers)
+    assert _wait_for(lambda: len(_processes_naming(out)) >= 3), "the workers never started"
+    run.send_signal(getattr(signal, sig))
+    _, err = run.communicate(timeout=60)
+    assert _wait_for(lambda: not _processes_naming(out), 20), f"orphans: {_processes_naming(out)}"
+    if sig == "SIGTERM":
+        assert run.returncode == 143 and err.strip().splitlines() == \
+            ["error: terminated: stopped; nothing was left half-written"]
+        assert sorted(os.listdir(tmp_path)) == ["data"]
+    else:
+        assert run.returncode == -9
+        left = [n for n in os.listdir(tmp_path) if n != "data"]
+        assert len(left) == 1 and left[0].endswith(".partial")
+        again = subprocess.run([*cmd[:4], SFT, *cmd[5:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert sorted(os.listdir(tmp_path)) == ["data", f"out-{sig}"]
+        assert f"note: removed {left[0]}, left by an interrupted run" in again.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["data", "tok", "."])
+def test_force_on_an_input_or_the_working_folder_is_refused_with_everything_kept(tmp_path, target):
+    """Round 4's data loss, as users typed it: ``prepare data --tokenizer tok -o data --force`` (and tok, and .)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text(open(SFT).read())
+    import shutil
+
+    shutil.copytree(TOKENIZER, tmp_path / "tok")
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    run = subprocess.run([sys.executable, "-m", "advisor", "prepare", "data", "--tokenizer", "tok", "--pack-size",
+                          "2048", "-o", target, "--force"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert f"-o {target}: " in run.stderr and ("input" in run.stderr or "working folder" in run.stderr)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

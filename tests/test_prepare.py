@@ -200,16 +200,48 @@ def test_a_folder_without_a_cache_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------ the output folder
 
 
-def test_an_output_folder_with_data_needs_force(tmp_path):
+def test_an_output_folder_with_data_needs_force_and_only_prepares_own_is_replaced(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(InputError, match="not empty; pass --force"):
         prepare(str(out), PrepareOptions(pack_size=2048, workers=1), train=sft_job())
+    # --force replaces only a folder prepare wrote: a user's file in it is named and kept
+    with pytest.raises(InputError, match="holds keep.txt, which this command did not write"):
+        prepare(str(out), PrepareOptions(pack_size=2048, workers=1, force=True), train=sft_job())
     assert os.listdir(out) == ["keep.txt"] and os.listdir(tmp_path) == ["out"]
-    prepare(str(out), PrepareOptions(pack_size=2048, workers=1, force=True), train=sft_job())
-    assert sorted(os.listdir(out)) == [".tokens", "2048_metadata.jsonl", "training_2048.idx.parquet"]
+    (out / "keep.txt").unlink()
+    prepare(str(out), PrepareOptions(pack_size=2048, workers=1), train=sft_job())
+    prepare(str(out), PrepareOptions(pack_size=4096, workers=1, force=True), train=sft_job())
+    assert sorted(os.listdir(out)) == [".tokens", "4096_metadata.jsonl", "training_4096.idx.parquet"]
     assert os.listdir(tmp_path) == ["out"]  # the old folder, set aside, is gone
+
+
+@pytest.mark.parametrize("target", ["data", "tok", "work", "work/data/.."])
+def test_force_never_replaces_a_folder_holding_an_input_or_the_working_folder(tmp_path, monkeypatch, target):
+    """The round-4 data loss: ``-o data --force``, ``-o tok --force`` and ``-o . --force`` removed the raw data,
+    the tokenizer or the working folder. Each is refused before anything is created, every file kept."""
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    shutil.copy(RAW / "sft_sample.jsonl", work / "data" / "a.jsonl")
+    tok = tmp_path / "tok"
+    shutil.copytree(TOKENIZER, tok)
+    monkeypatch.chdir(work)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    job = TokenizeJob(data=str(work / "data" / "a.jsonl"), tokenizer=str(tok), fmt="sft", settings=SftSettings())
+    out = {"data": str(work / "data"), "tok": str(tok), "work": ".", "work/data/..": str(work / "data" / "..")}[target]
+    with pytest.raises(InputError, match="holds the input|is the working folder|is the input folder"):
+        prepare(out, PrepareOptions(pack_size=2048, workers=1, force=True), train=job)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_staging_folder_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
+    stale = tmp_path / ".out.999999999-12345.0123456789ab.partial"  # no such pid: its run was killed
+    (stale / ".work").mkdir(parents=True)
+    (stale / ".work" / "big.npy").write_bytes(b"x" * 1000)
+    result = prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=sft_job())
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert result.notes == ("removed .out.999999999-12345.0123456789ab.partial, left by an interrupted run",)
 
 
 def test_a_failure_leaves_nothing_half_written(tmp_path):

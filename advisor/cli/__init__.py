@@ -11,6 +11,7 @@ import sys
 from advisor.cli.commands import CommandFailed, run
 from advisor.cli.output import error, show
 from advisor.cli.parser import COMMANDS, build_parser
+from advisor.processes import Terminated, sigterm_as_interrupt
 
 __all__ = ["build_parser", "main"]
 
@@ -20,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else ""  # only its options are built (parser.py says why)
     args = build_parser(command).parse_args(argv)
     try:
-        show(args, run(args))  # inside the try: `advisor ... --json | head` closes the pipe during the print too
+        with sigterm_as_interrupt():  # SIGTERM cleans up as Ctrl-C does: staging removed, workers killed
+            show(args, run(args))  # inside the try: `advisor ... --json | head` closes the pipe during the print too
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was being written is gone; one line, no traceback
+        error(f"{'terminated' if isinstance(e, Terminated) else 'interrupted'}: stopped; nothing was left half-written")
+        return e.exit_code if isinstance(e, Terminated) else 130
     except BrokenPipeError:  # `advisor ... | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0

@@ -298,6 +298,7 @@ def prepare_text(r: PrepareOutcome) -> None:
         lines += [f"    left out: {e['count']:,} {e['reason']} (first at {e['first_at']})" for e in s.excluded]
     fields = ", ".join(f"{k}={v!r}" for k, v in res.specs().items())
     lines.append(f"  Megatron-Bridge: PackedSequenceSpecs({fields})")
+    lines += [f"  note: {note}" for note in res.notes]
     _lines(*lines)
 
 

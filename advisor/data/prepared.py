@@ -8,6 +8,7 @@ folder Megatron-Bridge prepared itself, has the same names inside its fingerprin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,19 @@ def split_file(split: str, pack_size: int, shard: int | None = None) -> str:
 
 def metadata_file(pack_size: int) -> str:
     return f"{pack_size}_metadata.jsonl"
+
+
+_WRITTEN = re.compile(r"(?:(?:training|validation)_\d+(?:_\d{5})?\.idx\.parquet|\d+_metadata\.jsonl|\.tokens)")
+
+
+def written_by_prepare(name: str) -> bool:
+    """Whether ``name``, an entry of a folder, is one ``advisor prepare`` writes (the files Megatron-Bridge reads
+    and the token cache): ``prepare --force`` replaces a folder only when all its entries are.
+
+    >>> [written_by_prepare(n) for n in ("training_2048.idx.parquet", "2048_metadata.jsonl", ".tokens", "data.jsonl")]
+    [True, True, True, False]
+    """
+    return _WRITTEN.fullmatch(name) is not None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram
-from advisor.data.prepared import metadata_file
+from advisor.data.prepared import metadata_file, written_by_prepare
 from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_tokenizer, tokenize
 from advisor.data.tokenize.records import data_files_and_notes
 from advisor.data.tokenize.sequences import mask_kind
@@ -34,7 +34,7 @@ from advisor.prepare import cache as token_cache
 from advisor.prepare.fill import assign_slots, runtime_of
 from advisor.prepare.metadata import metadata_text
 from advisor.prepare.shards import ShardSpec, file_names, save_plan, write_local, write_ray
-from advisor.safe_write import discard_folder, publish_folder, staging_folder, write_text
+from advisor.safe_write import discard_folder, publish_folder, staging_folder, sweep_stale, write_text
 from advisor.vocabulary import Algorithm
 
 SPLITS = ("training", "validation")
@@ -139,7 +139,8 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
         raise InputError("prepare", "engine", f"{options.engine!r} is not one of {', '.join(ENGINES)}")
     cfg = options.packing()
     inputs = [from_cache] if from_cache else [j.data for j in (train, validation) if j] + [train.tokenizer]
-    staging = staging_folder(out, force=options.force, inputs=inputs)
+    swept = tuple(sweep_stale(out))  # an earlier run killed outright (SIGKILL) left its staging folder here
+    staging = staging_folder(out, force=options.force, inputs=inputs, owned=written_by_prepare)
     tokenize_seconds = 0.0
     try:
         with _ray(options):
@@ -166,14 +167,14 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
         meta_name = metadata_file(options.pack_size)
         write_text(os.path.join(staging, meta_name), metadata_text([s.metadata for s in splits]))
         shutil.rmtree(os.path.join(staging, ".work"), ignore_errors=True)
-        publish_folder(staging, out, force=options.force)
+        publish_folder(staging, out, force=options.force, owned=written_by_prepare)
     except BaseException:
         discard_folder(staging)
         raise
     say("done", 1.0)
     return PrepareResult(out=out, options=options, splits=tuple(splits), files=tuple(names + [meta_name]),
                          seconds=time.perf_counter() - started, tokenize_seconds=tokenize_seconds,
-                         from_cache=from_cache)
+                         from_cache=from_cache, notes=swept)
 
 
 @contextlib.contextmanager

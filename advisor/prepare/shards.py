@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 
 import numpy as np
 
 from advisor.data.prepared import split_file
 from advisor.errors import InputError
+from advisor.processes import process_pool
 from advisor.prepare.parquet import ROW_GROUP, write_rows
 from advisor.prepare.rows import Rows, build_rows
 
@@ -139,7 +138,7 @@ def write_local(specs: list[ShardSpec], workers: int, progress: Callable[[int, i
             write_shard(spec)
             progress(i + 1, len(specs))
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=get_context("fork")) as pool:
+    with process_pool(min(workers, len(specs))) as pool:
         try:
             for i, _ in enumerate(pool.map(write_shard, specs)):
                 progress(i + 1, len(specs))

@@ -26,6 +26,7 @@ class PrepareOutcome:
 def prepare(args: Namespace) -> PrepareOutcome:
     from advisor.prepare.run import PrepareOptions
     from advisor.prepare.run import prepare as run
+    from advisor.data.prepared import written_by_prepare
     from advisor.safe_write import check_output_folder
 
     if args.from_cache and (args.data or args.tokenizer or args.validation):
@@ -52,7 +53,8 @@ def prepare(args: Namespace) -> PrepareOutcome:
         if args.validation:
             jobs["validation"] = replace(jobs["train"], data=args.validation)
     inputs = [args.from_cache] if args.from_cache else [args.data, args.tokenizer, args.validation]
-    named("-o", check_output_folder, args.output, force=args.force, inputs=inputs)  # before the work, not after
+    # before the work, not after: and --force replaces only a folder prepare wrote, never one holding an input
+    named("-o", check_output_folder, args.output, force=args.force, inputs=inputs, owned=written_by_prepare)
     try:
         with Bar(args.quiet, "prepare") as bar:
             result = run(args.output, options, from_cache=args.from_cache, progress=bar, **jobs)
@@ -69,4 +71,5 @@ def _data(r: PrepareResult) -> dict:
         splits.append(d)
     return {"out": r.out, "files": list(r.files), "seconds": r.seconds, "tokenize_seconds": r.tokenize_seconds,
             "from_cache": r.from_cache, "options": {k: v for k, v in asdict(r.options).items() if k != "force"},
-            "splits": splits, "metadata": [s.metadata for s in r.splits], "packed_sequence_specs": r.specs()}
+            "splits": splits, "metadata": [s.metadata for s in r.splits], "packed_sequence_specs": r.specs(),
+            "notes": list(r.notes)}

@@ -13,10 +13,9 @@ import os
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from typing import get_args
 
 import numpy as np
@@ -27,6 +26,7 @@ from advisor.data.lengths import Exclusion, LengthHistogram
 from advisor.data.tokenize.records import Limits, Shard, data_files_and_notes, iter_records, plan_shards, shard_size
 from advisor.data.tokenize.sequences import ROLLED, mask_kind
 from advisor.errors import InputError
+from advisor.processes import process_pool
 from advisor.vocabulary import DataFormat
 
 ENGINES = ("local", "ray")
@@ -294,8 +294,7 @@ def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list
             progress(i + 1, total, results)
         return results
     results = []
-    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=get_context("fork"),
-                             initializer=_quiet_worker) as pool:
+    with process_pool(min(workers, total), _quiet_worker) as pool:
         futures = [pool.submit(tokenize_shard, i, sh, job, selects[i]) for i, sh in enumerate(shards)]
         try:
             for fut in as_completed(futures):
@@ -305,10 +304,6 @@ def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list
         except BrokenProcessPool:
             raise InputError("tokenize", None, "a worker process died (out of memory?): try fewer --workers") \
                 from None
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
     return results
 
 
