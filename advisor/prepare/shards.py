@@ -20,9 +20,9 @@ import numpy as np
 
 from advisor.data.prepared import split_file
 from advisor.errors import InputError
-from advisor.processes import process_pool
 from advisor.prepare.parquet import ROW_GROUP, write_rows
 from advisor.prepare.rows import Rows, build_rows
+from advisor.processes import process_pool
 
 PLAN_ARRAYS = ("slot_record", "slot_target", "pack_offsets")
 

@@ -24,9 +24,9 @@ class PrepareOutcome:
 
 
 def prepare(args: Namespace) -> PrepareOutcome:
+    from advisor.data.prepared import written_by_prepare
     from advisor.prepare.run import PrepareOptions
     from advisor.prepare.run import prepare as run
-    from advisor.data.prepared import written_by_prepare
     from advisor.safe_write import check_output_folder
 
     if args.from_cache and (args.data or args.tokenizer or args.validation):
