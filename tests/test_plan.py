@@ -31,7 +31,7 @@ def test_all_problems_at_once():
                 "model.num_moe_experts 128 is not divisible by parallel.ep 6",
                 "training.task: Input should be 'llm-sft', 'vlm-sft' or 'pretrain' (got 'rl')",
                 "packing.mode: Input should be 'offline', 'in-batch', 'online', 'none' or 'auto' (got 'sometimes')",
-                "hardware.gpu: unknown gpu 'TPU'", "parallel.gpus 30 is not divisible by ep*etp*pp = 12"]
+                "hardware.gpu: unknown GPU 'TPU'", "parallel.gpus 30 is not divisible by ep*etp*pp = 12"]
     for text in expected:
         assert sum(text in p for p in problems) == 1, (text, problems)
     assert str(err.value).startswith("p.yaml: 8 problem(s):")

@@ -191,9 +191,12 @@ def test_a_folder_without_a_cache_is_refused(tmp_path):
         prepare(str(tmp_path / "out"), PrepareOptions(pack_size=64), from_cache=str(tmp_path / "plain"))
     bad = tmp_path / "bad" / ".tokens" / "training"
     bad.mkdir(parents=True)
-    (bad / "meta.json").write_text(json.dumps({"version": 1, "format": "chat", "mask_kind": "loss_mask",
-                                               "split": "training"}))
-    with pytest.raises(InputError, match=r"ids\.npy: cannot be read"):
+    meta = {"version": 1, "format": "chat", "mask_kind": "loss_mask", "split": "training"}
+    (bad / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=r"meta\.json, records_packed_from: Field required"):
+        prepare(str(tmp_path / "out"), PrepareOptions(pack_size=64), from_cache=str(tmp_path / "bad"))
+    (bad / "meta.json").write_text(json.dumps({**meta, "records_packed_from": 0, "tokens": 0}))
+    with pytest.raises(InputError, match=r"ids\.npy: missing"):
         prepare(str(tmp_path / "out"), PrepareOptions(pack_size=64), from_cache=str(tmp_path / "bad"))
 
 
@@ -284,3 +287,74 @@ def test_rows_are_what_megatron_bridge_reads(tmp_path):
     assert f.metadata.num_rows == result.splits[0].packs
     groups = [f.metadata.row_group(i).num_rows for i in range(f.metadata.num_row_groups)]
     assert groups[0] == min(500, f.metadata.num_rows) and sum(groups) == f.metadata.num_rows
+
+
+# ------------------------------------------------------------------------------------------ a tampered cache
+
+
+def _tamper_meta(cache: Path, **changes) -> None:
+    meta = json.loads((cache / "meta.json").read_text())
+    meta.update(changes)
+    (cache / "meta.json").write_text(json.dumps(meta))
+
+
+def _rewrite(cache: Path, name: str, edit) -> None:
+    array = np.load(cache / f"{name}.npy")
+    edit(array)
+    (cache / f"{name}.npy").unlink()
+    np.save(cache / f"{name}.npy", array, allow_pickle=False)
+
+
+def _sparse_offsets(cache: Path) -> None:
+    """A header claiming 400M records over a sparse file of that size: nothing may map or diff it whole."""
+    path = cache / "offsets.npy"
+    path.unlink()
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False, "shape": (400_000_001,)})
+        f.truncate(f.tell() + 400_000_001 * 8)
+
+
+TAMPERED = {
+    "eod negative": (lambda c: _tamper_meta(c, eod=-1), r"meta\.json, eod: Input should be greater than or equal"),
+    "format a list": (lambda c: _tamper_meta(c, format=["chat"]), r"meta\.json, format:"),
+    "mask kind unknown": (lambda c: _tamper_meta(c, mask_kind="all"), r"meta\.json, mask_kind:"),
+    "stored max a string": (lambda c: _tamper_meta(c, stored_max_seq_length="512"), r"stored_max_seq_length"),
+    "excluded not a list": (lambda c: _tamper_meta(c, excluded={"a": 1}), r"meta\.json, excluded"),
+    "records read NaN-like": (lambda c: _tamper_meta(c, records_read=1e300), r"meta\.json, records_read"),
+    "unknown field": (lambda c: _tamper_meta(c, run="rm -rf /"), r"meta\.json, run: Extra inputs"),
+    "tokens disagree": (lambda c: _tamper_meta(c, tokens=5), r"do not fit together or with its meta\.json"),
+    "ids a FIFO": (lambda c: ((c / "ids.npy").unlink(), os.mkfifo(c / "ids.npy")), r"ids\.npy: not a regular file"),
+    "meta a symlink": (lambda c: ((c / "meta.json").rename(c / "m"), (c / "meta.json").symlink_to(c / "m")),
+                       r"meta\.json: not a regular file"),
+    "sparse 400M records": (_sparse_offsets, r"offsets\.npy: claims 400,000,000 records"),
+    "ids cut short": (lambda c: os.truncate(c / "ids.npy", os.path.getsize(c / "ids.npy") - 4),
+                      r"ids\.npy: its header says"),
+    "offsets not monotone": (lambda c: _rewrite(c, "offsets", lambda a: a.__setitem__(2, a[1] - 1)),
+                             r"offsets\.npy: not a running total"),
+    "mask of 7": (lambda c: _rewrite(c, "mask", lambda a: a.__setitem__(slice(None), 7)),
+                  r"mask\.npy: holds the loss mask value 7"),
+    "negative id": (lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), -3)),
+                    r"ids\.npy: holds the token id -3"),
+    "id beyond the vocabulary": (lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), 1 << 30)),
+                                 r"ids\.npy: holds the token id 1,073,741,824, outside the tokenizer.s ids, \[0, "),
+}
+
+
+@pytest.fixture(scope="module")
+def prepared_once(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cache") / "out"
+    prepare(str(out), PrepareOptions(pack_size=1024, workers=1), train=chat_job())
+    return out
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_a_tampered_cache_is_one_message_and_nothing_is_written(prepared_once, tmp_path, case):
+    """Round 4: unchecked meta.json fields were tracebacks, a FIFO hung, a sparse array of 400M records blew up,
+    and masks of 7, ids of -3 and an EOS of -1 reached the Parquet Megatron-Bridge trains on."""
+    source = tmp_path / "src"
+    shutil.copytree(prepared_once, source)
+    tamper, message = TAMPERED[case]
+    tamper(source / ".tokens" / "training")
+    with pytest.raises(InputError, match=message):
+        prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), from_cache=str(source))
+    assert sorted(os.listdir(tmp_path)) == ["src"]  # no output, no staging folder left

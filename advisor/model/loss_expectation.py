@@ -29,11 +29,13 @@ import numpy as np
 from advisor.data.lengths import LengthHistogram
 from advisor.model.loss_curve import LossCurve
 from advisor.model.loss_steps import (
+    MAX_SAMPLES_DRAWN,
     STEPS_SAMPLED,
     as_rows,
     drawn_steps,
     packed_steps,
     same_samples_unpacked,
+    scaled,
     spans_of_runtime,
 )
 from advisor.model.loss_weights import (
@@ -153,6 +155,7 @@ class LossWeighting:
     notes: tuple[str, ...] = ()
     loss_tokens: str = LOSS_TOKENS  # where each sample's loss tokens come from (``loss_tokens_text``)
     masked: bool = False  # from the data's loss mask
+    scale: str | None = None  # the plan's step is beyond the samples drawn: what stands in for it
 
     @property
     def invariant(self) -> bool:
@@ -185,6 +188,8 @@ class LossWeighting:
         out.append(f"  step 0, packed / unpacked: reported lm loss {self.reported_same:.4f} on the same samples "
                    f"({d.mean:.3f}, {d.low:.3f}-{d.high:.3f} on random draws); per-micro-batch-mean objective "
                    f"{o.mean:.4f} ({o.low:.3f}-{o.high:.3f}) with the {self.curve.describe()}")
+        if self.scale:
+            out.append(f"  scale model: {self.scale}")
         return out
 
     def as_dict(self) -> dict:
@@ -205,7 +210,7 @@ class LossWeighting:
             "weight_share_by_length": {"edges": b.edges.tolist(), "samples": b.samples.tolist(),
                                        "token_uniform": b.uniform.tolist(), "plan": b.plan.tolist(),
                                        "unpacked": b.unpacked.tolist()},
-            "notes": list(self.notes),
+            "notes": list(self.notes), "scale_model": self.scale,
         }
 
 
@@ -280,11 +285,18 @@ class PlanSteps:
     real: np.ndarray
     first: np.ndarray | None  # first loss position per runtime length (None: every label position has loss)
     notes: tuple[str, ...]
+    scale: str | None = None  # the plan's step is beyond MAX_SAMPLES_DRAWN: the smaller steps that stand in
 
     @property
     def loss(self) -> np.ndarray:
         """Mean loss tokens per runtime length."""
         return self.real if self.first is None else self.real - self.first
+
+
+def _scale_note(plan_step: str, drawn: str, steps: int) -> str:
+    return (f"a step of {plan_step} is beyond what the advisor draws ({MAX_SAMPLES_DRAWN:,} samples a run): {steps} "
+            f"steps of {drawn} stand in for it (each micro batch weighted as in the plan's step; the spread from step "
+            "to step is wider than the plan's)")
 
 
 def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
@@ -298,16 +310,28 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
     if counts.sum() == 0:
         raise ValueError(f"{hist.source or 'data'}: no samples left to train on, so no loss to weigh")
     notes = [f"loss tokens: {loss_tokens_text(hist)}"]
+    scale = None
     samples_per_step = t.global_batch_size
     if mode == "offline":
         k = plan.global_batch_packs(packing.packing_factor)
-        packed = packed_steps(packing, real, k, cp, steps, rng, first)
-        same = same_samples_unpacked(packed, t.micro_batch_size, rng)
         samples_per_step = samples_per_step or round(k * packing.packing_factor)
+        steps, k_drawn = scaled(steps, k, packing.packing_factor)
+        if k_drawn < k:
+            scale = _scale_note(f"{k:,} packs", f"{k_drawn:,}", steps)
+            samples_per_step = max(1, round(k_drawn * packing.packing_factor))
+        packed = packed_steps(packing, real, k_drawn, cp, steps, rng, first)
+        same = same_samples_unpacked(packed, t.micro_batch_size, rng)
         if plan.data.format == "chat":
             notes.append("chat data: the packed collate also masks every position whose input token is EOS "
                          "(gpt_sft.py GPTSFTPackedDataset.collate_fn); if your template ends turns with EOS, packed "
                          "samples have fewer loss tokens than unpacked (not modelled)")
+    else:
+        steps, drawn_per_step = scaled(steps, samples_per_step)
+        if drawn_per_step < samples_per_step:
+            scale = _scale_note(f"{samples_per_step:,} samples", f"{drawn_per_step:,}", steps)
+            samples_per_step = drawn_per_step
+    if mode == "offline":
+        pass  # packed and same are drawn above
     elif mode in ("in-batch", "online"):
         packed = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng,
                              thd_multiple=plan.pad_seq_to_mult, first=first)
@@ -318,7 +342,8 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
     else:
         packed, same = None, None
     drawn = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng, first=first)
-    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, first=first, notes=tuple(notes))
+    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, first=first, notes=tuple(notes),
+                     scale=scale)
 
 
 def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
@@ -355,7 +380,7 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
                              objective_same=Ratio.of(np.ones(1)),
                              objective_drawn=Ratio.of(_per_step(j_u, j_drawn_u[:j_u.size])),
                              curve=curve, bins=bins, steps_sampled=reference.num_steps, notes=tuple(notes),
-                             loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)
+                             loss_tokens=loss_tokens_text(hist), masked=ps.first is not None, scale=ps.scale)
     w_p = weigh(packed, ptl)
     short_p = packed.loss_tokens < short_below
     packed_fig = _figures(f"packed ({mode})", packed, w_p, short_p)
@@ -378,4 +403,4 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
         reported_same=Ratio.of(_per_step(r_p, r_same)).mean, reported_drawn=Ratio.of(_per_step(r_p[:n], r_drawn_u[:n])),
         objective_same=Ratio.of(_per_step(j_p, j_same)), objective_drawn=Ratio.of(_per_step(j_p[:n], j_drawn_u[:n])),
         curve=curve, bins=bins, steps_sampled=packed.num_steps, notes=tuple(notes),
-        loss_tokens=loss_tokens_text(hist), masked=ps.first is not None)
+        loss_tokens=loss_tokens_text(hist), masked=ps.first is not None, scale=ps.scale)

@@ -34,6 +34,28 @@ from advisor.packing.config import PackingConfig
 from advisor.packing.offline import PackingResult, runtime_per_length
 
 STEPS_SAMPLED = 400  # steps drawn per run: the figures are means over steps (bench/bench_loss.py times them)
+# Samples drawn per run at most, so that every batch the schema accepts is bounded work: a global batch of 2^24
+# packs once drew 400 steps of it (a 50 GiB allocation). At the defaults (128 packs of ~7 samples, 400 steps) a run
+# draws ~360k samples; beyond the budget fewer steps are drawn (at least MIN_STEPS), then smaller steps stand in for
+# the plan's (a scale model: each micro batch is weighted as in the plan's step; the step-to-step spread is wider).
+MAX_SAMPLES_DRAWN = 1 << 20
+MIN_STEPS = 8
+
+
+def scaled(steps: int, per_step: int, samples_each: float = 1.0, *,
+           budget: int = MAX_SAMPLES_DRAWN) -> tuple[int, int]:
+    """(steps, units per step) to draw within ``budget`` samples, a step being ``per_step`` units (packs or samples)
+    of ``samples_each`` samples: fewer steps first (down to MIN_STEPS), then fewer units a step.
+
+    >>> scaled(400, 128, 7.0), scaled(400, 1 << 24, 7.0), scaled(400, 2000, 1.0)
+    ((400, 128), (8, 18724), (400, 2000))
+    """
+    per_step = max(1, per_step)
+    each = max(1.0, samples_each)
+    if steps * per_step * each <= budget:
+        return steps, per_step
+    steps = max(min(steps, MIN_STEPS), int(budget // (per_step * each)))
+    return steps, max(1, min(per_step, int(budget // (steps * each))))
 
 
 def spans_of_runtime(hist: LengthHistogram, cfg: PackingConfig) -> tuple[np.ndarray, np.ndarray | None]:

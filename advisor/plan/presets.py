@@ -9,6 +9,8 @@ Grok-1's gated GELU MLP is counted as SwiGLU.
 
 from __future__ import annotations
 
+from advisor.plan.gpus import GPUS
+
 _LLAMA3_VOCAB = 128256
 _QWEN_VOCAB = 151936
 # Beyond the sizes: what Megatron-LM needs to build the same network, from the same config.json files (rope_theta,
@@ -93,63 +95,9 @@ MODEL_PRESETS: dict[str, dict] = {
                                       spatial_merge_size=2)),
 }
 
-# One row per GPU, as the plan's hardware.gpu names it (the names of the shared MB performance CSV's `system` column):
-# memory_gib: usable memory (nvidia-smi for the GPUs measured here; the datasheet's GB in GiB for the others);
-# bf16/fp8/fp4_tflops: dense tensor-core peaks (datasheets quote FP8, FP4 and BF16 "with sparsity": half of that),
-# None where the GPU has no such tensor cores; hbm_tbps: HBM bandwidth; nvlink_gbps: NVLink per GPU and direction
-# (half the bidirectional figure NVIDIA quotes); nics_per_node x nic_gbps (GB/s per NIC, 400 Gb/s = 50) serve
-# gpus_per_node GPUs, rail-aligned (one NIC per GPU in every system here); nvlink_domain: GPUs one NVLink switch
-# fabric joins (8 on HGX/DGX boards, 72 in an NVL72 rack); sms: streaming multiprocessors (GEMM waves);
-# compute_capability: what Transformer Engine checks a recipe against (transformer_engine/pytorch/quantization.py).
-# host_gbps: one GPU's link to host memory per direction, GB/s, which CPU offloading of activations crosses: PCIe
-# Gen4 x16 (32) on DGX A100, Gen5 x16 (64) on DGX H100/H200/B200 and on DGX B300 (its Xeon 6 hosts run Gen5), and on
-# GB200/GB300 the Grace CPU's NVLink-C2C, 900 GB/s both ways for the superchip's two GPUs: 225 each way per GPU.
-GPU_PRESETS: dict[str, dict] = {
-    "A100-40GB": dict(memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=1.555,
-                      nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-                      compute_capability=8.0, host_gbps=32.0),
-    "A100-80GB": dict(memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=2.039,
-                      nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-                      compute_capability=8.0, host_gbps=32.0),
-    "H100-80GB": dict(memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=3.35,
-                      nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
-                      compute_capability=9.0, host_gbps=64.0),
-    "H200-141GB": dict(memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=4.8,
-                       nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
-                       compute_capability=9.0, host_gbps=64.0),
-    "B200": dict(memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, hbm_tbps=8.0,
-                 nvlink_gbps=900.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=148,
-                 compute_capability=10.0, host_gbps=64.0),
-    "B300": dict(memory_gib=268.2, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=13500.0, hbm_tbps=8.0,
-                 nvlink_gbps=900.0, nics_per_node=8, nic_gbps=100.0, gpus_per_node=8, nvlink_domain=8, sms=160,
-                 compute_capability=10.3, host_gbps=64.0),
-    "GB200": dict(memory_gib=173.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0, hbm_tbps=8.0,
-                  nvlink_gbps=900.0, nics_per_node=4, nic_gbps=50.0, gpus_per_node=4, nvlink_domain=72, sms=148,
-                  compute_capability=10.0, host_gbps=225.0),
-    "GB300": dict(memory_gib=268.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=15000.0, hbm_tbps=8.0,
-                  nvlink_gbps=900.0, nics_per_node=4, nic_gbps=100.0, gpus_per_node=4, nvlink_domain=72, sms=160,
-                  compute_capability=10.3, host_gbps=225.0),
-}
-# Where each row comes from (the README's hardware table prints these)
-GPU_SOURCES: dict[str, str] = {
-    "A100-40GB": "NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s; "
-                 "DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand",
-    "A100-80GB": "NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; otherwise as A100-40GB",
-    "H100-80GB": "NVIDIA H100 datasheet (2023), SXM: 1,979 / 3,958 TFLOP/s BF16 / FP8 with sparsity, 80 GB HBM3 at "
-                 "3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7",
-    "H200-141GB": "NVIDIA H200 datasheet (2024): H100's tensor cores, 141 GB HBM3e at 4.8 TB/s; DGX H200: 8 x 400 "
-                  "Gb/s ConnectX-7",
-    "B200": "NVIDIA DGX B200 datasheet (2025): 72 / 144 PFLOP/s FP8 / FP4 with sparsity for 8 GPUs, 1,440 GB HBM3e "
-            "at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7",
-    "B300": "NVIDIA HGX B300 datasheet (2025), per 8 GPUs: 108 PFLOP/s FP4 dense, 72 FP8 and 36 BF16 with sparsity, "
-            "2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8",
-    "GB200": "NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 with "
-             "sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 Gb/s "
-             "ConnectX-7; GB200 superchip: one Grace CPU and two GPUs over NVLink-C2C, 900 GB/s bidirectional",
-    "GB300": "NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 with "
-             "sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8; Grace CPU to its two "
-            "GPUs over NVLink-C2C, 900 GB/s bidirectional",
-}
+# The GPU table as the plan reads it (name -> figures) and its sources: views of the registry (advisor.plan.gpus)
+GPU_PRESETS: dict[str, dict] = {g.name: g.row() for g in GPUS}
+GPU_SOURCES: dict[str, str] = {g.name: g.source for g in GPUS}
 
 # MTP layers Megatron-Bridge's provider builds from the checkpoint's config (num_nextn_predict_layers;
 # models/deepseek/deepseek_v3_bridge.py) where the preset leaves them out: the exports set the plan's count

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
+from advisor.plan.gpus import unknown_gpu
 from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
@@ -594,11 +595,11 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append("parallel.moe_a2a_overlap with pp > 1 needs a virtual pipeline (parallel.vpp)")
         if p.cp_comm_type == "a2a+p2p" and (not p.hierarchical_cp_sizes or math.prod(p.hierarchical_cp_sizes) != p.cp):
             out.append(f"parallel.cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {p.cp}")
-    if hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
-                                                                     hardware.bf16_tflops is None):
-        out.append(f"hardware.gpu: unknown gpu {hardware.gpu[:40]!r}; presets: {', '.join(GPU_PRESETS)} "
-                   "(or give memory_gib and bf16_tflops)")
-    if hardware is not None and t is not None:
+    unknown = hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
+                                                                             hardware.bf16_tflops is None)
+    if unknown:
+        out.append(f"hardware.gpu: {unknown_gpu(hardware.gpu)} (or give memory_gib and bf16_tflops for another GPU)")
+    if hardware is not None and t is not None and not unknown:
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
     if p is not None and t is not None and p.moe_a2a_overlap and t.recompute == "full":  # Megatron-Core asserts it
         out.append("parallel.moe_a2a_overlap cannot run with training.recompute full")

@@ -225,6 +225,7 @@ def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptio
     files, _ = data_files_and_notes(job.data)
     say(f"{split}: fingerprinting the data and the tokenizer", 0.6)
     meta = {"split": split, "format": job.fmt, "mask_kind": mask_kind(job.fmt, settings), "eod": tok.special_id("eos"),
+            "vocab_size": tok.vocab_size,
             "stored_max_seq_length": options.stored_max if job.fmt == "sft" else None,
             "settings": token_cache._settings_dict(settings), "data": job.data, "tokenizer": job.tokenizer,
             "fingerprint": token_cache.fingerprint(files, job.tokenizer, job.fmt, settings),
@@ -259,7 +260,7 @@ def _cached(source: str, split: str, staging: str, options: PrepareOptions) -> t
             os.link(src, target)
         except OSError:
             shutil.copyfile(src, target)
-    return token_cache.TokenCache(folder=dest, meta=cache.meta)
+    return token_cache.TokenCache(folder=dest, meta=cache.meta, origin=cache.folder)
 
 
 def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, options: PrepareOptions,
@@ -280,7 +281,8 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     names = file_names(split, options.pack_size, packing.num_packs, options.rows_per_file)
     eod = meta.get("eod")
     specs = [ShardSpec(path=os.path.join(staging, name), first=a, last=b, plan_dir=plan_dir, cache_dir=cache.folder,
-                       pad_id=eod if isinstance(eod, int) else None, mask_kind=meta["mask_kind"])
+                       pad_id=eod if isinstance(eod, int) else None, mask_kind=meta["mask_kind"],
+                       vocab_size=meta.get("vocab_size") or -1, origin=cache.origin or cache.folder)
              for name, a, b in names]
 
     def wrote(done: int, of: int) -> None:

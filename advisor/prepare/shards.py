@@ -38,6 +38,8 @@ class ShardSpec:
     cache_dir: str
     pad_id: int | None
     mask_kind: str
+    vocab_size: int = -1  # ids must be below it (-1: unknown, a cache written before it was recorded)
+    origin: str = ""  # the cache folder messages name (the one re-packed from, not its copy in the staging folder)
 
 
 def file_names(split: str, pack_size: int, packs: int, rows_per_file: int) -> list[tuple[str, int, int]]:
@@ -120,10 +122,27 @@ def _groups(spec: ShardSpec) -> Iterator[Rows]:
             target = np.asarray(plan["slot_target"][s0:s1])
             # each slot's record read alone (a record is in one slot), only the tokens it keeps
             ids, mask, local = reader.read(starts[records], np.minimum(stored[records], target))
+            _check_tokens(spec, ids, mask)
             yield build_rows(ids, mask, local, stored[records], np.arange(records.size), target,
                              np.asarray(pack_offsets[a:b + 1]) - s0, pad_id=spec.pad_id, mask_kind=spec.mask_kind)
     finally:
         reader.close()
+
+
+def _check_tokens(spec: ShardSpec, ids: np.ndarray, mask: np.ndarray) -> None:
+    """Token ids within the tokenizer's vocabulary and loss masks of 0 and 1, checked as the rows are built: a cache
+    edited or crafted since prepare wrote it would otherwise put ids of -3 or masks of 7 into the Parquet
+    Megatron-Bridge trains on, which it reads without a check (an embedding lookup out of range, a loss weighted 7)."""
+    if ids.size and (int(ids.min()) < 0 or (spec.vocab_size > 0 and int(ids.max()) >= spec.vocab_size)):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        allowed = f"[0, {spec.vocab_size:,})" if spec.vocab_size > 0 else "0 and up"
+        raise InputError(os.path.join(spec.origin or spec.cache_dir, "ids.npy"), None, f"holds the token id "
+                         f"{bad:,}, outside the tokenizer's ids, {allowed}: not what prepare wrote; prepare the data "
+                         "again")
+    if mask.size and ((mask != 0) & (mask != 1)).any():
+        bad = int(mask[(mask != 0) & (mask != 1)][0])
+        raise InputError(os.path.join(spec.origin or spec.cache_dir, "mask.npy"), None, f"holds the loss mask "
+                         f"value {bad}, not 0 or 1: not what prepare wrote; prepare the data again")
 
 
 def write_shard(spec: ShardSpec) -> int:

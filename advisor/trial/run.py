@@ -37,6 +37,7 @@ from advisor.model.perf.step import StepWork, step_time
 from advisor.model.throughput import straggler_factor
 from advisor.packing.algorithms import ALGORITHMS, first_fit_decreasing
 from advisor.plan import Plan, plan_from_dict
+from advisor.plan.gpus import BY_NAME, match_device
 from advisor.safe_write import make_folder, write_text
 from advisor.trial.batches import Batch, packed_batch, padded_batch
 from advisor.trial.batches import forward_loss as _forward_loss
@@ -230,17 +231,12 @@ def trial_plan(plan: Plan, cfg: TrialModelConfig) -> Plan:
 
 
 def gpu_preset(device_name: str) -> str | None:
-    """The hardware-table row of a CUDA device name ("NVIDIA H100 80GB HBM3" -> H100-80GB), None if unknown.
+    """The GPU registry's record of a CUDA device name ("NVIDIA H100 80GB HBM3" -> H100-80GB), None if unknown.
 
-    >>> gpu_preset("NVIDIA H100 80GB HBM3"), gpu_preset("NVIDIA A100-SXM4-40GB"), gpu_preset("Tesla T4")
-    ('H100-80GB', 'A100-40GB', None)
+    >>> gpu_preset("NVIDIA H100 80GB HBM3"), gpu_preset("NVIDIA GB200"), gpu_preset("Tesla T4")
+    ('H100-80GB', 'GB200', None)
     """
-    name = device_name.upper()
-    for key, preset in (("H200", "H200-141GB"), ("H100", "H100-80GB"), ("B200", "B200"),
-                        ("A100-SXM4-40GB", "A100-40GB"), ("A100-PCIE-40GB", "A100-40GB"), ("A100", "A100-80GB")):
-        if key in name:
-            return preset
-    return None
+    return match_device(device_name)
 
 
 def predicted_step(plan: Plan, cfg: TrialModelConfig, steps: list[list[list[int]]], world: int, gpu: str) -> dict:
@@ -491,7 +487,7 @@ def predict(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Prediction:
     if preset is None:
         where = torch.cuda.get_device_name() if st.device.type == "cuda" else st.device.type
         return Prediction(speedup=speedup, flops_per_real_token=per_token,
-                          note=f"the step-time model describes H100, H200, B200 and A100 GPUs in BF16, not {where}")
+                          note=f"the step-time model describes the registry's GPUs ({', '.join(BY_NAME)}), not {where}")
     pred = predicted_step(plan, st.model, [st.lengths(s) for s in timed], st.world, preset)
     return Prediction(speedup=speedup, flops_per_real_token=per_token, step_seconds=pred["step_seconds"], gpu=preset)
 

@@ -138,6 +138,17 @@ class Tokenizer:
         """``ids`` as Megatron-Bridge's ``_tokenize`` encodes (see ``mb_lengths``)."""
         return self.ids(texts, special=self.include_special_tokens and self.kind == "huggingface")
 
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer can produce, added tokens included: every id it writes is below this.
+
+            >>> load_tokenizer(_example_folder()).vocab_size > 5
+            True
+        """
+        if self.kind == "sentencepiece":
+            return int(self.backend.get_piece_size())
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
     def special_id(self, name: Literal["bos", "eos", "sep"]) -> int | None:
         """The id Megatron-Core's wrapper gives ``bos_id`` / ``eos_id`` (its ``eod`` too) / ``sep_id``, or None:
         Hugging Face's named token, bos falling back to cls, eos to sep and sep to eos
