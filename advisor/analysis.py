@@ -9,7 +9,7 @@ computes nothing.
 
 >>> from advisor.data.lengths import LengthHistogram
 >>> from advisor.plan import plan_from_dict
->>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_size": 64}})
+>>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_samples": 64}})
 >>> a = analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50))
 >>> a is analyze(plan, LengthHistogram.from_samples([100, 200, 300, 400] * 50)), round(a.packing_factor, 2)
 (True, 1.87)
@@ -117,9 +117,9 @@ class Analysis:
 
     @property
     def global_batch_packs(self) -> int | None:
-        """Megatron-Bridge's global_batch_size with offline packing: the plan's samples per step over n."""
+        """Megatron-Bridge's global_batch_size with offline packing: the plan's packs, or its samples over n."""
         return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else \
-            self.plan.training.global_batch_packs
+            self.plan.batch_in_packs
 
     @property
     def estimate(self) -> Estimate:
@@ -194,11 +194,13 @@ class Analysis:
         p = self.plan
         return {"packing_mode": p.packing_mode, "pad_seq_to_mult": p.pad_seq_to_mult, "dp": p.dp,
                 "pack_size": p.pack_size if p.packing_mode == "offline" else None,
-                "samples_per_step": p.training.global_batch_size, "packing_factor": self.packing_factor,
+                "samples_per_step": p.requested_samples, "packing_factor": self.packing_factor,
                 "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
-                "megatron_bridge_global_batch_size": self.global_batch_packs or p.training.global_batch_size,
+                "global_batch_unit": p.batch_unit,
+                "megatron_bridge_global_batch_size": self.global_batch_packs or p.requested_samples,
                 "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
-                "batch": p.batch_text(self.packing_factor), "pipeline_layout": p.pipeline_layout_summary()}
+                "batch": p.batch_text(self.packing_factor), "pipeline_layout": p.pipeline_layout_summary(),
+                "plan_notes": list(p.notes)}
 
 
 def _analysis_arrays(a: Analysis) -> list:

@@ -31,7 +31,7 @@ def main() -> None:
     t0 = time.perf_counter()
     hist = load_lengths(json.dumps(default_mock_config(8192)))  # Megatron-LM's default mock: 1,000,000 samples
     read = time.perf_counter() - t0
-    base = {"model": "llama3.1-8b", "training": {"seq_length": 8192, "global_batch_size": 64},
+    base = {"version": 2, "model": "llama3.1-8b", "training": {"seq_length": 8192, "global_batch_samples": 64},
             "packing": {"mode": "offline", "pack_size": 8192}}
     variants = [({"gpus": 16, "tp": 2, "cp": 2, "sp": True}, {}, {"gpu": "H100-80GB"}),
                 ({"gpus": 32, "tp": 2, "cp": 2, "sp": True}, {}, {"gpu": "H100-80GB"}),

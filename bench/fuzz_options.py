@@ -96,10 +96,11 @@ def gen_recommend(rng: random.Random) -> dict:
     """A plan file (YAML as JSON) for ``recommend``: presets on 1 to 2,048 GPUs, short to long sequences."""
     gpus = _pick(rng, 1, 8, 16, 24, 256, 512, 1024, 2048)
     seq = _pick(rng, 128, 512, 1024, 2048, 8192, 65536)
-    plan = {"model": rng.choice(PRESETS),
+    plan = {"version": 2, "model": rng.choice(PRESETS),
             "parallel": {"gpus": gpus, "tp": _pick(rng, 1, 2, 4, 8), "cp": _pick(rng, 1, 1, 2, 4), "pp": 1,
                          "sp": rng.random() < 0.5},
-            "training": {"seq_length": seq, "global_batch_size": _pick(rng, 8, 128, 1024, 4096, gpus * 2)},
+            "training": {"seq_length": seq, _pick(rng, "global_batch_size", "global_batch_samples"):
+                         _pick(rng, 8, 128, 1024, 4096, gpus * 2)},
             "packing": {"mode": _pick(rng, "offline", "offline", "online", "in-batch", "auto")},
             "data": {"lengths": _pick(rng, SQUAD, str(SAMPLE / "sft_like_hist.csv"),
                                       str(SAMPLE / "chat_like_hist.csv"))}}
@@ -158,8 +159,8 @@ def generate(counts: dict[str, int], seed: int) -> list[tuple[str, dict]]:
 
 
 # ---------------------------------------------------------------------------------------------- the sandbox
-SMALL_PLAN = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
-              "training": {"seq_length": 512, "global_batch_size": 64}}
+SMALL_PLAN = {"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
+              "training": {"seq_length": 512, "global_batch_samples": 64}}
 
 
 def make_sandbox(root: Path) -> Path:

@@ -51,8 +51,8 @@ ODD = [None, True, False, 0, -1, 1, 2, 3, 7, 2**31, 2**53, 2**63, 2**64, 10**40,
        [[[[[[[[1]]]]]]]], {"preset": "llama3.1-8b"}]
 FIELDS = {
     "parallel": ["gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "sp", "cp_comm_type", "hierarchical_cp_sizes"],
-    "training": ["task", "seq_length", "micro_batch_size", "global_batch_size", "recompute", "distributed_optimizer",
-                 "precision", "peft", "lora_rank", "cuda_graphs"],
+    "training": ["task", "seq_length", "micro_batch_size", "global_batch_size", "global_batch_samples", "recompute",
+                 "distributed_optimizer", "precision", "peft", "lora_rank", "cuda_graphs"],
     "packing": ["mode", "pack_size", "algorithm", "seed", "pad_seq_to_mult"],
     "hardware": ["gpu", "memory_gib", "bf16_tflops"],
     "data": ["lengths", "column"],
@@ -64,7 +64,7 @@ FIELDS = {
 
 def valid_plan(rng: random.Random) -> dict:
     dp, tp, cp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
-    return {"model": {"preset": rng.choice(PRESETS)},
+    return {"version": 2, "model": {"preset": rng.choice(PRESETS)},
             "parallel": {"gpus": dp * tp * cp, "tp": tp, "cp": cp, "sp": tp > 1},
             "training": {"seq_length": rng.choice([512, 1024, 4096]), "global_batch_size": 8 * dp,
                          "micro_batch_size": 1},

@@ -119,12 +119,17 @@ def test_the_packing_page_wishes_for_its_neighbours_on_big_data(monkeypatch):
 
     offered = []
     monkeypatch.setattr(ahead.WORKER, "offer", lambda hist, cfgs: offered.append(cfgs) or len(cfgs))
-    state = {"hist": ui.load_sample("Wikipedia BERT (real, 16.3M)"),
-             "plan": ui.default_plan("Wikipedia BERT (real, 16.3M)")}
+    plan = ui.default_plan("Wikipedia BERT (real, 16.3M)")
+    plan = plan.changed({"training": {"seq_length": plan.pack_size + PACK_SIZE_STEP},
+                         "packing": {"pack_size": plan.pack_size}})
+    state = {"hist": ui.load_sample("Wikipedia BERT (real, 16.3M)"), "plan": plan}
     assert ui.pack_ahead(state) == 2
     size = state["plan"].pack_size
     assert [c.pack_size for c in offered[0]] == [size + PACK_SIZE_STEP, size - PACK_SIZE_STEP]
     assert offered[0][0] == packing_config(state["plan"].changed({"packing": {"pack_size": size + PACK_SIZE_STEP}}))
+    # a pack longer than seq_length is refused by the plan: no neighbour beyond it is wished for
+    state["plan"] = ui.default_plan("Wikipedia BERT (real, 16.3M)")
+    assert ui.pack_ahead(state) == 1 and offered[-1][0].pack_size == state["plan"].pack_size - PACK_SIZE_STEP
     small = {"hist": ui.load_sample("SQuAD 1.1 (real, 88k)"), "plan": ui.default_plan("SQuAD 1.1 (real, 88k)")}
     assert ui.pack_ahead(small) == 0  # packed in milliseconds: nothing to do ahead
 

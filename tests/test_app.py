@@ -262,8 +262,8 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
     assert at.session_state["plan"].training.recompute == "full"
     at.radio(key=CONTROLS["training.batch_unit"].key).set_value("packs").run()
     plan = at.session_state["plan"]
-    assert plan.training.global_batch_packs is not None and plan.training.global_batch_size is None
-    assert at.number_input(key=CONTROLS["training.batch"].key).value == plan.training.global_batch_packs
+    assert plan.batch_in_packs is not None and plan.training.global_batch_samples is None
+    assert at.number_input(key=CONTROLS["training.batch"].key).value == plan.batch_in_packs
     at.number_input(key=CONTROLS["parallel.gpus"].key).set_value(7).run()
     assert at.error and at.session_state["plan"].parallel.gpus == 16
     assert at.number_input(key=CONTROLS["parallel.gpus"].key).value == 16
@@ -313,7 +313,7 @@ def test_memory_page_names_the_recipe_layout_that_placed_deepseeks_layers():
 
     plan = plan_from_dict({"model": "deepseek-v3", "hardware": {"gpu": "GB200"},
                            "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64},
-                           "training": {"task": "pretrain", "seq_length": 4096, "global_batch_size": 2048},
+                           "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
                            "packing": {"mode": "none"}})
     at = run("pages/2_Memory_and_FLOPs.py", {"plan": plan})
     assert not at.exception

@@ -408,7 +408,7 @@ def test_three_sessions_one_hostile_in_chromium():
     if reason:
         pytest.skip(reason)
     wiki = "Wikipedia BERT (real, 16.3M)"
-    hostile_plan = default_plan(wiki).changed({"parallel": {"cp": 2}, "training": {"global_batch_size": 8}})
+    hostile_plan = default_plan(wiki).changed({"parallel": {"cp": 2}, "training": {"global_batch_samples": 8}})
     query = urllib.parse.urlencode(links.plan_to_query(hostile_plan, wiki))
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",

@@ -30,7 +30,7 @@ def test_fine_tuning_rows_are_packed_fine_tuning_plans(tmp_path):
         rows["llama3.1-8b lora H100-80GB bf16 8"]
     assert pre.plan.training.task == "pretrain" and pre.plan.packing_mode == "none"
     assert sft.plan.training.task == "llm-sft" and sft.plan.packing_mode == "offline"
-    assert sft.plan.pack_size == 4096 and sft.plan.training.global_batch_packs == 8  # the table counts packs
+    assert sft.plan.pack_size == 4096 and sft.plan.batch_in_packs == 8  # the table counts packs
     assert lora.plan.training.peft == "lora" and lora.plan.training.lora_rank == 8  # llama3_8b_peft_config
     # SQuAD packs nearly full at 4096, each sample a few hundred tokens: little attention work per pack
     assert 0.95 * 4096 < sft.work.tokens <= 4096

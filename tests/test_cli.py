@@ -98,7 +98,7 @@ def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
 def _long_context_plan(tmp_path, **training):
     """The issue's plan: Llama 3.1 8B, 16 H100s, 128k, TP 1, CP 8, on the bundled long-context sample."""
     plan = {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
-            "training": {"seq_length": 131072, "global_batch_size": 64, **training},
+            "training": {"seq_length": 131072, "global_batch_samples": 64, **training},
             "packing": {"mode": "offline", "pack_size": 131072},
             "data": {"lengths": str(SAMPLE / "long_context_hist.csv")}, "hardware": {"gpu": "H100-80GB"}}
     path = tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"

@@ -29,7 +29,7 @@ def override_plan(tmp_path):
     plan.write_text(yaml.safe_dump({
         "model": {"preset": "llama3.1-8b", "num_layers": 16},
         "parallel": {"gpus": 8, "tp": 2},
-        "training": {"seq_length": 384, "global_batch_size": 128},
+        "training": {"seq_length": 384, "global_batch_samples": 128},
         "data": {"lengths": "data/lengths.csv"}}))
     return plan
 
@@ -148,7 +148,7 @@ def test_review_findings_stay_fixed(tmp_path):
 def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
     plan = tmp_path / "p.yaml"
     plan.write_text(yaml.safe_dump({"model": {"preset": "llama3.1-8b", "num_layers": 16}, "parallel": {"gpus": 8},
-                                    "training": {"seq_length": 384, "global_batch_size": 100}}))
+                                    "training": {"seq_length": 384, "global_batch_samples": 100}}))
     text = advisor("export", plan, "--format", "megatron-lm", "--lengths", SQUAD, "--quiet").stdout
     assert "--global-batch-size 96" in text and "rounded to 96" in text  # a multiple of micro batch x DP 8
     assert "--num-layers 16" in text and "--group-query-attention" in text

@@ -23,8 +23,13 @@ EDITS = {"parallel.gpus": [1, 2, 6, 7, 8, 16, 64], "parallel.tp": [1, 2, 3, 4, 8
 def _expected(plan, name: str, value):
     """The plan this edit asks for, built here from the field's path, or None when Megatron's rules refuse it."""
     section, field = name.split(".")
+    changes = {section: {field: value}}
+    if name == "packing.pack_size" and value == plan.pack_size:
+        return plan  # the control shows the pack in use (seq_length's when unpinned): the same value pins nothing
+    if name == "training.seq_length" and plan.packing.pack_size == plan.training.seq_length:
+        changes["packing"] = {"pack_size": None}  # a pack pinned at seq_length follows it (pinned elsewhere: stays)
     try:
-        return plan.changed({section: {field: value}})
+        return plan.changed(changes)
     except PlanError:
         return None
 

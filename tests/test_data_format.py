@@ -25,7 +25,7 @@ CHAT_SAMPLE = "sample_data/raw/chat_sample.jsonl"
 
 def chat_plan(fmt: str, seq_length: int = 8192, **parallel):
     return plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, **parallel},
-                           "training": {"seq_length": seq_length, "global_batch_size": 1024},
+                           "training": {"seq_length": seq_length, "global_batch_samples": 1024},
                            "packing": {"mode": "offline", "pack_size": seq_length}, "data": {"format": fmt}})
 
 
@@ -130,7 +130,7 @@ def test_tokenize_records_the_format_a_plan_reads(tok, tmp_path):  # noqa: F811 
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["format"] == "chat" and out["plan_data"] == {"lengths": str(lengths), "format": "chat"}
-    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 256, "global_batch_size": 64},
+    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 256, "global_batch_samples": 64},
                            "data": out["plan_data"]})
     hist = load_lengths(plan.data.lengths)
     result = analyze(plan, hist).packing

@@ -18,7 +18,7 @@ from tests.conftest import ROOT, SAMPLE, scaled
 
 def _plan(**over):
     raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-           "training": {"seq_length": 384, "global_batch_size": 64}, "packing": {"pack_size": 384}}
+           "training": {"seq_length": 384, "global_batch_samples": 64}, "packing": {"pack_size": 384}}
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields}
     return plan_from_dict(raw)
@@ -80,7 +80,7 @@ def test_modes_and_padding_multiple(squad):
 
 
 def test_in_batch_memory_follows_the_largest_micro_batch(squad):
-    est = estimate(_plan(training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64},
+    est = estimate(_plan(training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64},
                          packing={"mode": "in-batch"}), squad)
     assert est.memory.tokens_per_micro_batch == est.micro_batches.computed_tokens.max()
     assert est.memory.tokens_per_micro_batch > 384  # four samples in one row

@@ -70,7 +70,7 @@ def test_worked_examples_are_the_engines_numbers(squad):
 
     vlm = default_plan("VLM-like (100k)")  # in-batch packing: the batch stays in samples, whatever n is
     assert views.global_batch_example_text(vlm, 2.0) == views.global_batch_example_text(vlm, 5.0)
-    assert f"({vlm.training.global_batch_size:,} samples per step)" in views.global_batch_example_text(vlm, 2.0)
+    assert f"({vlm.requested_samples:,} samples per step)" in views.global_batch_example_text(vlm, 2.0)
 
 
 def _tour_expectations(index: int, hist, plan, a) -> list[str]:

@@ -19,51 +19,51 @@ from tests.conftest import ROOT, SAMPLE, slow_after
 
 PLANS = {
     "offline-cp-sp": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 4, "cp": 2, "sp": True},
-                      "training": {"seq_length": 8192, "global_batch_size": 64}},
+                      "training": {"seq_length": 8192, "global_batch_samples": 64}},
     "offline-cudagraphs-full": {"model": "qwen3-8b", "parallel": {"gpus": 16, "tp": 2, "pp": 2, "vpp": 2, "cp": 2,
                                                                    "sp": True},
-                                "training": {"seq_length": 16384, "global_batch_size": 32, "cuda_graphs": True,
+                                "training": {"seq_length": 16384, "global_batch_samples": 32, "cuda_graphs": True,
                                              "recompute": "full"}},
     "offline-hierarchical": {"model": "llama3.1-70b", "parallel": {"gpus": 64, "tp": 8, "cp": 8, "sp": True,
                                                                   "cp_comm_type": "a2a+p2p",
                                                                   "hierarchical_cp_sizes": [2, 4]},
-                             "training": {"seq_length": 131072, "global_batch_size": 8}},
+                             "training": {"seq_length": 131072, "global_batch_samples": 8}},
     "vlm-in-batch": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
-                     "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64}},
+                     "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64}},
     "pretrain": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"task": "pretrain",
-                                                                             "global_batch_size": 64}},
+                                                                             "global_batch_samples": 64}},
     "offline-overrides": {"model": {"preset": "qwen3-30b-a3b", "num_layers": 24, "moe_router_topk": 4,
                                     "share_embeddings_and_output_weights": True},
-                          "parallel": {"gpus": 8, "tp": 2, "cp": 2, "ep": 2}, "training": {"global_batch_size": 64}},
+                          "parallel": {"gpus": 8, "tp": 2, "cp": 2, "ep": 2}, "training": {"global_batch_samples": 64}},
     "offline-405b-split": {"model": "llama3.1-405b",
                            "parallel": {"gpus": 128, "tp": 8, "pp": 8, "vpp": 8, "sp": True, "tp_comm_overlap": True,
                                         "account_for_embedding_in_pipeline_split": True,
                                         "account_for_loss_in_pipeline_split": True},
-                           "training": {"global_batch_size": 64, "grad_reduce_in_fp32": False}},
+                           "training": {"global_batch_samples": 64, "grad_reduce_in_fp32": False}},
     "pretrain-mxfp8-fsdp": {"model": "llama3.1-70b", "parallel": {"gpus": 64, "fsdp": True},
-                            "training": {"task": "pretrain", "global_batch_size": 256, "precision": "mxfp8",
+                            "training": {"task": "pretrain", "global_batch_samples": 256, "precision": "mxfp8",
                                          "grad_reduce_in_fp32": False}, "hardware": {"gpu": "GB200"}},
     "pretrain-fp8-fsdp-offload": {"model": "llama3.1-70b", "parallel": {"gpus": 64, "fsdp": True},
-                                  "training": {"task": "pretrain", "global_batch_size": 256, "precision": "fp8",
+                                  "training": {"task": "pretrain", "global_batch_samples": 256, "precision": "fp8",
                                                "micro_batch_size": 2, "recompute": "none",
                                                "cpu_offloading_num_layers": 40}, "hardware": {"gpu": "GB200"}},
     "offline-block-recompute": {"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
-                                "training": {"recompute": "full", "recompute_num_layers": 1, "global_batch_size": 32}},
+                                "training": {"recompute": "full", "recompute_num_layers": 1, "global_batch_samples": 32}},
     "offline-fp8-tensorwise": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
-                               "training": {"global_batch_size": 64, "precision": "fp8"}},
+                               "training": {"global_batch_samples": 64, "precision": "fp8"}},
     "offline-nvfp4": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "hardware": {"gpu": "GB300"},
-                      "training": {"global_batch_size": 64, "precision": "nvfp4"}},
+                      "training": {"global_batch_samples": 64, "precision": "nvfp4"}},
     "offline-custom": {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "num_query_groups": 2,
                                  "ffn_hidden_size": 4096, "vocab_size": 32000, "normalization": "LayerNorm"},
-                       "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_size": 64}},
+                       "parallel": {"gpus": 8, "cp": 2}, "training": {"global_batch_samples": 64}},
     "offline-per-token-loss": {"model": "llama3.1-8b", "parallel": {"gpus": 8},
-                               "training": {"global_batch_size": 64, "calculate_per_token_loss": True}},
+                               "training": {"global_batch_samples": 64, "calculate_per_token_loss": True}},
     "pretrain-moe-flex-overlap": {"model": "qwen3-30b-a3b",
                                   "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
                                                "moe_dispatcher": "flex_hybridep"},
-                                  "training": {"task": "pretrain", "global_batch_size": 64, "recompute": "none"}},
+                                  "training": {"task": "pretrain", "global_batch_samples": 64, "recompute": "none"}},
     "in-batch-average-in-collective": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
-                                       "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_size": 64,
+                                       "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64,
                                                     "average_in_collective": True}},
 }
 
@@ -225,7 +225,7 @@ def test_cli_recommend_json_and_export_recommended():
 
 
 def test_markdown_and_plan_exports(squad):
-    plan = plan_from_dict({**PLANS["offline-cp-sp"], "training": {"seq_length": 384, "global_batch_size": 64}})
+    plan = plan_from_dict({**PLANS["offline-cp-sp"], "training": {"seq_length": 384, "global_batch_samples": 64}})
     analysis = analyze(plan, squad)
     md = analysis.export("markdown")
     assert "## Findings" in md and "`cp.loss`" in md and "Megatron-Bridge packing metadata" in md
@@ -238,7 +238,7 @@ def test_markdown_and_plan_exports(squad):
 
 
 REVIEWER = {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
-            "training": {"seq_length": 8192, "global_batch_size": 128}}
+            "training": {"seq_length": 8192, "global_batch_samples": 128}}
 
 
 @pytest.mark.parametrize("layout,offline,in_batch", [({"tp": 2, "sp": True}, 1, 2), ({"tp": 2, "cp": 2}, 4, 4),
@@ -269,7 +269,7 @@ def test_a_recipe_without_specs_gets_them_and_an_explicit_seed_is_written(versio
 
 
 def test_the_packing_simulated_is_the_recipes_unless_the_plan_says(squad):
-    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64}})
+    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_samples": 64}})
     assert plan.packing.seed is None and analyze(plan, squad).packing.config.seed == 5678
     assert "seed" not in python_snippet(plan, "0.6.2", N) and "dataset.seed" not in overrides(plan, "0.6.2", N)
     from advisor.cli import build_parser
@@ -282,7 +282,7 @@ def test_the_packing_simulated_is_the_recipes_unless_the_plan_says(squad):
 
 @pytest.mark.slow  # the command line or the real wheel in subprocesses
 def test_epochs_become_train_iters_in_packs_or_samples(squad, tmp_path):
-    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_size": 64, "epochs": 2}})
+    plan = plan_from_dict({**REVIEWER, "training": {"seq_length": 384, "global_batch_samples": 64, "epochs": 2}})
     analysis = analyze(plan, squad)
     packs, gbs = analysis.packing.num_packs, analysis.global_batch_packs
     iters = -(-2 * packs // gbs)

@@ -90,7 +90,7 @@ def test_a_session_over_budget_keeps_its_page_and_is_told_why(monkeypatch):
     monkeypatch.setattr(fair, "GATE", fair.Gate(fair.Budget(session_cpu_seconds=1.0)))
     meter = fair.Meter()
     meter.charge(time.monotonic(), 5.0)
-    plan = ui.default_plan().changed({"parallel": {"cp": 2}, "training": {"global_batch_size": 96}})
+    plan = ui.default_plan().changed({"parallel": {"cp": 2}, "training": {"global_batch_samples": 96}})
     at = open_page("pages/6_Online_packing.py", {"_meter": meter, "plan": plan})
     assert not at.exception
     errors = [e.value for e in at.error]

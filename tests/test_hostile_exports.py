@@ -20,7 +20,7 @@ HOSTILE = ["x'); import os; os.system('id') #", 'a"\nimport os\n', "$(rm -rf ~)"
            "\\", "{{7*7}}", "\u202eevil", "x" * 500]
 DATA = LengthHistogram.from_samples([100, 200, 300, 700] * 20)
 BASE = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-        "training": {"seq_length": 1024, "global_batch_size": 64}}
+        "training": {"seq_length": 1024, "global_batch_samples": 64}}
 
 
 @pytest.mark.parametrize("section,field", [("model", "family"), ("hardware", "gpu"),

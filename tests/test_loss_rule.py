@@ -32,7 +32,7 @@ def plans_and_data(draw):
     mode = draw(st.sampled_from(["auto", "in-batch", "none"]))
     raw = {"model": "llama3.1-8b",
            "parallel": {"gpus": 2 * cp * dp, "tp": 2, "cp": cp, "sp": True},
-           "training": {"seq_length": seq, "micro_batch_size": mbs, "global_batch_size": mbs * dp *
+           "training": {"seq_length": seq, "micro_batch_size": mbs, "global_batch_samples": mbs * dp *
                         draw(st.integers(1, 8)), "calculate_per_token_loss": draw(st.booleans()),
                         "average_in_collective": draw(st.booleans())},
            "packing": {"mode": mode, "seed": draw(st.integers(0, 100))}}

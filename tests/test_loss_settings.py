@@ -52,7 +52,7 @@ def test_megatron_lm_knows_both_flags():
 def chat_plan(tmp_path):
     plan = tmp_path / "chat8k.yaml"
     plan.write_text(yaml.safe_dump({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
-                                    "training": {"seq_length": 8192, "global_batch_size": 128},
+                                    "training": {"seq_length": 8192, "global_batch_samples": 128},
                                     "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")}}))
     return plan
 

@@ -140,7 +140,7 @@ def test_objective_of_same_samples_is_the_curves_weighted_sum(chat):
 
 
 def test_no_packing_has_no_packed_run_and_no_finding():
-    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_size": 32},
+    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_samples": 32},
                            "packing": {"mode": "none"}})
     a = analyze(plan, LengthHistogram.from_samples(list(range(20, 500, 7)) * 3))
     assert a.loss.packed is None and not a.loss.depends_on_packing

@@ -51,18 +51,18 @@ def mb_config(plan):
 
 
 LAYOUTS = [
-    ("llama3.1-8b", dict(gpus=8, tp=1), dict(seq_length=4096, global_batch_size=64)),
-    ("llama3.1-70b", dict(gpus=64, tp=8, pp=2, cp=2, sp=True), dict(seq_length=16384, global_batch_size=64)),
-    ("llama3.1-405b", dict(gpus=576, tp=8, pp=9, vpp=2, cp=2, sp=True), dict(seq_length=8192, global_batch_size=64)),
-    ("qwen3-8b", dict(gpus=16, tp=2, cp=4, sp=True), dict(seq_length=32768, micro_batch_size=1, global_batch_size=32,
+    ("llama3.1-8b", dict(gpus=8, tp=1), dict(seq_length=4096, global_batch_samples=64)),
+    ("llama3.1-70b", dict(gpus=64, tp=8, pp=2, cp=2, sp=True), dict(seq_length=16384, global_batch_samples=64)),
+    ("llama3.1-405b", dict(gpus=576, tp=8, pp=9, vpp=2, cp=2, sp=True), dict(seq_length=8192, global_batch_samples=64)),
+    ("qwen3-8b", dict(gpus=16, tp=2, cp=4, sp=True), dict(seq_length=32768, micro_batch_size=1, global_batch_samples=32,
                                                        distributed_optimizer=False)),
-    ("qwen3-30b-a3b", dict(gpus=32, tp=2, pp=2, ep=8, sp=True), dict(seq_length=8192, global_batch_size=64)),
-    ("mixtral-8x7b", dict(gpus=64, tp=4, pp=4, ep=4, etp=1, sp=True), dict(seq_length=4096, global_batch_size=128)),
-    ("nemotron4-340b", dict(gpus=768, tp=8, pp=12, vpp=8, sp=True), dict(seq_length=4096, global_batch_size=64)),
+    ("qwen3-30b-a3b", dict(gpus=32, tp=2, pp=2, ep=8, sp=True), dict(seq_length=8192, global_batch_samples=64)),
+    ("mixtral-8x7b", dict(gpus=64, tp=4, pp=4, ep=4, etp=1, sp=True), dict(seq_length=4096, global_batch_samples=128)),
+    ("nemotron4-340b", dict(gpus=768, tp=8, pp=12, vpp=8, sp=True), dict(seq_length=4096, global_batch_samples=64)),
     ("deepseek-v3", dict(gpus=128, tp=2, ep=64, etp=1, sp=True), dict(seq_length=4096,
-                                                                             global_batch_size=1024)),
-    ("qwen3-32b", dict(gpus=16, tp=4, pp=4, sp=False), dict(seq_length=8192, micro_batch_size=2,
-                                                           global_batch_size=32, recompute="full")),
+                                                                             global_batch_samples=1024)),
+    ("qwen3-32b", dict(gpus=16, tp=4, pp=4, sp=False), dict(seq_length=8192, micro_batch_size=2, task="pretrain",
+                                                           global_batch_samples=32, recompute="full")),
 ]
 
 
@@ -70,7 +70,7 @@ LAYOUTS = [
 def test_megatron_bridge_estimate_reproduced(mb_memory, name, parallel, training):
     plan = plan_from_dict({"model": name, "parallel": parallel, "training": training})
     dp = plan.parallel.dp
-    num_microbatches = plan.training.global_batch_size // (plan.training.micro_batch_size * dp)
+    num_microbatches = plan.training.global_batch_samples // (plan.training.micro_batch_size * dp)
     theirs = mb_memory.estimate_training_memory(mb_config(plan), num_microbatches=num_microbatches)
     ours = megatron_bridge_memory(plan, num_microbatches)
     assert ours.weight_and_optimizer_bytes == pytest.approx(theirs.weight_and_optimizer_bytes, rel=1e-3)
@@ -93,7 +93,7 @@ def test_parameter_counts_match_published_sizes():
 
 def test_packing_changes_activation_memory_and_the_difference_is_explained():
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_size": 64}})
+                           "training": {"seq_length": 8192, "global_batch_samples": 64}})
     full = estimate_memory(plan, tokens_per_micro_batch=8192, num_microbatches=32)
     half = estimate_memory(plan, tokens_per_micro_batch=4096, num_microbatches=32)
     assert half.activations == pytest.approx(full.activations / 2)
@@ -102,9 +102,9 @@ def test_packing_changes_activation_memory_and_the_difference_is_explained():
 
 
 def test_lora_freezes_the_base():
-    base = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"global_batch_size": 64}}
+    base = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"global_batch_samples": 64}}
     full = estimate_memory(plan_from_dict(base), 4096, 8)
-    lora = estimate_memory(plan_from_dict({**base, "training": {"global_batch_size": 64, "peft": "lora"}}), 4096, 8)
+    lora = estimate_memory(plan_from_dict({**base, "training": {"global_batch_samples": 64, "peft": "lora"}}), 4096, 8)
     assert lora.gradients < full.gradients / 50 and lora.optimizer < full.optimizer / 50
     assert lora.weights >= full.weights
 

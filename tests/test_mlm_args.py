@@ -60,37 +60,37 @@ def plans() -> dict:
     for name in MODEL_PRESETS:
         layout = LAYOUTS.get(name, {"gpus": 16, "tp": 2, "sp": True})
         out[name] = plan_from_dict({"model": name, "parallel": layout, "packing": {"mode": "none"},
-                                    "training": {"seq_length": 4096, "global_batch_size": 256, "epochs": 1}})
+                                    "training": {"seq_length": 4096, "global_batch_samples": 256, "epochs": 1}})
     # the precisions and Megatron FSDP (Megatron-LM's parser does not look at the GPU: H100's 9.0 is stubbed in)
     for name, training, parallel in PRECISIONS:
         out[name] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, **parallel},
-                                    "training": {"seq_length": 4096, "global_batch_size": 256, **training},
+                                    "training": {"seq_length": 4096, "global_batch_samples": 256, **training},
                                     "hardware": {"gpu": "B200"}})
     # the reviewer's plan: Llama 3.1 8B chat SFT on 16 H100s, TP 2 + SP, offline packing, CP 2
     # the MoE dispatcher and EP overlap: flex with HybridEP, the all-to-all behind the other micro batch (VPP with PP)
     out["qwen3-30b-a3b/flex-overlap"] = plan_from_dict(
         {"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
                                                 "moe_dispatcher": "flex_hybridep"},
-         "training": {"seq_length": 4096, "global_batch_size": 256, "recompute": "none"}})
+         "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"}})
     # DeepSeek-V3's 61 layers at PP 4 x VP 4: Megatron-Bridge's recipe layout, passed as Megatron-LM's own flag
     out["deepseek-v3/layout"] = plan_from_dict(
         {"model": "deepseek-v3", "parallel": {"gpus": 64, "pp": 4, "vpp": 4, "ep": 8},
-         "training": {"seq_length": 4096, "global_batch_size": 256}, "packing": {"mode": "none"}})
+         "training": {"seq_length": 4096, "global_batch_samples": 256}, "packing": {"mode": "none"}})
     out["deepseek-v3/layout-mtp"] = plan_from_dict(
         {"model": {"preset": "deepseek-v3", "mtp_num_layers": 1}, "parallel": {"gpus": 64, "pp": 8, "vpp": 2, "ep": 8},
-         "training": {"seq_length": 4096, "global_batch_size": 256}, "packing": {"mode": "none"}})
+         "training": {"seq_length": 4096, "global_batch_samples": 256}, "packing": {"mode": "none"}})
     out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
                                                                                  "sp": True},
-                                            "training": {"seq_length": 8192, "global_batch_size": 128}})
+                                            "training": {"seq_length": 8192, "global_batch_samples": 128}})
     # activation offloading as Megatron-Bridge's GB200 FSDP recipe runs it: pp 1, no recompute
     out["llama3.1-8b/offload"] = plan_from_dict(
         {"model": "llama3.1-8b", "parallel": {"gpus": 16, "fsdp": True}, "hardware": {"gpu": "GB200"},
-         "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "none",
+         "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "none",
                       "cpu_offloading_num_layers": 20}})
     # block recompute, as Megatron-Bridge's H100 recipes set recompute_num_layers
     out["llama3.1-8b/block-recompute"] = plan_from_dict(
         {"model": "llama3.1-8b", "parallel": {"gpus": 16, "pp": 2},
-         "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full", "recompute_num_layers": 5}})
+         "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full", "recompute_num_layers": 5}})
     return out
 
 

@@ -17,7 +17,7 @@ from advisor.plan import PlanError, plan_from_dict
 # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: FSDP, micro batch 2, 40 layers offloaded)
 RECIPE = {"model": "llama3.1-70b", "hardware": {"gpu": "GB200"}, "parallel": {"gpus": 64, "fsdp": True},
           "training": {"task": "pretrain", "precision": "fp8", "seq_length": 8192, "micro_batch_size": 2,
-                       "global_batch_size": 256, "recompute": "none", "cpu_offloading_num_layers": 40}}
+                       "global_batch_samples": 256, "recompute": "none", "cpu_offloading_num_layers": 40}}
 WORK = StepWork(tokens=2 * 8192, seqlen_squared_sum=2 * 8192.0 ** 2, micro_batches=2)
 
 

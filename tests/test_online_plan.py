@@ -29,7 +29,7 @@ def advisor(*args) -> subprocess.CompletedProcess:
 
 def _plan(**over):
     raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
-           "training": {"seq_length": 16384, "global_batch_size": 64}, "packing": {"mode": "online"}}
+           "training": {"seq_length": 16384, "global_batch_samples": 64}, "packing": {"mode": "online"}}
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields}
     return plan_from_dict(raw)
@@ -161,7 +161,7 @@ def test_online_plans_are_checked_as_megatron_lm_checks_them():
 
 def test_the_comparison_names_a_winner_and_why(chat):
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
-                           "training": {"seq_length": 16384, "global_batch_size": 128, "peft": "lora"}})
+                           "training": {"seq_length": 16384, "global_batch_samples": 128, "peft": "lora"}})
     c = compare_packing(plan, chat)
     ways = [r["way"] for r in c.rows()]
     assert ways == ["offline (Megatron-Bridge)", "online dp_balanced (Megatron-LM dev)",

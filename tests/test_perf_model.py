@@ -24,7 +24,7 @@ from tests.conftest import ROOT, SAMPLE
 
 def _sft(**over):
     raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8},
-           "training": {"seq_length": 4096, "global_batch_size": 256, "recompute": "none"},
+           "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"},
            "packing": {"pack_size": 4096}, "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")}}
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields}
@@ -115,10 +115,10 @@ def test_a_data_parallel_group_with_one_rank_per_node_waits_on_one_nic():
     """TP 8 leaves each DP group one rank per node: its ring crosses the nodes on that rank's rail alone, so a
     short step cannot hide the gradient reduce-scatter (1B parameters a GPU in FP32 over one 50 GB/s NIC)."""
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 4096, "global_batch_size": 2, "recompute": "none"}})
+                           "training": {"seq_length": 4096, "global_batch_samples": 2, "recompute": "none"}})
     t = step_time(plan, StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
     assert t.breakdown["dp_comm"] > 0.2 * t.step_seconds
-    one_node = step_time(plan.changed({"parallel": {"gpus": 8}, "training": {"global_batch_size": 1}}),
+    one_node = step_time(plan.changed({"parallel": {"gpus": 8}, "training": {"global_batch_samples": 1}}),
                          StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
     assert one_node.breakdown["dp_comm"] == 0.0  # no data parallelism at all
 
@@ -126,7 +126,7 @@ def test_a_data_parallel_group_with_one_rank_per_node_waits_on_one_nic():
 def test_full_nodes_scale_flat_at_fixed_work_per_gpu(chat):
     """A DP group holding all 8 GPUs of each node uses all 8 rails (NCCL builds one ring per rail): from 8 to 32
     GPUs at fixed work per GPU the step stays within 1 % (it rose 21 % when every cross-node ring paid one NIC)."""
-    steps = [estimate(_sft(parallel={"gpus": g}, training={"global_batch_size": 32 * g}), chat).time.step_seconds
+    steps = [estimate(_sft(parallel={"gpus": g}, training={"global_batch_samples": 32 * g}), chat).time.step_seconds
              for g in (8, 16, 32)]
     assert max(steps) / min(steps) < 1.01
 
@@ -158,7 +158,7 @@ def test_an_nvl72_rack_keeps_64_ranks_on_nvlink():
 
 def test_the_bubble_is_pp_minus_one_over_vpp_micro_batches():
     plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 32, "tp": 4, "pp": 4, "sp": True},
-                           "training": {"global_batch_size": 64, "seq_length": 4096}})
+                           "training": {"global_batch_samples": 64, "seq_length": 4096}})
     work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
     plain = step_time(plan, work, EFFICIENCY)
     inter = step_time(plan.changed({"parallel": {"vpp": 5}}), work, EFFICIENCY)

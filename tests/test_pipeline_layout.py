@@ -192,7 +192,7 @@ def test_recipe_layouts_are_megatron_bridges():
 
 DEEPSEEK = {"model": "deepseek-v3", "hardware": {"gpu": "GB200"},
             "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64, "moe_dispatcher": "flex_hybridep"},
-            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_size": 2048},
+            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
             "packing": {"mode": "none"}}
 
 
@@ -227,7 +227,7 @@ def test_a_layout_is_checked_and_every_problem_named():
 
 def _even_and_by_layout(parallel: dict, layout: str, model: str = "llama3.1-8b"):
     base = {"model": model, "parallel": parallel, "packing": {"mode": "none"},
-            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_size": 64}}
+            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 64}}
     return plan_from_dict(base), plan_from_dict({**base, "parallel": {**parallel, "pipeline_layout": layout}})
 
 
@@ -300,7 +300,7 @@ def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout(
     """Without a layout Megatron-Core builds the MTP layers on the last stage; written out, the same layout."""
     base = {"model": {"preset": "llama3.1-8b", "mtp_num_layers": 1}, "packing": {"mode": "none"},
             "parallel": {"gpus": 8, "pp": 4}, "training": {"task": "pretrain", "seq_length": 4096,
-                                                             "global_batch_size": 64}}
+                                                             "global_batch_samples": 64}}
     even = plan_from_dict(base)
     written = plan_from_dict({**base, "parallel": {"gpus": 8, "pp": 4, "pipeline_layout": "Et*8|t*8|t*8|t*8mL"}})
     without = plan_from_dict({**base, "model": "llama3.1-8b"})

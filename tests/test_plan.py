@@ -13,14 +13,14 @@ from tests.conftest import ROOT
 
 def test_every_preset_makes_a_valid_plan():
     for name in MODEL_PRESETS:
-        plan = plan_from_dict({"model": name, "parallel": {"gpus": 8}, "training": {"global_batch_size": 64}})
+        plan = plan_from_dict({"model": name, "parallel": {"gpus": 8}, "training": {"global_batch_samples": 64}})
         assert plan.model.name == name and plan.model_name == name
     assert {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "B200"} <= set(GPU_PRESETS)
 
 
 def test_all_problems_at_once():
     raw = {"model": {"preset": "qwen3-30b-a3b", "num_layers": 47}, "parallel": {"gpus": 30, "tp": 8, "pp": 2, "ep": 6},
-           "training": {"global_batch_size": 100, "task": "rl"}, "packing": {"mode": "sometimes"},
+           "training": {"global_batch_samples": 100, "task": "rl"}, "packing": {"mode": "sometimes"},
            "hardware": {"gpu": "TPU"}}
     with pytest.raises(PlanError) as err:
         plan_from_dict(raw, "p.yaml")
@@ -56,12 +56,12 @@ def test_moe_dispatcher_and_overlap_follow_megatron_cores_checks():
 
 
 def test_batch_and_preset_errors():
-    with pytest.raises(PlanError, match="global_batch_size 30 is not divisible by micro_batch_size\\*dp = 2\\*4"):
+    with pytest.raises(PlanError, match="global_batch_samples 30 is not divisible by micro_batch_size\\*dp = 2\\*4"):
         plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2}, "packing": {"mode": "none"},
-                        "training": {"micro_batch_size": 2, "global_batch_size": 30}})
+                        "training": {"micro_batch_size": 2, "global_batch_samples": 30}})
     # with offline packing the samples per step need not divide: the export rounds the packs to DP
     assert plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
-                           "training": {"global_batch_size": 30}}).global_batch_packs(2.0) == 16
+                           "training": {"global_batch_samples": 30}}).global_batch_packs(2.0) == 16
     with pytest.raises(PlanError, match="unknown preset 'llama9'"):
         plan_from_dict({"model": "llama9"})
     with pytest.raises(PlanError, match="num_attention_heads 28 is not divisible by parallel.tp 8"):
@@ -73,7 +73,7 @@ def test_batch_and_preset_errors():
 def test_custom_model_and_round_trip(tmp_path):
     raw = {"model": {"hidden_size": 1024, "num_layers": 4, "num_attention_heads": 8, "ffn_hidden_size": 4096,
                      "vocab_size": 32000, "gated_linear_unit": False},
-           "parallel": {"gpus": 2, "tp": 2}, "training": {"global_batch_size": 8}}
+           "parallel": {"gpus": 2, "tp": 2}, "training": {"global_batch_samples": 8}}
     plan = plan_from_dict(raw)
     for fmt, name in (("yaml", "p.yaml"), ("json", "p.json")):
         path = tmp_path / name

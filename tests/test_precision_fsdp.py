@@ -19,7 +19,7 @@ WORK = StepWork(tokens=8192, seqlen_squared_sum=8192.0 ** 2, micro_batches=8)
 
 def _plan(model="llama3.1-8b", gpu="H100-80GB", **training):
     return plan_from_dict({"model": model, "parallel": {"gpus": 8}, "hardware": {"gpu": gpu},
-                           "training": {"task": "pretrain", "seq_length": 8192, "global_batch_size": 64,
+                           "training": {"task": "pretrain", "seq_length": 8192, "global_batch_samples": 64,
                                         "recompute": "none", **training}, "packing": {"mode": "none"}})
 
 
@@ -76,7 +76,7 @@ def test_gradients_take_the_ddp_buffers_dtype():
 
 def test_fsdp_shards_weights_and_gradients_over_dp_and_keeps_two_layers_whole():
     plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 64},
-                           "training": {"task": "pretrain", "global_batch_size": 128, "grad_reduce_in_fp32": False},
+                           "training": {"task": "pretrain", "global_batch_samples": 128, "grad_reduce_in_fp32": False},
                            "packing": {"mode": "none"}, "hardware": {"gpu": "GB200"}})
     ddp = estimate_memory(plan, 4096, 2)
     fsdp = estimate_memory(plan.changed({"parallel": {"fsdp": True}}), 4096, 2)
@@ -89,7 +89,7 @@ def test_fsdp_shards_weights_and_gradients_over_dp_and_keeps_two_layers_whole():
 
 def test_fsdp_hides_its_gathers_on_nvlink_and_not_on_one_slow_link():
     plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 64, "fsdp": True},
-                           "training": {"task": "pretrain", "global_batch_size": 128, "seq_length": 8192,
+                           "training": {"task": "pretrain", "global_batch_samples": 128, "seq_length": 8192,
                                         "recompute": "none", "grad_reduce_in_fp32": False},
                            "packing": {"mode": "none"}, "hardware": {"gpu": "GB200"}})
     work = StepWork(tokens=8192, seqlen_squared_sum=8192.0 ** 2, micro_batches=2)

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from advisor.advice.rules import check
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.plan import plan_from_dict
+from advisor.plan import PlanError, plan_from_dict
 
 
 def plan(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"seq_length": 4096, "global_batch_size": 64}}
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"seq_length": 4096, "global_batch_samples": 64}}
     for section, fields in over.items():
         base = raw.get(section)
         raw[section] = {**base, **fields} if isinstance(base, dict) else fields
@@ -32,21 +32,31 @@ def find(findings, fid):
 def test_packing_mode_by_task():
     assert "packing.mode" not in ids(check(plan()))
     assert find(check(plan(packing={"mode": "none"})), "packing.mode").severity == "warning"
-    vlm = check(plan(training={"task": "vlm-sft", "micro_batch_size": 4}, packing={"mode": "offline"}))
+    vlm = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1}, packing={"mode": "offline"}))
     assert find(vlm, "packing.mode").severity == "error"
     assert "packing.mode" not in ids(check(plan(training={"task": "vlm-sft", "micro_batch_size": 4})))
     assert "packing.pretrain" in ids(check(plan(training={"task": "pretrain"}, packing={"mode": "offline"})))
     assert "packing.pretrain" not in ids(check(plan(training={"task": "pretrain"})))
 
 
-def test_offline_packing_needs_micro_batch_one_and_offers_the_equivalent():
-    assert "packing.offline_mbs" not in ids(check(plan()))
-    f = find(check(plan(training={"micro_batch_size": 2, "global_batch_size": 64})), "packing.offline_mbs")
-    assert f.severity == "error" and f.message == "offline packing needs micro_batch_size 1 (is 2)"
-    # global_batch_size counts samples, so the equivalent keeps it: micro batch 1, packs twice as long
-    assert f.fix == {"training": {"micro_batch_size": 1}, "packing": {"pack_size": 8192}}
-    fixed = plan(training={"micro_batch_size": 2, "global_batch_size": 64}).changed(f.fix)
-    assert "packing.offline_mbs" not in ids(check(fixed)) and fixed.training.global_batch_size == 64
+@pytest.mark.parametrize("mbs, batch, equivalent", [
+    (2, {"global_batch_samples": 64}, "training.micro_batch_size 1, packing.pack_size 8192"),
+    (2, {"global_batch_samples": None, "global_batch_size": 64},
+     "training.micro_batch_size 1, packing.pack_size 8192, training.global_batch_size 32 (packs)"),
+    (4, {"global_batch_samples": None, "global_batch_size": 64},
+     "training.micro_batch_size 1, packing.pack_size 16384, training.global_batch_size 16 (packs)")])
+def test_offline_packing_refuses_micro_batches_of_packs_and_names_bridges_equivalent(mbs, batch, equivalent):
+    """Round 4 of issue 34: micro batch 2 under offline packing was accepted and exported as 1. Megatron-Bridge
+    refuses it (ConfigContainer.validate) and prints the equivalent; the plan does the same, and the equivalent it
+    names is a plan that validates with the same tokens per step."""
+    with pytest.raises(PlanError) as e:
+        plan(training={"micro_batch_size": mbs, **batch})
+    assert f"training.micro_batch_size {mbs} under offline packing" in str(e.value) and equivalent in str(e.value)
+    fixed = plan(training={"micro_batch_size": 1, **batch}).changed(
+        {"packing": {"pack_size": 4096 * mbs}, "training": {"seq_length": 4096 * mbs}})
+    if batch.get("global_batch_size"):  # in packs: the equivalent's pack tokens a step equal the refused plan's
+        fixed = fixed.changed({"training": {"global_batch_size": 64 // mbs}})
+        assert fixed.pack_size * fixed.training.global_batch_size == 4096 * 64
 
 
 def test_in_batch_needs_two():
@@ -56,7 +66,7 @@ def test_in_batch_needs_two():
 
 
 def test_global_batch_in_packs(squad):
-    p = plan(training={"seq_length": 384, "global_batch_size": 64}, packing={"pack_size": 384})
+    p = plan(training={"seq_length": 384, "global_batch_samples": 64}, packing={"pack_size": 384})
     result = pack(squad, PackingConfig(pack_size=384))
     f = find(check(p, result), "packing.global_batch")
     n = result.packing_factor
@@ -69,7 +79,7 @@ def test_effective_batch_off_by_more_than_five_percent_is_a_warning_whose_fix_co
     result = pack(squad, PackingConfig(pack_size=384))
     n = result.packing_factor
     for asked in (64, 72, 128, 200, 256):
-        p = plan(training={"seq_length": 384, "global_batch_size": asked}, packing={"pack_size": 384})
+        p = plan(training={"seq_length": 384, "global_batch_samples": asked}, packing={"pack_size": 384})
         got = p.effective_samples_per_step(n)
         assert got == p.global_batch_packs(n) * n and p.global_batch_packs(n) % p.dp == 0
         found = [f for f in check(p, result) if f.id == "packing.effective_batch"]
@@ -77,7 +87,7 @@ def test_effective_batch_off_by_more_than_five_percent_is_a_warning_whose_fix_co
         if found:
             assert f"{asked:,} samples per step requested" in found[0].message and found[0].severity == "warning"
             fixed = p.changed(found[0].fix)  # counted in packs: the same work, nothing left to warn about
-            assert fixed.training.global_batch_size is None
+            assert fixed.training.global_batch_samples is None
             assert fixed.effective_samples_per_step(n) == got
             assert "packing.effective_batch" not in ids(check(fixed, result))
             assert fixed.changed(found[0].fix) == fixed
@@ -114,9 +124,9 @@ def test_cp_loss_only_for_sft_with_cp():
 
 
 def test_a2a_needs_heads_divisible():
-    ok = check(plan(parallel={"gpus": 8, "cp": 8, "cp_comm_type": "a2a"}, training={"global_batch_size": 8}))
+    ok = check(plan(parallel={"gpus": 8, "cp": 8, "cp_comm_type": "a2a"}, training={"global_batch_samples": 8}))
     assert "cp.comm_type" not in ids(ok)
-    bad = check(plan(parallel={"gpus": 16, "cp": 16, "cp_comm_type": "a2a"}, training={"global_batch_size": 16}))
+    bad = check(plan(parallel={"gpus": 16, "cp": 16, "cp_comm_type": "a2a"}, training={"global_batch_samples": 16}))
     assert "query groups (8) divisible by its all-to-all size 16" in find(bad, "cp.comm_type").message
 
 
@@ -129,7 +139,7 @@ def test_sliding_window_needs_a2a_or_all_gather():
 
 
 def test_hierarchical_cp_advice_for_large_cp():
-    assert "cp.hierarchical" in ids(check(plan(parallel={"gpus": 16, "cp": 16}, training={"global_batch_size": 8})))
+    assert "cp.hierarchical" in ids(check(plan(parallel={"gpus": 16, "cp": 16}, training={"global_batch_samples": 8})))
     assert "cp.hierarchical" not in ids(check(plan(parallel={"gpus": 8, "cp": 4})))
 
 
@@ -140,8 +150,8 @@ def test_cuda_graphs_with_packing():
 
 
 def test_long_context_boundary_64k():
-    at_64k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 65536, "global_batch_size": 8})
-    at_128k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 131072, "global_batch_size": 8})
+    at_64k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 65536, "global_batch_samples": 8})
+    at_128k = plan(parallel={"gpus": 8, "cp": 8}, training={"seq_length": 131072, "global_batch_samples": 8})
     assert "long_context.attention_mask" not in ids(check(at_64k))
     f = find(check(at_128k), "long_context.attention_mask")
     assert "--no-create-attention-mask-in-dataloader" in f.message and "16 GiB as bool" in f.reason
@@ -167,7 +177,7 @@ def test_truncation_and_stragglers(squad):
     fits = pack(squad, PackingConfig(pack_size=384))
     assert "data.truncated" not in ids(check(plan(training={"seq_length": 384}), fits))
     assert "data.stragglers" in ids(check(p, short)) or short.metrics.straggler_ratio <= 1.5
-    one_rank = plan(parallel={"gpus": 1}, training={"seq_length": 256, "global_batch_size": 8})
+    one_rank = plan(parallel={"gpus": 1}, training={"seq_length": 256, "global_batch_samples": 8})
     assert "data.stragglers" not in ids(check(one_rank, short))
 
 
@@ -184,8 +194,8 @@ def test_mtp_and_model_families():
 
 
 def test_errors_come_first_and_each_has_a_source():
-    findings = check(plan(training={"micro_batch_size": 2, "global_batch_size": 64, "cuda_graphs": True},
-                          parallel={"gpus": 8, "cp": 2}))
+    findings = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1, "global_batch_samples": 64,
+                                    "cuda_graphs": True}, parallel={"gpus": 8, "cp": 2}))
     severities = [f.severity for f in findings]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
     assert all(f.source and f.reason and f.message for f in findings)
@@ -195,7 +205,7 @@ def test_errors_come_first_and_each_has_a_source():
 def long_context_plan(**parallel):
     """The issue's plan: Llama 3.1 8B on 16 H100s at 128k, TP 1, CP 8, on the bundled long-context sample."""
     return plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8, **parallel},
-                           "training": {"seq_length": 131072, "global_batch_size": 64},
+                           "training": {"seq_length": 131072, "global_batch_samples": 64},
                            "packing": {"mode": "offline", "pack_size": 131072}, "hardware": {"gpu": "H100-80GB"}})
 
 
@@ -217,7 +227,7 @@ def test_a_plan_that_does_not_fit_is_an_error_whose_fixes_fit(long_context):
         after = analyze(fixed, long_context)
         assert after.estimate.memory.fits, f.fix
         assert not ids(after.findings) & {"memory.exceeds", "memory.alternative"}
-        assert fixed.training.seq_length == 131072 and fixed.training.global_batch_size == 64
+        assert fixed.training.seq_length == 131072 and fixed.training.global_batch_samples == 64
         assert fixed.changed(f.fix) == fixed
 
 
@@ -237,7 +247,7 @@ def test_no_fitting_change_is_an_error_without_a_fix(squad):
     from advisor.analysis import analyze
 
     p = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 1},
-                        "training": {"seq_length": 384, "global_batch_size": 8}, "hardware": {"gpu": "A100-40GB"}})
+                        "training": {"seq_length": 384, "global_batch_samples": 8}, "hardware": {"gpu": "A100-40GB"}})
     (f,) = [f for f in analyze(p, squad).findings if f.id.startswith("memory.")]
     assert f.severity == "error" and not f.fix and "no change of recompute, CP, TP, PP or pack size" in f.message
 
@@ -264,7 +274,7 @@ def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model,
     from advisor.analysis import analyze
 
     p = plan_from_dict({"model": model, "parallel": {"gpus": tp * cp * dp, "tp": tp, "cp": cp, "sp": tp > 1},
-                        "training": {"seq_length": seq, "global_batch_size": 32, "recompute": recompute},
+                        "training": {"seq_length": seq, "global_batch_samples": 32, "recompute": recompute},
                         "packing": {"mode": "offline"}, "data": {"format": fmt}})
     a = analyze(p, long_context)
     memory = [f for f in a.findings if f.id.startswith("memory.")]
@@ -275,5 +285,5 @@ def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model,
         fixed = p.changed(f.fix)
         after = analyze(fixed, long_context)
         assert after.estimate.memory.fits, f.fix
-        assert fixed.training.seq_length == seq and fixed.training.global_batch_size == 32
+        assert fixed.training.seq_length == seq and fixed.training.global_batch_samples == 32
         assert fixed.changed(f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}

@@ -35,7 +35,7 @@ def _keeps(result, plan, target):
 
 
 def test_chat_8k_on_16_gpus_keeps_seq_length_and_the_samples_asked_for(chat):
-    plan = _plan(training={"seq_length": 8192, "global_batch_size": 128})
+    plan = _plan(training={"seq_length": 8192, "global_batch_samples": 128})
     result = search(plan, chat, top=10)
     assert result.best, "TP 4 (DP 4, 20 packs) keeps 128 samples within 5 %"
     _keeps(result, plan, 128)
@@ -45,7 +45,7 @@ def test_chat_8k_on_16_gpus_keeps_seq_length_and_the_samples_asked_for(chat):
 
 
 def test_freeing_seq_length_and_batch_lets_the_search_change_them(chat):
-    plan = _plan(training={"seq_length": 4096, "global_batch_size": 128}, packing={"pack_size": 4096})
+    plan = _plan(training={"seq_length": 4096, "global_batch_samples": 128}, packing={"pack_size": 4096})
     kept = search(plan, chat, top=50)
     free = search(plan, chat, top=50, vary=("seq_length", "batch"))
     assert all(c.plan.training.seq_length == 4096 for c in kept.best)
@@ -54,7 +54,7 @@ def test_freeing_seq_length_and_batch_lets_the_search_change_them(chat):
 
 
 def test_a_plan_counting_packs_keeps_what_its_packs_hold(chat):
-    plan = _plan(training={"seq_length": 8192, "global_batch_packs": 32})
+    plan = _plan(training={"seq_length": 8192, "global_batch_size": 32})
     result = search(plan, chat, top=10)
     _keeps(result, plan, result.baseline.effective_samples_per_step)
 
@@ -69,7 +69,7 @@ def test_unknown_freedoms_are_refused_by_name():
 def test_every_candidate_keeps_the_users_constraints(plan):
     result = search(plan, SMALL, top=50)
     base = result.baseline.effective_samples_per_step
-    target = plan.training.global_batch_size or base
+    target = plan.training.global_batch_samples or base
     if result.baseline.global_batch_packs == plan.dp and base > target * (1 + BATCH_TOLERANCE):
         target = base  # one pack per DP rank already holds more than asked: the work the plan really runs
     if target is not None:
@@ -77,7 +77,7 @@ def test_every_candidate_keeps_the_users_constraints(plan):
 
 
 def test_chat_data_is_never_recommended_a_pack_that_skips_more_of_it(chat):
-    plan = _plan(training={"seq_length": 8192, "global_batch_size": 128}, data={"format": "chat"})
+    plan = _plan(training={"seq_length": 8192, "global_batch_samples": 128}, data={"format": "chat"})
     result = search(plan, chat, top=50)
     skipped = result.baseline.estimate.packing.runtime.tokens_skipped
     assert skipped > 0 and result.best
@@ -92,7 +92,7 @@ def test_many_gpus_and_short_sequences_compare_at_the_work_the_plan_runs(gpus, s
     recommended layouts 80-95 % slower; it now holds the work the plan really runs, and recommends only faster."""
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": gpus, "tp": 2, "sp": True},
-                           "training": {"seq_length": seq_length, "global_batch_size": 128},
+                           "training": {"seq_length": seq_length, "global_batch_samples": 128},
                            "packing": {"mode": "offline", "pack_size": seq_length}})
     result = search(plan, squad, top=5)
     base = result.baseline
@@ -110,7 +110,7 @@ def test_many_gpus_and_short_sequences_compare_at_the_work_the_plan_runs(gpus, s
 def test_recommended_is_never_slower_than_a_viable_plan():
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 256, "tp": 4, "sp": True},
-                           "training": {"seq_length": 512, "global_batch_size": 128},
+                           "training": {"seq_length": 512, "global_batch_samples": 128},
                            "packing": {"mode": "offline", "pack_size": 512}})
     result = search(plan, squad, top=50)
     slower = tuple(c for c in result.best if c.tokens_per_second_per_gpu < result.baseline.tokens_per_second_per_gpu)
@@ -131,7 +131,7 @@ def test_the_search_keeps_only_its_best_candidates_alive():
 
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
     plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 64, "tp": 2},
-                           "training": {"seq_length": 512, "global_batch_size": 256}, "packing": {"mode": "online"}})
+                           "training": {"seq_length": 512, "global_batch_samples": 256}, "packing": {"mode": "online"}})
     made, peak = [], [0]
 
     def estimator(p):  # counts the estimates still held while the search runs (its peak memory)
@@ -181,7 +181,7 @@ def _layout_rules_hold(c, plan, hist):
        seq_length=st.sampled_from([1024, 2048, 4096]), batch=st.sampled_from([16, 64, 256]))
 def test_every_candidate_is_a_layout_megatron_accepts_on_the_same_gpus(gpus, model, seq_length, batch):
     plan = plan_from_dict({"model": model, "parallel": {"gpus": gpus},
-                           "training": {"seq_length": seq_length, "global_batch_size": batch}})
+                           "training": {"seq_length": seq_length, "global_batch_samples": batch}})
     result = search(plan, SMALL, top=100)
     for c in result.best:
         _layout_rules_hold(c, plan, SMALL)
@@ -191,7 +191,7 @@ def test_every_candidate_is_a_layout_megatron_accepts_on_the_same_gpus(gpus, mod
 
 
 def test_candidates_are_ranked_by_the_tokens_per_second_their_estimate_predicts(chat):
-    plan = _plan(training={"seq_length": 8192, "global_batch_size": 128})
+    plan = _plan(training={"seq_length": 8192, "global_batch_samples": 128})
     result = search(plan, chat, top=10)
     rates = [c.tokens_per_second_per_gpu for c in result.best]
     assert len(rates) >= 2 and rates == sorted(rates, reverse=True)
@@ -208,7 +208,7 @@ def test_candidates_are_ranked_by_the_tokens_per_second_their_estimate_predicts(
 def test_candidates_over_memory_are_evaluated_counted_and_never_returned(chat):
     """Qwen3 32B at 8k on 16 GPUs: most layouts need more than 80 GiB; the viable ones are exactly the returned."""
     plan = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full"}})
+                           "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"}})
     seen, estimator = _recording(chat)
     result = search(plan, chat, top=100, estimator=estimator)
     assert seen[0].plan == plan and result.evaluated == len(seen) - 1  # every candidate counted once
@@ -229,7 +229,7 @@ def test_candidates_over_memory_are_evaluated_counted_and_never_returned(chat):
 
 def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_changes(chat):
     fits = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_size": 128, "recompute": "full"}})
+                           "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"}})
     over = fits.changed({"parallel": {"tp": 4}, "training": {"recompute": "selective"}})
     for plan in (fits, over):
         result = search(plan, chat, top=10)

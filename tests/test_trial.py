@@ -23,7 +23,7 @@ from advisor.trial.run import ParityError, make_packs, run_trial
 from tests.conftest import ROOT, SAMPLE, open_page
 
 PLAN = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
-                       "training": {"seq_length": 2048, "global_batch_size": 64}, "packing": {"pack_size": 2048}})
+                       "training": {"seq_length": 2048, "global_batch_samples": 64}, "packing": {"pack_size": 2048}})
 SMALL = TrialConfig(steps=3, warmup=1, pack_size=256, packs_per_step=2, micro_batch_size=4)
 
 

@@ -65,7 +65,7 @@ def test_a_crafted_share_link_renders_no_link_markup():
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.query_params["plan"] = _link({"model": "[x](http://e.vil)<b>**", "parallel": {"gpus": 8},
-                                     "training": {"seq_length": 512, "global_batch_size": 8}})
+                                     "training": {"seq_length": 512, "global_batch_samples": 8}})
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     texts = [e.value for e in at.error]

@@ -118,8 +118,8 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     Nothing else: the recipe keeps its packing seed unless the plan sets one, and its train_iters unless the plan
     gives epochs and the data's size (``num_samples``, and ``num_packs`` with offline packing) is known.
 
-    With offline packing Megatron-Bridge's global batch counts packs: the plan's samples per step over the packing
-    factor n of the data (``Plan.global_batch_packs``), so offline exports need n.
+    With offline packing Megatron-Bridge's global batch counts packs: the plan's global_batch_size, or its
+    global_batch_samples over the packing factor n of the data (``Plan.global_batch_packs``, which needs n).
     """
     p, t, k = plan.parallel, plan.training, plan.packing
     mode = plan.packing_mode
@@ -127,7 +127,7 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     if mode == "online":
         raise ValueError("online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
                          "has no such option: export --format megatron-lm")
-    if mode == "offline" and not packing_factor:
+    if mode == "offline" and not packing_factor and plan.batch_in_packs is None:
         raise ValueError("offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
                          "packing factor; give the lengths (--lengths or the plan's data.lengths)")
     sft = t.task != "pretrain"
@@ -183,9 +183,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
     elif plan.average_in_collective:
         ddp["average_in_collective"] = True
-    train = {"micro_batch_size": 1 if mode == "offline" else t.micro_batch_size,
+    train = {"micro_batch_size": t.micro_batch_size,  # 1 under offline packing: the plan refuses any other
              "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
-             t.global_batch_size}
+             plan.requested_samples}
     if mode == "offline" and not num_packs and num_samples:
         num_packs = round(num_samples / packing_factor)
     iters = train_iters(t.epochs, num_packs if mode == "offline" else num_samples, train["global_batch_size"])
@@ -496,7 +496,8 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
     # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
     unit = mbs * p.dp
     # a plan counting Megatron-Bridge's packs trains on packs x n samples: Megatron-LM counts those
-    asked = t.global_batch_size or round(plan.effective_samples_per_step(packing_factor) or t.global_batch_packs)
+    asked = plan.requested_samples or round(plan.effective_samples_per_step(packing_factor) or
+                                            plan.training.global_batch_size)
     gbs = max(unit, round(asked / unit) * unit)
     head = [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
         if gbs != asked else []

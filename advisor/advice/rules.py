@@ -33,12 +33,14 @@ BATCH_TOLERANCE = 0.05  # the effective samples per step may differ from the req
 
 
 def _batch(plan: Plan, micro_batch_size: int, packing: PackingResult | None = None) -> dict:
-    """A micro batch size and the nearest global batch (samples) it divides with this DP, so the fix is valid. A
-    plan counting packs keeps the samples those packs held (packs x n), so leaving offline packing keeps the work."""
+    """A micro batch size and the nearest global batch (samples: the fix leaves offline packing, where the framework
+    counts samples) it divides with this DP, so the fix is valid. A plan counting packs keeps the samples those
+    packs held (packs x n), so leaving offline packing keeps the work."""
     unit = micro_batch_size * plan.dp
-    t = plan.training
-    samples = plan.effective_samples_per_step(_factor(packing)) or t.global_batch_size or t.global_batch_packs
-    return {"micro_batch_size": micro_batch_size, "global_batch_size": max(unit, round(samples / unit) * unit)}
+    samples = plan.effective_samples_per_step(_factor(packing)) or plan.requested_samples or \
+        plan.training.global_batch_size
+    return {"micro_batch_size": micro_batch_size, "global_batch_size": max(unit, round(samples / unit) * unit),
+            "global_batch_samples": None}
 
 
 def _factor(packing: PackingResult | None) -> float | None:
@@ -75,16 +77,6 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
             source="Megatron-LM megatron/core/datasets/gpt_dataset.py",
             fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size, packing)}))
-    if mode == "offline" and t.micro_batch_size != 1:
-        out.append(Finding(
-            id="packing.offline_mbs", severity="error",
-            message=f"offline packing needs micro_batch_size 1 (is {t.micro_batch_size})",
-            reason="A pack already holds several samples; Megatron-Bridge refuses micro batches of packs and offers "
-                   "the equivalent: micro batch 1 and packs of pack size x micro batch (the samples per step, "
-                   "which the plan's global_batch_size counts, stay the same).",
-            source=MB_CONFIG,
-            fix={"training": {"micro_batch_size": 1}, "packing": {"pack_size": plan.pack_size * t.micro_batch_size}}
-            if plan.pack_size * t.micro_batch_size <= MAX_PACK else {}))
     if mode == "offline" and packing is not None:
         out += _global_batch(plan, packing.packing_factor)
     return out
@@ -93,7 +85,7 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
 def _global_batch(plan: Plan, n: float) -> list[Finding]:
     """The batch in both units, and a warning when the packs Megatron-Bridge will run (a multiple of DP) hold more
     than 5 % more or fewer samples than the plan asked for: the learning-rate schedule and the epoch change."""
-    t, dp = plan.training, plan.dp
+    dp = plan.dp
     packs = plan.global_batch_packs(n)
     source = "Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"
     out = [Finding(
@@ -101,10 +93,10 @@ def _global_batch(plan: Plan, n: float) -> list[Finding]:
         message=f"a pack holds n = {n:.2f} samples: {plan.batch_text(n)}; the export writes Megatron-Bridge's "
                 f"global_batch_size {packs}",
         reason="With offline packing Megatron-Bridge's global_batch_size counts packs, a multiple of DP "
-               f"({dp}). A plan may count samples (training.global_batch_size, divided by n and rounded to DP by "
-               "the export) or packs as an MB config does (training.global_batch_packs).",
+               f"({dp}). A plan gives it as an MB config does (training.global_batch_size, in packs) or asks for "
+               "samples (training.global_batch_samples, divided by n and rounded to DP by the export).",
         source=source)]
-    asked = t.global_batch_size
+    asked = plan.requested_samples
     if asked is None:
         return out
     got = packs * n
@@ -117,9 +109,10 @@ def _global_batch(plan: Plan, n: float) -> list[Finding]:
                     f"multiple of DP {dp}: {packs} packs ≈ {got:,.0f} samples ({got / asked - 1:+.0%})",
             reason=f"The packs per step are the requested samples over n = {n:.2f}, rounded to a multiple of DP. "
                    f"Nearest choices: {options}. A step that trains on other than the requested samples changes the "
-                   "learning-rate schedule per sample and the steps per epoch. The fix counts the batch in packs, as "
-                   "your MB config will; or change the samples per step or the DP size.",
-            source=source, fix={"training": {"global_batch_packs": packs}}))
+                   "learning-rate schedule per sample and the steps per epoch. The fix writes the batch in packs, as "
+                   "your MB config will (training.global_batch_size); or change the samples per step or the DP "
+                   "size.",
+            source=source, fix={"training": {"global_batch_size": packs}}))
     return out
 
 

@@ -75,7 +75,8 @@ class Candidate:
         return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": p.dp, "sp": p.sp, "seq_length": t.seq_length,
                 "pack_size": self.plan.pack_size if self.plan.packing_mode == "offline" else None,
                 "micro_batch_size": t.micro_batch_size,
-                "global_batch_size": t.global_batch_size, "global_batch_packs": self.global_batch_packs,
+                "global_batch_size": t.global_batch_size, "global_batch_samples": self.plan.requested_samples,
+                "global_batch_packs": self.global_batch_packs,
                 "effective_samples_per_step": self.effective_samples_per_step,
                 "recompute": t.recompute,
                 "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
@@ -205,7 +206,7 @@ def _target_samples(plan: Plan, base: Candidate) -> float | None:
     with DP <= 128, i.e. CP 16 to 32 on 512-token sequences, and the search "recommended" them at -83 % to -94 %
     tokens/s: a comparison at another step's work, not a better layout for the run the user has.
     """
-    asked, got = plan.training.global_batch_size, base.effective_samples_per_step
+    asked, got = plan.requested_samples, base.effective_samples_per_step
     if asked is None:
         return got
     if got is not None and got > asked * (1 + BATCH_TOLERANCE) and base.global_batch_packs is not None \
@@ -224,9 +225,9 @@ def _with_batch(cand_plan: Plan, hist: LengthHistogram, target: float | None, va
             return cand_plan
         n = packing.packing_factor
         packs = max(dp, round(target / n / dp) * dp)
-        return cand_plan.changed({"training": {"global_batch_packs": packs}})
+        return cand_plan.changed({"training": {"global_batch_size": packs}})
     unit = dp * t.micro_batch_size
-    samples = t.global_batch_size if target is None else target
+    samples = cand_plan.requested_samples if target is None else target
     return cand_plan.changed({"training": {"global_batch_size": max(unit, round(samples / unit) * unit)}})
 
 

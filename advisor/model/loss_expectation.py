@@ -311,7 +311,7 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
         raise ValueError(f"{hist.source or 'data'}: no samples left to train on, so no loss to weigh")
     notes = [f"loss tokens: {loss_tokens_text(hist)}"]
     scale = None
-    samples_per_step = t.global_batch_size
+    samples_per_step = plan.requested_samples
     if mode == "offline":
         k = plan.global_batch_packs(packing.packing_factor)
         samples_per_step = samples_per_step or round(k * packing.packing_factor)

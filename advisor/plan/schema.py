@@ -8,9 +8,13 @@ Two things a reader must know:
 
 - ``model`` keeps ``{preset, overrides}`` losslessly: ``{preset: llama3.1-8b, num_layers: 16}`` is a 16-layer
   Llama, and it is written back exactly so (only fields that differ from the preset are written).
-- ``training.global_batch_size`` always counts **samples** per optimizer step, as an unpacked run counts them.
-  With offline packing Megatron-Bridge's ``global_batch_size`` counts packs; ``global_batch_packs(n)`` derives it
-  from the packing factor n, so no fix ever has to rewrite the batch size and every fix is a fixed point.
+- ``training.global_batch_size`` means what the target framework's own field means in the plan's mode:
+  Megatron-Bridge's ``cfg.train.global_batch_size`` (**packs** under offline packing, samples otherwise) and
+  Megatron-LM's ``--global-batch-size`` (sequences) under online packing. An MB user types their recipe's value
+  and gets it back in the export. Samples per step are their own field, ``training.global_batch_samples``
+  (exclusive with it), which offline packing turns into packs by the packing factor n (``global_batch_packs(n)``).
+  Plan files carry ``version: 2``; an older file (samples in ``global_batch_size``) is read with the new meaning
+  and a note (``Plan.notes``; the CHANGELOG has the old meaning).
 
 >>> p = Plan.model_validate({"model": {"preset": "llama3.1-8b", "num_layers": 16}, "parallel": {"gpus": 8, "tp": 2}})
 >>> p.model.num_layers, p.model.hidden_size, p.parallel.dp, p.to_dict()["model"]
@@ -23,6 +27,7 @@ import math
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
@@ -48,6 +53,8 @@ from advisor.vocabulary import (
 
 __all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from_dict"]
 
+DEFAULT_GLOBAL_BATCH = 128  # Megatron-Bridge's SFT recipes' global_batch_size
+VERSION = 2  # plan files: 2 = global_batch_size in the framework's unit (packs under offline packing)
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
 # The SFT recipes' dataset seed, which seeds the offline packing shuffle: MB 0.6.2 recipes/utils/dataset_utils.py
@@ -226,13 +233,15 @@ class TrainingSpec(_Section):
     task: Task = Field("llm-sft", description="what is trained")
     seq_length: int = _int(1, MAX_TOKENS, "sequence length, tokens (samples longer are truncated)", 4096)
     micro_batch_size: int = _int(1, 4096, "rows per micro batch (1 with offline packing: a row is a pack)", 1)
-    global_batch_size: int | None = Field(128, ge=1, le=1 << 24, description=(
-        "SAMPLES per optimizer step, as an unpacked run counts them; with offline packing the export converts it to "
-        "packs (packs x n, rounded to DP, so the effective samples differ a little: see estimate's "
-        "plan.effective_samples_per_step); null when global_batch_packs is given"))
-    global_batch_packs: int | None = Field(None, ge=1, le=1 << 24, description=(
-        "PACKS per optimizer step: Megatron-Bridge's global_batch_size with offline packing, as an MB config "
-        "writes it (a multiple of DP); exclusive with global_batch_size"))
+    global_batch_size: int | None = Field(None, ge=1, le=1 << 24, description=(
+        "the framework's global batch, as its config writes it: Megatron-Bridge's cfg.train.global_batch_size "
+        "(PACKS per step under offline packing, a multiple of DP; samples otherwise), Megatron-LM's "
+        "--global-batch-size (sequences) under online packing; exclusive with global_batch_samples; 128 when "
+        "neither is given"))
+    global_batch_samples: int | None = Field(None, ge=1, le=1 << 24, description=(
+        "SAMPLES per optimizer step, as an unpacked run counts them; under offline packing the export writes "
+        "samples / n packs, rounded to DP (so the samples trained differ a little: estimate's "
+        "plan.effective_samples_per_step); exclusive with global_batch_size"))
     recompute: Recompute = Field("selective", description="activation recompute")
     recompute_num_layers: int | None = Field(None, ge=1, le=1 << 20, description=(
         "with recompute full: Megatron-Core's block method, only the first N layers of each pipeline chunk "
@@ -270,16 +279,18 @@ class TrainingSpec(_Section):
     @model_validator(mode="before")
     @classmethod
     def _one_batch_unit(cls, raw: Any) -> Any:
-        """The batch in one unit: giving ``global_batch_packs`` alone leaves ``global_batch_size`` unset (its default
-        of 128 samples would otherwise contradict it); giving both is refused."""
-        if isinstance(raw, dict) and raw.get("global_batch_packs") is not None:
-            if raw.get("global_batch_size") is not None:
-                raise ValueError("give the batch in one unit: global_batch_size (samples per step) or "
-                                 "global_batch_packs (packs per step, Megatron-Bridge's global_batch_size with offline "
-                                 "packing), not both")
-            raw = {**raw, "global_batch_size": None}
-        elif isinstance(raw, dict) and raw.get("global_batch_size", 0) is None:
-            raise ValueError("global_batch_size: give the samples per step (or global_batch_packs)")
+        """The batch in one unit: global_batch_size (the framework's) or global_batch_samples, not both; neither
+        is the default global_batch_size of 128."""
+        if raw is None:
+            raw = {}
+        if isinstance(raw, dict):
+            size, samples = raw.get("global_batch_size"), raw.get("global_batch_samples")
+            if size is not None and samples is not None:
+                raise ValueError("give the batch in one unit: global_batch_size (the framework's: packs under "
+                                 "offline packing, samples otherwise) or global_batch_samples (samples per step), "
+                                 "not both")
+            if size is None and samples is None:
+                raw = {**raw, "global_batch_size": DEFAULT_GLOBAL_BATCH}
         return raw
 
 
@@ -343,12 +354,26 @@ class HardwareSpec(_Section):
 class Plan(_Section):
     """A training plan. Derived settings are properties; changes are new plans (``changed``)."""
 
+    version: Literal[2] = Field(VERSION, description="plan file format: 2 = training.global_batch_size in the "
+                                "framework's unit (files without it are version 1, read with a note)")
     model: ModelSpec = Field(description="a preset name, {preset, overrides}, or every architecture field")
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     packing: PackingSpec = Field(default_factory=PackingSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    # what reading the file changed or means now (an older version's fields), for every surface to say once;
+    # not part of the plan: never written, and a changed plan starts without them
+    notes: SkipJsonSchema[tuple[str, ...]] = Field((), exclude=True)
+
+    def _fields(self) -> tuple:
+        return tuple(v for k, v in self.__dict__.items() if k != "notes")
+
+    def __eq__(self, other: object) -> bool:  # the same plan whatever was said when it was read
+        return isinstance(other, Plan) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self.model_dump_json())  # notes are excluded from the dump
 
     @model_validator(mode="after")
     def _consistent(self) -> Plan:
@@ -455,22 +480,41 @@ class Plan(_Section):
         export then writes False, as Megatron-Bridge asserts for SFT with CP > 1)."""
         return self.training.average_in_collective and self.per_token_loss_forced is None
 
-    def global_batch_packs(self, packing_factor: float | None) -> int:
-        """Megatron-Bridge's ``global_batch_size`` with offline packing: the plan's ``global_batch_packs`` when it
-        counts packs, else the samples per step divided by the packing factor n, rounded to a multiple of DP and at
-        least DP (Megatron-Bridge docs, packed sequences).
+    @property
+    def batch_in_packs(self) -> int | None:
+        """The plan's global batch in packs, when it gives one: global_batch_size under offline packing."""
+        return self.training.global_batch_size if self.packing_mode == "offline" else None
 
-        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 64}}).global_batch_packs(2.11)
+    @property
+    def requested_samples(self) -> int | None:
+        """The samples per step the plan asks for: global_batch_samples, or global_batch_size where the framework
+        counts samples (every mode but offline); None when an offline plan gives packs."""
+        t = self.training
+        if t.global_batch_samples is not None:
+            return t.global_batch_samples
+        return None if self.packing_mode == "offline" else t.global_batch_size
+
+    @property
+    def batch_unit(self) -> Literal["packs", "samples"]:
+        """The unit the framework's global batch counts in the plan's mode."""
+        return "packs" if self.packing_mode == "offline" else "samples"
+
+    def global_batch_packs(self, packing_factor: float | None) -> int:
+        """Megatron-Bridge's ``global_batch_size`` with offline packing: the plan's global_batch_size (packs), or
+        global_batch_samples divided by the packing factor n, rounded to a multiple of DP and at least DP
+        (Megatron-Bridge docs, packed sequences).
+
+        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_samples": 64}}).global_batch_packs(2.11)
         32
-        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_packs": 8}}).global_batch_packs(2.11)
+        >>> plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 8}}).global_batch_packs(2.11)
         8
         """
-        if self.training.global_batch_packs is not None:
-            return self.training.global_batch_packs
+        if self.batch_in_packs is not None:
+            return self.batch_in_packs
         if not packing_factor:
             raise ValueError("the global batch in packs needs the data's packing factor n")
         dp = self.dp
-        return max(dp, round(self.training.global_batch_size / packing_factor / dp) * dp)
+        return max(dp, round(self.training.global_batch_samples / packing_factor / dp) * dp)
 
     def effective_samples_per_step(self, packing_factor: float | None) -> float | None:
         """The samples an optimizer step really trains on: packs x n with offline packing (the packs are rounded to
@@ -478,12 +522,12 @@ class Plan(_Section):
         has no packing factor yet.
 
         >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16},
-        ...                     "training": {"global_batch_size": 128}})
+        ...                     "training": {"global_batch_samples": 128}})
         >>> p.global_batch_packs(6.87), round(p.effective_samples_per_step(6.87), 1)
         (16, 109.9)
         """
         if self.packing_mode != "offline":
-            return float(self.training.global_batch_size)
+            return float(self.requested_samples)
         if not packing_factor:
             return None
         return self.global_batch_packs(packing_factor) * packing_factor
@@ -492,26 +536,29 @@ class Plan(_Section):
         """The batch in both units, as every page, CLI text and export says it.
 
         >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16},
-        ...                     "training": {"global_batch_size": 128}})
+        ...                     "training": {"global_batch_samples": 128}})
         >>> p.batch_text(6.87)
         '16 packs ≈ 110 samples per step (128 samples requested)'
+        >>> p.changed({"training": {"global_batch_size": 128}}).batch_text(6.87)
+        '128 packs ≈ 879 samples per step'
         """
         if self.packing_mode != "offline":
-            return f"{self.training.global_batch_size:,} samples per step"
+            return f"{self.requested_samples:,} samples per step"
         if not packing_factor:
-            return (f"{self.training.global_batch_packs:,} packs per step" if self.training.global_batch_packs
-                    else f"{self.training.global_batch_size:,} samples per step")
+            return (f"{self.batch_in_packs:,} packs per step" if self.batch_in_packs is not None
+                    else f"{self.requested_samples:,} samples per step")
         text = (f"{self.global_batch_packs(packing_factor):,} packs ≈ "
                 f"{self.effective_samples_per_step(packing_factor):,.0f} samples per step")
-        if self.training.global_batch_size is not None:
-            text += f" ({self.training.global_batch_size:,} samples requested)"
+        if self.requested_samples is not None:
+            text += f" ({self.requested_samples:,} samples requested)"
         return text
 
     def micro_batches_per_step(self, packing_factor: float | None = None) -> int:
         """Micro batches each DP rank runs per step (packs with offline packing, given n)."""
-        if self.packing_mode == "offline" and (packing_factor or self.training.global_batch_packs):
+        if self.packing_mode == "offline" and (packing_factor or self.batch_in_packs is not None):
             return self.global_batch_packs(packing_factor) // self.dp
-        return max(1, self.training.global_batch_size // (self.training.micro_batch_size * self.dp))
+        samples = self.requested_samples or self.training.global_batch_samples or 1
+        return max(1, samples // (self.training.micro_batch_size * self.dp))
 
     # --------------------------------------------------------------------------------------------- changes
     def changed(self, changes: dict) -> Plan:
@@ -532,8 +579,8 @@ class Plan(_Section):
                     raw["model"] = {**current, **values}
             elif isinstance(values, dict) and isinstance(raw.get(section), dict):
                 if section == "training":  # the batch has one unit: setting one clears the other
-                    for unit, other in (("global_batch_size", "global_batch_packs"),
-                                        ("global_batch_packs", "global_batch_size")):
+                    for unit, other in (("global_batch_size", "global_batch_samples"),
+                                        ("global_batch_samples", "global_batch_size")):
                         if values.get(unit) is not None and other not in values:
                             values = {**values, other: None}
                 raw[section] = {**raw[section], **values}
@@ -675,21 +722,36 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
                 out.append(f"packing.max_seqlen_per_dp_cp_rank {k.max_seqlen_per_dp_cp_rank} x "
                            f"{'CP' if k.scheduler == 'dp_balanced' else 'DP x CP'} = {buffer} is below "
                            f"training.seq_length {t.seq_length}: Megatron-LM refuses a buffer smaller than a sequence")
-        longest = min(t.seq_length, k.pack_size or t.seq_length)
+        pack = k.pack_size or t.seq_length
+        if offline and t.micro_batch_size != 1:  # Megatron-Bridge ConfigContainer.validate refuses it
+            mbs = t.micro_batch_size
+            equal = [f"training.micro_batch_size 1, packing.pack_size {pack * mbs}"]
+            if t.global_batch_size is not None:
+                equal.append(f"training.global_batch_size {max(p.dp, t.global_batch_size // mbs // p.dp * p.dp)} "
+                             "(packs)")
+            out.append(f"training.micro_batch_size {mbs} under offline packing: Megatron-Bridge refuses micro "
+                       f"batches of packs (a pack already holds several samples); its own equivalent, the same "
+                       f"tokens per step: {', '.join(equal)}")
+        if offline and k.pack_size is not None and k.pack_size > t.seq_length:
+            out.append(f"packing.pack_size {k.pack_size} is longer than training.seq_length {t.seq_length}: the "
+                       "model is built for seq_length tokens a row (Megatron-Bridge's model.seq_length) and a pack "
+                       f"is one row; set training.seq_length {k.pack_size}, or leave pack_size null to follow "
+                       "seq_length")
+        longest = min(t.seq_length, pack)
         if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
             out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
                        f"holds ({longest}): every sample would be cut to nothing")
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
             out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
                        f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")
-        if not offline and t.global_batch_packs is not None:
-            out.append(f"training.global_batch_packs counts the packs of offline packing; packing.mode "
-                       f"{k.mode} counts samples: give training.global_batch_size")
-        elif offline and t.global_batch_packs is not None and t.global_batch_packs % p.dp:
-            out.append(f"training.global_batch_packs {t.global_batch_packs} is not a multiple of dp {p.dp} "
-                       "(Megatron-Bridge's global_batch_size must divide into micro batches of 1 on every DP rank)")
-        elif not offline and t.global_batch_size % (t.micro_batch_size * p.dp):
-            out.append(f"training.global_batch_size {t.global_batch_size} is not divisible by micro_batch_size*dp "
+        given = "global_batch_size" if t.global_batch_size is not None else "global_batch_samples"
+        batch = t.global_batch_size if t.global_batch_size is not None else t.global_batch_samples
+        if offline and t.global_batch_size is not None and t.global_batch_size % p.dp:
+            out.append(f"training.global_batch_size {t.global_batch_size} packs is not a multiple of dp {p.dp} "
+                       "(under offline packing Megatron-Bridge's global_batch_size counts packs, micro batches of 1 "
+                       "on every DP rank)")
+        elif not offline and batch % (t.micro_batch_size * p.dp):
+            out.append(f"training.{given} {batch} is not divisible by micro_batch_size*dp "
                        f"= {t.micro_batch_size}*{p.dp}")
     return out
 
@@ -735,7 +797,8 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
     if "model" not in raw or raw["model"] is None:
         raise PlanError(source, ["model: missing (a preset name, {preset: ..., overrides}, or hidden_size, "
                                  "num_layers, ... fields)"])
-    problems = [f"{_name(name)}: unknown section" for name in list(raw)[:20] if name not in SECTIONS]
+    raw, notes, problems = migrate(raw)
+    problems += [f"{_name(name)}: unknown section" for name in list(raw)[:20] if name not in (*SECTIONS, "version")]
     sections: dict[str, Any] = {}
     for name, cls in SECTION_TYPES.items():
         value = raw.get(name)
@@ -754,7 +817,64 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
                                                              "hardware")))
     if problems:
         raise PlanError(source, list(dict.fromkeys(problems)))
-    return Plan.model_construct(**sections)  # every rule has just been checked: no second validation
+    return Plan.model_construct(**sections, version=VERSION, notes=tuple(notes))  # checked: no second validation
+
+
+def _mode_of(raw: dict) -> str:
+    """The packing mode a raw plan resolves to (``Plan.packing_mode``), read before it is validated."""
+    packing = raw.get("packing") if isinstance(raw.get("packing"), dict) else {}
+    training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    mode = packing.get("mode", "auto")
+    if mode == "auto":
+        return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}.get(training.get("task", "llm-sft"),
+                                                                                   "none")
+    return str(mode)
+
+
+def migrate(raw: dict) -> tuple[dict, list[str], list[str]]:
+    """A plan of an older file version in this version's terms: (raw, notes, problems).
+
+    Version 1 (no ``version`` key) counted samples in ``training.global_batch_size`` and packs in
+    ``training.global_batch_packs``. Its ``global_batch_packs`` is version 2's ``global_batch_size`` under offline
+    packing; its ``global_batch_size`` under offline packing is read with the new meaning (packs, as
+    Megatron-Bridge's field and an MB user's recipe value mean it), with a note saying so and how to give samples.
+
+    >>> raw, notes, _ = migrate({"model": "llama3.1-8b", "training": {"global_batch_size": 128}})
+    >>> raw["version"], raw["training"], notes[0][:60]
+    (2, {'global_batch_size': 128}, 'training.global_batch_size 128 is read as Megatron-Bridge re')
+    """
+    version = raw.get("version", 1)
+    if version == VERSION:
+        return raw, [], []
+    if version != 1:
+        return raw, [], [f"version: {excerpt(version)} is not a plan file version this advisor reads (1 or 2)"]
+    raw = {**raw, "version": VERSION}
+    training = raw.get("training")
+    if not isinstance(training, dict):
+        return raw, [], []
+    notes: list[str] = []
+    offline = _mode_of(raw) == "offline"
+    if "global_batch_packs" in training:
+        packs = training["global_batch_packs"]
+        training = {k: v for k, v in training.items() if k != "global_batch_packs"}
+        if packs is not None:
+            if training.get("global_batch_size") is not None:
+                return raw, [], ["training: give the batch in one unit: global_batch_size (samples in a version-1 "
+                                 "plan) or global_batch_packs, not both"]
+            if not offline:
+                return raw, [], [f"training.global_batch_packs counts the packs of offline packing; packing mode "
+                                 f"{_mode_of(raw)} counts samples: give training.global_batch_size"]
+            training["global_batch_size"] = packs
+            notes.append(f"training.global_batch_packs {excerpt(packs)} is written training.global_batch_size now "
+                         "(plan files of version 2: the framework's own global batch, packs under offline packing)")
+    elif offline and training.get("global_batch_size") is not None:
+        gbs = training["global_batch_size"]
+        notes.append(f"training.global_batch_size {excerpt(gbs)} is read as Megatron-Bridge reads it under offline "
+                     f"packing: {excerpt(gbs)} packs per step (about n times as many samples). This file has no "
+                     f"version, and before version 2 it meant samples: to ask for samples, write training."
+                     f"global_batch_samples: {excerpt(gbs)} (and version: 2 to silence this note; see the CHANGELOG)")
+    raw["training"] = training
+    return raw, notes, []
 
 
 SECTION_TYPES: dict[str, type[_Section]] = {"model": ModelSpec, "parallel": ParallelSpec, "training": TrainingSpec,
@@ -765,6 +885,8 @@ def json_schema() -> dict:
     """The plan's JSON Schema (for editors: ``# yaml-language-server: $schema=plan.schema.json``)."""
     schema = Plan.model_json_schema()
     schema["title"] = "Sequence packing advisor plan"
-    schema["description"] = ("training.global_batch_size counts samples per step; model is a preset name, "
+    schema["description"] = ("training.global_batch_size is the framework's global batch (Megatron-Bridge's: packs "
+                             "under offline packing, samples otherwise; training.global_batch_samples counts "
+                             "samples); model is a preset name, "
                              "{preset, overrides} or every field. Presets: " + ", ".join(MODEL_PRESETS))
     return schema

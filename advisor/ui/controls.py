@@ -35,7 +35,7 @@ from advisor.ui.state import analysis_of, set_plan
 from advisor.vocabulary import Algorithm, Precision, Recompute
 
 Kind = Literal["number", "select", "toggle", "radio"]
-BATCH_UNITS = ("samples", "packs")
+BATCH_UNITS = ("packs", "samples")  # packs first: Megatron-Bridge's own unit under offline packing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +88,7 @@ def _packing_factor(state) -> float | None:
 
 
 def _batch_unit(state) -> str:
-    return "packs" if state["plan"].training.global_batch_packs is not None else "samples"
+    return "packs" if state["plan"].batch_in_packs is not None else "samples"
 
 
 def _batch_unit_options(state) -> list[str]:
@@ -102,18 +102,34 @@ def _batch_unit_write(state, unit) -> dict:
         return {}
     n = _packing_factor(state)
     if unit == "packs":
-        return {"training": {"global_batch_packs": plan.global_batch_packs(n) if n else plan.dp}}
-    samples = plan.effective_samples_per_step(n) or plan.training.global_batch_packs
-    return {"training": {"global_batch_size": max(1, round(samples))}}
+        return {"training": {"global_batch_size": plan.global_batch_packs(n) if n else plan.dp}}
+    samples = plan.effective_samples_per_step(n) or plan.batch_in_packs
+    return {"training": {"global_batch_samples": max(1, round(samples))}}
 
 
 def _batch_read(state) -> int:
     t = state["plan"].training
-    return t.global_batch_packs if t.global_batch_packs is not None else t.global_batch_size
+    return t.global_batch_size if t.global_batch_size is not None else t.global_batch_samples
 
 
 def _batch_write(state, value) -> dict:
-    return {"training": {"global_batch_packs" if _batch_unit(state) == "packs" else "global_batch_size": int(value)}}
+    # packs is Megatron-Bridge's own global_batch_size (offline packing); samples are global_batch_samples, except
+    # where the framework itself counts samples (every other mode), whose global_batch_size they are
+    plan = state["plan"]
+    field = "global_batch_size" if _batch_unit(state) == "packs" or plan.packing_mode != "offline" \
+        else "global_batch_samples"
+    return {"training": {field: int(value)}}
+
+
+def _seq_length_write(state, value) -> dict:
+    """seq_length, with the pack following it: a pack pinned at the old seq_length was the same as following it, so
+    it is unpinned (the user never chose a different pack); a pack pinned elsewhere stays, and the plan refuses a
+    pack longer than the new seq_length on this page."""
+    plan = state["plan"]
+    out: dict = {"training": {"seq_length": int(value)}}
+    if plan.packing.pack_size is not None and plan.packing.pack_size == plan.training.seq_length:
+        out["packing"] = {"pack_size": None}
+    return out
 
 
 def _pack_size_write(state, value) -> dict:
@@ -171,7 +187,8 @@ _ALL = [
     Control(name="parallel.sp", label="sequence parallel", kind="toggle", help="sp",
             read=lambda s: s["plan"].parallel.sp, write=lambda s, v: {"parallel": {"sp": bool(v)}}),
     _number("training.micro_batch_size", "micro batch", "micro_batch", 1, 4096),
-    _number("training.seq_length", "seq_length", "seq_length", 16, 1 << 20, step=1024),
+    Control(name="training.seq_length", label="seq_length", kind="number", help="seq_length", lo=16, hi=1 << 20,
+            step=1024, read=lambda s: min(1 << 20, max(16, s["plan"].training.seq_length)), write=_seq_length_write),
     Control(name="training.recompute", label="recompute", kind="select", help="recompute",
             read=lambda s: s["plan"].training.recompute, write=_recompute_write, options=_recompute_options),
     Control(name="training.precision", label="precision", kind="select", help="precision",

@@ -302,10 +302,10 @@ def global_batch_example(plan, packing_factor: float) -> dict:
     """Megatron-Bridge's global batch in packs for the plan's samples per step (``Plan.global_batch_packs``).
 
     >>> from advisor.plan import plan_from_dict
-    >>> global_batch_example(plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 128}}), 2.1)
+    >>> global_batch_example(plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_samples": 128}}), 2.1)
     {'samples': 128, 'n': 2.1, 'dp': 8, 'packs': 64, 'samples_trained': 134}
     """
-    samples_per_step, dp = plan.training.global_batch_size, plan.dp
+    samples_per_step, dp = plan.requested_samples, plan.dp
     packs = plan.global_batch_packs(packing_factor)
     return {"samples": samples_per_step, "n": packing_factor, "dp": dp, "packs": packs,
             "samples_trained": round(packs * packing_factor)}

@@ -55,11 +55,11 @@ def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
     s = SAMPLES[sample][1]
     vlm = s.get("task") == "vlm-sft"
     return plan_from_dict({
-        "model": "qwen2.5-vl-7b" if vlm else "llama3.1-8b",
+        "version": 2, "model": "qwen2.5-vl-7b" if vlm else "llama3.1-8b",
         "parallel": {"gpus": s["gpus"], "tp": 2, "cp": s.get("cp", 1), "sp": True},
         "training": {"task": s.get("task", "llm-sft"), "seq_length": s["seq_length"],
                      "micro_batch_size": 4 if vlm else 1, "global_batch_size": 128},
-        "packing": {"mode": "auto", "pack_size": None if vlm else s["seq_length"]},
+        "packing": {"mode": "auto"},  # the pack follows seq_length
         "data": {"lengths": f"sample_data/{SAMPLES[sample][0]}"},
         "hardware": {"gpu": "H100-80GB"}}, "default plan")
 

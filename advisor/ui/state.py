@@ -77,6 +77,8 @@ def init_state(state, query: dict | None = None) -> None:
             sample, plan = plan_from_query(query)
         except PlanError as e:
             sample, state["plan_error"] = DEFAULT_SAMPLE, f"the link's plan could not be read: {e}"
+        if plan is not None and plan.notes:
+            state["plan_notes"] = list(plan.notes)
     if "hist" not in state:
         state["data_name"] = sample
         state["hist"] = load_sample(sample)
@@ -150,7 +152,8 @@ def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: i
 
 
 def use_plan_file(state, data: bytes, name: str) -> bool:
-    """Load an uploaded plan file; its data path is ignored (the dashboard's data stays)."""
+    """Load an uploaded plan file: every field of it, the data's format included, but its data path (a file on the
+    visitor's machine, not the server's): the dashboard's data stays, and a note says so."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -161,7 +164,14 @@ def use_plan_file(state, data: bytes, name: str) -> bool:
     except PlanError as e:
         state["plan_error"] = str(e)
         return False
-    state["plan"] = plan.changed({"data": state["plan"].data.model_dump()})
+    current = state["plan"].data
+    notes = list(plan.notes)
+    if plan.data.lengths and plan.data.lengths != current.lengths:
+        notes.append(f"the plan's data.lengths {plan.data.lengths[:80]!r} is a path on your machine: the dashboard "
+                     f"keeps the data it shows ({str(state.get('data_name', current.lengths))[:80]}); upload that "
+                     "file to use it")
+    state["plan"] = plan.changed({"data": {"lengths": current.lengths, "column": current.column}})
+    state["plan_notes"] = notes
     state.pop("plan_error", None)
     return True
 

@@ -44,8 +44,10 @@ STEPS: tuple[Step, ...] = (
               "the row that is data rather than padding.",
          sample=SQUAD, page="pages/1_Packing.py", page_title="Packing"),
     Step(title="The global batch counts packs",
-         text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs. To train on the "
-              "same samples per step as without packing, divide by n (the advisor does this in its exports).",
+         text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs, and so does the "
+              "plan's: a pack holds n samples, so a step trains on about n times as many samples as its global "
+              "batch. To ask for samples per step instead, give global_batch_samples (the samples unit on the "
+              "Memory page): the export divides by n and rounds to a multiple of DP.",
          sample=SQUAD, page="pages/3_Recommendations.py", page_title="Recommendations"),
     Step(title="Attention inside a pack: sum of squares, not square of sums",
          text="Variable-length (THD) attention keeps each sample to itself: its cost is the sum of s_i^2. A single "

@@ -6,6 +6,7 @@ Schema). All go through ``advisor.analysis``, as the dashboard does; each return
 from __future__ import annotations
 
 import os
+import sys
 from argparse import Namespace
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,6 +68,8 @@ def plan_and_lengths(args: Namespace, progress: Progress) -> tuple[Plan, LengthH
     from advisor.plan import load_plan
 
     plan = load_plan(args.plan)
+    for note in plan.notes:  # what reading an older plan file means now: said once, whatever the output format
+        print(f"note: {args.plan}: {note}", file=sys.stderr)
     source = getattr(args, "lengths", None) or plan.data.lengths
     if not source:
         raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")

@@ -184,7 +184,7 @@ def plan_of_row(row: dict, table: str) -> Plan:
                 or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS)}
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
     # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
-    training["global_batch_packs" if packed else "global_batch_size"] = int(row["global_batch_size"])
+    training["global_batch_size"] = int(row["global_batch_size"])
     if precision == "fp8":
         training["fp8_recipe"] = FP8_RECIPE.get(table, "tensorwise")
     gpu = row.get("system") or row.get("gpu") or "H100-80GB"
@@ -196,8 +196,8 @@ def plan_of_row(row: dict, table: str) -> Plan:
         if layers:
             training.update(recompute="full", recompute_num_layers=layers)
     packing = {"mode": "offline", "pack_size": int(row["seq_length"])} if packed else {"mode": "none"}
-    return plan_from_dict({"model": model, "parallel": _parallel(row, model, moe, gpu), "training": training,
-                           "packing": packing, "hardware": {"gpu": gpu}},
+    return plan_from_dict({"version": 2, "model": model, "parallel": _parallel(row, model, moe, gpu),
+                           "training": training, "packing": packing, "hardware": {"gpu": gpu}},
                           f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
 
 
@@ -232,7 +232,7 @@ def work_of(plan: Plan) -> StepWork:
     if plan.packing_mode == "none":
         return StepWork(tokens=t.micro_batch_size * t.seq_length,
                         seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
-                        micro_batches=t.global_batch_size / (t.micro_batch_size * plan.parallel.dp))
+                        micro_batches=plan.requested_samples / (t.micro_batch_size * plan.parallel.dp))
     from advisor.model.estimate import _micro_batches  # the estimate's own packing (it imports this module)
 
     mb, result = _micro_batches(plan, _squad(), plan.packing_mode)

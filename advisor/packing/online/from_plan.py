@@ -35,7 +35,7 @@ def online_config(plan: Plan) -> OnlineConfig:
     p, t, k = plan.parallel, plan.training, plan.packing
     return OnlineConfig(
         commit=k.megatron_lm, scheduler=k.scheduler, dataset=default_dataset(k.megatron_lm),
-        seq_length=t.seq_length, global_batch_size=t.global_batch_size, micro_batch_size=t.micro_batch_size,
+        seq_length=t.seq_length, global_batch_size=plan.requested_samples, micro_batch_size=t.micro_batch_size,
         dp=p.dp, cp=p.cp, tp=p.tp, sequence_parallel=p.sp and p.tp > 1, pp=p.pp, vpp=p.vpp,
         max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank, num_moe_experts=plan.model.num_moe_experts,
         calculate_per_token_loss=True)
