@@ -48,7 +48,8 @@ PLANS = {
                                                "micro_batch_size": 2, "recompute": "none",
                                                "cpu_offloading_num_layers": 40}, "hardware": {"gpu": "GB200"}},
     "offline-block-recompute": {"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
-                                "training": {"recompute": "full", "recompute_num_layers": 1, "global_batch_samples": 32}},
+                                "training": {"recompute": "full", "recompute_num_layers": 1,
+                                             "global_batch_samples": 32}},
     "offline-fp8-tensorwise": {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
                                "training": {"global_batch_samples": 64, "precision": "fp8"}},
     "offline-nvfp4": {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "hardware": {"gpu": "GB300"},
@@ -63,8 +64,8 @@ PLANS = {
                                                "moe_dispatcher": "flex_hybridep"},
                                   "training": {"task": "pretrain", "global_batch_samples": 64, "recompute": "none"}},
     "in-batch-average-in-collective": {"model": "qwen2.5-vl-7b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
-                                       "training": {"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64,
-                                                    "average_in_collective": True}},
+                                       "training": {"task": "vlm-sft", "micro_batch_size": 4,
+                                                    "global_batch_samples": 64, "average_in_collective": True}},
 }
 
 

@@ -14,7 +14,8 @@ from advisor.plan import PlanError, plan_from_dict
 
 
 def plan(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"seq_length": 4096, "global_batch_samples": 64}}
+    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8},
+           "training": {"seq_length": 4096, "global_batch_samples": 64}}
     for section, fields in over.items():
         base = raw.get(section)
         raw[section] = {**base, **fields} if isinstance(base, dict) else fields
