@@ -173,6 +173,17 @@ def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combination
                              "--quiet", "-o", tmp_path / "repack")
         assert code == 2 and named in err and "--from-cache" in err, (extra, err)
         assert not (tmp_path / "repack").exists()
+    # the cache's own format, said again, is fine; the other one is refused (round 4: --format sft ran on chat)
+    code, _, _ = cli(capsys, "prepare", "--from-cache", tmp_path / "cli", "--format", "sft", "--pack-size", 256,
+                     "--quiet", "-o", tmp_path / "same")
+    assert code == 0
+    chat = tmp_path / "chat"
+    assert cli(capsys, "prepare", CHAT, "--tokenizer", TOKENIZER, "--format", "chat", "--pack-size", 1024, "--quiet",
+               "--workers", 1, "-o", chat)[0] == 0
+    code, _, err = cli(capsys, "prepare", "--from-cache", chat, "--format", "sft", "--pack-size", 2048, "--quiet",
+                       "-o", tmp_path / "wrong")
+    assert code == 2 and "--format: sft: the token cache of" in err and "holds chat records" in err
+    assert not (tmp_path / "wrong").exists()
 
 
 # ------------------------------------------------------------------------------------------ interrupted runs

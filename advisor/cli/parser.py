@@ -205,8 +205,9 @@ def _raw_data(p: argparse.ArgumentParser, *, prepare: bool = False) -> None:
                    "of shards, or a datasets.save_to_disk folder" + (" (not with --from-cache)" if prepare else ""))
     p.add_argument("--tokenizer", required=not prepare, help="a local Hugging Face tokenizer folder or a "
                    "SentencePiece .model (nothing is downloaded)")
-    p.add_argument("--format", choices=FORMATS, default=FORMATS[0],
-                   help="sft: GPTSFTDataset (prompt template); chat: GPTSFTChatDataset with the tokenizer's template")
+    p.add_argument("--format", choices=FORMATS, default=None if prepare else FORMATS[0],
+                   help="sft: GPTSFTDataset (prompt template); chat: GPTSFTChatDataset with the tokenizer's template"
+                   + (" (default sft; with --from-cache, the cache's: another is refused)" if prepare else ""))
     p.add_argument("--prompt-template", help="sft: the template, label last (default '{input} {output}')")
     p.add_argument("--label-key", help="sft: the field the model learns to write (default output)")
     p.add_argument("--truncation-field", help="sft: the field(s) cut when a sample is too long (default input)")

@@ -36,8 +36,16 @@ def prepare(args: Namespace) -> PrepareOutcome:
         dataset = tuple(o for o in DATASET_OPTIONS if o != "max_seq_length")  # prepare's is the packing's
         _refuse(args, dataset, "a dataset option: --from-cache re-packs the tokens and masks the cache holds, "
                 "tokenized with its own settings (prepare the raw data again to change them)")
-        if args.format != "sft":
-            raise InputError("--format", None, "--from-cache re-packs the cache's tokens in the cache's format")
+        if args.format is not None:  # given: it must be the cache's (the tokens cannot change format)
+            from advisor.prepare.cache import open_cache
+
+            cache = open_cache(args.from_cache, "training")
+            held = cache.meta["format"] if cache is not None else None
+            if held is not None and held != args.format:
+                raise InputError("--format", None, f"{args.format}: the token cache of {args.from_cache[:80]} holds "
+                                 f"{held} records (tokenized by GPTSFT{'Chat' if held == 'chat' else ''}Dataset's "
+                                 "rules); --from-cache re-packs them as they are: drop --format, or prepare the raw "
+                                 "data again")
     if not args.from_cache and not (args.data and args.tokenizer):
         raise InputError("prepare", None, "give DATA and --tokenizer (or --from-cache PREPARED_FOLDER)")
     if args.ray_address:
@@ -49,7 +57,7 @@ def prepare(args: Namespace) -> PrepareOutcome:
     jobs = {}
     if not args.from_cache:
         # the dataset's max length is the packing's (--max-seq-length, else the pack size): advisor.prepare sets it
-        jobs["train"] = _job(Namespace(**{**vars(args), "max_seq_length": None}))
+        jobs["train"] = _job(Namespace(**{**vars(args), "max_seq_length": None, "format": args.format or "sft"}))
         if args.validation:
             jobs["validation"] = replace(jobs["train"], data=args.validation)
     inputs = [args.from_cache] if args.from_cache else [args.data, args.tokenizer, args.validation]
