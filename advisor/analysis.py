@@ -171,9 +171,10 @@ class Analysis:
 
         return self._part(("search", vary), run)
 
-    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False, vary=()) -> str:
+    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False, vary=(),
+               mock_lengths: str | None = None) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
-        with these freedoms)."""
+        with these freedoms; ``mock_lengths``: the Megatron-LM export trains on mock data read from that file)."""
         if fmt not in ALL_FORMATS:
             raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(ALL_FORMATS)}")
         result = self.searched(vary=vary) if recommended else None
@@ -187,7 +188,8 @@ class Analysis:
             return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
                           result)
         return export(target.plan, fmt, version, target.packing_factor, num_samples=target.hist.num_samples,
-                      num_packs=target.packing.num_packs if target.packing is not None else None)
+                      num_packs=target.packing.num_packs if target.packing is not None else None,
+                      mock_lengths=mock_lengths)
 
     def summary(self) -> dict:
         """The plan's derived settings, as the CLI's JSON and the dashboard show them."""

@@ -62,10 +62,14 @@ def test_upload_changes_the_summary_and_a_bad_file_keeps_the_data():
 def test_packing_page_metadata_follows_pack_size():
     at = run("pages/1_Packing.py")
     assert '"pack_size": 384' in at.code[0].value
-    at.number_input[0].set_value(512).run()
+    at.number_input[0].set_value(256).run()
     assert not at.exception
-    assert '"pack_size": 512' in at.code[0].value
-    assert at.session_state["plan"].packing.pack_size == 512  # kept for the other pages
+    assert '"pack_size": 256' in at.code[0].value
+    assert at.session_state["plan"].packing.pack_size == 256  # kept for the other pages
+    # a pack longer than seq_length is refused where it was typed, the plan and its metadata kept
+    at.number_input[0].set_value(512).run()
+    assert not at.exception and at.session_state["plan"].packing.pack_size == 256
+    assert any("longer than training.seq_length 384" in shown(e) for e in at.error)
 
 
 def test_memory_page_refuses_an_inconsistent_layout():

@@ -199,8 +199,13 @@ def test_megatron_lm_args_and_mock_lengths_round_trip(tmp_path, squad):
     args = megatron_lm_args(plan)
     for flag in ("--context-parallel-size 8", "--cp-comm-type a2a+p2p", "--hierarchical-context-parallel-sizes 2 4",
                  "--calculate-per-token-loss", "--no-create-attention-mask-in-dataloader", "--sft",
-                 "--sft-mock-dataset-config-json"):
+                 '--data-path "${DATA_PATH:?'):
         assert flag in args
+    # round 4: the export trained on mock data without a word; now only when asked, naming the file written
+    assert "--mock-data" not in args and "--sft-mock-dataset-config-json" not in args
+    mock = megatron_lm_args(plan, "lengths_b.csv")
+    assert "--mock-data" in mock and '"path": "lengths_b.csv"' in mock and '--data-path "' not in mock
+    assert "mock data, as asked" in mock and "read from lengths_b.csv" in mock
     csv = tmp_path / "lengths.csv"
     csv.write_text(mock_lengths_csv(squad))
     (tmp_path / "mock.json").write_text(json.dumps({"mode": "file", "path": str(csv)}))

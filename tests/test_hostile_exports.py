@@ -107,7 +107,7 @@ def test_every_export_parses_as_its_language(fmt):
 
 
 def test_mock_config_in_megatron_lm_args_is_one_shell_word():
-    args = megatron_lm_args(plan_from_dict(BASE), lengths_csv="it's here; rm -rf ~.csv")
+    args = megatron_lm_args(plan_from_dict(BASE), "it's here; rm -rf ~.csv")
     words = shlex.split(args.replace("\\\n", " "))
     i = words.index("--sft-mock-dataset-config-json")
     assert words[i + 1] == '{"mode": "file", "path": "it\'s here; rm -rf ~.csv"}'

@@ -479,10 +479,13 @@ def _tokenizer_placeholder(preset: str | None) -> str:
     return '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the tokenizer path or Hugging Face name}"'
 
 
-def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_samples: int | None = None,
+def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples: int | None = None,
                      packing_factor: float | None = None) -> str:
-    """Megatron-LM arguments for the same layout and packing, SFT on mock data of the user's length distribution,
-    training the plan's model (``mlm_architecture``); ``--train-iters`` for the plan's epochs over ``num_samples``.
+    """Megatron-LM arguments for the same layout and packing, training the plan's model (``mlm_architecture``) on
+    the user's data: SFT reads ``--data-path`` (a JSONL of ``{"messages": [...]}``, dev's
+    ``megatron/training/datasets/sft_dataset.py`` SFTLowLevelDataset), left as a required shell parameter. Only with
+    ``mock_lengths`` (the file ``export --lengths-csv`` writes) does it train on Megatron-LM's mock SFT data of the
+    user's lengths instead, naming that file. ``--train-iters`` for the plan's epochs over ``num_samples``.
 
     Online packing: dev's ``--sequence-packing-scheduler`` (model_parallel_config.py) with its buffer; main has the
     scheduler but no option to turn it on, so an online plan on main is refused here.
@@ -570,9 +573,22 @@ def megatron_lm_args(plan: Plan, lengths_csv: str = "lengths.csv", *, num_sample
             args.append(f"--max-seqlen-per-dp-cp-rank {k.max_seqlen_per_dp_cp_rank}")
         if "--calculate-per-token-loss" not in args:
             args.append("--calculate-per-token-loss")  # dynamic CP asserts it; packed THD loss is per token
-    if t.task != "pretrain":
-        mock = json.dumps({"mode": "file", "path": lengths_csv})
+    if mock_lengths is not None and t.task == "pretrain":
+        raise ValueError("mock lengths (--lengths-csv) are Megatron-LM's mock SFT data: a pre-training plan reads "
+                         "--data-path, or Megatron-LM's own --mock-data")
+    if mock_lengths is not None:
+        mock = json.dumps({"mode": "file", "path": mock_lengths})
+        head.append(f"# mock data, as asked: Megatron-LM's mock SFT samples of your lengths, read from {mock_lengths} "
+                    "(written beside these arguments); drop --mock-data and give --data-path to train on your data")
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]
+    elif t.task != "pretrain":
+        head.append("# DATA_PATH: your SFT data, a JSONL of {\"messages\": [{\"role\": ..., \"content\": ...}]} per line "
+                    "(Megatron-LM's SFTDataset); the launch stops until it is set")
+        args += ["--sft", '--data-path "${DATA_PATH:?set DATA_PATH to your SFT JSONL (messages per line)}"']
+    else:
+        head.append("# DATA_PATH: your pre-training data's prefix (a Megatron indexed dataset, preprocess_data.py); "
+                    "the launch stops until it is set")
+        args.append('--data-path "${DATA_PATH:?set DATA_PATH to your indexed dataset prefix}"')
     return "".join(line + "\n" for line in head) + " \\\n  ".join(args) + "\n"
 
 
@@ -671,15 +687,18 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None,
 
 def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None,
            findings=None, est=None, search_result=None, *, num_samples: int | None = None,
-           num_packs: int | None = None) -> str:
+           num_packs: int | None = None, mock_lengths: str | None = None) -> str:
     """One export of the plan as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n;
-    the data's size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters."""
+    the data's size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters.
+    ``mock_lengths``: the Megatron-LM export trains on mock data of the lengths written to that file (else on
+    ``--data-path``, the user's data)."""
     _version(version)
     size = {"num_samples": num_samples, "num_packs": num_packs}
     renderers: dict[ExportFormat, Callable[[], str]] = {
         "python": lambda: python_snippet(plan, version, packing_factor, **size),
         "overrides": lambda: overrides(plan, version, packing_factor, **size),
-        "megatron-lm": lambda: megatron_lm_args(plan, num_samples=num_samples, packing_factor=packing_factor),
+        "megatron-lm": lambda: megatron_lm_args(plan, mock_lengths, num_samples=num_samples,
+                                                packing_factor=packing_factor),
         "paths": lambda: packed_paths(plan, version, packing_factor=packing_factor or 1.0),
         "plan": lambda: dump_plan(plan),
         "markdown": lambda: markdown_report(plan, findings or [], est, search_result, packing_factor),

@@ -125,8 +125,9 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="export a plan that does not fit its GPU's memory (refused "
                                                         "otherwise, exit code 2), and overwrite --lengths-csv")
     p.add_argument("--lengths", help="lengths file (default: the plan's data.lengths)")
-    p.add_argument("--lengths-csv", help="also write the lengths for Megatron-LM's mock SFT data (mode: file; "
-                   "an existing file only with --force)")
+    p.add_argument("--lengths-csv", help="megatron-lm: train on Megatron-LM's mock SFT data of the plan's lengths, "
+                   "written to this file and named in the arguments (without it the arguments read your data from "
+                   "$DATA_PATH); an existing file only with --force")
     _json_quiet(p, json=False)
 
 

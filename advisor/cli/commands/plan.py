@@ -141,7 +141,11 @@ def export(args: Namespace) -> ExportResult:
     over = [f for f in exported.findings if f.id == "memory.exceeds"]
     if over and not args.force and args.format != "torchrun":  # the torchrun script does not depend on the plan
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
-    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary)
+    if args.lengths_csv and args.format != "megatron-lm":
+        raise ValueError(f"--lengths-csv writes Megatron-LM's mock SFT lengths: it goes with --format megatron-lm, "
+                         f"not {args.format}")
+    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary,
+                           mock_lengths=args.lengths_csv)
     if args.lengths_csv:
         write_text("--lengths-csv", args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed), args.force, inputs)
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
