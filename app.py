@@ -3,13 +3,9 @@ order a newcomer visits them. Pages place what the engine computes and share the
 
 import streamlit as st
 
-from advisor.ui import state as ui
+from pages._frame import setup
 
-st.set_page_config(page_title="Sequence packing advisor", layout="wide")
-ui.serve()  # one server, many visitors: scale models past 2M scheduled samples, smaller caches (advisor/ui/state.py)
-ui.warm_up_in_background()  # the packing kernels compile once per server process (a no-op once numba's cache is full)
-ui.init_state(st.session_state, dict(st.query_params))
-ui.heartbeat(st.session_state)
+setup()  # page config, the session, the link (pages/_frame.py)
 pages = [
     st.Page("pages/5_Tour.py", title="Tour: start here", icon=":material/school:"),
     st.Page("pages/0_Data_and_plan.py", title="Data and plan", icon=":material/dataset:", default=True),

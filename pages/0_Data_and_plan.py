@@ -2,11 +2,12 @@
 
 import streamlit as st
 
-from advisor.plan import dump_plan
-from advisor.ui import charts, links, raw_data, views
+from advisor.ui import charts, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, explained, number, progress
+from pages._frame import control, errors, explained, frame, notes, number, progress
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Sequence packing advisor")
 st.caption("Plan packed-sequence and long-context training on Megatron-Bridge / Megatron-LM from your data's "
@@ -38,18 +39,20 @@ with left:
             with progress("tokenizing") as bar:
                 raw_data.use_raw_upload(st.session_state, raw.getvalue(), raw.name, tokenizer, fmt, max_len,
                                         progress=bar)
+    control("data.format")
     errors("upload_error")
     st.subheader("Plan")
     plan_file = st.file_uploader("Load a plan file (YAML or JSON)", type=["yaml", "yml", "json"], key="plan_upload",
                                  help=H("plan_file"))
     if plan_file is not None and st.session_state.get("last_plan") != (plan_file.name, plan_file.size):
         st.session_state["last_plan"] = (plan_file.name, plan_file.size)
-        ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name)
+        if ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name):
+            st.rerun()  # the controls drawn above show the loaded plan's values, not the previous plan's
     errors("plan_error")
-    st.download_button("Save plan (YAML)", dump_plan(st.session_state["plan"]), file_name="plan.yaml")
-    st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
-    st.caption("The address bar is a link to this plan: it reopens the dashboard on the same plan (sample data by "
-               "name; uploaded data is not in the link).")
+    notes("plan_notes")
+    st.download_button("Save plan (YAML)", ui.saved_plan(st.session_state), file_name="plan.yaml")
+    st.caption("The address bar is a link to this plan on every page: it reopens the dashboard on the same plan "
+               "(sample data by name; uploaded data is not in the link, and the link says so when opened).")
 
 with right:
     hist, plan = st.session_state["hist"], st.session_state["plan"]

@@ -7,7 +7,9 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, progress, stop_on
+from pages._frame import control, errors, explained, frame, progress, stop_on
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 
 def headline(shown: dict, where) -> None:

@@ -5,7 +5,9 @@ import streamlit as st
 from advisor.ui import charts, controls, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, stop_on
+from pages._frame import control, errors, explained, frame, stop_on
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Memory & FLOPs")
 for where, name in zip(st.columns(9), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",

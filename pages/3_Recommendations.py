@@ -8,7 +8,9 @@ from advisor.findings import by_severity
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, explained, progress, stop_on
+from pages._frame import errors, explained, frame, progress, stop_on
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Recommendations & export")
 analysis, busy = ui.ready_analysis(st.session_state)
@@ -21,7 +23,7 @@ for severity, group in by_severity(analysis.findings).items():
         with st.expander(ui.plain(f"{f.id}: {f.message}"), expanded=severity == "error"):
             (st.error if severity == "error" else st.write)(ui.plain(f.reason))
             st.caption(ui.plain(f"Source: {f.source}"))
-            if f.fix and st.button(ui.plain(f"Apply fix {f.fix}"), key=f"fix-{severity}-{i}"):
+            if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"fix-{severity}-{i}"):
                 ui.set_plan(st.session_state, f.fix)
                 st.rerun()
 st.subheader("Will my loss change?", help=H("loss_weights"))

@@ -7,7 +7,9 @@ from advisor.trial.config import TrialConfig
 from advisor.ui import state as ui
 from advisor.ui import trial_view
 from advisor.ui.explain import help_text as H
-from pages._frame import explained
+from pages._frame import explained, frame
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Trial")
 st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "

@@ -4,7 +4,9 @@ import streamlit as st
 
 from advisor.ui import state as ui
 from advisor.ui import tour
+from pages._frame import frame
 
+frame()  # through app.py's frame first (pages/_frame.py says why)
 i = min(st.session_state.get("tour_step", 0), len(tour.STEPS) - 1)
 step = tour.STEPS[i]
 st.title("Tour")
@@ -18,9 +20,16 @@ back, go, forward = st.columns(3)
 if back.button("Back", disabled=i == 0):
     st.session_state["tour_step"] = i - 1
     st.rerun()
-if go.button(f"Open {step.page_title} with these settings", type="primary"):
+if go.button(f"Open {step.page_title} with these settings", type="primary",
+             help="Replaces the data and plan with this step's example; the button below puts yours back"):
     tour.apply_step(st.session_state, i)
     st.switch_page(step.page)
-if forward.button("Next", disabled=i == len(tour.STEPS) - 1):
-    st.session_state["tour_step"] = i + 1
+if forward.button("Next" if i < len(tour.STEPS) - 1 else "Finish the tour"):
+    st.session_state["tour_step"] = 0 if i == len(tour.STEPS) - 1 else i + 1
+    if i == len(tour.STEPS) - 1:
+        st.switch_page("pages/0_Data_and_plan.py")
     st.rerun()
+if (undo := tour.undo_text(st.session_state)) is not None:
+    if st.button(undo, icon=":material/undo:"):
+        tour.undo_step(st.session_state)
+        st.rerun()

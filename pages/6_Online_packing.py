@@ -5,7 +5,9 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import explained, stop_on
+from pages._frame import explained, frame, stop_on
+
+frame()  # through app.py's frame first (pages/_frame.py says why)
 
 plan, hist = st.session_state["plan"], st.session_state["hist"]
 st.title("Online packing (Megatron-LM)")
@@ -27,9 +29,9 @@ if (note := views.online_estimate_text(run)) is not None:
     st.caption(ui.plain(note))
 step = int(st.slider("Step", 0, max(0, run.summary.epoch_steps - 1), 0, help=H("online_step")))
 explained(charts.online_rank_work(views.online_step(chosen.plan, hist, run, step), run.config.cp), "online_rank_work")
-if st.button("Use online packing in the plan", help=H("online_use")):
-    if ui.set_plan(st.session_state, {"packing": {"mode": "online", "megatron_lm": branch,
-                                                  "max_seqlen_per_dp_cp_rank": buffer or None},
-                                      "training": {"micro_batch_size": 1}}):
+labels = [r.label for r in comparison.runs]
+use = st.selectbox("Put in the plan", labels, index=labels.index(comparison.recommended), help=H("online_use"))
+if st.button(f"Use {use}", help=H("online_use")):
+    if ui.set_plan(st.session_state, comparison.use(use)):
         st.rerun()
     st.error(ui.plain(st.session_state["plan_error"]))

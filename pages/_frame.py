@@ -7,10 +7,41 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
-from advisor.ui import controls
+from advisor.ui import controls, links, tour
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
+
+
+def setup() -> None:
+    """What every run needs before a page draws: the page config, the session (from a shared link or the default
+    sample), the trial's heartbeat, the tour's undo, and the address bar kept a link to the plan as it is now (widget
+    callbacks have run before this, so a page's own edits are in it; set before the page, which may stop early)."""
+    st.set_page_config(page_title="Sequence packing advisor", layout="wide")
+    ui.serve()  # one server, many visitors: scale models past 2M scheduled samples, smaller caches
+    ui.warm_up_in_background()  # the packing kernels compile once per server process
+    ui.init_state(st.session_state, dict(st.query_params))
+    ui.heartbeat(st.session_state)
+    if (undo := tour.undo_text(st.session_state)) is not None and \
+            st.sidebar.button(undo, icon=":material/undo:", key="tour_undo_button"):
+        tour.undo_step(st.session_state)  # the tour replaced the visitor's data and plan: one click puts them back
+        st.rerun()
+    st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
+
+
+def frame() -> None:
+    """Make sure the frame (``setup``) ran for this page; every page calls it first.
+
+    Why: a folder named ``pages/`` beside app.py makes Streamlit run its scripts the old way (multipage apps v1)
+    until app.py calls ``st.navigation`` once in the process: the first request after a server start for a page's
+    URL (``/Packing``) ran that page alone, without a session, an exception page for that visitor (Streamlit's
+    AppTest resets the flag on every run the same way). Here the page sets up the session itself, once, and turns
+    the old way off, so the next run goes through app.py. (A module-level call would run once per process: Python
+    imports a module once.)"""
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        setup()
 
 
 def control(name: str, where=st):
@@ -47,6 +78,13 @@ def errors(*keys: str) -> None:
     for key in keys:
         if key in st.session_state:
             st.error(ui.plain(st.session_state[key]))
+
+
+def notes(*keys: str) -> None:
+    """What reading a plan or a link changed or means now (``plan_notes``): said once, in blue, until the next plan."""
+    for key in keys:
+        for note in st.session_state.get(key, ()):
+            st.info(ui.plain(note))
 
 
 @contextmanager

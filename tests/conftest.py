@@ -131,3 +131,28 @@ def slow_after(values, fast: int = 1) -> list:
     others, the same check on more inputs, only in the full suite."""
     return [v if i < fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
             for i, v in enumerate(values)]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _apptest_keeps_the_navigation_as_a_server_does():
+    """Streamlit's AppTest resets PagesManager's "pages/ folder, old multipage mode" flag before every run; a server
+    sets it once, and app.py's st.navigation turns it off for good. With the reset, every AppTest run after the
+    first ran the page script alone, never app.py (and its sidebar's widgets got other ids). A subclass takes
+    AppTest's reset, so runs behave as on a server: the first run of the process finds the old mode on (what a
+    page URL opened first after a server start gets: pages/_frame.py frame() handles it), later runs go through
+    app.py. ``test_a_page_url_opened_first_after_a_start_works`` resets the real flag to check that first run."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+        from streamlit.testing.v1 import app_test
+    except ImportError:
+        yield
+        return
+
+    class _ResetHere(PagesManager):
+        pass
+
+    app_test.PagesManager = _ResetHere
+    try:
+        yield
+    finally:
+        app_test.PagesManager = PagesManager

@@ -183,3 +183,25 @@ def test_the_online_page_draws_and_sets_the_plan():
     at.selectbox[0].set_value("main").run()  # main refuses nothing on the sample, but the simulation still runs
     assert not at.exception
 
+
+
+def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_samples_a_step():
+    """Round 4 of issue 34: the page recommended dynamic CP and its button applied dp_balanced, and a plan
+    counting packs would have kept the number as samples."""
+    from advisor.advice.compare import compare_packing
+    from advisor.data.ingest import load_lengths
+    from tests.conftest import ROOT
+
+    hist = load_lengths(ROOT / "sample_data" / "chat_like_hist.csv").scale_model(5_000)
+    plan = plan_from_dict({"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
+                           "training": {"seq_length": 8192, "global_batch_size": 16}})  # 16 packs
+    comparison = compare_packing(plan, hist)
+    n = comparison.run("offline (Megatron-Bridge)").estimate.packing.packing_factor
+    for run in comparison.runs:
+        used = plan.changed(comparison.use(run.label))
+        assert used.packing == run.plan.packing and used.packing_mode == run.plan.packing_mode
+        if used.packing_mode == "online":
+            assert abs(used.requested_samples - 16 * n) <= used.dp  # the same samples, in Megatron-LM's unit
+            assert used.packing.scheduler == run.plan.packing.scheduler
+    assert plan.changed(comparison.use(comparison.recommended)).packing == \
+        comparison.run(comparison.recommended).plan.packing

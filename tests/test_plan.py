@@ -93,3 +93,30 @@ def test_sample_plan_loads_and_bad_files_are_one_message(tmp_path):
     bad_json.write_text(json.dumps(["not", "a", "mapping"]))
     with pytest.raises(PlanError, match="expected a mapping"):
         load_plan(bad_json)
+
+
+def test_a_change_of_packing_mode_keeps_what_the_batch_means():
+    """global_batch_size counts packs offline and samples otherwise: a mode change that says nothing of the batch
+    keeps its meaning (samples become global_batch_samples) or is refused (packs cannot become samples without n)."""
+    samples = plan_from_dict({"version": 2, "model": "llama3.1-8b", "packing": {"mode": "none"},
+                              "training": {"global_batch_size": 64}})
+    offline = samples.changed({"packing": {"mode": "offline"}})
+    assert offline.requested_samples == 64 and offline.batch_in_packs is None
+    packs = plan_from_dict({"version": 2, "model": "llama3.1-8b", "training": {"global_batch_size": 64}})
+    with pytest.raises(PlanError, match="give training.global_batch_samples"):
+        packs.changed({"packing": {"mode": "online"}})
+    both = packs.changed({"packing": {"mode": "online"}, "training": {"global_batch_size": 256}})
+    assert both.requested_samples == 256
+
+
+def test_a_version_1_plan_is_read_with_the_new_meaning_and_one_note():
+    old = plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 128}})
+    assert old.batch_in_packs == 128 and len(old.notes) == 1 and "global_batch_samples: 128" in old.notes[0]
+    packs = plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_packs": 16}})
+    assert packs.batch_in_packs == 16 and "written training.global_batch_size now" in packs.notes[0]
+    unpacked = plan_from_dict({"model": "llama3.1-8b", "packing": {"mode": "none"},
+                               "training": {"global_batch_size": 128}})
+    assert unpacked.requested_samples == 128 and not unpacked.notes  # the meaning did not change: nothing to say
+    assert plan_from_dict(old.to_dict()) == old and not plan_from_dict(old.to_dict()).notes  # written as version 2
+    with pytest.raises(PlanError, match="version: 3 is not a plan file version"):
+        plan_from_dict({"version": 3, "model": "llama3.1-8b"})

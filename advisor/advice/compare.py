@@ -50,9 +50,27 @@ class PackingComparison:
     def rows(self) -> list[dict]:
         return [r.row() for r in self.runs]
 
+    def run(self, label: str) -> PackingRun:
+        return next(r for r in self.runs if r.label == label)
 
-def _twin(plan: Plan, mode: str, **packing) -> Plan:
-    return plan.changed({"packing": {"mode": mode, **packing}, "training": {"micro_batch_size": 1}})
+    def use(self, label: str) -> dict:
+        """The plan changes that put run ``label`` into the plan: its packing section and its batch, in the unit
+        its mode counts (so "use" applies exactly the run the table shows, the recommended one by default)."""
+        chosen = self.run(label).plan
+        t = chosen.training
+        return {"packing": chosen.packing.model_dump(),
+                "training": {"micro_batch_size": t.micro_batch_size, "global_batch_size": t.global_batch_size,
+                             "global_batch_samples": t.global_batch_samples}}
+
+
+def _twin(plan: Plan, mode: str, samples: int | None = None, **packing) -> Plan:
+    """The plan packed another way; ``samples``: the samples per step to keep when the mode counts samples and the
+    plan gives packs (its packs x n, to the multiple of DP Megatron-LM asserts)."""
+    training: dict = {"micro_batch_size": 1}
+    if mode != "offline" and plan.batch_in_packs is not None:
+        unit = plan.dp
+        training.update(global_batch_size=max(unit, round((samples or unit) / unit) * unit), global_batch_samples=None)
+    return plan.changed({"packing": {"mode": mode, **packing}, "training": training})
 
 
 def compare_packing(plan: Plan, hist: LengthHistogram, *, megatron_lm: str = "dev",
@@ -65,18 +83,22 @@ def compare_packing(plan: Plan, hist: LengthHistogram, *, megatron_lm: str = "de
     >>> from advisor.plan import plan_from_dict
     >>> h = LengthHistogram(lengths=np.array([200, 3000]), counts=np.array([900, 100]), source="x")
     >>> c = compare_packing(plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
-    ...                                     "training": {"global_batch_size": 64}}), h)
+    ...                                     "training": {"global_batch_samples": 64}}), h)
     >>> [r["way"] for r in c.rows()]
     ['offline (Megatron-Bridge)', 'online dp_balanced (Megatron-LM dev)']
     """
     offline = _twin(plan, "offline", pack_size=plan.packing.pack_size)
-    online = _twin(plan, "online", megatron_lm=megatron_lm, scheduler="dp_balanced",
+    offline_run = PackingRun(label="offline (Megatron-Bridge)", plan=offline, estimate=estimate(offline, hist))
+    n = offline_run.estimate.packing.packing_factor if offline_run.estimate.packing is not None else None
+    samples = round(offline.effective_samples_per_step(n) or 0) or None  # the same samples a step, every way
+    online = _twin(plan, "online", samples, megatron_lm=megatron_lm, scheduler="dp_balanced",
                    max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank)
-    runs = [PackingRun(label="offline (Megatron-Bridge)", plan=offline, estimate=estimate(offline, hist)),
+    runs = [offline_run,
             PackingRun(label=f"online dp_balanced (Megatron-LM {megatron_lm})", plan=online,
                        estimate=estimate(online, hist))]
     if plan.parallel.cp > 1 and plan.parallel.dp > 1:
-        dyn = _twin(plan, "online", megatron_lm="dev", scheduler="default_dynamic_cp", max_seqlen_per_dp_cp_rank=None)
+        dyn = _twin(plan, "online", samples, megatron_lm="dev", scheduler="default_dynamic_cp",
+                    max_seqlen_per_dp_cp_rank=None)
         runs.append(PackingRun(label="online dynamic CP (Megatron-LM dev)", plan=dyn, estimate=estimate(dyn, hist)))
     return _verdict(tuple(runs))
 

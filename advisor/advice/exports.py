@@ -582,8 +582,8 @@ def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples
                     "(written beside these arguments); drop --mock-data and give --data-path to train on your data")
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]
     elif t.task != "pretrain":
-        head.append("# DATA_PATH: your SFT data, a JSONL of {\"messages\": [{\"role\": ..., \"content\": ...}]} per line "
-                    "(Megatron-LM's SFTDataset); the launch stops until it is set")
+        head.append("# DATA_PATH: your SFT data, a JSONL of {\"messages\": [{\"role\": ..., \"content\": ...}]} per "
+                    "line (Megatron-LM's SFTDataset); the launch stops until it is set")
         args += ["--sft", '--data-path "${DATA_PATH:?set DATA_PATH to your SFT JSONL (messages per line)}"']
     else:
         head.append("# DATA_PATH: your pre-training data's prefix (a Megatron indexed dataset, preprocess_data.py); "

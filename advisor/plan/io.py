@@ -82,6 +82,9 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number a plan can hold")
 
 
+BUNDLED = Path(__file__).resolve().parents[2] / "sample_data"  # the advisor's own samples
+
+
 def plan_from_text(text: str, name: str, base_dir: Path | None = None) -> Plan:
     """A plan from a file's text; a relative ``data.lengths`` is made absolute against ``base_dir`` if given."""
     raw = parse_plan_text(text, name)
@@ -89,6 +92,9 @@ def plan_from_text(text: str, name: str, base_dir: Path | None = None) -> Plan:
     if base_dir is not None and plan.data.lengths and not plan.data.lengths.lstrip().startswith("{"):
         path = Path(plan.data.lengths).expanduser()
         resolved = os.path.normpath(path if path.is_absolute() else base_dir / path)
+        if not path.is_absolute() and path.parts[:1] == ("sample_data",) and not os.path.exists(resolved) \
+                and (BUNDLED.parent / path).is_file():  # a bundled sample, as the dashboard saves it: anywhere
+            resolved = str(BUNDLED.parent / path)
         if resolved != plan.data.lengths:
             plan = plan.model_copy(update={"data": plan.data.model_copy(update={"lengths": resolved})})
     return plan

@@ -586,7 +586,31 @@ class Plan(_Section):
                 raw[section] = {**raw[section], **values}
             else:
                 raw[section] = values
+        training = changes.get("training") if isinstance(changes.get("training"), dict) else {}
+        if not {"global_batch_size", "global_batch_samples"} & set(training):
+            raw = self._batch_across_modes(raw)
         return plan_from_dict(raw, "changed plan")
+
+    def _batch_across_modes(self, raw: dict) -> dict:
+        """global_batch_size changes unit with the packing mode (packs offline, samples otherwise): a change of mode
+        that says nothing of the batch keeps its meaning. Samples into offline packing become global_batch_samples;
+        packs out of it cannot become samples without the data's n, so that change is refused, saying what to give.
+
+        >>> p = plan_from_dict({"version": 2, "model": "llama3.1-8b", "packing": {"mode": "none"},
+        ...                     "training": {"global_batch_size": 64}})
+        >>> p.changed({"packing": {"mode": "offline"}}).training.global_batch_samples
+        64
+        """
+        was, now = self.packing_mode == "offline", _mode_of(raw) == "offline"
+        t = raw.get("training")
+        if was == now or not isinstance(t, dict) or t.get("global_batch_size") is None:
+            return raw
+        if now:  # samples stay samples: Megatron-Bridge's packs are derived from them by n
+            return {**raw, "training": {**t, "global_batch_samples": t["global_batch_size"], "global_batch_size": None}}
+        raise PlanError("changed plan", [
+            f"packing mode {_mode_of(raw)} counts the global batch in samples, and the plan gives "
+            f"training.global_batch_size {t['global_batch_size']} packs (offline packing's unit): give "
+            "training.global_batch_samples (about packs x n) with the change"])
 
     def to_dict(self) -> dict:
         """The plan as written to a file: JSON types only, a preset model as ``{preset, overrides}``."""

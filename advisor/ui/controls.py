@@ -32,7 +32,7 @@ from advisor.plan import PlanError
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
 from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS, PACK_SIZE_STEP
 from advisor.ui.state import analysis_of, set_plan
-from advisor.vocabulary import Algorithm, Precision, Recompute
+from advisor.vocabulary import Algorithm, DataFormat, Precision, Recompute
 
 Kind = Literal["number", "select", "toggle", "radio"]
 BATCH_UNITS = ("packs", "samples")  # packs first: Megatron-Bridge's own unit under offline packing
@@ -201,6 +201,9 @@ _ALL = [
             read=_batch_unit, write=_batch_unit_write, options=_batch_unit_options),
     Control(name="training.batch", label="global batch", kind="number", help="global_batch", lo=1, hi=1 << 24,
             read=_batch_read, write=_batch_write),
+    Control(name="data.format", label="data format", kind="radio", help="data_format",
+            read=lambda s: s["plan"].data.format, write=lambda s, v: {"data": {"format": v}},
+            options=lambda s: list(get_args(DataFormat))),
     Control(name="packing.algorithm", label="Algorithm", kind="select", help="algorithm",
             read=lambda s: s["plan"].packing.algorithm, write=lambda s, v: {"packing": {"algorithm": v}},
             options=lambda s: list(get_args(Algorithm))),

@@ -61,6 +61,10 @@ HELP: dict[str, Explanation] = {
     "lognormal": _e("Megatron-LM's mock SFT data: lengths drawn from a lognormal with this mean and sigma, clipped "
                     "to [min, max], seed 0 - what --sft-mock-dataset-config-json distribution mode trains on.",
                     "Megatron-LM megatron/training/datasets/sft_dataset.py (mock SFT dataset)"),
+    "data_format": _e("What the lengths are (data.format): sft = Megatron-Bridge's GPTSFTDataset, which truncates a "
+                      "sample longer than the pack; chat = GPTSFTChatDataset, which does not, so offline packing "
+                      "skips it (create_hist). The Packing page counts the samples cut or skipped.",
+                      "advisor/plan/schema.py (data.format)"),
     "plan_file": _e("A YAML or JSON plan: model, parallel layout, training, packing, data and hardware. The same file "
                     "the command line reads; its JSON Schema is python -m advisor schema.", "advisor/plan/schema.py"),
     "log_x": _e("Log scale for the length axis: long-tailed data sets (chat, long context) are easier to read.",
@@ -223,8 +227,9 @@ HELP: dict[str, Explanation] = {
                              "step time, tokens/s/GPU and Megatron-LM's FLOPs per step (its formula with the "
                              "scheduler's sums). Offline's global batch counts packs, online's samples, so compare "
                              "tokens/s/GPU and epoch hours, not step times.", "advisor/advice/compare.py"),
-    "online_use": _e("Make online packing (with the branch and buffer chosen here) the plan's packing mode: the "
-                     "Memory & FLOPs page, the recommendations and the Megatron-LM export then use it.",
+    "online_use": _e("Put the way chosen here (the recommended one unless you pick another) into the plan: its "
+                     "packing mode, scheduler, branch and buffer, and the same samples per step in the unit that "
+                     "mode counts. The Memory & FLOPs page, the recommendations and the exports then use it.",
                      "advisor/plan/schema.py (packing.mode online)"),
     "memory_heatmap": _e("Memory per GPU for other pack sizes and CP sizes; cells marked with a cross do not fit.",
                          "advisor/analysis.py (memory_grid)"),

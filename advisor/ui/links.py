@@ -26,6 +26,8 @@ def plan_to_query(plan: Plan, sample: str | None) -> dict[str, str]:
     out = {"plan": base64.urlsafe_b64encode(zlib.compress(text.encode())).decode()}
     if sample in SAMPLES:
         out["sample"] = sample
+    elif sample:
+        out["data"] = "upload"  # the data itself cannot travel in a link: the opened link says so
     return out
 
 
@@ -37,6 +39,21 @@ def plan_from_query(query: dict) -> tuple[str, Plan | None]:
         raise PlanError("link", [f"unknown sample {str(sample)[:40]!r}"])
     if "plan" not in query:
         return sample, None
+    plan = _plan_of(query)
+    notes = plan.notes  # what reading the link's plan said (an older version), kept past the change below
+    # a link's data path is a name, never read on the server: the session's data is the sample's (a path in a
+    # crafted link would otherwise be looked up, telling which folders exist there)
+    plan = plan.changed({"data": {"lengths": f"sample_data/{SAMPLES[sample][0]}", "column": None}})
+    if query.get("data") == "upload":
+        notes = (*notes, LINK_UPLOAD_NOTE.format(sample=sample))
+    return sample, plan.model_copy(update={"notes": notes})
+
+
+LINK_UPLOAD_NOTE = ("This link was made on uploaded data, which a link cannot carry: the plan is the link's, the data "
+                    "is the bundled sample {sample}. Upload the same file on Data and plan to see the link's figures.")
+
+
+def _plan_of(query: dict) -> Plan:
     try:
         packed = base64.urlsafe_b64decode(str(query["plan"])[:MAX_PLAN_BYTES].encode())
         inflate = zlib.decompressobj()
@@ -46,5 +63,5 @@ def plan_from_query(query: dict) -> tuple[str, Plan | None]:
         text = raw.decode()
     except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError):
         raise PlanError("link", ["the plan parameter is not a plan link"]) from None
-    return sample, within_budget(plan_from_dict(parse_plan_text(text, "link.json"), "link"), "link")
+    return within_budget(plan_from_dict(parse_plan_text(text, "link.json"), "link"), "link")
 

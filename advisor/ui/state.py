@@ -176,6 +176,21 @@ def use_plan_file(state, data: bytes, name: str) -> bool:
     return True
 
 
+def saved_plan(state) -> str:
+    """The session's plan as a YAML file to download, saying where its data is: a bundled sample's path is read
+    from the advisor's own folder wherever the file is used (advisor/plan/io.py); an upload's name is not a path."""
+    from advisor.plan import dump_plan
+
+    name = str(state.get("data_name", ""))
+    if name in SAMPLES:
+        head = (f"# data.lengths is the advisor's bundled sample {name!r}: sample_data/ is read from the advisor's own "
+                "folder wherever this file is\n")
+    else:
+        head = (f"# data.lengths names the data uploaded to the dashboard ({name[:80]!r}): put that file beside this "
+                "plan, or give --lengths FILE\n")
+    return head + dump_plan(state["plan"])
+
+
 plain = text.plain  # the one escaping of visitor-derived text for Markdown widgets (advisor/ui/text.py)
 
 

@@ -168,9 +168,35 @@ def step_figures(index: int) -> list[str]:
     return [f"The Megatron-Bridge export of this plan sets, among others: {line}" for line in lines]
 
 
+UNDO_KEYS = ("hist", "data_name", "plan", "sample_choice")
+
+
 def apply_step(state, index: int) -> None:
-    """Load the step's sample and plan into the session (the page it links to then shows them)."""
+    """Load the step's sample and plan into the session (the page it links to then shows them), keeping the
+    visitor's own data and plan to go back to (``undo_step``): the first step opened keeps them, later ones do not
+    overwrite them, so one undo always returns to the visitor's own work."""
     step = STEPS[index]
+    if "tour_undo" not in state:
+        state["tour_undo"] = {k: state[k] for k in UNDO_KEYS if k in state}
     ui.use_sample(state, step.sample)
     state["sample_choice"] = step.sample
     state["plan"] = step_plan(step)  # exactly the plan the step's figures were computed on
+
+
+def undo_step(state) -> bool:
+    """Put back the data and plan the visitor had before the tour opened its first example; False if none."""
+    kept = state.pop("tour_undo", None)
+    if kept is None:
+        return False
+    for key, value in kept.items():
+        state[key] = value
+    state.pop("plan_error", None)
+    return True
+
+
+def undo_text(state) -> str | None:
+    """What the undo button puts back, or None when the tour replaced nothing."""
+    kept = state.get("tour_undo")
+    if not kept:
+        return None
+    return f"Back to your own data ({kept.get('data_name', '?')}) and plan, as before the tour's examples"

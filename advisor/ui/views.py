@@ -223,6 +223,20 @@ def global_batch_example_text(plan: Plan, packing_factor: float | None) -> str:
             f"{e['packs']} packs (a multiple of DP {e['dp']}) ≈ {e['samples_trained']} samples per step.")
 
 
+def fix_text(fix: dict) -> str:
+    """A finding's fix as its button says it: each field set, by its path; a field cleared says "null".
+
+    >>> fix_text({"training": {"micro_batch_size": 2, "global_batch_samples": None}, "packing": {"pack_size": 768}})
+    'training.micro_batch_size 2, training.global_batch_samples null, packing.pack_size 768'
+    """
+    parts = []
+    for section, values in fix.items():
+        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
+            shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+            parts.append(f"{section}.{name} {shown}" if name else f"{section} {shown}")
+    return ", ".join(parts)
+
+
 def memory_error_text(est) -> str:
     """The red banner of a plan that does not fit: how much, on what, and where to look."""
     m = est.memory
