@@ -138,14 +138,14 @@ class Analysis:
 
     def _findings(self) -> tuple[Finding, ...]:
         try:
-            memory = self.estimate.memory
+            memory, straggler = self.estimate.memory, self.estimate.time.straggler_factor
         except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
-            memory = None
+            memory, straggler = None, None
         try:
             loss = self.loss
         except ValueError:
             loss = None
-        return tuple(check(self.plan, self.packing, memory, loss))
+        return tuple(check(self.plan, self.packing, memory, loss, straggler))
 
     @property
     def search(self) -> SearchResult:

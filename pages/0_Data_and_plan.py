@@ -5,7 +5,7 @@ import streamlit as st
 from advisor.ui import charts, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, frame, notes, number, progress
+from pages._frame import control, errors, explained, frame, number, progress
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -49,7 +49,6 @@ with left:
         if ui.use_plan_file(st.session_state, plan_file.getvalue(), plan_file.name):
             st.rerun()  # the controls drawn above show the loaded plan's values, not the previous plan's
     errors("plan_error")
-    notes("plan_notes")
     st.download_button("Save plan (YAML)", ui.saved_plan(st.session_state), file_name="plan.yaml")
     st.caption("The address bar is a link to this plan on every page: it reopens the dashboard on the same plan "
                "(sample data by name; uploaded data is not in the link, and the link says so when opened).")

@@ -10,13 +10,16 @@ from pages._frame import control, errors, explained, frame, stop_on
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Memory & FLOPs")
-for where, name in zip(st.columns(9), ("model.preset", "hardware.gpu", "parallel.gpus", "parallel.tp", "parallel.pp",
-                                       "parallel.vpp", "parallel.cp", "parallel.ep", "training.micro_batch_size"),
+# three rows, widths so every name reads in full at 1280-1440 px: what runs, on what; the layout; the step
+for where, name in zip(st.columns([3, 2, 2, 2, 2]), ("model.preset", "hardware.gpu", "training.precision",
+                                                    "training.recompute", "parallel.gpus"), strict=True):
+    control(name, where)
+for where, name in zip(st.columns(8), ("parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep",
+                                       "parallel.sp", "parallel.fsdp", "training.cpu_offloading_num_layers"),
                        strict=True):
     control(name, where)
-for where, name in zip(st.columns(8), ("training.seq_length", "training.batch_unit", "training.batch",
-                                       "parallel.sp", "training.recompute", "training.precision", "parallel.fsdp",
-                                       "training.cpu_offloading_num_layers"), strict=True):
+for where, name in zip(st.columns([2, 2, 2, 2]), ("training.seq_length", "training.micro_batch_size",
+                                                 "training.batch_unit", "training.batch"), strict=True):
     control(name, where)
 if st.toggle("Custom model fields", key="custom_model", help=H("custom_model")):
     for where, field in zip(st.columns(len(controls.CUSTOM_FIELDS)), controls.CUSTOM_FIELDS, strict=True):

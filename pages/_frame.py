@@ -28,6 +28,12 @@ def setup() -> None:
         tour.undo_step(st.session_state)  # the tour replaced the visitor's data and plan: one click puts them back
         st.rerun()
     st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
+    if st.session_state.get("plan_notes"):  # what reading a plan or link means: on every page until dismissed
+        for note in st.session_state["plan_notes"]:
+            st.info(ui.plain(note), icon=":material/info:")
+        if st.button("Understood", key="plan_notes_seen", help="Hide these notes (the next plan or link says its own)"):
+            st.session_state.pop("plan_notes", None)
+            st.rerun()
 
 
 def frame() -> None:
@@ -78,13 +84,6 @@ def errors(*keys: str) -> None:
     for key in keys:
         if key in st.session_state:
             st.error(ui.plain(st.session_state[key]))
-
-
-def notes(*keys: str) -> None:
-    """What reading a plan or a link changed or means now (``plan_notes``): said once, in blue, until the next plan."""
-    for key in keys:
-        for note in st.session_state.get(key, ()):
-            st.info(ui.plain(note))
 
 
 @contextmanager

@@ -20,7 +20,7 @@ def _plan(**over):
     raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
            "training": {"seq_length": 384, "global_batch_samples": 64}, "packing": {"pack_size": 384}}
     for section, fields in over.items():
-        raw[section] = {**raw.get(section, {}), **fields}
+        raw[section] = {**raw.get(section, {}), **fields} if isinstance(fields, dict) else fields
     return plan_from_dict(raw)
 
 
@@ -70,7 +70,7 @@ def test_packing_is_reused_not_redone(squad):
 
 def test_modes_and_padding_multiple(squad):
     assert _plan().packing_mode == "offline"
-    assert _plan(training={"task": "vlm-sft", "micro_batch_size": 4}).packing_mode == "in-batch"
+    assert _plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 4}).packing_mode == "in-batch"
     assert _plan(training={"task": "pretrain"}).packing_mode == "none"
     assert _plan().collate_padding_multiple == 4  # lcm(2*CP, CP*TP) = lcm(4, 4)
     assert _plan(parallel={"gpus": 24, "tp": 4, "cp": 3}).collate_padding_multiple == 12  # lcm(6, 12)
@@ -80,8 +80,8 @@ def test_modes_and_padding_multiple(squad):
 
 
 def test_in_batch_memory_follows_the_largest_micro_batch(squad):
-    est = estimate(_plan(training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64},
-                         packing={"mode": "in-batch"}), squad)
+    est = estimate(_plan(model="qwen2.5-vl-7b", packing={"mode": "in-batch"},
+                         training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64}), squad)
     assert est.memory.tokens_per_micro_batch == est.micro_batches.computed_tokens.max()
     assert est.memory.tokens_per_micro_batch > 384  # four samples in one row
 

@@ -22,9 +22,10 @@ def test_defaults_are_megatrons_and_the_cp_rule_forces_per_token_loss():
     assert not plan.per_token_loss and plan.per_token_loss_forced is None
     cp = plan.changed({"parallel": {"cp": 2}, "training": {"average_in_collective": True}})
     assert cp.per_token_loss and not cp.average_in_collective  # the export writes MB's required pair
-    pretrain = plan.changed({"parallel": {"cp": 2}, "training": {"task": "pretrain"}, "packing": {"mode": "none"}})
+    pretrain = plan.changed({"parallel": {"cp": 2}, "training": {"task": "pretrain", "global_batch_size": 64},
+                             "packing": {"mode": "none"}})
     assert not pretrain.per_token_loss  # Megatron-Bridge asserts it for SFT data sets only
-    online = plan.changed({"packing": {"mode": "online"}})
+    online = plan.changed({"packing": {"mode": "online"}, "training": {"global_batch_size": 64}})
     assert online.per_token_loss and "online" in online.per_token_loss_forced
 
 

@@ -224,7 +224,8 @@ def test_the_trial_prediction_uses_the_trial_model_on_its_gpu():
 
 
 def _moe(**parallel):
-    return plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "sp": True, **parallel},
+    return plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "sp": parallel.get("tp", 1) > 1,
+                                                                  **parallel},
                            "training": {"seq_length": 4096, "recompute": "none"}})
 
 

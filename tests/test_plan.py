@@ -120,3 +120,23 @@ def test_a_version_1_plan_is_read_with_the_new_meaning_and_one_note():
     assert plan_from_dict(old.to_dict()) == old and not plan_from_dict(old.to_dict()).notes  # written as version 2
     with pytest.raises(PlanError, match="version: 3 is not a plan file version"):
         plan_from_dict({"version": 3, "model": "llama3.1-8b"})
+
+
+@pytest.mark.parametrize("raw, field, says", [
+    ({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 1, "sp": True}}, "parallel.sp", "needs tp > 1"),
+    ({"model": "llama3.1-8b", "parallel": {"gpus": 8, "etp": 2}}, "parallel.etp 2", "dense model"),
+    ({"model": "llama3.1-8b", "training": {"lora_targets": ["linear_qkv"]}}, "training.lora_targets",
+     "peft is none"),
+    ({"model": "llama3.1-8b", "training": {"lora_rank": 8}}, "training.lora_rank", "peft is none"),
+    ({"model": "deepseek-v3", "parallel": {"gpus": 256, "ep": 64, "tp": 2, "sp": True},
+      "training": {"peft": "lora", "lora_targets": ["linear_qkv", "linear_proj"]}}, "training.lora_targets",
+     "multi-latent attention has no linear_qkv"),
+    ({"model": "llama3.1-8b", "training": {"task": "vlm-sft", "micro_batch_size": 2}}, "training.task vlm-sft",
+     "text model"),
+])
+def test_the_plan_refuses_what_the_frameworks_refuse_or_ignore(raw, field, says):
+    """Round 4: sp without tp, LoRA settings without LoRA, linear_qkv on MLA, etp on a dense model and vlm-sft on a
+    text model were accepted silently. Each is one message naming the field."""
+    with pytest.raises(PlanError) as e:
+        plan_from_dict({"version": 2, **raw})
+    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(field) and says in e.value.problems[0]

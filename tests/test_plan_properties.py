@@ -75,7 +75,9 @@ def test_plans_round_trip_losslessly_through_yaml_json_and_the_link(plan):
     assert plan_from_text(dump_plan(plan, "json"), "p.json") == plan
     assert plan_from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     sample, back = plan_from_query(plan_to_query(plan, "chat-like (180k)"))
-    assert back == plan and sample == "chat-like (180k)"
+    # every field travels; the data path is the sample's (a link's path is never read on the server)
+    assert back == plan.changed({"data": {"lengths": "sample_data/chat_like_hist.csv", "column": None}})
+    assert sample == "chat-like (180k)"
     written = yaml.safe_load(dump_plan(plan))["model"]
     if plan.model.preset is not None:  # a preset stays a preset, its overrides kept
         assert written == plan.model.preset or written["preset"] == plan.model.preset

@@ -33,9 +33,11 @@ def find(findings, fid):
 def test_packing_mode_by_task():
     assert "packing.mode" not in ids(check(plan()))
     assert find(check(plan(packing={"mode": "none"})), "packing.mode").severity == "warning"
-    vlm = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1}, packing={"mode": "offline"}))
+    vlm = check(plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1},
+                     packing={"mode": "offline"}))
     assert find(vlm, "packing.mode").severity == "error"
-    assert "packing.mode" not in ids(check(plan(training={"task": "vlm-sft", "micro_batch_size": 4})))
+    vlm_ok = plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 4})
+    assert "packing.mode" not in ids(check(vlm_ok))
     assert "packing.pretrain" in ids(check(plan(training={"task": "pretrain"}, packing={"mode": "offline"})))
     assert "packing.pretrain" not in ids(check(plan(training={"task": "pretrain"})))
 
@@ -61,9 +63,10 @@ def test_offline_packing_refuses_micro_batches_of_packs_and_names_bridges_equiva
 
 
 def test_in_batch_needs_two():
-    one = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1}))
+    one = check(plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1}))
     assert find(one, "packing.in_batch_mbs").message == "in-batch packing needs micro_batch_size >= 2"
-    assert "packing.in_batch_mbs" not in ids(check(plan(training={"task": "vlm-sft", "micro_batch_size": 2})))
+    two = plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 2})
+    assert "packing.in_batch_mbs" not in ids(check(two))
 
 
 def test_global_batch_in_packs(squad):
@@ -177,9 +180,25 @@ def test_truncation_and_stragglers(squad):
     assert abs(share - lost / tokens) < 0.001  # the histogram's share, within the one label token per sample
     fits = pack(squad, PackingConfig(pack_size=384))
     assert "data.truncated" not in ids(check(plan(training={"seq_length": 384}), fits))
-    assert "data.stragglers" in ids(check(p, short)) or short.metrics.straggler_ratio <= 1.5
     one_rank = plan(parallel={"gpus": 1}, training={"seq_length": 256, "global_batch_samples": 8})
-    assert "data.stragglers" not in ids(check(one_rank, short))
+    assert "data.stragglers" not in ids(check(one_rank, short, straggler=1.5))
+
+
+def test_the_straggler_warning_says_the_modelled_factor_the_step_time_carries(chat):
+    """Round 4: the warning said the heaviest pack's 2.7x beside a modelled step of x1.009. It fires on the modelled
+    factor (the estimate's), names it, and gives the pack ratio as the cause."""
+    from advisor.analysis import analyze
+
+    hist = chat.scale_model(20_000)
+    for gpus, batch in ((16, 16), (64, 64)):
+        a = analyze(plan_from_dict({"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": gpus},
+                                    "training": {"seq_length": 8192, "global_batch_size": batch}}), hist)
+        factor = a.estimate.time.straggler_factor
+        found = [f for f in a.findings if f.id == "data.stragglers"]
+        assert bool(found) == (factor >= 1.05), factor
+        for f in found:
+            assert f"modelled x{factor:.2f}" in f.message and f"x{factor:.2f} the mean rank's" in f.reason
+            assert f"{a.packing.metrics.straggler_ratio:.1f}x the mean pack's" in f.reason
 
 
 def test_fixed_length_with_pp_or_ep():
@@ -195,7 +214,8 @@ def test_mtp_and_model_families():
 
 
 def test_errors_come_first_and_each_has_a_source():
-    findings = check(plan(training={"task": "vlm-sft", "micro_batch_size": 1, "global_batch_samples": 64,
+    findings = check(plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1,
+                                                           "global_batch_samples": 64,
                                     "cuda_graphs": True}, parallel={"gpus": 8, "cp": 2}))
     severities = [f.severity for f in findings]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)

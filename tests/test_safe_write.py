@@ -159,18 +159,20 @@ def test_any_name_is_written_inside_the_folder_or_refused(tmp_path_factory, name
 def test_export_lengths_csv_existing_needs_force(tmp_path, capsys):
     target = tmp_path / "lengths.csv"
     target.write_bytes(b"original\n")
-    assert main(["export", str(PLAN), "--lengths-csv", str(target), "--quiet"]) == 2
+    assert main(["export", str(PLAN), "--format", "megatron-lm", "--lengths-csv", str(target), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.strip().endswith("lengths.csv: exists; pass --force to overwrite it") and "--lengths-csv" in err
     assert target.read_bytes() == b"original\n"
-    assert main(["export", str(PLAN), "--lengths-csv", str(target), "--force", "--quiet"]) == 0
+    assert main(["export", str(PLAN), "--format", "megatron-lm", "--lengths-csv", str(target), "--force",
+                 "--quiet"]) == 0
     assert target.read_text().splitlines()[0] == "length"
 
 
 def test_export_never_overwrites_its_own_lengths_file(tmp_path, capsys):
     lengths = tmp_path / "in.csv"
     lengths.write_bytes(SQUAD.read_bytes())
-    code = main(["export", str(PLAN), "--lengths", str(lengths), "--lengths-csv", str(lengths), "--force", "--quiet"])
+    code = main(["export", str(PLAN), "--lengths", str(lengths), "--format", "megatron-lm", "--lengths-csv",
+                 str(lengths), "--force", "--quiet"])
     assert code == 2 and "is the input" in capsys.readouterr().err
     assert lengths.read_bytes() == SQUAD.read_bytes()
 

@@ -201,7 +201,7 @@ def _findings_pool(squad, long_context):
     big = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
                           "training": {"seq_length": 131072, "global_batch_samples": 64}})
     plans = [(default_plan(), squad), (big, long_context),
-             (default_plan().changed({"training": {"task": "vlm-sft", "micro_batch_size": 1}}), squad)]
+             (default_plan("VLM-like (100k)").changed({"training": {"micro_batch_size": 1}}), squad)]
     return [f for plan, hist in plans for f in analyze(plan, hist).findings]
 
 

@@ -99,6 +99,10 @@ MODEL_PRESETS: dict[str, dict] = {
 GPU_PRESETS: dict[str, dict] = {g.name: g.row() for g in GPUS}
 GPU_SOURCES: dict[str, str] = {g.name: g.source for g in GPUS}
 
+# Multi-latent attention (DeepSeek-V3's, Kimi-K2's): no fused linear_qkv, so LoRA cannot target it (its projections
+# are linear_q_down_proj/linear_q_up_proj/linear_kv_down_proj/linear_kv_up_proj in Megatron-Core's MLA layer)
+MLA_PRESETS = frozenset({"deepseek-v3", "kimi-k2"})
+
 # MTP layers Megatron-Bridge's provider builds from the checkpoint's config (num_nextn_predict_layers;
 # models/deepseek/deepseek_v3_bridge.py) where the preset leaves them out: the exports set the plan's count
 PROVIDER_MTP_LAYERS: dict[str, int] = {"deepseek-v3": 1}

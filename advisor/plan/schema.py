@@ -34,7 +34,7 @@ from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 from advisor.plan.gpus import unknown_gpu
 from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
-from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.presets import GPU_PRESETS, MLA_PRESETS, MODEL_PRESETS
 from advisor.vocabulary import (
     Algorithm,
     CpCommType,
@@ -678,6 +678,7 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         out.append(f"training.recompute_num_layers needs training.recompute full, not {t.recompute}")
     if t is not None and len(set(t.lora_targets)) != len(t.lora_targets):
         out.append(f"training.lora_targets lists a layer twice: {t.lora_targets}")
+    out += _settings_that_do_nothing(m, p, t)
     if t is not None and t.peft == "lora" and t.task == "pretrain":  # ConfigContainer.validate asserts a checkpoint
         out.append("training.peft lora fine-tunes a pretrained model: set training.task to llm-sft or vlm-sft")
     if t is not None and t.cpu_offloading_num_layers:  # megatron/core/transformer/transformer_config.py refuses these
@@ -777,6 +778,35 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         elif not offline and batch % (t.micro_batch_size * p.dp):
             out.append(f"training.{given} {batch} is not divisible by micro_batch_size*dp "
                        f"= {t.micro_batch_size}*{p.dp}")
+    return out
+
+
+def _settings_that_do_nothing(m: ModelSpec | None, p: ParallelSpec | None, t: TrainingSpec | None) -> list[str]:
+    """What the frameworks refuse or silently ignore, refused here with one message naming the field: a setting the
+    run would not have is a plan that says one thing and trains another."""
+    out = []
+    if p is not None and p.sp and p.tp == 1:  # megatron/core/model_parallel_config.py __post_init__ raises
+        out.append("parallel.sp needs tp > 1: Megatron-Core refuses sequence parallelism without tensor "
+                   "parallelism at start-up (set sp false, or tp > 1)")
+    if m is not None and p is not None and p.etp > 1 and not m.num_moe_experts:
+        out.append(f"parallel.etp {p.etp} splits MoE experts; {m.name} is a dense model (no num_moe_experts): "
+                   "set etp 1")
+    # a plan file writes every field, so "given" is "not the default": LoRA's rank or targets changed from
+    # Megatron-Bridge's defaults say the user meant LoRA
+    lora_default = {"lora_rank": 32, "lora_targets": list(get_args(LoraTarget))}
+    if t is not None and t.peft != "lora":
+        given = [k for k, v in lora_default.items() if getattr(t, k) != v]
+        if given:
+            out.append(f"training.{given[0]} sets LoRA, and training.peft is {t.peft}: it would do nothing (set "
+                       "peft lora, or drop it)")
+    if t is not None and m is not None and t.peft == "lora" and "linear_qkv" in t.lora_targets \
+            and t.lora_targets != lora_default["lora_targets"] and m.preset in MLA_PRESETS:
+        out.append(f"training.lora_targets: {m.preset}'s multi-latent attention has no linear_qkv (its projections "
+                   "are linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj and linear_kv_up_proj); target "
+                   "linear_proj, linear_fc1 and linear_fc2")
+    if t is not None and m is not None and t.task == "vlm-sft" and m.vision is None:
+        out.append(f"training.task vlm-sft needs a vision encoder; {m.name} is a text model (model.vision is "
+                   "empty): use llm-sft, or a VLM preset such as qwen2.5-vl-7b")
     return out
 
 

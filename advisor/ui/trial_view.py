@@ -22,17 +22,19 @@ def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     rep = speed_report(result)
     m = result["memory"]
     s = rep.speedup
+    # short names first, then measured, predicted and their ratio, the interval last: at 1280-1440 px the predicted
+    # column stays on screen (a long first column pushed it off)
     memory = pd.DataFrame([
-        {"quantity": f"packed / padded speed-up of medians ({s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x)",
-         "measured": s.point, "predicted": rep.predicted_speedup},
+        {"quantity": "speed-up, packed / padded", "measured": s.point, "predicted": rep.predicted_speedup,
+         "note": f"medians; {s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x"},
         {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
-         "predicted": m["predicted_bytes"] / 2**20},
-        {"quantity": "memory, weights+grads+Adam MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_state_bytes", 0) / 2**20},
+         "predicted": m["predicted_bytes"] / 2**20, "note": ""},
+        {"quantity": "memory, state MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
+         "predicted": m.get("predicted_state_bytes", 0) / 2**20, "note": "weights, gradients, Adam"},
         {"quantity": "memory, activations MiB", "measured": m.get("measured_activation_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_activation_bytes", 0) / 2**20},
+         "predicted": m.get("predicted_activation_bytes", 0) / 2**20, "note": ""},
     ])
-    memory["measured / predicted"] = memory["measured"] / memory["predicted"]
+    memory.insert(3, "measured / predicted", memory["measured"] / memory["predicted"])
     return speed_table(rep), memory.round(3)
 
 

@@ -178,10 +178,11 @@ def plan_of_row(row: dict, table: str) -> Plan:
     training = {"task": "pretrain" if task == "pretrain" else "llm-sft", "seq_length": int(row["seq_length"]),
                 "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
                 "grad_reduce_in_fp32": False, "precision": precision,
-                "peft": "lora" if task == "lora" else "none",
-                "lora_rank": _whole(row.get("lora_rank"), "lora_rank") or LORA_RANKS.get(model, LORA_RANK),
-                "lora_targets": (row.get("lora_targets") or "").split()
-                or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS)}
+                "peft": "lora" if task == "lora" else "none"}
+    if task == "lora":  # LoRA's rank and targets only on LoRA rows (the plan refuses them without LoRA)
+        training.update(lora_rank=_whole(row.get("lora_rank"), "lora_rank") or LORA_RANKS.get(model, LORA_RANK),
+                        lora_targets=(row.get("lora_targets") or "").split()
+                        or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS))
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
     # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
     training["global_batch_size"] = int(row["global_batch_size"])
