@@ -275,7 +275,7 @@ def test_raw_data_tokenized_in_chromium(app_url):
             uploader.set_input_files(str(raw))
             expect(tokenize).to_be_enabled(timeout=90_000)
         page.wait_for_selector(READY, timeout=120_000)
-        page.get_by_text("chat", exact=True).click()
+        page.get_by_role("radiogroup", name="Format", exact=True).get_by_text("chat", exact=True).click()
         page.wait_for_selector(READY, timeout=120_000)
         tokenize.click(timeout=180_000)
         page.get_by_role("heading", name="chat_sample.jsonl (tiny-bpe, chat)").wait_for(timeout=180_000)
@@ -330,11 +330,16 @@ def test_consecutive_edits_all_apply_in_chromium(app_url):
             _settle(page, f"a multiple of DP {n // t0})")
             assert gpus.input_value() == str(n)
             log.append(f"GPUs -> {n}: control {gpus.input_value()}, caption says DP {n // t0}")
-        for t in (4, 8, 1, 2):
+        for t in (4, 8, 2):
             _edit(page, "TP", t)
             _settle(page, f"a multiple of DP {16 // t})")
             assert tp.input_value() == str(t)
             log.append(f"TP -> {t}: control {tp.input_value()}, caption says DP {16 // t}")
+        _edit(page, "TP", 1)  # SP is on: Megatron-Core refuses it without TP, so the edit is refused where it is made
+        page.get_by_text("parallel.sp needs tp > 1").first.wait_for(timeout=120_000)
+        page.wait_for_selector(READY, timeout=120_000)
+        assert tp.input_value() == "2"
+        log.append("TP -> 1 with SP on: refused with its message, control back to 2")
         for c in (2, 4, 1):
             _edit(page, "CP", c)
             _settle(page, f"a multiple of DP {8 // c})")
@@ -538,19 +543,26 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
             page.get_by_role("option", name="Wikipedia BERT (real, 16.3M)").click()
             page.get_by_text("16,279,552", exact=True).first.wait_for(timeout=120_000)
             page.wait_for_selector(READY, timeout=120_000)
+            # packs up to seq_length (a longer pack is refused): room for the changes below
+            page.get_by_role("link", name="Memory and FLOPs").click()
+            page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
+            page.wait_for_selector(READY, timeout=180_000)
+            _edit(page, "seq_length", 4096)
+            page.wait_for_selector(READY, timeout=180_000)
             t0 = time.perf_counter()
             page.get_by_role("link", name="Packing", exact=True).click()
             page.get_by_text("Megatron-Bridge metadata, as it will be written").wait_for(timeout=180_000)
             page.wait_for_selector(READY, timeout=180_000)
             log.append(f"Packing page first shown in {time.perf_counter() - t0:.2f} s (packs {_packs_shown(page)})")
             size = page.get_by_role("spinbutton", name="Pack size", exact=True)
-            plus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
-                "[data-testid='stNumberInputStepUp']")
+            minus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
+                "[data-testid='stNumberInputStepDown']")
+            assert int(size.input_value()) == 4096  # the pack follows seq_length
             for k in range(3):
                 before, start = _packs_shown(page), int(size.input_value())
                 time.sleep(THINK_SECONDS)
                 t0 = time.perf_counter()
-                plus.click()
+                minus.click()
                 page.wait_for_function(
                     "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
                     "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
@@ -559,9 +571,9 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
                 page.wait_for_selector(READY, timeout=180_000)
                 settled = time.perf_counter() - t0
                 after = _packs_shown(page)
-                assert after != before and int(size.input_value()) == start + 256
-                assert f'"pack_size": {start + 256}' in page.locator("code").first.inner_text()
-                log.append(f"change {k + 1}: pack size {start} -> {start + 256}: packs {before} -> {after} shown in "
+                assert after != before and int(size.input_value()) == start - 256
+                assert f'"pack_size": {start - 256}' in page.locator("code").first.inner_text()
+                log.append(f"change {k + 1}: pack size {start} -> {start - 256}: packs {before} -> {after} shown in "
                            f"{shown:.2f} s, page settled in {settled:.2f} s")
             page.screenshot(path=str(SHOTS / "10_pack_size_changes.png"), full_page=True)
             # a size nobody packed: the previous figures stay, with the progress, until the new ones replace them

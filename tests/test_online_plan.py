@@ -137,8 +137,9 @@ def test_online_exports(tmp_path, chat):
     args = advisor("export", path, "--format", "megatron-lm", "--quiet", "--force")  # the flags are what is tested
     assert args.returncode == 0, args.stderr
     for flag in ("--sequence-packing-scheduler dp_balanced", "--max-seqlen-per-dp-cp-rank 12000",
-                 "--calculate-per-token-loss", "--sft", "--mock-data", "--global-batch-size 64"):
+                 "--calculate-per-token-loss", "--sft", '--data-path "${DATA_PATH:?', "--global-batch-size 64"):
         assert flag in args.stdout
+    assert "--mock-data" not in args.stdout  # the user's data unless mock lengths are asked for
     python = advisor("export", path, "--format", "python", "--quiet", "--force")
     assert python.returncode == 2 and "export --format megatron-lm" in python.stderr
     data["packing"]["megatron_lm"] = "main"
@@ -178,8 +179,11 @@ def test_the_online_page_draws_and_sets_the_plan():
     at = open_page("pages/6_Online_packing.py")
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) == 3
-    at.button[0].click().run()
+    chooser = next(s for s in at.selectbox if s.label == "Put in the plan")
+    chooser.set_value(next(o for o in chooser.options if o.startswith("online dp_balanced"))).run()
+    next(b for b in at.button if b.label.startswith("Use online dp_balanced")).click().run()
     assert at.session_state["plan"].packing.mode == "online"
+    assert at.session_state["plan"].packing.scheduler == "dp_balanced"
     at.selectbox[0].set_value("main").run()  # main refuses nothing on the sample, but the simulation still runs
     assert not at.exception
 

@@ -57,7 +57,9 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
             reason="Offline packing packs the tokenized data set once before training and keeps micro batch size 1 "
                    "with THD attention; it is Megatron-Bridge's packing path for text SFT.",
             source="Megatron-Bridge 0.6.2 data/packing/offline.py; docs sft_peft/packed_sequence",
-            fix={"packing": {"mode": "offline"}, "training": {"micro_batch_size": 1}}))
+            fix={"packing": {"mode": "offline", **({"pack_size": None} if plan.packing.pack_size is not None
+                                                   and plan.packing.pack_size > t.seq_length else {})},
+                 "training": {"micro_batch_size": 1}}))
     if t.task == "vlm-sft" and mode == "offline":
         out.append(Finding(
             id="packing.mode", severity="error", message="VLM SFT cannot use offline packing: use in-batch packing",
