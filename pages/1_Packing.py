@@ -19,11 +19,25 @@ def headline(shown: dict, where) -> None:
 
 st.title("Packing")
 c1, c2, c3 = st.columns(3)
-control("packing.algorithm", c1)
-control("packing.pack_size", c2)
+if st.session_state["plan"].packing_mode == "offline":  # packs and their size exist only under offline packing
+    control("packing.algorithm", c1)
+    control("packing.pack_size", c2)
 control("packing.pad_seq_to_mult", c3)
 errors("plan_error")
 hist = st.session_state["hist"]
+if st.session_state["plan"].packing_mode != "offline":  # in-batch, online, none: no packs, no metadata file
+    plan = st.session_state["plan"]
+    st.info(ui.plain(views.no_packs_text(plan)))
+    with st.spinner("estimating"):
+        analysis, busy = ui.ready_analysis(st.session_state)
+        stop_on(busy)
+        est, problem = ui.estimate_of(analysis)
+    stop_on(problem)
+    shown = views.micro_batch_headline(plan, est.micro_batches)
+    headline(shown, st)
+    st.caption(ui.plain(views.global_batch_example_text(plan, None)))
+    explained(charts.micro_batch_tokens(est.micro_batches), "micro_batch_tokens")
+    st.stop()
 figures = st.empty()  # the headline's place: the last figures shown stay there while a new pack size is packed
 previous = st.session_state.get("packing_shown")
 same_data = previous and previous.get("data") == st.session_state.get("data_name")

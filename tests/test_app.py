@@ -418,3 +418,20 @@ def test_a_page_url_opened_first_after_a_start_works(page):
     assert not at.exception, [e.value for e in at.exception]
     assert "plan" in at.session_state and "plan" in at.query_params
     assert PagesManager.uses_pages_directory is False  # the next run goes through app.py
+
+
+def test_the_packing_page_shows_micro_batches_not_packs_under_in_batch_packing():
+    """Round 4 of issue 34: a VLM plan's Packing page showed a pack size, "22,737 packs" and an MB metadata file
+    that in-batch packing does not have. It shows what a micro batch holds, the estimate's own numbers."""
+    from advisor.model.estimate import estimate
+    from advisor.ui.state import default_plan
+
+    plan = default_plan("VLM-like (100k)")
+    at = run("pages/1_Packing.py", {"plan": plan})
+    assert not at.exception and not at.code  # no metadata file
+    assert not [n for n in at.number_input if n.label == "Pack size"]
+    labels = {m.label: m.value for m in at.metric}
+    assert "packs" not in labels and "samples per micro batch" in labels
+    mb = estimate(plan, at.session_state["hist"]).micro_batches
+    assert labels["computed per micro batch"] == f"{float(mb.computed_tokens.mean()):,.0f}"
+    assert any("no packs, no pack size and no metadata file" in unescaped(i.value) for i in at.info)

@@ -148,8 +148,11 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
     elif plan.packing_mode in ("offline", "in-batch") and mult is None:
         out.append(Finding(
             id="cp.pad_seq_to_mult", severity="info", message=f"pad_seq_to_mult set to {need} for CP {p.cp}",
-            reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; the "
-                   "export writes it.", source=MB_CONFIG, fix={"packing": {"pad_seq_to_mult": need}}))
+            reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; "
+                   + ("the export writes it (the packing specs' pad_seq_to_mult)." if plan.packing_mode == "offline"
+                      else "in-batch packing applies it in the collate step itself (ConfigContainer.validate "
+                           "derives it from CP and TP), so the export writes nothing for it."),
+            source=MB_CONFIG, fix={"packing": {"pad_seq_to_mult": need}}))
     if t.task != "pretrain":
         out.append(Finding(
             id="cp.loss", severity="info",

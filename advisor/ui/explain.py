@@ -61,6 +61,17 @@ HELP: dict[str, Explanation] = {
     "lognormal": _e("Megatron-LM's mock SFT data: lengths drawn from a lognormal with this mean and sigma, clipped "
                     "to [min, max], seed 0 - what --sft-mock-dataset-config-json distribution mode trains on.",
                     "Megatron-LM megatron/training/datasets/sft_dataset.py (mock SFT dataset)"),
+    "mb_samples": _e("Samples a micro batch holds (the plan's micro_batch_size; fewer in the epoch's last one).",
+                     "advisor/model/micro_batches.py"),
+    "mb_tokens": _e("Data tokens a micro batch holds on average.", "advisor/model/micro_batches.py"),
+    "mb_computed": _e("Tokens the GEMMs run on per micro batch: the data plus the padding the mode adds (in-batch: "
+                      "each sample to the CP/SP multiple; no packing: to the longest).",
+                      "advisor/model/micro_batches.py"),
+    "mb_padding": _e("The share of computed tokens that are padding.", "advisor/model/micro_batches.py"),
+    "mb_total": _e("Micro batches in one epoch of the data.", "advisor/model/micro_batches.py"),
+    "micro_batch_tokens": _e("Micro batches by tokens: green the data's, red what is computed (padding included). "
+                             "The gap between the two is what packing offline would save.",
+                             "advisor/ui/charts.py (micro_batch_tokens)"),
     "data_format": _e("What the lengths are (data.format): sft = Megatron-Bridge's GPTSFTDataset, which truncates a "
                       "sample longer than the pack; chat = GPTSFTChatDataset, which does not, so offline packing "
                       "skips it (create_hist). The Packing page counts the samples cut or skipped.",

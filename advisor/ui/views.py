@@ -50,6 +50,45 @@ def packing_headline(result) -> dict:
         ("straggler ratio", f"{m.straggler_ratio:.2f}", "straggler_ratio")]}
 
 
+def micro_batch_headline(plan: Plan, mb) -> dict:
+    """The Packing page's figures when the plan does not pack offline: what a micro batch holds (``MicroBatches``
+    from the estimate, the same numbers the step time uses), with no packs and no metadata file (in-batch packing
+    has neither: Megatron-Bridge concatenates each micro batch in the collate step).
+
+    >>> import numpy as np
+    >>> from advisor.model.micro_batches import in_batch_micro_batches
+    >>> from advisor.plan import plan_from_dict
+    >>> p = plan_from_dict({"version": 2, "model": "qwen2.5-vl-7b", "training": {"task": "vlm-sft",
+    ...                     "micro_batch_size": 2, "seq_length": 64}})
+    >>> mb = in_batch_micro_batches(np.array([0, 0, 0, 0, 4]), 2, 8, 0, 64)
+    >>> [f[:2] for f in micro_batch_headline(p, mb)["figures"]]  # doctest: +NORMALIZE_WHITESPACE
+    [('samples per micro batch', '2.0'), ('tokens per micro batch', '8'), ('computed per micro batch', '16'),
+     ('padding', '50.00 %'), ('micro batches in the epoch', '2')]
+    """
+    real, computed = float(mb.real_tokens.sum()), float(mb.computed_tokens.sum())
+    return {"mode": plan.packing_mode, "figures": [
+        ("samples per micro batch", f"{float(mb.samples.mean()):.1f}", "mb_samples"),
+        ("tokens per micro batch", f"{float(mb.real_tokens.mean()):,.0f}", "mb_tokens"),
+        ("computed per micro batch", f"{float(mb.computed_tokens.mean()):,.0f}", "mb_computed"),
+        ("padding", f"{100 * (1 - real / computed) if computed else 0.0:.2f} %", "mb_padding"),
+        ("micro batches in the epoch", f"{mb.total_micro_batches:,}", "mb_total")]}
+
+
+def no_packs_text(plan: Plan) -> str:
+    """Why the Packing page shows micro batches and no packs for this plan, and what the export really writes."""
+    mode = plan.packing_mode
+    if mode == "in-batch":
+        return (f"In-batch packing (Megatron-Bridge enable_in_batch_packing): each micro batch's "
+                f"{plan.training.micro_batch_size} samples are concatenated into one THD row in the collate step, "
+                f"each padded to a multiple of {plan.pad_seq_to_mult} (the CP/SP rule). There are no packs, no pack "
+                "size and no metadata file; the export writes enable_in_batch_packing and no packing specs.")
+    if mode == "online":
+        return ("Online packing (Megatron-LM's scheduler) forms packs per global batch while training: the Online "
+                "packing page shows its schedule; there is no packed file or metadata to write.")
+    return (f"No packing: each micro batch of {plan.training.micro_batch_size} samples is padded "
+            + ("to seq_length." if plan.training.task == "pretrain" else "to its longest sample (rounded to 16)."))
+
+
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
