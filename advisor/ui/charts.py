@@ -327,20 +327,24 @@ def loss_weight_shares(lw: LossWeighting) -> go.Figure:
     fig = go.Figure(go.Bar(x=labels, y=b.samples, name="samples (the data's lengths)", marker_color="#c7c7c7",
                            hovertemplate="%{x} loss tokens: %{y:.1%} of the samples<extra></extra>"))
     plan_name = lw.packed.name if lw.packed is not None else "the plan (unpacked)"
-    # token-uniform drawn last, dotted, so it shows where the plan's line runs on it
-    for name, values, color, dash in ((f"{plan_name}, your settings", b.plan, "#4c78a8", "solid"),
-                                      ("same samples unpacked, your settings", b.unpacked, "#e45756", "dash"),
-                                      ("token-uniform (per-token loss)", b.uniform, "#54a24b", "dot")):
+    # the plan's line wide and half transparent underneath, token-uniform thin and dotted on top: where the two run
+    # together (a packing-invariant plan) both stay visible, neither hides the other
+    for name, values, color, dash, width, opacity in (
+            (f"{plan_name}, your settings", b.plan, "#4c78a8", "solid", 6, 0.55),
+            ("same samples unpacked, your settings", b.unpacked, "#e45756", "dash", 2, 1.0),
+            ("token-uniform (per-token loss)", b.uniform, "#2ca02c", "dot", 2, 1.0)):
         if lw.packed is None and values is b.unpacked:
             continue
         hover = "%{x} loss tokens: %{y:.1%} of a step's gradient<extra>" + name + "</extra>"
         fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers", hovertemplate=hover,
-                                 line=dict(color=color, dash=dash, width=3 if dash == "dot" else 2)))
+                                 opacity=opacity, line=dict(color=color, dash=dash, width=width)))
     o = lw.objective_same
     title = ("Gradient weight by sample length: packing-invariant (every token 1/N)" if lw.invariant else
              f"Gradient weight by sample length: {lw.moved_vs_unpacked:.0%} moves when packing is turned on "
              f"(step-0 objective packed/unpacked {o.mean:.3f})")
     axis = "loss tokens per sample" + (" (the data's loss mask)" if lw.masked else " (every label: no loss mask)")
+    # the legend above the plot, under the title: below it, it covered the axis title and the tick labels
     fig.update_layout(title=title, xaxis_title=axis, yaxis_title="share",
-                      yaxis_tickformat=".0%", margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.25))
+                      yaxis_tickformat=".0%", margin=dict(t=110, b=60),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))
     return fig
