@@ -123,3 +123,28 @@ def test_export_refuses_a_plan_that_does_not_fit_unless_forced(tmp_path):
     recommend = json.loads(run("recommend", plan, "--json", "--quiet").stdout)
     error = next(f for f in recommend["findings"] if f["id"] == "memory.exceeds")
     assert error["severity"] == "error" and error["fix"] == {"training": {"recompute": "full"}}
+
+
+@pytest.mark.parametrize("option, value", [("--wall-seconds", "-1"), ("--wall-seconds", "nan"),
+                                           ("--wall-seconds", "0"), ("--memory-gib", "0.001"),
+                                           ("--memory-gib", "inf")])
+def test_trial_limits_out_of_range_are_one_message_and_exit_2(capsys, option, value):
+    """Round 4: --wall-seconds -1, nan and 0 and --memory-gib 0.001 were accepted (a trial stopped at once or
+    never). Each is refused by the parser, naming the option."""
+    from advisor.cli import main
+
+    plan = str(ROOT / "sample_data" / "plans" / "llama8b_squad.yaml")
+    with pytest.raises(SystemExit) as e:
+        main(["trial", plan, option, value])
+    assert e.value.code == 2 and option in capsys.readouterr().err
+
+
+def test_workers_past_the_cores_run_as_many_as_the_cores_and_say_so():
+    import os
+
+    from advisor.cli.arguments import local_workers
+
+    cores = os.cpu_count() or 1
+    assert local_workers(4096, "local") == (cores, f"--workers 4096: this machine has {cores} cores; {cores} "
+                                                   "worker processes run")
+    assert local_workers(4096, "ray") == (4096, None)  # a cluster's workers are its own

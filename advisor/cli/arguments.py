@@ -62,6 +62,35 @@ def positive(most: float, out_of_range: str = "{text!r} must be a number above 0
     return checked(check)
 
 
+def between(low: float, high: float, what: str) -> Callable[[str], float]:
+    """A finite number from ``low`` to ``high`` (``what`` names it in the message: "--wall-seconds 0: ...").
+
+    >>> between(1, 10, "seconds")("2.5")
+    2.5
+    """
+    def check(text: str) -> float:
+        value = _number(text)
+        if not math.isfinite(value) or not low <= value <= high:
+            raise ValueError(f"{text[:40]!r} must be {what} from {low:g} to {high:,g}")
+        return value
+    return checked(check)
+
+
+def local_workers(requested: int | None, engine: str) -> tuple[int | None, str | None]:
+    """The worker processes to start on this machine: at most its cores (4,096 processes of one file each once
+    forked one per file), and the note that says so; a Ray cluster's workers are its own business.
+
+    >>> local_workers(None, "local"), local_workers(1, "local")
+    ((None, None), (1, None))
+    """
+    import os
+
+    cores = os.cpu_count() or 1
+    if requested is None or engine != "local" or requested <= cores:
+        return requested, None
+    return cores, f"--workers {requested}: this machine has {cores} cores; {cores} worker processes run"
+
+
 def number(check: Callable[[float], float]) -> Callable[[str], float]:
     """A number, then the engine's own check of it (``advisor.analysis.check_mfu`` and the like)."""
     return checked(lambda text: check(_number(text)))

@@ -14,13 +14,13 @@ from typing import get_args
 
 from advisor.cli.arguments import (
     as_given,
+    between,
     comma_list,
     megabytes,
     number,
     plan_choices,
     plan_default,
     plan_max,
-    positive,
     seed,
     whole,
 )
@@ -156,9 +156,12 @@ def _trial(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="write into a --out folder that holds files, replacing "
                    "trial.json and steps.csv")
     p.add_argument("--heartbeat", help=argparse.SUPPRESS)  # the dashboard's job: stop when this file goes stale
-    p.add_argument("--heartbeat-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
-    p.add_argument("--wall-seconds", type=float, help="stop the trial after this many seconds")
-    p.add_argument("--memory-gib", type=positive(1024), help="stop the trial, with one message, when it "
+    p.add_argument("--heartbeat-seconds", type=between(1, 86_400, "a number of seconds"), default=30.0,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--wall-seconds", type=between(1, 7 * 86_400, "a number of seconds"),
+                   help="stop the trial after this many seconds (1 to a week)")
+    p.add_argument("--memory-gib", type=between(0.5, 1024, "a number of GiB"), help="stop the trial, with one "
+                   "message, when it "
                    "would hold more than this much memory (the dashboard gives its trials 2)")
     _json_quiet(p, json=False)
 

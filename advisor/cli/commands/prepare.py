@@ -4,10 +4,12 @@ and job) or from a prepared folder's token cache (``--from-cache``), written by 
 
 from __future__ import annotations
 
+import sys
 from argparse import Namespace
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
+from advisor.cli.arguments import local_workers
 from advisor.cli.commands.files import named
 from advisor.cli.commands.tokenize import DATASET_OPTIONS, _job, _refuse, check_ray_address
 from advisor.cli.output import Bar
@@ -50,9 +52,12 @@ def prepare(args: Namespace) -> PrepareOutcome:
         raise InputError("prepare", None, "give DATA and --tokenizer (or --from-cache PREPARED_FOLDER)")
     if args.ray_address:
         check_ray_address(args.ray_address, args.engine)
+    workers, capped = local_workers(args.workers, args.engine)
+    if capped:
+        print(f"note: {capped}", file=sys.stderr)
     options = PrepareOptions(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
                              pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
-                             rows_per_file=args.rows_per_file, engine=args.engine, workers=args.workers,
+                             rows_per_file=args.rows_per_file, engine=args.engine, workers=workers,
                              address=args.ray_address, force=args.force)
     jobs = {}
     if not args.from_cache:

@@ -4,10 +4,12 @@ a Ray cluster), its lengths file, and with ``--sample`` the whole data set's pac
 
 from __future__ import annotations
 
+import sys
 from argparse import Namespace
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from advisor.cli.arguments import local_workers
 from advisor.cli.commands.files import check_output_file, write_text
 from advisor.cli.output import Progress
 from advisor.errors import InputError
@@ -123,7 +125,10 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
         check_ray_address(args.ray_address, args.engine)
     job = _job(args)
     try:
-        result = run(job, engine=args.engine, workers=args.workers, sample=args.sample, seed=args.seed,
+        workers, capped = local_workers(args.workers, args.engine)
+        if capped:
+            print(f"note: {capped}", file=sys.stderr)
+        result = run(job, engine=args.engine, workers=workers, sample=args.sample, seed=args.seed,
                      address=args.ray_address, progress=lambda text, done: progress(text))
     except ConnectionError as e:  # Ray's "ray client connection timeout" and the like: an OSError, not a bug
         raise ValueError(f"--ray-address {args.ray_address[:80]}: {str(e)[:200]}") from None
