@@ -358,3 +358,23 @@ def test_a_tampered_cache_is_one_message_and_nothing_is_written(prepared_once, t
     with pytest.raises(InputError, match=message):
         prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), from_cache=str(source))
     assert sorted(os.listdir(tmp_path)) == ["src"]  # no output, no staging folder left
+
+
+def test_a_prepared_folder_read_back_counts_the_training_split_only(tmp_path):
+    """Round 4: a prepared folder read back counted its validation split as training (58 samples for 29)."""
+    from advisor.data.ingest import load_lengths
+
+    out = tmp_path / "out"
+    prepare(str(out), PrepareOptions(pack_size=2048, workers=1), train=sft_job(), validation=sft_job())
+    hist = load_lengths(str(out))
+    assert hist.num_samples == 300  # the training split's 300, not 600
+    assert any("validation split (validation_2048.idx.parquet) is left out" in n for n in hist.notes)
+
+
+def test_a_file_named_like_inline_json_is_read_as_the_file(tmp_path, monkeypatch):
+    """Round 4: a data file named ``{lengths}`` was read as inline JSON."""
+    from advisor.data.ingest import load_lengths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "{lengths}.csv").write_text("length\n5\n7\n")
+    assert load_lengths("{lengths}.csv").num_samples == 2

@@ -79,7 +79,8 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
     opts = dict(column=column, histogram=histogram, on_bad=on_bad, mock_samples=mock_samples, max_bytes=max_bytes,
                 max_length=max_length, allow_file_mode=allow_file_mode)
     text = str(path)
-    if text.lstrip().startswith("{"):  # inline JSON, as --sft-mock-dataset-config-json accepts
+    # inline JSON, as --sft-mock-dataset-config-json accepts; a file that exists under such a name is a file
+    if text.lstrip().startswith("{") and not os.path.lexists(text):
         return parse_lengths(text.encode("utf-8", "surrogateescape"), "inline JSON", fmt="json", **opts)
     if not text.strip():
         raise InputError("lengths", None, "no file name given")
@@ -370,12 +371,25 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
     skipped = f" ({scan.note()})" if scan.skipped else ""
     if not scan.files:
         raise InputError(source, None, f"is a folder with no .parquet shards of a packed data set{skipped}")
-    sizes = [stat_path(f, f"{source}, shard {f.name}").st_size for f in scan.files]
+    files, validation = _training_split(scan.files)
+    sizes = [stat_path(f, f"{source}, shard {f.name}").st_size for f in files]
     if sum(sizes) > max_bytes:
         raise InputError(source, None, f"holds {sum(sizes):,} bytes of shards, over the {max_bytes:,}-byte limit")
-    shards = [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes) for f in scan.files]
+    shards = [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes) for f in files]
     hist = read_packed_parquet(shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length)
-    if scan.skipped:
-        hist = dataclasses.replace(hist, notes=(*hist.notes, scan.note()))
-    return hist
+    notes = [scan.note()] if scan.skipped else []
+    if validation:
+        notes.append(f"the validation split ({', '.join(display_name(f.name) for f in validation[:3])}"
+                     f"{' ...' if len(validation) > 3 else ''}) is left out: the lengths are the training split's, "
+                     "as Megatron-Bridge trains on them")
+    return dataclasses.replace(hist, notes=(*hist.notes, *notes)) if notes else hist
+
+
+def _training_split(files: list[Path]) -> tuple[list[Path], list[Path]]:
+    """A prepared folder's training shards and its validation shards (Megatron-Bridge's names, ``training_{S}...``
+    and ``validation_{S}...``): reading both counted the validation samples as training (58 samples for 29, and
+    train_iters 5 for 3). A folder of other names is read whole."""
+    training = [f for f in files if f.name.startswith("training_")]
+    validation = [f for f in files if f.name.startswith("validation_")]
+    return (training, validation) if training else (files, [])
 
