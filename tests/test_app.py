@@ -435,3 +435,16 @@ def test_the_packing_page_shows_micro_batches_not_packs_under_in_batch_packing()
     mb = estimate(plan, at.session_state["hist"]).micro_batches
     assert labels["computed per micro batch"] == f"{float(mb.computed_tokens.mean()):,.0f}"
     assert any("no packs, no pack size and no metadata file" in unescaped(i.value) for i in at.info)
+
+
+def test_the_megatron_lm_export_reads_the_users_data_unless_mock_data_is_asked_and_then_offers_its_file():
+    at = run("pages/3_Recommendations.py")
+    next(s for s in at.selectbox if s.label == "Format").set_value("megatron-lm").run()
+    assert not at.exception
+    code = at.code[0].value
+    assert '--data-path "${DATA_PATH:?' in code and "--mock-data" not in code
+    next(t for t in at.toggle if t.label.startswith("Train on Megatron-LM's mock data")).set_value(True).run()
+    code = at.code[0].value
+    assert "--mock-data" in code and '"path": "lengths.csv"' in code
+    labels = [d.label for d in at.get("download_button")]
+    assert any(label.startswith("Download lengths.csv") for label in labels), labels

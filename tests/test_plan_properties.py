@@ -179,3 +179,36 @@ def test_yaml_alias_bomb_and_deep_nesting_are_refused_fast():
             raise AssertionError("deep nesting was accepted")
         except PlanError as e:
             assert "nested deeper" in str(e) or "not valid" in str(e)
+
+
+@SETTINGS
+@given(plans())
+def test_a_plan_file_uploaded_to_the_dashboard_is_the_plan_field_by_field(plan):
+    """Issue 34: the dashboard's plan upload kept every field but the data path (once it dropped data.format)."""
+    from advisor.ui import state as ui
+
+    state: dict = {}
+    ui.init_state(state)
+    assert ui.use_plan_file(state, dump_plan(plan).encode(), "p.yaml"), state.get("plan_error")
+    kept = state["plan"].data
+    assert state["plan"] == plan.changed({"data": {"lengths": kept.lengths, "column": kept.column}})
+    assert state["plan"].data.format == plan.data.format
+
+
+@pytest.mark.parametrize("name", ["chat_sample_answer_only.yaml", "llama8b_chat_8k.yaml",
+                                  "llama8b_chat_8k_per_token.yaml", "llama8b_squad.yaml"])
+def test_each_bundled_plan_through_the_upload_and_the_link_is_the_file(name):
+    from advisor.plan import load_plan
+    from advisor.ui import state as ui
+    from tests.conftest import ROOT
+
+    path = ROOT / "sample_data" / "plans" / name
+    plan = load_plan(path)
+    assert not plan.notes  # the bundled plans are version 2
+    state: dict = {}
+    ui.init_state(state)
+    assert ui.use_plan_file(state, path.read_bytes(), name), state.get("plan_error")
+    uploaded = state["plan"]
+    assert uploaded == plan.changed({"data": {"lengths": uploaded.data.lengths, "column": uploaded.data.column}})
+    _, linked = plan_from_query(plan_to_query(uploaded, "chat-like (180k)"))
+    assert linked == uploaded.changed({"data": {"lengths": "sample_data/chat_like_hist.csv", "column": None}})

@@ -214,13 +214,27 @@ def search_note(analysis: Analysis, result: SearchResult | None = None) -> str |
 MB_VERSIONS = ("0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1")  # the API generations the exports are checked against
 
 
-def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, vary=()) -> tuple[str, str]:
-    """What ``python -m advisor export`` prints for the same plan, and a file name for it; a plan whose data cannot
-    be estimated (fewer samples than a micro batch, say) gets one commented line saying why."""
+MOCK_LENGTHS_FILE = "lengths.csv"  # the dashboard's mock lengths download, named in the arguments it goes with
+
+
+def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, vary=(),
+                mock: bool = False) -> tuple[str, str]:
+    """What ``python -m advisor export`` prints for the same plan, and a file name for it (``mock``: the
+    Megatron-LM arguments train on mock SFT data of the lengths in MOCK_LENGTHS_FILE, as ``export --lengths-csv
+    lengths.csv`` writes them); a plan whose data cannot be estimated gets one commented line saying why."""
     try:
-        return analysis.export(fmt, version, recommended=recommended, vary=vary), EXPORTS[fmt].file_name
+        return (analysis.export(fmt, version, recommended=recommended, vary=vary,
+                                mock_lengths=MOCK_LENGTHS_FILE if mock and fmt == "megatron-lm" else None),
+                EXPORTS[fmt].file_name)
     except ValueError as e:
         return f"# cannot export: {e}\n", "error.txt"
+
+
+def mock_lengths_file(analysis: Analysis) -> str:
+    """The lengths file the mock-data arguments name: the CLI's ``--lengths-csv`` content for the same data."""
+    from advisor.advice.exports import mock_lengths_csv
+
+    return mock_lengths_csv(analysis.hist, analysis.plan.packing_seed)
 
 
 def prepare_text(plan: Plan) -> str | None:
