@@ -12,6 +12,8 @@ from argparse import Namespace
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from advisor.safe_write import shown as shown_path
+
 if TYPE_CHECKING:
     from advisor.advice.search import Candidate
     from advisor.cli.commands.data import LengthsResult, PackResult, ScheduleResult
@@ -135,7 +137,7 @@ def estimate_text(r: EstimateResult) -> None:
     analysis = r.analysis
     est, plan, s = analysis.estimate, analysis.plan, analysis.summary()
     m, f, t, p = est.memory, est.flops, est.time, plan.parallel
-    lines = [f"{r.plan_file}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, "
+    lines = [f"{shown_path(r.plan_file)}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, "
              f"CP {p.cp}, EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}"]
     if analysis.packing_factor:
         rt = est.packing.runtime
@@ -191,7 +193,7 @@ def _packing_factor(candidate: Candidate) -> float | None:
 def recommend_text(r: RecommendResult) -> None:
     from advisor.advice.search import FREEDOMS
 
-    lines = [f"{r.plan_file}: {len(r.findings)} findings"]
+    lines = [f"{shown_path(r.plan_file)}: {len(r.findings)} findings"]
     for f in r.findings:
         lines += [f"  [{f.severity}] {f.id}: {f.message}", f"      why: {f.reason}", f"      source: {f.source}"]
         if f.fix:
@@ -285,10 +287,10 @@ def tokenize_text(r: TokenizeOutcome) -> None:
 
 def prepare_text(r: PrepareOutcome) -> None:
     res = r.result
-    how = f"re-packed from the token cache of {res.from_cache}" if res.from_cache else \
+    how = f"re-packed from the token cache of {shown_path(res.from_cache)}" if res.from_cache else \
         f"tokenized in {res.tokenize_seconds:.1f} s"
     o = res.options
-    lines = [f"{res.out}: {', '.join(res.files)} ({how}; {res.seconds:.1f} s in all)",
+    lines = [f"{shown_path(res.out)}: {', '.join(res.files)} ({how}; {res.seconds:.1f} s in all)",
              f"  pack size {o.pack_size}, {o.algorithm}, seed {o.seed}, pad_seq_to_mult {o.pad_seq_to_mult}, "
              f"max_seq_length {o.max_seq_length or o.pack_size}"]
     for s in res.splits:
