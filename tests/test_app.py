@@ -259,7 +259,7 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
     from advisor.ui.controls import CONTROLS
 
     at = run("pages/2_Memory_and_FLOPs.py")
-    for name, values in (("parallel.gpus", (16, 32, 64, 16)), ("parallel.tp", (4, 8, 1, 2)),
+    for name, values in (("parallel.gpus", (16, 32, 64, 16)), ("parallel.tp", (4, 8, 2)),
                          ("parallel.cp", (2, 4, 1)), ("training.seq_length", (1024, 2048, 384)),
                          ("training.batch", (256, 64, 128))):
         for value in values:
@@ -267,12 +267,16 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
             assert not at.exception and not at.error, (name, value)
             assert at.number_input(key=CONTROLS[name].key).value == value
             assert CONTROLS[name].read(at.session_state) == value
+    at.number_input(key=CONTROLS["parallel.tp"].key).set_value(1).run()  # SP is on: refused where it is typed
+    assert any("parallel.sp needs tp > 1" in unescaped(e.value) for e in at.error)
+    assert at.session_state["plan"].parallel.tp == 2 and at.number_input(key=CONTROLS["parallel.tp"].key).value == 2
     at.selectbox(key=CONTROLS["training.recompute"].key).set_value("full").run()
     assert at.session_state["plan"].training.recompute == "full"
-    at.radio(key=CONTROLS["training.batch_unit"].key).set_value("packs").run()
+    assert at.session_state["plan"].batch_in_packs == 128  # offline packing: the batch counts packs, as MB's does
+    at.radio(key=CONTROLS["training.batch_unit"].key).set_value("samples").run()
     plan = at.session_state["plan"]
-    assert plan.batch_in_packs is not None and plan.training.global_batch_samples is None
-    assert at.number_input(key=CONTROLS["training.batch"].key).value == plan.batch_in_packs
+    assert plan.batch_in_packs is None and plan.training.global_batch_samples is not None
+    assert at.number_input(key=CONTROLS["training.batch"].key).value == plan.training.global_batch_samples
     at.number_input(key=CONTROLS["parallel.gpus"].key).set_value(7).run()
     assert at.error and at.session_state["plan"].parallel.gpus == 16
     assert at.number_input(key=CONTROLS["parallel.gpus"].key).value == 16
