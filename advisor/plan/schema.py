@@ -406,9 +406,7 @@ class Plan(_Section):
     @property
     def packing_mode(self) -> str:
         """``auto`` resolved: offline packing for LLM SFT, in-batch for VLM SFT, none for pre-training."""
-        if self.packing.mode != "auto":
-            return self.packing.mode
-        return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}[self.training.task]
+        return resolved_mode(self.packing.mode, self.training.task)
 
     @property
     def pack_size(self) -> int:
@@ -734,7 +732,7 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if not m.num_moe_experts and p.moe_dispatcher != "alltoall":
             out.append(f"parallel.moe_dispatcher {p.moe_dispatcher} needs a MoE model (model.num_moe_experts)")
     if p is not None and t is not None and k is not None and p.gpus % (p.tp * p.pp * p.cp) == 0:
-        offline = k.mode == "offline" or (k.mode == "auto" and t.task == "llm-sft")
+        offline = resolved_mode(k.mode, t.task) == "offline"
         if k.mode == "online":
             if t.task != "llm-sft":
                 out.append(f"packing.mode online is Megatron-LM's SFT packing: training.task must be llm-sft, "
@@ -874,15 +872,23 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
     return Plan.model_construct(**sections, version=VERSION, notes=tuple(notes))  # checked: no second validation
 
 
+AUTO_MODE = {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}  # packing.mode auto, by task
+
+
+def resolved_mode(mode: str, task: str) -> str:
+    """``packing.mode`` with ``auto`` resolved by the task (an unknown task: none), the one place it is decided.
+
+    >>> resolved_mode("auto", "llm-sft"), resolved_mode("auto", "vlm-sft"), resolved_mode("online", "pretrain")
+    ('offline', 'in-batch', 'online')
+    """
+    return AUTO_MODE.get(task, "none") if mode == "auto" else mode
+
+
 def _mode_of(raw: dict) -> str:
     """The packing mode a raw plan resolves to (``Plan.packing_mode``), read before it is validated."""
     packing = raw.get("packing") if isinstance(raw.get("packing"), dict) else {}
     training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
-    mode = packing.get("mode", "auto")
-    if mode == "auto":
-        return {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}.get(training.get("task", "llm-sft"),
-                                                                                   "none")
-    return str(mode)
+    return resolved_mode(str(packing.get("mode", "auto")), str(training.get("task", "llm-sft")))
 
 
 def migrate(raw: dict) -> tuple[dict, list[str], list[str]]:
