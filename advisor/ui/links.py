@@ -16,7 +16,7 @@ import zlib
 
 from advisor.plan import Plan, PlanError, plan_from_dict
 from advisor.plan.io import MAX_PLAN_BYTES, parse_plan_text
-from advisor.ui.samples import DEFAULT_SAMPLE, SAMPLES, within_budget
+from advisor.ui.samples import DEFAULT_SAMPLE, SAMPLES, sample_path, within_budget
 
 
 # ------------------------------------------------------------------------------------------------ links
@@ -43,7 +43,7 @@ def plan_from_query(query: dict) -> tuple[str, Plan | None]:
     notes = plan.notes  # what reading the link's plan said (an older version), kept past the change below
     # a link's data path is a name, never read on the server: the session's data is the sample's (a path in a
     # crafted link would otherwise be looked up, telling which folders exist there)
-    plan = plan.changed({"data": {"lengths": f"sample_data/{SAMPLES[sample][0]}", "column": None}})
+    plan = plan.changed({"data": {"lengths": sample_path(sample), "column": None}})
     if query.get("data") == "upload":
         notes = (*notes, LINK_UPLOAD_NOTE.format(sample=sample))
     return sample, plan.model_copy(update={"notes": notes})

@@ -51,6 +51,11 @@ def load_sample(name: str) -> LengthHistogram:
 caches.listed("bundled samples", load_sample)
 
 
+def sample_path(name: str) -> str:
+    """A bundled sample's data path as plans hold it (relative to the repository: advisor/plan/io.py resolves it)."""
+    return f"sample_data/{SAMPLES[name][0]}"
+
+
 def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
     s = SAMPLES[sample][1]
     vlm = s.get("task") == "vlm-sft"
@@ -60,7 +65,7 @@ def default_plan(sample: str = DEFAULT_SAMPLE) -> Plan:
         "training": {"task": s.get("task", "llm-sft"), "seq_length": s["seq_length"],
                      "micro_batch_size": 4 if vlm else 1, "global_batch_size": 128},
         "packing": {"mode": "auto"},  # the pack follows seq_length
-        "data": {"lengths": f"sample_data/{SAMPLES[sample][0]}"},
+        "data": {"lengths": sample_path(sample)},
         "hardware": {"gpu": "H100-80GB"}}, "default plan")
 
 
