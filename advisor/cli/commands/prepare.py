@@ -39,10 +39,13 @@ def prepare(args: Namespace) -> PrepareOutcome:
         _refuse(args, dataset, "a dataset option: --from-cache re-packs the tokens and masks the cache holds, "
                 "tokenized with its own settings (prepare the raw data again to change them)")
         if args.format is not None:  # given: it must be the cache's (the tokens cannot change format)
-            from advisor.prepare.cache import open_cache
+            import os
 
-            cache = open_cache(args.from_cache, "training")
-            held = cache.meta["format"] if cache is not None else None
+            from advisor.prepare.cache import read_meta, split_folder
+
+            # its meta.json alone (the arrays are checked once, when the re-pack opens the cache)
+            folder = split_folder(args.from_cache, "training")
+            held = read_meta(folder)["format"] if os.path.isdir(folder) else None
             if held is not None and held != args.format:
                 raise InputError("--format", None, f"{args.format}: the token cache of {args.from_cache[:80]} holds "
                                  f"{held} records (tokenized by GPTSFT{'Chat' if held == 'chat' else ''}Dataset's "
