@@ -85,18 +85,33 @@ def test_an_over_long_gzip_line_is_one_bad_record_at_its_line_and_a_bomb_stops_a
                         r"limit: a decompression bomb\?\); the rest is not read", reason)
 
 
-def test_a_zstd_bomb_stops_at_the_file_budget_and_a_cut_stream_ends_with_one_message(tmp_path):
+def test_a_small_zstd_bomb_is_refused_whole_before_a_record_is_parsed_and_a_cut_stream_ends_with_one_message(
+        tmp_path, monkeypatch):
     import zstandard
+
+    import advisor.data.tokenize.records as records
 
     c = zstandard.ZstdCompressor(level=3).compressobj()
     chunk = b"b" * (1 << 20)
     data = c.compress(GOOD + b'{"input": "') + b"".join(c.compress(chunk) for _ in range(400)) + \
         c.compress(b'"}\n' + GOOD) + c.flush()
     (tmp_path / "bomb.jsonl.zst").write_bytes(data)
-    got = run(tmp_path / "bomb.jsonl.zst")
-    (reason, (count, where)), = reasons(got).items()
-    assert "decompresses to over 64 MB (over 250 times" in reason and "the rest is not read" in reason
-    assert (count, where, got.lengths.size) == (1, "bomb.jsonl.zst, line 2", 1)
+    # 4M short records in a few kB (the round-4 case): each a cheap record, together 25 s to parse to the limit
+    (tmp_path / "many.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(GOOD * 4_000_000))
+    parsed = []
+    monkeypatch.setattr(records, "parse_record", lambda line: parsed.append(line))  # never reached
+    for name in ("bomb.jsonl.zst", "many.jsonl.zst"):
+        with pytest.raises(InputError, match=rf"^{name}: no record could be tokenized \(1 records left out: "
+                           r"decompresses to over 64 MB \(over 250 times .* bomb\?\); not read, first at "
+                           rf"{name}, line 1\)"):
+            run(tmp_path / name)
+        with pytest.raises(InputError, match=rf"^{name}, line 1: decompresses to over 64 MB"):
+            run(tmp_path / name, on_bad="error")  # the file named once, not as its own folder
+        assert parsed == []
+    monkeypatch.undo()
+    below = tmp_path / "below.jsonl.zst"  # 4 MB of the same records: far past 250x, under the floor, all read
+    below.write_bytes(zstandard.ZstdCompressor(level=19).compress(GOOD * (4_000_000 // len(GOOD))))
+    assert run(below).lengths.size == 4_000_000 // len(GOOD)
     whole = zstandard.ZstdCompressor().compress(GOOD * 20_000)
     for cut in (5, len(whole) // 3, len(whole) - 3):
         (tmp_path / "cut.jsonl.zst").write_bytes(whole[:cut])

@@ -455,8 +455,9 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
         if job.on_bad == "error":
             fatal = [p for p in result.problems if p.fatal]
             if fatal:
-                raise InputError(name, fatal[0].first[0], fatal[0].reason + " (--on-bad skip leaves such records "
-                                 "out and counts them)")
+                where = fatal[0].first[0]  # names its file; said once when that file is the data itself
+                raise InputError(name, where.removeprefix(f"{name}, "), fatal[0].reason + " (--on-bad skip leaves "
+                                 "such records out and counts them)")
 
     if engine == "ray":
         results, ray_counts = run_ray(job, shards, workers, selects, report, check, address)
