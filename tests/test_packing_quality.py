@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
@@ -35,6 +37,26 @@ def test_l2_bound_on_small_cases_and_its_order():
         packs = ALGORITHMS["first_fit_decreasing"](counts, 100)[0].size - 1
         assert l1 <= l2 <= packs
         assert l2 >= counts[51:].sum()  # samples longer than half a pack never share one
+
+
+def _l2_by_definition(counts, pack_size: int) -> int:
+    """Martello and Toth's L2 read off its definition, every alpha tried, item by item (their 1990 book, 8.3.1)."""
+    items = [size for size, k in enumerate(counts[: pack_size + 1]) for _ in range(int(k))]
+    best = 0
+    for alpha in range(pack_size // 2 + 1):
+        j1 = [x for x in items if x > pack_size - alpha]
+        j2 = [x for x in items if pack_size - alpha >= x > pack_size / 2]
+        j3 = [x for x in items if pack_size / 2 >= x >= alpha]
+        room = len(j2) * pack_size - sum(j2)
+        best = max(best, len(j1) + len(j2) + max(0, -(-(sum(j3) - room) // pack_size)))
+    return best
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 60).flatmap(lambda p: st.tuples(st.just(p), st.lists(st.integers(0, 4), max_size=p + 5))))
+def test_l2_bound_equals_its_definition_taken_at_every_alpha(case):
+    pack_size, counts = case
+    assert l2_bound(np.array(counts, dtype=np.int64), pack_size) == _l2_by_definition(counts, pack_size)
 
 
 @pytest.mark.slow  # column generation

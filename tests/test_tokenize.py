@@ -23,9 +23,10 @@ from advisor.data.tokenize.records import plan_shards
 from advisor.data.tokenize.sft import SftSettings, sft_lengths
 from advisor.data.tokenize.tokenizer import load_tokenizer
 from advisor.errors import InputError
+from advisor.limits import MAX_PACK
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
-from advisor.packing.sampling import sample_estimate
+from advisor.packing.sampling import max_bootstraps, sample_estimate
 from tests.conftest import ROOT
 from tests.tokenizer_fixture import build_tokenizer
 
@@ -224,6 +225,25 @@ def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     # uniform: the draws spread over the file (each tenth of it holds about a tenth of them)
     deciles = np.bincount(a.sample_index * 10 // 3000, minlength=10)
     assert deciles.min() > 25 and deciles.max() < 75
+
+
+def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_default_lowered_with_a_note(tok,
+                                                                                                        tmp_path):
+    """Round 4: --bootstraps 10000 at a 4M pack size ran eleven minutes. The bound is the replicates' packing work
+    (``max_bootstraps``); a value typed past it is refused, the default is lowered and says so."""
+    data = _jsonl(tmp_path / "sft.jsonl", _sft_records(300, seed=2))
+    common = ("tokenize", data, "--tokenizer", tok, "--sample", 50, "--pack-size", MAX_PACK, "--quiet")
+    refused = advisor(*common, "--bootstraps", 10_000)
+    most = max_bootstraps(50, 300, MAX_PACK)
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        f"error: --bootstraps: 10,000 replicates at pack size {MAX_PACK:,} over 300 records: at most {most:,} here "
+        "(each packs 300 records over arrays of pack-size length; more would take over half a minute)"]
+    lowered = advisor(*common, "--json")
+    assert lowered.returncode == 0, lowered.stderr
+    out = json.loads(lowered.stdout)
+    assert out["sample_estimate"]["bootstraps"] == most < 200
+    assert f"{most} bootstrap replicates, not 200" in out["notes"][-1] and out["notes"][-1] in lowered.stderr
+    assert max_bootstraps(50, 300, 4096) > 200  # an ordinary pack size keeps the default
 
 
 @pytest.mark.slow

@@ -257,7 +257,8 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
                    "(default max_seq_length)")
     p.add_argument("--bootstraps", type=whole(2, 10_000, "{value} bootstrap replicates: give {low} to {high:,} (an "
                                                          "interval needs a spread)"),
-                   default=200, help="--sample: bootstrap replicates (2 to 10,000)")
+                   help="--sample: bootstrap replicates (2 to 10,000; default 200, fewer where the pack size and "
+                   "the data set's size would make 200 take over half a minute)")
     p.add_argument("-o", "--output", help="write the lengths file (sample_index,length in data-set order; a new "
                    "file, or an existing one with --force)")
     p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")

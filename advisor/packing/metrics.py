@@ -130,10 +130,14 @@ def l1_bound(counts: np.ndarray, pack_size: int) -> int:
 
 
 def l2_bound(counts: np.ndarray, pack_size: int) -> int:
-    """Martello-Toth L2 over every alpha in 0..pack_size/2, vectorised on the histogram.
+    """Martello-Toth L2 over every alpha in 0..pack_size/2, evaluated where it can peak.
 
     For alpha: J1 = items > P - alpha, J2 = P - alpha >= items > P/2, J3 = P/2 >= items >= alpha;
     L(alpha) = |J1| + |J2| + max(0, ceil((sum J3 - (|J2| P - sum J2)) / P)).
+    |J1| + |J2| (the items over P/2) does not depend on alpha; sum J3 only drops as alpha passes an item size, and
+    J2's free room only shrinks as alpha grows, so L peaks at the largest alpha of each stretch where sum J3 holds:
+    at each item size up to P/2, and at P/2. Why not every alpha: at a 4M-token pack size that was a 4M-long scan
+    per packing (0.15 s), two hundred times over in a sampled estimate's bootstrap.
 
     >>> l2_bound(np.array([0, 0, 0, 3, 0]), 4)    # three 3s in packs of 4: L1 says 3 (9/4), and so does L2
     3
@@ -141,19 +145,26 @@ def l2_bound(counts: np.ndarray, pack_size: int) -> int:
     3
     """
     P = pack_size
-    c = np.zeros(P + 1, dtype=np.int64)
-    c[: min(counts.size, P + 1)] = counts[: P + 1]
-    s = np.arange(P + 1, dtype=np.int64)
-    cnt = np.concatenate([[0], np.cumsum(c)])  # cnt[k] = items with size < k
-    tok = np.concatenate([[0], np.cumsum(c * s)])
-    half = P // 2  # sizes > P/2 are >= half + 1
-    alpha = np.arange(0, half + 1)
-    j1 = cnt[P + 1] - cnt[P - alpha + 1]
-    j2 = cnt[P - alpha + 1] - cnt[half + 1]
-    s2 = tok[P - alpha + 1] - tok[half + 1]
-    s3 = tok[half + 1] - tok[alpha]
+    c = np.asarray(counts[: P + 1], dtype=np.int64)
+    sizes = np.flatnonzero(c)
+    if sizes.size == 0:
+        return 0
+    n = c[sizes]
+    half = P // 2
+    cnt = np.concatenate([[0], np.cumsum(n)])  # items among the first k distinct sizes
+    tok = np.concatenate([[0], np.cumsum(n * sizes)])
+
+    def below(limit: np.ndarray) -> np.ndarray:  # how many distinct sizes are < limit
+        return np.searchsorted(sizes, limit, side="left")
+
+    alpha = np.unique(np.concatenate([sizes[sizes <= half], [half]]))
+    big = cnt[-1] - cnt[below(np.array([half + 1]))[0]]  # |J1| + |J2|
+    j2_hi, j2_lo, j3_lo = below(P - alpha + 1), below(np.array([half + 1]))[0], below(alpha)
+    j2 = cnt[j2_hi] - cnt[j2_lo]
+    s2 = tok[j2_hi] - tok[j2_lo]
+    s3 = tok[j2_lo] - tok[j3_lo]
     extra = np.maximum(0, -(-(s3 - (j2 * P - s2)) // P))
-    return int((j1 + j2 + extra).max())
+    return int(big + extra.max())
 
 
 def percentile_of_integers(values: np.ndarray, q: float, top: int | None = None) -> float:

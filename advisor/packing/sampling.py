@@ -25,6 +25,10 @@ LEVEL = 0.95
 # where the size no longer matters), on the sample blown up to it.
 MAX_SCALED = 1_000_000
 SEED_DRAWS = 8
+# Each replicate packs the blown-up population (~60 ns a record) over histograms of pack-size length (~16 ns a
+# token of pack size): 10,000 replicates at a 4M pack size were 11 minutes, 200 over a million records at 4M a
+# minute. Replicates x (population + pack size) is kept under this: about half a minute on one core.
+MAX_BOOTSTRAP_WORK = 1 << 29
 # Blowing a sample up repeats each length ~size/n times, and a data set of repeated lengths packs a little worse
 # than a fresh one of the same shape (fewer exact sizes to fill a pack's last gap: -0.02 points at 20k samples x5).
 # The copies are therefore nudged by ~2 % (log-normal noise); never the lengths at or above the cap, where
@@ -94,6 +98,25 @@ def _population(sample: np.ndarray, size: int, rng: np.random.Generator, cap: in
     return out
 
 
+def population_size(sample_size: int, total: int) -> int:
+    """How many records each figure is taken on: the data set's size, capped at ``MAX_SCALED``.
+
+    >>> population_size(2_000, 100_000), population_size(2_000, 10**9)
+    (100000, 1000000)
+    """
+    return int(min(total, max(sample_size, MAX_SCALED)))
+
+
+def max_bootstraps(sample_size: int, total: int, pack_size: int) -> int:
+    """The most replicates ``MAX_BOOTSTRAP_WORK`` allows (at least 2) for this sample, data set and pack size.
+
+    >>> max_bootstraps(2_000, 10**9, 4096), max_bootstraps(2_000, 10**9, 1 << 22)
+    (526, 95)
+    """
+    work = population_size(sample_size, total) + pack_size
+    return max(2, MAX_BOOTSTRAP_WORK // work - SEED_DRAWS)
+
+
 def sample_estimate(lengths, total: int, cfg: PackingConfig, *, bootstraps: int = BOOTSTRAPS, level: float = LEVEL,
                     seed: int = 0) -> SampleEstimate:
     """Packs, packing factor and efficiency of ``total`` records, estimated from these sampled ``lengths``.
@@ -116,7 +139,7 @@ def sample_estimate(lengths, total: int, cfg: PackingConfig, *, bootstraps: int 
                                  zip(("packs", "packing_factor", "efficiency"), exact, strict=True)},
                               bootstraps=0, level=level)
     rng = np.random.default_rng(seed)
-    size = int(min(total, max(n, MAX_SCALED)))
+    size = population_size(n, total)
     cap = cfg.effective_max_seq_length
     population = _population(lengths, size, rng, cap)
     point = np.array(_figures(population, cfg))

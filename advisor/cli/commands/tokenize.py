@@ -148,6 +148,14 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
     estimate = _sample_estimate(args, job, result, progress) if args.sample is not None else None
     if estimate is not None:
         data["sample_estimate"] = estimate.as_dict()
+        from advisor.packing.sampling import BOOTSTRAPS
+
+        if args.bootstraps is None and estimate.bootstraps and estimate.bootstraps < BOOTSTRAPS:
+            note = (f"{estimate.bootstraps} bootstrap replicates, not {BOOTSTRAPS}: at pack size "
+                    f"{estimate.pack_size:,} over {estimate.total:,} records more would take over half a minute "
+                    "(--bootstraps sets it, up to that)")
+            data["notes"].append(note)
+            print(f"note: {note}", file=sys.stderr)
     return TokenizeOutcome(data=data, result=result, estimate=estimate, output=args.output)
 
 
@@ -155,7 +163,7 @@ def _sample_estimate(args: Namespace, job: TokenizeJob, result: TokenizeResult, 
                      ) -> SampleEstimate:
     """The whole data set's packing at ``--pack-size`` (else the samples' max_seq_length), from the sample."""
     from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
-    from advisor.packing.sampling import sample_estimate
+    from advisor.packing.sampling import BOOTSTRAPS, max_bootstraps, population_size, sample_estimate
 
     pack_size = args.pack_size or getattr(job.settings, "max_seq_length", None)
     if pack_size is None:
@@ -163,10 +171,16 @@ def _sample_estimate(args: Namespace, job: TokenizeJob, result: TokenizeResult, 
                          "to estimate (--pack-size)")
     # records left out of the sample are left out of the data set in the same share
     usable = round(result.total_records * result.lengths.size / max(1, result.selected))
-    progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({args.bootstraps} "
-             "replicates)")
+    most = max_bootstraps(result.lengths.size, usable, pack_size)
+    if args.bootstraps is not None and args.bootstraps > most and result.lengths.size < usable:
+        raise InputError("--bootstraps", None, f"{args.bootstraps:,} replicates at pack size {pack_size:,} over "
+                         f"{usable:,} records: at most {most:,} here (each packs "
+                         f"{population_size(result.lengths.size, usable):,} records over arrays of pack-size "
+                         "length; more would take over half a minute)")
+    bootstraps = args.bootstraps if args.bootstraps is not None else min(BOOTSTRAPS, most)
+    progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({bootstraps} replicates)")
     cfg = PackingConfig(pack_size=pack_size, overlong=OVERLONG_OF_FORMAT[args.format])
-    return sample_estimate(result.lengths, usable, cfg, bootstraps=args.bootstraps, seed=args.seed)
+    return sample_estimate(result.lengths, usable, cfg, bootstraps=bootstraps, seed=args.seed)
 
 
 def check_ray_address(address: str, engine: str) -> None:

@@ -103,6 +103,15 @@ class TokenizeResult:
                                             order=self.lengths.astype(np.int32))
 
 
+def _within(name: str, where: str) -> str:
+    """Where a record is, said once when the data is that one file (``where`` names its file).
+
+    >>> _within("a.jsonl", "a.jsonl, line 3"), _within("data", "a.jsonl, line 3")
+    ('line 3', 'a.jsonl, line 3')
+    """
+    return where.removeprefix(f"{name}, ")
+
+
 def _excluded_text(excluded) -> str:
     return "" if not excluded else " (" + "; ".join(f"{e.count:,} {e.reason}, first at {e.first_at}"
                                                     for e in excluded) + ")"
@@ -455,8 +464,7 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
         if job.on_bad == "error":
             fatal = [p for p in result.problems if p.fatal]
             if fatal:
-                where = fatal[0].first[0]  # names its file; said once when that file is the data itself
-                raise InputError(name, where.removeprefix(f"{name}, "), fatal[0].reason + " (--on-bad skip leaves "
+                raise InputError(name, _within(name, fatal[0].first[0]), fatal[0].reason + " (--on-bad skip leaves "
                                  "such records out and counts them)")
 
     if engine == "ray":
@@ -481,7 +489,7 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
                      for v in merged.values())
     if job.on_bad == "error" and excluded:
         e = excluded[0]
-        raise InputError(name, e.first_at, f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
+        raise InputError(name, _within(name, e.first_at), f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
                          "(--on-bad skip leaves them out and counts them)")
     base = np.cumsum([0] + [r.records for r in results])[:-1]
     index_parts, length_parts, loss_parts = [], [], []
