@@ -13,6 +13,7 @@ from advisor.advice.exports import export, megatron_lm_args, mock_lengths_csv, o
 from advisor.advice.rules import check
 from advisor.analysis import analyze
 from advisor.data.ingest import load_lengths
+from advisor.errors import InputError
 from advisor.model.numerics import numerics_of
 from advisor.plan import dump_plan, plan_from_dict
 from tests.conftest import ROOT, SAMPLE, slow_after
@@ -312,8 +313,11 @@ def test_exports_point_at_a_prepared_folder(tmp_path):
     from advisor.plan import plan_from_dict
 
     for name in (split_file("training", 1024, shard=0), split_file("training", 1024, shard=1),
-                 split_file("validation", 1024), metadata_file(1024)):
+                 split_file("validation", 1024)):
         (tmp_path / name).write_bytes(b"x")
+    entry = {"max_samples_per_bin": 4, "dataset_max_seqlen": 900, "packing_factor": 2.0, "packing_efficiency": 95.5,
+             "pack_size": 1024, "min_packed_seqlen": 800}
+    (tmp_path / metadata_file(1024)).write_text(json.dumps([entry, entry]))
     plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 1024},
                            "data": {"lengths": str(tmp_path), "format": "chat"}})
     found = find_prepared(str(tmp_path), 1024)
@@ -326,6 +330,15 @@ def test_exports_point_at_a_prepared_folder(tmp_path):
         assert f"dataset.offline_packing_specs.{key}={value}" in export(plan, "overrides", packing_factor=2.0)
     assert "prepare" not in packed_paths(plan, packing_factor=2.0).split("\n")[-2]
     assert find_prepared(str(tmp_path), 2048) is None  # another pack size: nothing prepared for it
+    # round 4: a metadata file Megatron-Bridge cannot use was exported as valid
+    for garbage, message in ((b"x", r"1024_metadata\.jsonl: is not JSON"),
+                             (json.dumps([{**entry, "pack_size": 2048}]).encode(),
+                              r"entry 1: pack_size is 2,048, but the file is named for 1,024"),
+                             (json.dumps([{**entry, "max_samples_per_bin": "4"}]).encode(),
+                              r"entry 1: max_samples_per_bin: input should be a valid integer")):
+        (tmp_path / metadata_file(1024)).write_bytes(garbage)
+        with pytest.raises(InputError, match=message):
+            export(plan, "python", packing_factor=2.0)
     other = plan.changed({"training": {"seq_length": 2048}})
     assert "packed_train_data_path" not in export(other, "python", packing_factor=2.0)
     command = prepare_command(other)

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -369,6 +370,61 @@ def test_a_prepared_folder_read_back_counts_the_training_split_only(tmp_path):
     hist = load_lengths(str(out))
     assert hist.num_samples == 300  # the training split's 300, not 600
     assert any("validation split (validation_2048.idx.parquet) is left out" in n for n in hist.notes)
+
+
+def _longer_first_pack(folder: Path, split: str = "training") -> None:
+    """The first pack of a split filled 10 tokens past the pack size its name says: its last sequence made longer
+    (packing counts each sequence less its last token, so the pack holds 1,034 + one token a sequence)."""
+    path = folder / f"{split}_1024.idx.parquet"
+    table = pq.read_table(path).to_pylist()
+    nseq = len(table[0]["seq_start_id"])
+    table[0]["input_ids"] = table[0]["input_ids"] + [7] * (1024 + 10 + nseq - len(table[0]["input_ids"]))
+    table[0]["loss_mask"] = table[0]["loss_mask"] + [0] * (len(table[0]["input_ids"]) - len(table[0]["loss_mask"]))
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(path)), path)
+
+
+PREPARED_TAMPERED = {  # name: (what is done to a prepared folder, the one message reading it back gives)
+    "a training pack past the pack size": (_longer_first_pack, r"out, pack 0: is filled to 1,034 tokens, over the "
+                                                               r"pack size 1,024 its file names say"),
+    "a validation pack past the pack size": (lambda f: _longer_first_pack(f, "validation"),
+                                             r"validation_1024\.idx\.parquet, pack 0: is filled to 1,034 tokens"),
+    "metadata not JSON": (lambda f: (f / "1024_metadata.jsonl").write_text("{garbage"),
+                          r"1024_metadata\.jsonl: is not JSON"),
+    "metadata of another pack size": (lambda f: _edit_metadata(f, pack_size=4096),
+                                      r"entry 1: pack_size is 4,096, but the file is named for 1,024"),
+    "metadata with a negative factor": (lambda f: _edit_metadata(f, packing_factor=-2.5),
+                                        r"entry 1: packing_factor: input should be greater than 0"),
+    "metadata under the packs' sequences": (lambda f: _edit_metadata(f, every=True, max_samples_per_bin=1),
+                                            r"1024_metadata\.jsonl: says max_samples_per_bin 1, but a training pack "
+                                            r"holds \d+ sequences"),
+    "training files of two pack sizes": (lambda f: shutil.copy(f / "training_1024.idx.parquet",
+                                                               f / "training_2048.idx.parquet"),
+                                         r"holds training files of pack sizes 1,024, 2,048"),
+}
+
+
+def _edit_metadata(folder: Path, every: bool = False, **fields) -> None:
+    """The training entry edited (every split's with ``every``: Megatron-Bridge pads to the largest of them)."""
+    path = folder / "1024_metadata.jsonl"
+    entries = json.loads(path.read_text())
+    for entry in entries if every else entries[:1]:
+        entry.update(fields)
+    path.write_text(json.dumps(entries))
+
+
+@pytest.mark.parametrize("case", list(PREPARED_TAMPERED))
+def test_a_tampered_prepared_folder_read_back_is_one_message(tmp_path, case):
+    """Round 4: a folder whose packs are longer than its name says, or whose metadata is garbage, was read back
+    (and exported) as valid."""
+    from advisor.data.ingest import load_lengths
+
+    out = tmp_path / "out"
+    prepare(str(out), PrepareOptions(pack_size=1024, workers=1), train=chat_job(), validation=chat_job())
+    assert load_lengths(str(out)).num_samples > 0  # as written, it reads back
+    tamper, message = PREPARED_TAMPERED[case]
+    tamper(out)
+    with pytest.raises(InputError, match=message):
+        load_lengths(str(out))
 
 
 def test_a_file_named_like_inline_json_is_read_as_the_file(tmp_path, monkeypatch):

@@ -376,13 +376,57 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
     if sum(sizes) > max_bytes:
         raise InputError(source, None, f"holds {sum(sizes):,} bytes of shards, over the {max_bytes:,}-byte limit")
     shards = [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes) for f in files]
-    hist = read_packed_parquet(shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length)
+    pack_size = _named_pack_size(files, source)
+    hist = read_packed_parquet(shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length,
+                               pack_size=pack_size)
+    if pack_size is not None:
+        _check_against_metadata(folder, pack_size, hist, source)
+        for f in validation:  # not counted, but Megatron-Bridge validates on them: held to the same pack size
+            read_packed_parquet([read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes)],
+                                f"{source}, {display_name(f.name)}", budget=max_bytes * DECODED_PER_BYTE,
+                                max_length=max_length, pack_size=pack_size)
     notes = [scan.note()] if scan.skipped else []
     if validation:
         notes.append(f"the validation split ({', '.join(display_name(f.name) for f in validation[:3])}"
                      f"{' ...' if len(validation) > 3 else ''}) is left out: the lengths are the training split's, "
                      "as Megatron-Bridge trains on them")
     return dataclasses.replace(hist, notes=(*hist.notes, *notes)) if notes else hist
+
+
+_NAMED = re.compile(r"training_(\d+)(?:_\d{5})?\.idx\.parquet")
+
+
+def _named_pack_size(files: list[Path], source: str) -> int | None:
+    """The pack size a prepared folder's training files are named for (``training_{S}.idx.parquet``), or None
+    for a folder of other names; every training file must name the same one.
+
+    >>> _named_pack_size([Path("training_2048_00000.idx.parquet"), Path("training_2048_00001.idx.parquet")], "d")
+    2048
+    """
+    sizes = {int(m.group(1)) for f in files if (m := _NAMED.fullmatch(f.name)) is not None}
+    if len(sizes) > 1:
+        named = ", ".join(f"{s:,}" for s in sorted(sizes))
+        raise InputError(source, None, f"holds training files of pack sizes {named}: one prepared folder is one pack "
+                         "size (Megatron-Bridge reads the one its packed_sequence_size names)")
+    return sizes.pop() if sizes else None
+
+
+def _check_against_metadata(folder: Path, pack_size: int, hist: LengthHistogram, source: str) -> None:
+    """The folder's ``{S}_metadata.jsonl``, when it has one, read as Megatron-Bridge reads it and held against the
+    packs: its max_samples_per_bin is what every pack's cu_seqlens is padded to, so a pack holding more than that
+    gives batches of another shape (sft.py, pad_cu_seqlens)."""
+    from advisor.data.prepared import check_metadata_file, metadata_file
+
+    path = folder / metadata_file(pack_size)
+    if not path.is_file() or hist.packs is None:
+        return
+    entries = check_metadata_file(path, pack_size)
+    most = int(np.diff(hist.packs.offsets).max())
+    said = max(e.max_samples_per_bin for e in entries)
+    if said < most:
+        raise InputError(source, path.name, f"says max_samples_per_bin {said:,}, but a training pack holds {most:,} "
+                         "sequences: Megatron-Bridge pads cu_seqlens to the file's figure, so that pack's batch "
+                         "would have another shape")
 
 
 def _training_split(files: list[Path]) -> tuple[list[Path], list[Path]]:

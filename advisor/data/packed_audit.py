@@ -44,7 +44,7 @@ class PackedDatasetAudit:
 
 def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: np.ndarray,
                     source: str, *, max_length: int = MAX_LENGTH, loss_mask: np.ndarray | None = None,
-                    notes: tuple[str, ...] = ()) -> LengthHistogram:
+                    notes: tuple[str, ...] = (), pack_size: int | None = None) -> LengthHistogram:
     """Segment every pack at its ``seq_start_id`` and return the samples' stored lengths with the audit attached.
 
     ``loss_mask``: the packs' masks back to back (as many values as tokens, 0 or 1): each sample's loss tokens are
@@ -76,6 +76,15 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
         pack = int(np.searchsorted(starts_offsets, bad, side="right") - 1)
         raise InputError(source, f"pack {pack}", f"holds a sequence of {int(seg[bad]):,} tokens, over the maximum "
                          f"sequence length {max_length:,}")
+    if pack_size is not None:
+        # what packing fills a pack with is each sequence less its last token (its label would be the next
+        # sequence's first): len(input_ids) is that plus one a sequence, so the check is on the sum, not the length
+        fill = np.add.reduceat(seg - 1, starts_offsets[:-1]) if seg.size else seg
+        if fill.size and fill.max() > pack_size:
+            row = int(np.argmax(fill > pack_size))
+            raise InputError(source, f"pack {row}", f"is filled to {int(fill[row]):,} tokens, over the pack size "
+                             f"{pack_size:,} its file names say (each sequence counted as packing counts it, less "
+                             "its last token): Megatron-Bridge would train on packs longer than packed_sequence_size")
     audit = PackedDatasetAudit(offsets=starts_offsets, items=seg - 1, pack_tokens=pack_tokens, source=source)
     loss = None
     if loss_mask is not None:
@@ -140,7 +149,8 @@ def _check_starts(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: n
                          "must begin at 0 and increase within len(input_ids)")
 
 
-def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LENGTH) -> LengthHistogram:
+def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LENGTH,
+                       pack_size: int | None = None) -> LengthHistogram:
     if table.num_rows == 0:
         raise InputError(source, None, "packed data set has no rows")
     for name in ("input_ids", "seq_start_id"):
@@ -160,7 +170,7 @@ def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LE
     mask, notes = _loss_mask(table, pack_tokens)
     return audit_from_rows(pack_tokens, pc.list_flatten(starts).to_numpy(zero_copy_only=False),
                            np.concatenate([[0], np.cumsum(per_pack)]), source, max_length=max_length,
-                           loss_mask=mask, notes=notes)
+                           loss_mask=mask, notes=notes, pack_size=pack_size)
 
 
 def packed_columns(names: list[str]) -> list[str]:
@@ -169,8 +179,9 @@ def packed_columns(names: list[str]) -> list[str]:
 
 
 def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None = None,
-                        max_length: int = MAX_LENGTH) -> LengthHistogram:
-    """Audit a packed data set from its Parquet shards (their bytes), reading only the two columns needed."""
+                        max_length: int = MAX_LENGTH, pack_size: int | None = None) -> LengthHistogram:
+    """Audit a packed data set from its Parquet shards (their bytes), reading only the two columns needed.
+    ``pack_size``: what the files' names say each pack holds at most (a longer pack is refused)."""
     tables = []
     for i, data in enumerate(shards):
         pf = open_parquet(data, source, f"shard {i}")
@@ -183,7 +194,7 @@ def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None 
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowException, ValueError, TypeError) as e:
         raise InputError(source, None, f"shards do not share one schema: {str(e)[:120]}") from None
-    return packed_table_audit(table, source, max_length=max_length)
+    return packed_table_audit(table, source, max_length=max_length, pack_size=pack_size)
 
 
 # ---------------------------------------------------------------------------------------------- legacy .npy

@@ -61,15 +61,25 @@ def _split_path(folder: Path, split: str, pack_size: int) -> str | None:
     return None
 
 
+def check_metadata_file(path: Path, pack_size: int) -> tuple:
+    """The entries of a prepared folder's metadata file (``prepared_metadata.read_metadata``), read as untrusted
+    input: a regular file of at most a few kB, named in messages by its own name."""
+    from advisor.data.guard import read_file
+    from advisor.data.prepared_metadata import MAX_METADATA_BYTES, read_metadata
+
+    return read_metadata(read_file(path, path.name, MAX_METADATA_BYTES), pack_size, path.name)
+
+
 def find_prepared(path: str | None, pack_size: int) -> PreparedFolder | None:
     """The prepared files of ``pack_size`` in folder ``path``, or None when it holds none (a lengths file, another
-    pack size, or no such folder)."""
+    pack size, or no such folder); an ``InputError`` when its metadata file is not one Megatron-Bridge can use."""
     if not path or not Path(path).is_dir():
         return None
     folder = Path(path).resolve()
     train = _split_path(folder, "training", pack_size)
     if train is None or not (folder / metadata_file(pack_size)).is_file():
         return None
+    check_metadata_file(folder / metadata_file(pack_size), pack_size)  # Megatron-Bridge opens it as written
     return PreparedFolder(folder=str(folder), pack_size=pack_size, train=train,
                           validation=_split_path(folder, "validation", pack_size),
                           metadata=str(folder / metadata_file(pack_size)))
