@@ -262,17 +262,40 @@ def make_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] 
                 names: Iterable[str] = ()) -> str:
     """check_output_folder, then create the missing folders one by one (each created, never followed)."""
     full = check_output_folder(path, force=force, inputs=inputs, names=names)
+    _make_missing(full, path)
+    return full
+
+
+def _make_missing(full: str, given: str) -> list[str]:
+    """Create the missing folders of ``full`` one by one, outermost first; the ones made, innermost first."""
     missing = []
     step = full
     while not os.path.lexists(step):
         missing.append(step)
         step = os.path.dirname(step)
+    made: list[str] = []
     for folder in reversed(missing):
         try:
             os.mkdir(folder, 0o755)
         except OSError as e:
-            raise _refuse(path, f"the folder {shown(folder)} cannot be made ({e.strerror})") from None
-    return full
+            _remove_empty(made[::-1])
+            raise _refuse(given, f"the folder {shown(folder)} cannot be made ({e.strerror})") from None
+        made.append(folder)
+    return made[::-1]
+
+
+def _remove_empty(folders: Iterable[str]) -> None:
+    """Remove these folders, innermost first, while each is empty (one something else wrote into stays)."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+# The parent folders a staging folder needed and this process made: a run that fails removes them with the staging
+# folder (a refused prepare into a/b/.../out left 19 empty folders behind).
+_MADE_FOR: dict[str, list[str]] = {}
 
 
 def write_bytes(path: str, data: bytes, *, force: bool = False, inputs: Iterable[str | None] = ()) -> None:
@@ -419,12 +442,15 @@ def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | Non
     """
     full = check_output_folder(path, force=force, inputs=inputs, owned=owned or (lambda name: True))
     parent, name = os.path.split(full.rstrip(os.sep))
-    make_folder(parent, force=True)  # parents missing are created one by one, never through a link
+    check_output_folder(parent, force=True)
+    made = _make_missing(os.path.abspath(parent), parent)  # one by one, never through a link
     temp = os.path.join(parent, f".{name[:100]}.{_tag()}.{secrets.token_hex(6)}.partial")
     try:
         os.mkdir(temp, 0o755)
     except OSError as e:
+        _remove_empty(made)
         raise _refuse(path, f"a temporary folder beside it cannot be made ({e.strerror})") from None
+    _MADE_FOR[temp] = made
     return temp
 
 
@@ -455,8 +481,17 @@ def publish_folder(temp: str, path: str, *, force: bool = False, owned: Callable
         raise _refuse(path, f"cannot take the new folder ({e.strerror})") from None
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+    _MADE_FOR.pop(temp, None)
 
 
 def discard_folder(temp: str) -> None:
-    """Remove a staging folder (after a failure); links inside are removed, never followed."""
+    """Remove a staging folder (after a failure), and the parents made for it that are still empty; links inside
+    are removed, never followed.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> discard_folder(staging_folder(os.path.join(root, "a", "b", "out"))); os.listdir(root)
+    []
+    """
     shutil.rmtree(temp, ignore_errors=True)
+    _remove_empty(_MADE_FOR.pop(temp, []))

@@ -256,6 +256,12 @@ def test_a_failure_leaves_nothing_half_written(tmp_path):
     with pytest.raises(InputError, match="a.jsonl, line 101"):
         prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=sft_job(data / "a.jsonl"))
     assert sorted(os.listdir(tmp_path)) == ["data"]  # no OUT, no staging folder
+    deep = tmp_path.joinpath(*(f"d{i}" for i in range(19)), "out")  # round 4: 19 empty folders were left
+    (tmp_path / "kept").mkdir()
+    for out in (deep, tmp_path / "kept" / "a" / "b" / "out"):
+        with pytest.raises(InputError, match="a.jsonl, line 101"):
+            prepare(str(out), PrepareOptions(pack_size=2048, workers=1), train=sft_job(data / "a.jsonl"))
+    assert sorted(os.listdir(tmp_path)) == ["data", "kept"] and os.listdir(tmp_path / "kept") == []
     with pytest.raises(InputError, match="inside the input folder"):
         prepare(str(data / "out"), PrepareOptions(pack_size=2048), train=sft_job(data))
     result = prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1),
