@@ -34,7 +34,7 @@ else:
     for where, (label, value, key) in zip(st.columns(4), views.loss_metrics(loss), strict=True):
         where.metric(label, value, help=H(key))
     explained(charts.loss_weight_shares(loss), "loss_weights")
-    st.caption(ui.plain(" ".join(loss.lines()[:1] + list(loss.notes))))
+    st.caption(ui.plain(views.loss_caption(loss)))
 st.subheader("Best candidates", help=H("candidates"))
 vary = st.multiselect("Let the search change", list(FREEDOMS), key="search_vary", help=H("vary"))
 with progress("searching layouts") as bar:

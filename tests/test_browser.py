@@ -492,6 +492,74 @@ def test_three_sessions_one_hostile_in_chromium():
         (SHOTS / "three_sessions.log").write_text("\n".join(log) + "\n")
 
 
+def test_three_links_with_the_largest_global_batch_leave_a_fourth_session_responsive_in_chromium():
+    """Issue 38: a link whose global batch is the largest the schema allows (2^24 packs under offline packing) made
+    the loss weighting allocate without bound (8.4 GiB from one link). Three visitors open such a link on the
+    Recommendations page at once while a fourth edits its plan: each of the three gets one message (the scale
+    model the loss weighting stands on), the fourth sees its edit applied, and the server stays under 1.5 GiB.
+    Figures go to tests/screenshots/largest_batch.log."""
+    from playwright.sync_api import sync_playwright
+
+    from advisor.plan.schema import TrainingSpec
+    from advisor.ui import links
+    from advisor.ui.samples import DEFAULT_SAMPLE, default_plan
+
+    reason = _ensure_chromium()
+    if reason:
+        pytest.skip(reason)
+    largest = TrainingSpec.model_fields["global_batch_size"].metadata[-1].le
+    hostile_plan = default_plan().changed({"training": {"global_batch_size": largest}})
+    query = urllib.parse.urlencode(links.plan_to_query(hostile_plan, DEFAULT_SAMPLE))
+    server = _server(_free_port())
+    url = f"http://127.0.0.1:{server.args[server.args.index('--server.port') + 1]}"
+    log = [f"global_batch_size {largest:,} packs (the schema's largest), three links at once"]
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+            calm = browser.new_context().new_page()
+            calm.set_viewport_size({"width": 1400, "height": 1100})
+            calm.goto(url)
+            calm.wait_for_selector(READY, timeout=120_000)
+            calm.get_by_role("link", name="Memory and FLOPs").click()
+            calm.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
+            calm.wait_for_selector(READY, timeout=120_000)
+            t0 = time.perf_counter()
+            hostile = []
+            for _ in range(3):
+                page = browser.new_context().new_page()
+                page.set_viewport_size({"width": 1400, "height": 1100})
+                page.goto(f"{url}/Recommendations?{query}", wait_until="commit")
+                hostile.append(page)
+            tp = int(calm.get_by_role("spinbutton", name="TP", exact=True).input_value())
+            for n in (16, 32):
+                start = time.perf_counter()
+                _edit(calm, "GPUs", n)
+                _settle(calm, f"a multiple of DP {n // tp})")
+                log.append(f"fourth session: GPUs -> {n} applied in {time.perf_counter() - start:.2f} s, "
+                           f"{time.perf_counter() - t0:.1f} s after the three links")
+                assert calm.get_by_role("spinbutton", name="GPUs", exact=True).input_value() == str(n)
+            for i, page in enumerate(hostile):
+                page.get_by_role("heading", name="Recommendations & export").wait_for(timeout=300_000)
+                page.wait_for_selector(READY, timeout=300_000)
+                said = [t for t in page.locator("[data-testid='stAlert'], [data-testid='stCaptionContainer']")
+                        .all_inner_texts() if "beyond what the advisor draws" in t]
+                log.append(f"link {i + 1}: done {time.perf_counter() - t0:.1f} s after opening; "
+                           f"{len(said)} scale-model message(s): {said[:1]}")
+                assert len(said) == 1, said
+                assert page.locator("[data-testid='stException']").count() == 0
+            hostile[0].screenshot(path=str(SHOTS / "largest_batch.png"), full_page=True)
+            browser.close()
+        peak = _peak_rss_mib(server.pid)
+        log.append(f"server peak resident memory: {peak:,.0f} MiB")
+        assert peak < 1.5 * 1024, log
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=20)
+        SHOTS.mkdir(exist_ok=True)
+        (SHOTS / "largest_batch.log").write_text("\n".join(log) + "\n")
+        print("\n".join(log))
+
+
 def _server(port: int) -> subprocess.Popen:
     """A dashboard of its own on a loopback port, up and answering (the caller stops it)."""
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",

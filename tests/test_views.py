@@ -308,3 +308,12 @@ def test_the_sweeps_baselines_skip_overlong_chat_samples_as_the_packs_do():
     truncated = views.packing_sweep(hist, [1024], ["first_fit_decreasing"], overlong="truncate")
     assert truncated[truncated.algorithm == "no packing: pad to sequence length"].iloc[0].packing_efficiency > \
         padded.packing_efficiency  # the two cut samples fill their rows
+
+
+def test_the_loss_caption_names_the_scale_model_once_when_the_step_is_beyond_what_is_drawn(squad):
+    """Issue 38: at the schema's largest global batch the loss weighting stands on smaller steps; the page said
+    nothing of it (the scale model was in the CLI's lines only)."""
+    plan = default_plan().changed({"training": {"global_batch_size": 1 << 24}})
+    caption = views.loss_caption(analyze(plan, squad).loss)
+    assert caption.count("beyond what the advisor draws") == 1 and "Scale model: a step of" in caption
+    assert "beyond what the advisor draws" not in views.loss_caption(analyze(default_plan(), squad).loss)

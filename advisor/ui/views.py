@@ -395,3 +395,10 @@ def loss_metrics(lw: LossWeighting) -> list[tuple[str, str, str]]:
             ("lm loss, two random first steps", f"{d.low:.3f}-{d.high:.3f}", "loss_reported_ratio"),
             ("objective at step 0, packed / unpacked", f"{o.mean:.3f}", "loss_objective_ratio"),
             ("gradient weight moved by packing", f"{lw.moved_vs_unpacked:.1%}", "loss_moved")]
+
+
+def loss_caption(lw: LossWeighting) -> str:
+    """The words under the loss weighting's figures: what it models, the scale model it stands on when the plan's
+    step is beyond what the advisor draws (said once), and its notes."""
+    scale = [f"Scale model: {lw.scale}."] if lw.scale else []
+    return " ".join([lw.lines()[0].rstrip(".") + "."] + scale + list(lw.notes))
