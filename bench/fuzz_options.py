@@ -331,8 +331,10 @@ def worker(task_file: str, out_file: str, work: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the parent
-def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str, str]]:
-    """Run tasks in children until all are done; a hang or a crash is charged to the run it happened in."""
+def run_batch(tasks: list, workdir: Path, batch_id: int, script: str = __file__,
+              run_seconds: float = RUN_SECONDS) -> list[tuple[int, str, str]]:
+    """Run tasks in children (``script --worker``) until all are done; a hang or a crash is charged to the run it
+    happened in."""
     results, todo, attempt = [], list(tasks), 0
     # ARROW_DEFAULT_MEMORY_POOL=system: Arrow's own allocator reserves about 1 GiB of address space when the first
     # file is read, which RLIMIT_AS counts although no memory is used: with it the limit measures real use
@@ -342,7 +344,7 @@ def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str,
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps(todo))
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(task_file), str(out_file), str(workdir)],
+        proc = subprocess.Popen([sys.executable, script, "--worker", str(task_file), str(out_file), str(workdir)],
                                 env=env, cwd=workdir, start_new_session=True, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         hung = False
@@ -350,7 +352,7 @@ def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str,
             time.sleep(0.5)
             lines = _lines(out_file)
             open_runs = [x for x in lines if x[0] == "start" and x[1] not in {y[1] for y in lines if y[0] == "done"}]
-            if open_runs and time.time() - open_runs[-1][2] > RUN_SECONDS:
+            if open_runs and time.time() - open_runs[-1][2] > run_seconds:
                 os.killpg(proc.pid, signal.SIGKILL)
                 hung = True
         err = proc.stderr.read() if proc.stderr else b""
@@ -360,7 +362,8 @@ def run_batch(tasks: list, workdir: Path, batch_id: int) -> list[tuple[int, str,
         started = [x[1] for x in lines if x[0] == "start" and x[1] not in finished]
         if started:
             what = "hang" if hung else "blow-up"
-            detail = f"{'60 s timeout' if hung else f'child died (exit {proc.returncode})'}: {err.decode()[-300:]}"
+            detail = f"{f'{run_seconds:.0f} s timeout' if hung else f'child died (exit {proc.returncode})'}: " \
+                     f"{err.decode()[-300:]}"
             results.append((started[-1], what, detail))
             finished.add(started[-1])
         elif proc.returncode != 0 and not hung:

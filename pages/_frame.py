@@ -28,11 +28,14 @@ def setup() -> None:
         tour.undo_step(st.session_state)  # the tour replaced the visitor's data and plan: one click puts them back
         st.rerun()
     st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
-    if st.session_state.get("plan_notes"):  # what reading a plan or link means: on every page until dismissed
-        for note in st.session_state["plan_notes"]:
+    if st.session_state.get("link_error"):  # a link's plan refused: said on whichever page it opened, once
+        st.error(ui.plain(st.session_state["link_error"]))
+    if st.session_state.get("plan_notes") or st.session_state.get("link_error"):
+        for note in st.session_state.get("plan_notes", ()):  # what reading a plan or link means: until dismissed
             st.info(ui.plain(note), icon=":material/info:")
         if st.button("Understood", key="plan_notes_seen", help="Hide these notes (the next plan or link says its own)"):
             st.session_state.pop("plan_notes", None)
+            st.session_state.pop("link_error", None)
             st.rerun()
 
 

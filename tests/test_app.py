@@ -212,6 +212,34 @@ def test_a_hostile_share_link_shows_a_message_and_the_default_plan():
         assert value_of(at, "samples") == "88,641"  # the default sample and plan
 
 
+@pytest.mark.parametrize("page", [*PAGES[1:], "pages/5_Tour.py"])
+def test_a_link_whose_plan_is_refused_says_so_once_on_the_page_it_opens(page):
+    """Issue 38 (found by bench/fuzz_round4.py): a link with a field past its schema bound, opened on the Trial,
+    Tour or Online packing page, showed the default plan and no word of the refusal."""
+    from advisor.ui import links
+    from advisor.ui.samples import DEFAULT_SAMPLE, default_plan
+
+    query = links.plan_to_query(default_plan(), DEFAULT_SAMPLE)
+    raw = default_plan().to_dict()
+    raw["parallel"]["gpus"] = 131_073  # one past the schema's bound
+    import base64
+    import json
+    import zlib
+
+    query["plan"] = base64.urlsafe_b64encode(zlib.compress(json.dumps(raw).encode())).decode()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page(page)  # the link's own page, as its URL opens it
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [shown(e) for e in at.error if "the link's plan could not be read" in shown(e)]
+    assert len(said) == 1 and "parallel.gpus" in said[0], [shown(e) for e in at.error]
+    assert at.session_state["plan"] == default_plan()
+    at.button(key="plan_notes_seen").click().run()  # dismissed: gone from this page and the next
+    assert not any("could not be read" in shown(e) for e in at.error)
+
+
 def test_a_bad_plan_upload_keeps_the_last_good_plan():
     at = run("app.py")
     before = at.session_state["plan"]

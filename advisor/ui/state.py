@@ -1,7 +1,8 @@
 """What the dashboard pages need, as plain functions over a session-state mapping. Nothing here imports Streamlit.
 
 Session state keys: ``hist`` (the LengthHistogram in use), ``data_name`` (where it came from), ``plan`` (a typed
-``Plan``), ``upload_error`` / ``plan_error`` (the last refusal's one-line message). Every change goes through
+``Plan``), ``upload_error`` / ``plan_error`` (the last refusal's one-line message), ``link_error`` (a shared link's
+plan refused: the frame says so on whichever page the link opened). Every change goes through
 ``set_plan`` or ``use_*``: on a bad input the message is stored and the previous data and plan are kept.
 """
 
@@ -76,7 +77,8 @@ def init_state(state, query: dict | None = None) -> None:
         try:
             sample, plan = plan_from_query(query)
         except PlanError as e:
-            sample, state["plan_error"] = DEFAULT_SAMPLE, f"the link's plan could not be read: {e}"
+            # shown by the frame on whichever page the link opens (plan_error is shown where the controls are)
+            sample, state["link_error"] = DEFAULT_SAMPLE, f"the link's plan could not be read: {e}"
         if plan is not None and plan.notes:
             state["plan_notes"] = list(plan.notes)
     if "hist" not in state:
