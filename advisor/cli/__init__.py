@@ -19,9 +19,9 @@ __all__ = ["build_parser", "main"]
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in COMMANDS else ""  # only its options are built (parser.py says why)
-    args = build_parser(command).parse_args(argv)
     try:
         with sigterm_as_interrupt():  # SIGTERM cleans up as Ctrl-C does: staging removed, workers killed
+            args = build_parser(command).parse_args(argv)  # inside: building the parser imports a little
             show(args, run(args))  # inside the try: `advisor ... --json | head` closes the pipe during the print too
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was being written is gone; one line, no traceback
         error(f"{'terminated' if isinstance(e, Terminated) else 'interrupted'}: stopped; nothing was left half-written")

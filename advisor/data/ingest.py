@@ -363,11 +363,14 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
     """A folder of packed Parquet shards. Entries that are not regular files (sub-folders, dangling symlinks,
     symlink loops, FIFOs) are skipped and counted in a note; every shard is read through ``read_file``."""
     from advisor.data.packed_audit import read_packed_parquet
+    from advisor.data.prepared import check_entries
 
     try:
         scan = scan_folder(folder, SHARD_SUFFIXES)
     except OSError as e:
         raise InputError(source, None, f"cannot be listed: {e.strerror or type(e).__name__}") from None
+    # named as prepare (or Megatron-Bridge) names a split or its metadata: each must be readable, never skipped
+    check_entries(folder)
     skipped = f" ({scan.note()})" if scan.skipped else ""
     if not scan.files:
         raise InputError(source, None, f"is a folder with no .parquet shards of a packed data set{skipped}")

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.errors import InputError
+
 SPLITS = ("training", "validation")  # Megatron-Bridge's split names in its file names
 
 
@@ -61,6 +63,36 @@ def _split_path(folder: Path, split: str, pack_size: int) -> str | None:
     return None
 
 
+def check_entries(folder: Path) -> None:
+    """Refuse a folder in which an entry named as prepare names its files (a split's ``.idx.parquet``, the
+    metadata) is not a regular file: a FIFO would hang Megatron-Bridge's reader, a folder or a device fail it, and
+    reading the folder back would leave the entry out and go on without a word.
+
+    >>> import os, tempfile
+    >>> d = Path(tempfile.mkdtemp()); os.mkfifo(d / "validation_512.idx.parquet")
+    >>> try:
+    ...     check_entries(d)
+    ... except Exception as e:
+    ...     print(e)
+    validation_512.idx.parquet: is a FIFO (named pipe), not a regular file: Megatron-Bridge could not read it
+    """
+    import os
+    import stat
+
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name == ".tokens" or not written_by_prepare(entry.name):
+            continue
+        try:
+            mode = os.stat(entry.path).st_mode
+        except OSError:
+            mode = None
+        if mode is None or not stat.S_ISREG(mode):
+            from advisor.data.guard import file_kind
+
+            what = "a link to nothing (or a loop)" if mode is None else file_kind(mode)
+            raise InputError(entry.name, None, f"is {what}, not a regular file: Megatron-Bridge could not read it")
+
+
 def check_metadata_file(path: Path, pack_size: int) -> tuple:
     """The entries of a prepared folder's metadata file (``prepared_metadata.read_metadata``), read as untrusted
     input: a regular file of at most a few kB, named in messages by its own name."""
@@ -76,6 +108,7 @@ def find_prepared(path: str | None, pack_size: int) -> PreparedFolder | None:
     if not path or not Path(path).is_dir():
         return None
     folder = Path(path).resolve()
+    check_entries(folder)
     train = _split_path(folder, "training", pack_size)
     if train is None or not (folder / metadata_file(pack_size)).is_file():
         return None

@@ -270,10 +270,10 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     runtime = runtime_of(stored, cfg.effective_max_seq_length, cfg.multiple)
     kept = runtime.kept
     if not kept.any():
-        raise InputError(meta.get("source", split), None, f"no record left to pack: all {stored.size:,} are longer "
+        raise InputError(meta.get("source") or split, None, f"no record left to pack: all {stored.size:,} are longer "
                          f"than max_seq_length {cfg.effective_max_seq_length}")
     say(f"{split}: packing {int(kept.sum()):,} records ({options.algorithm})", 0.65)
-    hist = LengthHistogram.from_samples(runtime.runtime[kept] + 1, source=meta.get("source", split))
+    hist = LengthHistogram.from_samples(runtime.runtime[kept] + 1, source=meta.get("source") or split)
     packing = pack(hist, cfg)
     slot_record = assign_slots(runtime.runtime, packing, cfg.seed, options.algorithm == "first_fit_shuffle")
     plan_dir = os.path.join(staging, ".work", "plan", split)
@@ -295,7 +295,7 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     truncated = np.asarray(cache.array("truncated"))[kept] | runtime.cut[kept]
     metrics = packing.metrics
     return SplitResult(
-        split=split, source=str(meta.get("source", split)), records_read=int(meta.get("records_read", stored.size)),
+        split=split, source=str(meta.get("source") or split), records_read=int(meta.get("records_read", stored.size)),
         tokenized=int(stored.size), skipped=int((~kept).sum()), truncated=int(truncated.sum()),
         packed=int(kept.sum()), packs=packing.num_packs, metadata=dict(packing.metadata),
         efficiency=float(metrics.packing_efficiency), packing_factor=float(packing.packing_factor),
