@@ -317,8 +317,10 @@ def _replace(path: Path, kind: str, np) -> None:
         np.save(path, a.astype(np.float64), allow_pickle=False)
     elif kind == "two_d":
         np.save(path, np.stack([a, a]), allow_pickle=False)
-    elif kind == "fortran":
-        np.save(path, np.asfortranarray(a), allow_pickle=False)
+    elif kind == "fortran":  # np.save writes a 1-D array in C order whatever its flags: the header says it here
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": a.dtype.str, "fortran_order": True, "shape": a.shape})
+            f.write(a.tobytes())
     elif kind == "object":
         with open(path, "wb") as f:  # a pickled object array: never to be unpickled
             np.lib.format.write_array_header_1_0(f, {"descr": "|O", "fortran_order": False, "shape": (1,)})
