@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -255,7 +255,7 @@ def held_arrays(value, depth: int = 3) -> list:
     if depth == 0 or value is None or isinstance(value, (str, bytes, int, float, bool)):
         return []
     if isinstance(value, dict):
-        items = value.values()
+        items: Iterable = value.values()
     elif isinstance(value, (list, tuple)):
         items = value
     elif hasattr(value, "__dict__"):

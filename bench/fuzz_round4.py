@@ -119,8 +119,12 @@ def gen_cache(rng: random.Random) -> dict:
         value = {"ids": [-3, -1, 1 << 30, 2**40, 999], "mask": [7, -3, 2, 255],
                  "offsets": [-5, 1 << 40], "records": [-1, 1 << 40], "truncated": [-1, 1 << 40]}[name]
         where = rng.choice(["all", "one"])  # one value may sit in a record too long to pack: never written
-        return {"op": "values", "array": name, "value": rng.choice(value), "where": where,
-                "must_refuse": where == "all" and name in ("ids", "mask", "offsets")}
+        chosen = rng.choice(value)
+        # wrong everywhere: ids outside tiny-bpe's 1,000, masks other than 0 and 1, offsets that cannot be (999 is
+        # a real id: a cache of it alone is odd, not wrong)
+        wrong = {"ids": not 0 <= chosen < 1000, "mask": True, "offsets": True}.get(name, False)
+        return {"op": "values", "array": name, "value": chosen, "where": where,
+                "must_refuse": where == "all" and wrong}
     if roll < 0.75:
         return {"op": "truncate", "array": name, "cut": rng.choice([1, 4, 8, 100, 10_000]), "must_refuse": True}
     if roll < 0.8:

@@ -31,6 +31,18 @@ def test_figures_carry_the_numbers(squad):
     assert sum(fill.data[0].y) == result.num_packs
 
 
+def test_a_pack_of_every_sample_is_drawn_with_its_tokens_and_a_bounded_number_of_traces(squad):
+    """Found by bench/fuzz_round4.py: at pack size 1 every SQuAD sample shares pack 0, and the strip drew one trace
+    per sample (88,641): the Packing page never finished."""
+    result = pack(squad, PackingConfig(pack_size=1))
+    assert len(result.pack(0)) > 10_000
+    strip = charts.pack_strip(result)
+    assert len(strip.data) <= charts.STRIP_SEGMENTS
+    assert sum(sum(t.y) for t in strip.data) == sum(sum(result.pack(i)) for i in range(min(40, result.num_packs)))
+    assert any("more samples" in c for t in strip.data for c in t.customdata)
+    assert charts.payload_bytes(strip) < 1 << 20
+
+
 @pytest.mark.slow  # packs the 16.3M-sample Wikipedia sample
 def test_chart_payloads_stay_small_at_any_data_size(wikipedia):
     from advisor.packing.cache import packing_for

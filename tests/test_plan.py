@@ -133,6 +133,9 @@ def test_a_version_1_plan_is_read_with_the_new_meaning_and_one_note():
      "multi-latent attention has no linear_qkv"),
     ({"model": "llama3.1-8b", "training": {"task": "vlm-sft", "micro_batch_size": 2}}, "training.task vlm-sft",
      "text model"),
+    # found by bench/fuzz_round4.py: a pack shorter than CP's padding multiple holds nothing (a traceback before)
+    ({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2}, "training": {"seq_length": 2048},
+      "packing": {"pack_size": 3}}, "packing.pack_size 3", "pads every sequence to (4"),
 ])
 def test_the_plan_refuses_what_the_frameworks_refuse_or_ignore(raw, field, says):
     """Round 4: sp without tp, LoRA settings without LoRA, linear_qkv on MLA, etp on a dense model and vlm-sft on a

@@ -206,7 +206,8 @@ def scan_folder(folder: Path, suffixes: tuple[str, ...]) -> FolderScan:
     >>> scan = scan_folder(d, (".csv",)); [p.name for p in scan.files], scan.note()
     (['a.csv'], '2 entries skipped (symlink loops: 1, symlinks leading out of the folder: 1)')
     """
-    files, skipped = [], {}
+    files: list[Path] = []
+    skipped: dict[str, int] = {}
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
         home = os.path.realpath(folder)

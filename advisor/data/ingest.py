@@ -379,7 +379,7 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
     if sum(sizes) > max_bytes:
         raise InputError(source, None, f"holds {sum(sizes):,} bytes of shards, over the {max_bytes:,}-byte limit")
     shards = [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes) for f in files]
-    pack_size = _named_pack_size(files, source)
+    pack_size = _named_pack_size(folder, files, source)
     hist = read_packed_parquet(shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length,
                                pack_size=pack_size)
     if pack_size is not None:
@@ -397,21 +397,33 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
 
 
 _NAMED = re.compile(r"training_(\d+)(?:_\d{5})?\.idx\.parquet")
+_METADATA = re.compile(r"(\d+)_metadata\.jsonl")
 
 
-def _named_pack_size(files: list[Path], source: str) -> int | None:
-    """The pack size a prepared folder's training files are named for (``training_{S}.idx.parquet``), or None
-    for a folder of other names; every training file must name the same one.
+def _named_pack_size(folder: Path, files: list[Path], source: str) -> int | None:
+    """The pack size of a prepared folder: the one its ``{S}_metadata.jsonl`` names, which every training file's
+    name (``training_{S}.idx.parquet``, ``training_{S}_{k:05d}...``) must name too; None for a folder without
+    metadata (shards named ``training_00...`` say nothing of a pack size).
 
-    >>> _named_pack_size([Path("training_2048_00000.idx.parquet"), Path("training_2048_00001.idx.parquet")], "d")
+    >>> import tempfile; d = Path(tempfile.mkdtemp()); _ = (d / "2048_metadata.jsonl").write_text("[]")
+    >>> _named_pack_size(d, [d / "training_2048_00000.idx.parquet", d / "training_2048_00001.idx.parquet"], "d")
     2048
     """
-    sizes = {int(m.group(1)) for f in files if (m := _NAMED.fullmatch(f.name)) is not None}
+    metas = {int(m.group(1)) for name in os.listdir(folder) if (m := _METADATA.fullmatch(name)) is not None}
+    if not metas:
+        return None
+    if len(metas) > 1:
+        raise InputError(source, None, f"holds metadata files of pack sizes {_sizes(metas)}: one prepared folder is "
+                         "one pack size")
+    sizes = {int(m.group(1)) for f in files if (m := _NAMED.fullmatch(f.name)) is not None} | metas
     if len(sizes) > 1:
-        named = ", ".join(f"{s:,}" for s in sorted(sizes))
-        raise InputError(source, None, f"holds training files of pack sizes {named}: one prepared folder is one pack "
-                         "size (Megatron-Bridge reads the one its packed_sequence_size names)")
-    return sizes.pop() if sizes else None
+        raise InputError(source, None, f"holds training files of pack sizes {_sizes(sizes)}: one prepared folder is "
+                         "one pack size (Megatron-Bridge reads the one its packed_sequence_size names)")
+    return metas.pop()
+
+
+def _sizes(sizes: set[int]) -> str:
+    return ", ".join(f"{s:,}" for s in sorted(sizes))
 
 
 def _check_against_metadata(folder: Path, pack_size: int, hist: LengthHistogram, source: str) -> None:

@@ -127,7 +127,8 @@ class _Compact:
         return out
 
     def struct(self, depth: int) -> dict[int, object]:
-        fields, last = {}, 0
+        fields: dict = {}
+        last = 0
         while True:
             head = self.byte()
             if head == 0:

@@ -82,7 +82,7 @@ def read_metadata(data: bytes, pack_size: int, source: str) -> tuple[PackMetadat
     return tuple(out)
 
 
-def _problem(err: dict) -> str:
+def _problem(err) -> str:  # a pydantic ErrorDetails
     field = ".".join(str(p) for p in err["loc"]) or "the entry"
     if err["type"] == "missing":
         return f"{field} is missing"

@@ -764,6 +764,12 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
             out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
                        f"holds ({longest}): every sample would be cut to nothing")
+        elif k.pad_seq_to_mult is None and offline and p.cp > 1:
+            # the recipes' multiple under CP (Plan.offline_pad_seq_to_mult): a pack shorter than it holds nothing
+            derived = math.lcm(2 * p.cp, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+            if derived > longest:
+                out.append(f"packing.pack_size {pack} is shorter than the multiple CP {p.cp} pads every sequence to "
+                           f"({derived}, Megatron-Bridge's recipes' pad_seq_to_mult): no sample fits a pack")
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
             out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
                        f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")

@@ -26,7 +26,8 @@ def offload_seconds(layers: int, offloaded: int, forward: float, backward: float
     if offloaded <= 0:
         return 0.0, 0.0
     # forward: layer j waits for the copy of layer j - (L - n) to be done
-    now, stream, done, fwd = 0.0, 0.0, {}, 0.0
+    now, stream, fwd = 0.0, 0.0, 0.0
+    done: dict = {}
     for j in range(layers):
         i = j - (layers - offloaded)
         if 0 <= i < offloaded and done[i] > now:

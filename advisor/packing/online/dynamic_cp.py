@@ -237,7 +237,8 @@ class _Refused(Exception):
 def _align_run(groups: Groups, reasons, multiple: int):
     """``align_sample_id_groups`` on every step whose micro-batch count is not a multiple (plain Python: VPP
     runs only); the other steps keep their arrays."""
-    runs, new_reasons, defects = [], list(reasons), []
+    runs, new_reasons = [], list(reasons)
+    defects: list = []
     for st in range(groups.mb_offsets.size - 1):
         nmb = int(groups.mb_offsets[st + 1] - groups.mb_offsets[st])
         if new_reasons[st] is not None or nmb % multiple == 0:
