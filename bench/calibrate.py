@@ -6,7 +6,7 @@
     python bench/calibrate.py --quick    # the stored constants only
 
 The fitted constants are pasted into advisor/model/perf/calibration.py (EFFICIENCY); tests/test_perf_model.py
-checks that they are the fit's result and that the errors are what the README says.
+checks that they are the fit's result and that the errors are what docs/step-time.md says.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def table(rows, eff) -> np.ndarray:
 
 
 def by_group(rows, errors) -> None:
-    """The fit per system and precision: rows, median and max |error| (a Markdown table, as in the README)."""
+    """The fit per system and precision: rows, median and max |error| (a Markdown table, as in docs/step-time.md)."""
     groups = defaultdict(list)
     for r, e in zip(rows, errors, strict=True):
         groups[(r.system, r.precision)].append(e)

@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fuzz_options as base  # noqa: E402 - the sandbox, the snapshot judge and the child runner are shared
 
+from advisor.ui.pages import page_paths  # noqa: E402
+
 MEMORY_LIMIT = 3 << 30  # the dashboard's children load Streamlit, numba and the engines
 RUN_SECONDS = {"dashboard": 180, "interrupt": 60}
 DEFAULT_RUN_SECONDS = 60
@@ -61,8 +63,7 @@ BAD = OUTCOMES[2:]
 SAMPLE = ROOT / "sample_data"
 TOKENIZER = SAMPLE / "tokenizers" / "tiny-bpe"
 CHAT = SAMPLE / "raw" / "chat_sample.jsonl"
-PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/6_Online_packing.py",
-         "pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
+PAGES = page_paths()  # the dashboard's page registry
 
 
 # ---------------------------------------------------------------------------------------------- generators

@@ -9,10 +9,10 @@ from streamlit.testing.v1 import AppTest
 from advisor.analysis import analyze
 from advisor.ui import explain, views
 from advisor.ui import state as ui
+from advisor.ui.pages import page_paths
 from tests.conftest import ROOT, open_page
 
-PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py",
-         "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
+PAGES = page_paths()  # every page of the registry (advisor/ui/pages.py)
 WIDGETS = ("number_input", "selectbox", "toggle", "radio", "text_input", "checkbox", "slider", "select_slider",
            "text_area", "multiselect", "date_input")
 TRIAL_RESULT = {  # what a trial.json holds (format 2), enough for the Trial page to draw its chart and tables

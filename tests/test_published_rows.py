@@ -1,10 +1,11 @@
 """Every published run the step-time model is fitted on, as a plan with its layout as published: ``estimate`` answers
-for each (no row refused), in under a second, with the step the calibration computes."""
+for each (no row refused) with the step the calibration computes, and the errors are the ones docs/step-time.md
+states (median 7.8 %, 90th percentile 20.7 %, max 60.5 % over the 101 rows). How long an estimate takes is
+measured by bench/bench_estimate.py, not asserted here."""
 
 from __future__ import annotations
 
 import csv
-import time
 
 import numpy as np
 import pytest
@@ -35,12 +36,21 @@ def test_estimate_answers_for_every_published_row(table, row):
     assert (p.gpus, p.tp, p.pp, p.cp, p.ep) == tuple(int(row[k]) for k in ("gpus", "tp", "pp", "cp", "ep"))
     assert p.fsdp is (row.get("fsdp") == "yes")
     assert plan.training.precision == row["precision"]
-    start = time.perf_counter()
     est = estimate(plan, CORPUS)
-    assert time.perf_counter() - start < 1.0
     t = est.time
     assert t.step_seconds > 0 and sum(t.breakdown.values()) == pytest.approx(t.step_seconds)
     # the same step the calibration fits: full rows of seq_length, the published batch
     measured = next(m for m in load_measurements() if m.plan == plan)
     assert t.step_seconds == pytest.approx(step_time(plan, measured.work, EFFICIENCY).step_seconds, rel=1e-6)
-    assert 0.3 < t.step_seconds / float(row["step_seconds"]) < 3
+    assert abs(t.step_seconds / float(row["step_seconds"]) - 1) <= DOCUMENTED["max"] + 5e-4  # as the docs round
+
+
+DOCUMENTED = {"median": 0.078, "p90": 0.207, "max": 0.605}  # docs/step-time.md, "All 101 rows", rounded as it is
+
+
+def test_the_errors_over_every_published_row_are_the_documented_ones():
+    errors = np.array([abs(estimate(plan_of_row(row, table), CORPUS).time.step_seconds / float(row["step_seconds"])
+                           - 1) for table, row in ROWS])
+    assert np.median(errors) <= DOCUMENTED["median"] + 5e-4
+    assert np.percentile(errors, 90) <= DOCUMENTED["p90"] + 5e-4
+    assert errors.max() <= DOCUMENTED["max"] + 5e-4

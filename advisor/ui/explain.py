@@ -196,7 +196,7 @@ HELP: dict[str, Explanation] = {
                     "pipeline bubble and the optimizer, times the straggler factor simulated from the real packs. "
                     "Six constants are fitted on 101 published pre-training runs (H100, B200, B300, GB200, GB300; "
                     "BF16, FP8, MXFP8, NVFP4): median error 7.8 %, 90th percentile 20.7 %, MoE models the weak part "
-                    "(the README's calibration table).",
+                    "(the calibration table in docs/step-time.md).",
                     "advisor/model/perf/calibration.py; sample_data/mb_performance_pretrain.csv"),
     "step_breakdown": _e("Where one step's seconds go. Compute (GEMMs, attention, memory-bound work, recompute) is "
                          "what the GPU must do; the communication terms are only the part left exposed (TP overlap, "

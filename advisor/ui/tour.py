@@ -19,6 +19,7 @@ from advisor.packing.offline import runtime_lengths
 from advisor.plan import Plan
 from advisor.ui import state as ui
 from advisor.ui import views
+from advisor.ui.pages import PAGES
 
 SQUAD, CHAT, LONG = "SQuAD 1.1 (real, 88k)", "chat-like (180k)", "long-context (20k)"
 
@@ -29,63 +30,63 @@ class Step:
     text: str  # the concept, for an engineer new to it
     sample: str  # the bundled sample the step is computed on
     changes: dict = field(default_factory=dict)  # plan changes on top of the sample's default plan
-    page: str  # where the concept lives
-    page_title: str
+    page: str  # where the concept lives: a path of the page registry (advisor/ui/pages.py)
+
+    @property
+    def page_title(self) -> str:
+        """The page's title as the navigation shows it (from the registry, never typed twice)."""
+        return next(p.title for p in PAGES if p.path == self.page)
 
 
 STEPS: tuple[Step, ...] = (
     Step(title="Your data set is a list of lengths",
          text="Packing and memory depend only on how many tokens each sample has after tokenization. Without "
               "packing every sample is padded to the sequence length, and the GPUs compute on the padding.",
-         sample=SQUAD, page="pages/0_Data_and_plan.py", page_title="Data and plan"),
+         sample=SQUAD, page="pages/0_Data_and_plan.py"),
     Step(title="Packing puts several samples in one row",
          text="Offline packing (Megatron-Bridge) fills rows of pack_size tokens with whole samples before training. "
               "n, the packing factor, is how many samples a row holds on average; the data share is the part of "
               "the row that is data rather than padding.",
-         sample=SQUAD, page="pages/1_Packing.py", page_title="Packing"),
+         sample=SQUAD, page="pages/1_Packing.py"),
     Step(title="The global batch counts packs",
          text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs, and so does the "
               "plan's: a pack holds n samples, so a step trains on about n times as many samples as its global "
               "batch. To ask for samples per step instead, give global_batch_samples (the samples unit on the "
               "Memory page): the export divides by n and rounds to a multiple of DP.",
-         sample=SQUAD, page="pages/3_Recommendations.py", page_title="Recommendations"),
+         sample=SQUAD, page="pages/3_Recommendations.py"),
     Step(title="Attention inside a pack: sum of squares, not square of sums",
          text="Variable-length (THD) attention keeps each sample to itself: its cost is the sum of s_i^2. A single "
               "block-diagonal mask over the whole row would cost (sum s_i)^2, and padding every sample to the "
               "longest costs b x s_max^2.",
-         sample=SQUAD, page="pages/2_Memory_and_FLOPs.py", page_title="Memory and FLOPs"),
+         sample=SQUAD, page="pages/2_Memory_and_FLOPs.py"),
     Step(title="Stragglers: one long sample slows every rank",
          text="Every step waits for the slowest data-parallel rank. Attention grows with the square of a sample's "
               "length, so a pack with one long sample can take several times the mean: the straggler ratio.",
-         sample=CHAT, page="pages/1_Packing.py", page_title="Packing"),
+         sample=CHAT, page="pages/1_Packing.py"),
     Step(title="Context parallelism pads every sequence",
          text="CP splits each sequence into 2*CP chunks (rank r takes r and 2CP-1-r, balancing causal attention), "
               "so every packed sequence is padded to lcm(2*CP, CP*TP with sequence parallelism): pad_seq_to_mult.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/1_Packing.py",
-         page_title="Packing"),
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/1_Packing.py"),
     Step(title="Memory per GPU",
          text="Weights, gradients and optimizer states are split by TP, PP and the distributed optimizer; "
               "activations grow with the tokens of one micro batch, that is the pack size, divided by TP and CP.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py",
-         page_title="Memory and FLOPs"),
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py"),
     Step(title="What breaks at 128k",
          text="At long context a dense attention mask built by the data loader is gigabytes per sample, CP needs the "
               "loss settings that survive a rank with no labels, and full recompute is slower than more CP. The "
               "rules say which apply to your plan, why, and how to fix it.",
-         sample=LONG, page="pages/3_Recommendations.py", page_title="Recommendations"),
+         sample=LONG, page="pages/3_Recommendations.py"),
     Step(title="Where a step's time goes",
          text="A step is GEMMs, attention and memory-bound work on each GPU, plus the communication Megatron cannot "
               "hide (TP, CP, pipeline sends, the gradient sync), the pipeline bubble, the optimizer and the wait for "
               "the slowest rank. The step-time model prices each, fitted on NVIDIA's published runs; MFU is what "
               "results.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py",
-         page_title="Memory and FLOPs"),
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py"),
     Step(title="Online packing: Megatron-LM packs each global batch",
          text="Megatron-LM can pack online instead: each global batch's samples are grouped into packs as they "
               "arrive (--sequence-packing-scheduler), so the micro batches per step change from step to step and "
               "the packs are dealt to ranks in order, balancing their number, not their work.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/6_Online_packing.py",
-         page_title="Online packing"),
+         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/6_Online_packing.py"),
     Step(title="Will my loss change with packing?",
          text="Without calculate_per_token_loss each micro batch's loss is the mean over its own loss tokens: "
               "unpacked at micro batch size 1 every sample counts the same, packed every pack does, so the same "
@@ -93,12 +94,12 @@ STEPS: tuple[Step, ...] = (
               "lm loss is token-weighted, so at step 0 it reads the same on the same samples; the objective does "
               "not. calculate_per_token_loss weighs every token 1/N, packed or not, with no learning-rate change.",
          sample=CHAT, changes={"training": {"seq_length": 8192}, "packing": {"pack_size": 8192}},
-         page="pages/3_Recommendations.py", page_title="Recommendations"),
+         page="pages/3_Recommendations.py"),
     Step(title="Export it, then check it",
          text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
               "trains a small model packed, padded and block-masked on your length distribution and checks the "
               "packed loss against each sample alone.",
-         sample=SQUAD, page="pages/4_Trial.py", page_title="Trial"),
+         sample=SQUAD, page="pages/4_Trial.py"),
 )
 
 

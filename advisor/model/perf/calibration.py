@@ -45,7 +45,7 @@ ATTENTION_EFFICIENCY = 0.55
 # GB300) runs at Hopper's figure: it doubles the exponentials per clock, restoring Hopper's ratio of tensor-core to
 # softmax work (Efficiency.attention_for)
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
-# fitted by `python bench/calibrate.py` on the 101 rows of the two tables: see README's calibration table
+# fitted by `python bench/calibrate.py` on the 101 rows of the two tables (docs/step-time.md, its calibration table)
 EFFICIENCY = Efficiency(gemm=0.635, gemm_blackwell=0.539, gemm_fp4=0.364, attention=ATTENTION_EFFICIENCY,
                         attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.357, grouped=0.516,
                         expert_overhead_ms=0.319)
@@ -334,7 +334,7 @@ def fitted_names(rows: Sequence[Measurement]) -> list[str]:
 # The fit's loss is soft-L1 on the log errors with this scale: quadratic below ~10 %, linear beyond. Why not least
 # squares: the published tables hold rows the model cannot share constants with (the same Qwen3 30B-A3B layout on
 # H100 is 28.9 s in 26.02.01 and 51.3 s in 26.02), and squared errors let a few of them pull the shared GEMM
-# efficiency; least squares put every dense H100 BF16 run 3-10 % slow, soft-L1 keeps them within 8 % (README).
+# efficiency; least squares put every dense H100 BF16 run 3-10 % slow, soft-L1 keeps them within 8 %
 ROBUST_SCALE = 0.10
 
 
