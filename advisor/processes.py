@@ -55,6 +55,104 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+@contextlib.contextmanager
+def ray_session(cpus: int, address: str | None = None) -> Iterator[list[str]]:
+    """Ray for a block: connected to ``address``, or a local Ray on ``cpus`` cores started here and stopped at the
+    end (a Ray already running in this process is used as it is and left running). Yields notes: the processes of
+    a local Ray whose run was killed outright (SIGKILL leaves Ray's agents running), stopped before this one starts.
+
+    Why the signal handlers are put back: ``ray.init`` installs its own SIGTERM handler (``sys.exit(15)``), so a
+    SIGTERM during a Ray run ended it with exit 15, no message, and Ray's dashboard and runtime-env agents alive for
+    good; with the advisor's handler back, SIGTERM stops the run as Ctrl-C does and ``ray.shutdown`` runs."""
+    import logging
+
+    import ray
+
+    logging.getLogger("ray").setLevel(logging.WARNING)  # the driver's own progress line is enough
+    if ray.is_initialized():
+        yield []
+        return
+    notes = [] if address else sweep_orphaned_ray()
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    if not address:  # every process the local Ray starts inherits this: found again by it when Ray is stopped
+        os.environ[_RAY_OWNER] = f"{os.getpid()}-{os.urandom(6).hex()}"
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, cpus), include_dashboard=False, log_to_driver=False)
+    except BaseException as e:  # interrupted while starting: what was started is stopped
+        _stop_ray(ray, local=not address)
+        if isinstance(e, SystemExit) and e.code == signal.SIGTERM:  # Ray's own handler took a SIGTERM meanwhile
+            raise Terminated() from None
+        raise
+    finally:
+        for s, handler in before.items():
+            if handler is not None and signal.getsignal(s) is not handler:
+                with contextlib.suppress(ValueError):  # off the main thread: nothing was changed there either
+                    signal.signal(s, handler)
+    try:
+        yield notes
+    finally:
+        _stop_ray(ray, local=not address)  # this block started Ray, so it stops it: no raylets left behind
+
+
+def sweep_orphaned_ray() -> list[str]:
+    """Stop the processes a local Ray of an earlier advisor run started, where that run is gone (its pid in their
+    ``ADVISOR_RAY_OWNER`` is dead: it was killed with SIGKILL, which nothing can clean up after); a note each."""
+    owners: dict[str, list[int]] = {}
+    for pid in _carrying(f"{_RAY_OWNER}="):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                value = next(e for e in f.read().split(b"\0") if e.startswith(_RAY_OWNER.encode() + b"="))
+            owners.setdefault(value.split(b"=", 1)[1].decode(errors="replace"), []).append(pid)
+    notes = []
+    for owner, pids in owners.items():
+        run = owner.split("-", 1)[0]
+        if run.isdigit() and not os.path.exists(f"/proc/{run}"):
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            notes.append(f"stopped {len(pids)} Ray process(es) left by an interrupted run (pid {run})")
+    return notes
+
+
+_RAY_OWNER = "ADVISOR_RAY_OWNER"
+
+
+def _stop_ray(ray, *, local: bool) -> None:
+    """``ray.shutdown``, then, for a local Ray, SIGKILL to every process it had started that is still alive (they
+    carry this run's ``ADVISOR_RAY_OWNER`` in their environment). Why: a Ray stopped while it was still starting left
+    its dashboard and runtime-env agents (the raylet's children, forked as it died) running for good."""
+    import time
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    owner = os.environ.pop(_RAY_OWNER, None) if local else None
+    if owner is None:
+        return
+    for _ in range(2):  # once more a moment later: a process forked as its parent was stopped
+        for pid in _carrying(f"{_RAY_OWNER}={owner}"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
+def _carrying(entry: str) -> list[int]:
+    """Processes other than this one whose environment holds ``entry`` (``NAME=value``; ``NAME=`` for any value),
+    read from /proc."""
+    found, mine = [], os.getpid()
+    needle = b"\0" + entry.encode() + (b"" if entry.endswith("=") else b"\0")
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != mine:
+                with contextlib.suppress(OSError):
+                    with open(f"/proc/{name}/environ", "rb") as f:
+                        if needle in b"\0" + f.read() + b"\0":
+                            found.append(int(name))
+    return found
+
+
 def _die_with(parent: int, then: Callable[[], None] | None) -> None:
     """A pool worker's initializer: killed when ``parent`` dies, deaf to Ctrl-C, SIGTERM back to its default."""
     if sys.platform.startswith("linux"):
@@ -95,4 +193,4 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
             process.join(timeout=5)
 
 
-__all__ = ["Terminated", "kill_workers", "process_pool", "sigterm_as_interrupt"]
+__all__ = ["Terminated", "kill_workers", "process_pool", "ray_session", "sigterm_as_interrupt"]

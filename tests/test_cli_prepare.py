@@ -6,6 +6,7 @@ and ``tiny-bpe``; one run in a subprocess, as users run it, is in the slow tier.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -252,6 +253,59 @@ def test_an_interrupted_prepare_leaves_no_process_and_no_folder(tmp_path, sig):
         assert again.returncode == 0, again.stderr
         assert sorted(os.listdir(tmp_path)) == ["data", f"out-{sig}"]
         assert f"note: removed {left[0]}, left by an interrupted run" in again.stdout
+
+
+def _tagged(tag: str) -> list[int]:
+    """Processes whose environment holds ``tag``: a run's own, and every one it started (Ray's too)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if tag.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _ray_named(pids: list[int], name: bytes) -> bool:
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if name in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow  # Ray in local mode
+@pytest.mark.parametrize("moment", ["while Ray starts", "while Ray tokenizes"])
+def test_a_sigterm_to_a_ray_run_stops_it_with_one_line_and_nothing_left(tmp_path, moment):
+    """Round 4, a Ray job cancelled: ray.init installs its own SIGTERM handler (sys.exit(15)), so a SIGTERM ended a
+    Ray run with exit 15, no message, and Ray's dashboard and runtime-env agents alive for good. Now: exit 143, the
+    advisor's one line last, and no process the run started left (advisor/processes.py ray_session)."""
+    import signal
+
+    data = _big_sft(tmp_path / "data")
+    tag = f"ADVISOR_RAY_TEST_{os.getpid()}_{moment.split()[-1]}"
+    cmd = [sys.executable, "-m", "advisor", "tokenize", data, "--tokenizer", TOKENIZER, "--engine", "ray",
+           "--workers", "2", "--quiet", "-o", str(tmp_path / "l.csv")]
+    run = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, tag: "1", "RAY_DISABLE_USAGE_STATS": "1"})
+    try:
+        seen = b"raylet" if moment == "while Ray starts" else b"MapWorker"
+        assert _wait_for(lambda: _ray_named(_tagged(tag), seen), 120), f"{seen!r} never started"
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+        assert _wait_for(lambda: not _tagged(tag), 30), f"left running: {_tagged(tag)}"
+    finally:
+        for pid in _tagged(tag):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    lines = err.strip().splitlines()
+    assert run.returncode == 143 and lines[-1] == "error: terminated: stopped; nothing was left half-written", err
+    assert "Traceback" not in err and not (tmp_path / "l.csv").exists()
 
 
 @pytest.mark.slow

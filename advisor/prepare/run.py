@@ -143,7 +143,8 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
     staging = staging_folder(out, force=options.force, inputs=inputs, owned=written_by_prepare)
     tokenize_seconds = 0.0
     try:
-        with _ray(options):
+        with _ray(options) as ray_notes:
+            swept += tuple(ray_notes)
             splits = []
             parts = 2 if (validation is not None or from_cache) else 1  # each split's share of the progress
             for k, split in enumerate(SPLITS):
@@ -182,25 +183,12 @@ def _ray(options: PrepareOptions):
     """Ray for the whole run when the engine is Ray (the tokenizing and the writing share it): started here, on
     this machine's cores or connected to ``address``, and stopped at the end if this run started it."""
     if options.engine != "ray":
-        yield
+        yield []
         return
-    import logging
+    from advisor.processes import ray_session
 
-    import ray
-
-    logging.getLogger("ray").setLevel(logging.WARNING)
-    started = not ray.is_initialized()
-    if started:
-        if options.address:
-            ray.init(address=options.address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(1, options.workers or os.cpu_count() or 1), include_dashboard=False,
-                     log_to_driver=False)
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+    with ray_session(options.workers or os.cpu_count() or 1, options.address) as notes:
+        yield notes
 
 
 def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptions,

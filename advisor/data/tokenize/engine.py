@@ -340,29 +340,19 @@ def _length_rows(batch: dict) -> dict:
 
 
 def run_ray(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, progress: Callable,
-            check: Callable[[ShardResult], None], address: str | None = None) -> tuple[list[ShardResult], dict]:
+            check: Callable[[ShardResult], None], address: str | None = None,
+            ) -> tuple[list[ShardResult], dict, list[str]]:
     """The same shards as a Ray Data pipeline: from_items(shards) -> map_batches(tokenize) -> groupby(length).
 
     ``address``: an existing cluster (``ray://host:10001`` or ``auto``); without it a local Ray is started on this
-    machine's cores. Returns the shard results and Ray's histogram (length -> count) to check against them.
+    machine's cores. Returns the shard results, Ray's histogram (length -> count) to check against them, and notes.
     """
 
-    import logging
+    from advisor.processes import ray_session
 
-    import ray
-
-    logging.getLogger("ray").setLevel(logging.WARNING)  # the driver's own progress line is enough
-    started = not ray.is_initialized()
-    if started:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
-    try:
-        return _ray_pipeline(job, shards, workers, selects, progress, check)
-    finally:
-        if started:
-            ray.shutdown()  # the run started Ray, so it stops it: no raylets left behind
+    with ray_session(workers, address) as notes:
+        results, counts = _ray_pipeline(job, shards, workers, selects, progress, check)
+    return results, counts, notes
 
 
 def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[ShardResult], dict]:
@@ -468,7 +458,8 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
                                  "such records out and counts them)")
 
     if engine == "ray":
-        results, ray_counts = run_ray(job, shards, workers, selects, report, check, address)
+        results, ray_counts, ray_notes = run_ray(job, shards, workers, selects, report, check, address)
+        scan_notes = [*scan_notes, *ray_notes]
     else:
         results, ray_counts = run_local(job, shards, workers, selects, report, check), None
     results.sort(key=lambda r: r.index)
