@@ -151,8 +151,10 @@ def gen_read_back(rng: random.Random) -> dict:
 
 
 def gen_interrupt(rng: random.Random) -> dict:
+    engine = rng.choice(["local", "local", "ray"])
     return {"command": rng.choice(["prepare", "prepare", "tokenize"]), "signal": rng.choice(["INT", "TERM", "KILL"]),
-            "delay": round(rng.uniform(0.3, 4.0), 2), "workers": rng.choice([1, 2])}
+            "delay": round(rng.uniform(0.3, 4.0 if engine == "local" else 14.0), 2), "workers": rng.choice([1, 2]),
+            "engine": engine}  # Ray: its start takes 5-8 s, then its workers
 
 
 def schema_bounds() -> list[tuple[str, object]]:
@@ -598,6 +600,18 @@ def _tagged(tag: str) -> list[int]:
     return out
 
 
+def _left_alive(tag: str) -> list[int]:
+    """The run's processes still alive 5 s on (then killed, so that the next run starts clean)."""
+    deadline = time.time() + 5
+    while _tagged(tag) and time.time() < deadline:
+        time.sleep(0.2)
+    alive = _tagged(tag)
+    for p in alive:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+    return alive
+
+
 def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
     """One real ``prepare`` or ``tokenize`` sent a signal after ``delay`` s. Clean: no tagged process alive 5 s
     after it exits, nothing new in its folder but a finished output; after SIGKILL, the staging folder it left is
@@ -607,10 +621,11 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
     tag = f"FUZZ_ROUND4_{os.getpid()}_{index}"
     out = "out" if task["command"] == "prepare" else "lengths.csv"
     argv = [sys.executable, "-m", "advisor", task["command"], str(data), "--format", "chat", "--tokenizer",
-            str(TOKENIZER), "--workers", str(task["workers"]), "-o", out, "--quiet"]
+            str(TOKENIZER), "--workers", str(task["workers"]), "--engine", task.get("engine", "local"), "-o", out,
+            "--quiet"]
     if task["command"] == "prepare":
         argv[argv.index("-o"):argv.index("-o")] = ["--pack-size", "1024"]
-    env = {**os.environ, tag: "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, tag: "1", "PYTHONPATH": str(ROOT), "RAY_DISABLE_USAGE_STATS": "1"}
     try:
         proc = subprocess.Popen(argv, cwd=box, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(task["delay"])
@@ -624,15 +639,10 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
                     os.kill(p, signal.SIGKILL)
             return "hang", f"{task}: still running {RUN_SECONDS['interrupt']} s after the signal"
         text = err.decode(errors="replace")
-        deadline = time.time() + 5
-        while _tagged(tag) and time.time() < deadline:
-            time.sleep(0.2)
-        alive = _tagged(tag)
-        for p in alive:
-            with contextlib.suppress(OSError):
-                os.kill(p, signal.SIGKILL)
-        if alive:
-            return "orphans", f"{task}: {len(alive)} process(es) alive 5 s after exit {proc.returncode}"
+        # after SIGKILL a Ray run's agents live on until the next run stops them: counted after that run
+        if task["signal"] != "KILL" or task.get("engine") != "ray":
+            if alive := _left_alive(tag):
+                return "orphans", f"{task}: {len(alive)} process(es) alive 5 s after exit {proc.returncode}"
         if "Traceback" in text:
             return "traceback", f"{task}: {text[-300:]}"
         rc = proc.returncode
@@ -646,6 +656,8 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
             again = subprocess.run(argv, cwd=box, env=env, capture_output=True, timeout=RUN_SECONDS["interrupt"] * 3)
             if again.returncode != 0:
                 return "traceback", f"{task}: the run after SIGKILL failed: {again.stderr.decode()[-300:]}"
+            if alive := _left_alive(tag):
+                return "orphans", f"{task}: {len(alive)} process(es) alive after the next run"
             left = sorted(set(os.listdir(box)) - {out})
         if left:
             return "left behind", f"{task}: exit {rc}, left {left}"

@@ -5,7 +5,7 @@ import streamlit as st
 from advisor.ui import charts, raw_data, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, frame, number, progress
+from pages._frame import control, errors, explained, frame, number, progress, say
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -55,7 +55,7 @@ with left:
 
 with right:
     hist, plan = st.session_state["hist"], st.session_state["plan"]
-    st.subheader(ui.plain(st.session_state["data_name"]))  # an uploaded file's name
+    say("subheader", st.session_state["data_name"])  # an uploaded file's name
     c1, c2 = st.columns(2)
     log_x, log_y = c1.toggle("log x", key="log_x", help=H("log_x")), c2.toggle("log y", key="log_y", help=H("log_y"))
     for col, (label, value) in zip(st.columns(4), views.summary_numbers(hist).items(), strict=True):
@@ -63,6 +63,6 @@ with right:
     explained(charts.length_histogram(hist, plan.pack_size, log_x, log_y), "length_histogram")
     st.dataframe(views.summary_table(hist), hide_index=True, width="stretch")
     for note in hist.notes:
-        st.info(ui.plain(note))
+        say("info", note)
     for e in hist.excluded:
-        st.warning(ui.plain(f"left out {e.count:,} rows: {e.reason} (first at {e.first_at})"))
+        say("warning", f"left out {e.count:,} rows: {e.reason} (first at {e.first_at})")

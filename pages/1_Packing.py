@@ -7,7 +7,7 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, frame, progress, stop_on
+from pages._frame import control, errors, explained, frame, progress, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -27,7 +27,7 @@ errors("plan_error")
 hist = st.session_state["hist"]
 if st.session_state["plan"].packing_mode != "offline":  # in-batch, online, none: no packs, no metadata file
     plan = st.session_state["plan"]
-    st.info(ui.plain(views.no_packs_text(plan)))
+    say("info", views.no_packs_text(plan))
     with st.spinner("estimating"):
         analysis, busy = ui.ready_analysis(st.session_state)
         stop_on(busy)
@@ -35,7 +35,7 @@ if st.session_state["plan"].packing_mode != "offline":  # in-batch, online, none
     stop_on(problem)
     shown = views.micro_batch_headline(plan, est.micro_batches)
     headline(shown, st)
-    st.caption(ui.plain(views.global_batch_example_text(plan, None)))
+    say("caption", views.global_batch_example_text(plan, None))
     explained(charts.micro_batch_tokens(est.micro_batches), "micro_batch_tokens")
     st.stop()
 figures = st.empty()  # the headline's place: the last figures shown stay there while a new pack size is packed
@@ -43,8 +43,8 @@ previous = st.session_state.get("packing_shown")
 same_data = previous and previous.get("data") == st.session_state.get("data_name")
 if same_data and not ui.packing_kept(st.session_state):
     with figures.container():
-        st.caption(ui.plain(f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
-                            f"{st.session_state['plan'].pack_size:,} is packed"))
+        say("caption", f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
+                       f"{st.session_state['plan'].pack_size:,} is packed")
         headline(previous, st)
 with progress(f"packing {hist.num_samples:,} samples") as bar:
     result, busy = ui.ready_packing(st.session_state, progress=bar)
@@ -56,11 +56,11 @@ shown = views.packing_headline(result)
 st.session_state["packing_shown"] = {**shown, "data": st.session_state.get("data_name")}
 with figures.container():
     headline(shown, st)
-st.caption(ui.plain(views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan)))
+say("caption", views.global_batch_example_text(plan, result.packing_factor) + " " + views.cp_example_text(plan))
 st.subheader("Megatron-Bridge metadata, as it will be written", help=H("metadata"))
 st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
-    st.info(ui.plain(note))
+    say("info", note)
 with progress("sweeping pack sizes") as bar:
     sweep = views.packing_sweep(hist, views.sweep_sizes(hist), list(views.SWEEP_ALGORITHMS), progress=bar,
                                 overlong=result.config.overlong)  # chat data (data.format) is skipped, not cut

@@ -5,7 +5,7 @@ import streamlit as st
 from advisor.ui import charts, controls, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import control, errors, explained, frame, stop_on
+from pages._frame import bullets, control, errors, explained, frame, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -30,13 +30,13 @@ with st.spinner("estimating"):
     stop_on(busy)
     est, problem = ui.estimate_of(analysis)
 stop_on(problem)
-st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
+say("caption", views.global_batch_example_text(analysis.plan, analysis.packing_factor))
 if (layout := views.pipeline_layout_text(analysis.plan)) is not None:
-    st.caption(ui.plain(layout))
+    say("caption", layout)
 if (offload := views.offload_text(est)) is not None:
-    st.caption(ui.plain(offload))
+    say("caption", offload)
 if not est.memory.fits:
-    st.error(ui.plain(views.memory_error_text(est)))
+    say("error", views.memory_error_text(est))
 k = st.columns(4)
 k[0].metric("memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
             f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB", help=H("memory"))
@@ -47,10 +47,10 @@ k[3].metric("time per epoch", f"{est.time.epoch_seconds / 3600:.2f} h", help=H("
 a, b = st.columns(2)
 explained(charts.memory_bar(est), "memory_bar", a)
 explained(charts.attention_flops_bars(est), "attention_flops", b)
-b.caption(views.attention_example_text())
+say("caption", views.attention_example_text(), b)
 explained(charts.step_breakdown(est), "step_breakdown")
 with st.expander("Why the advisor and Megatron-Bridge differ"):
-    st.markdown("\n".join(f"- {ui.plain(d)}" for d in est.memory.differences))
+    bullets(est.memory.differences)
 with st.spinner("memory over pack size and CP"):
     grid = views.memory_grid_frame(analysis)
 explained(charts.memory_heatmap(grid), "memory_heatmap")

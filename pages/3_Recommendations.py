@@ -8,7 +8,7 @@ from advisor.findings import by_severity
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, explained, frame, progress, stop_on
+from pages._frame import errors, explained, frame, progress, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -16,25 +16,25 @@ st.title("Recommendations & export")
 analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
 stop_on(busy)
-st.caption(ui.plain(views.global_batch_example_text(analysis.plan, analysis.packing_factor)))
+say("caption", views.global_batch_example_text(analysis.plan, analysis.packing_factor))
 for severity, group in by_severity(analysis.findings).items():
-    st.subheader(f"{severity.title()}s ({len(group)})", help=H("findings"))
+    say("subheader", f"{severity.title()}s ({len(group)})", help=H("findings"))
     for i, f in enumerate(group):
         with st.expander(ui.plain(f"{f.id}: {f.message}"), expanded=severity == "error"):
-            (st.error if severity == "error" else st.write)(ui.plain(f.reason))
-            st.caption(ui.plain(f"Source: {f.source}"))
+            say("error" if severity == "error" else "write", f.reason)
+            say("caption", f"Source: {f.source}")
             if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"fix-{severity}-{i}"):
                 ui.set_plan(st.session_state, f.fix)
                 st.rerun()
 st.subheader("Will my loss change?", help=H("loss_weights"))
 loss, problem = ui.guarded(lambda: analysis.loss)
 if problem:
-    st.caption(ui.plain(problem))
+    say("caption", problem)
 else:
     for where, (label, value, key) in zip(st.columns(4), views.loss_metrics(loss), strict=True):
         where.metric(label, value, help=H(key))
     explained(charts.loss_weight_shares(loss), "loss_weights")
-    st.caption(ui.plain(views.loss_caption(loss)))
+    say("caption", views.loss_caption(loss))
 st.subheader("Best candidates", help=H("candidates"))
 vary = st.multiselect("Let the search change", list(FREEDOMS), key="search_vary", help=H("vary"))
 with progress("searching layouts") as bar:
@@ -42,7 +42,7 @@ with progress("searching layouts") as bar:
 stop_on(busy)
 st.dataframe(views.candidates_table(result), hide_index=True, width="stretch")
 if note := views.search_note(analysis, result):
-    st.caption(ui.plain(note))
+    say("caption", note)
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_version"))

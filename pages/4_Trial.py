@@ -4,10 +4,9 @@ import streamlit as st
 
 from advisor.trial import jobs as trial_jobs
 from advisor.trial.config import TrialConfig
-from advisor.ui import state as ui
 from advisor.ui import trial_view
 from advisor.ui.explain import help_text as H
-from pages._frame import explained, frame
+from pages._frame import explained, frame, say
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -29,7 +28,7 @@ if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["s
         st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
                                                                steps=int(steps), pack_size=int(pack_size), scale=scale)
     except (trial_jobs.JobBusy, ValueError) as e:
-        st.error(ui.plain(str(e)))
+        say("error", str(e))
 
 
 @st.fragment(run_every=1.0)
@@ -38,7 +37,7 @@ def follow():
     if job is None:
         return
     status = trial_jobs.poll(job)  # also the job's heartbeat: it stops when no page follows it
-    st.write(f"Trial {status['state']}")
+    say("write", f"Trial {status['state']}")
     st.code(status["log"] or "starting…", language="text")
     if status["state"] == "running" and st.button("Cancel"):
         trial_jobs.cancel(job)
@@ -61,7 +60,7 @@ if uploaded is not None:
     try:
         st.session_state["trial_result"] = trial_jobs.read_results(uploaded.getvalue(), uploaded.name)
     except ValueError as e:
-        st.error(ui.plain(str(e)))
+        say("error", str(e))
 result = st.session_state.get("trial_result")
 if result:
     speed, memory = trial_view.results_tables(result)
@@ -70,14 +69,14 @@ if result:
     a.dataframe(speed, hide_index=True)
     b.dataframe(memory, hide_index=True)
     speedup, warnings, kernel_note = trial_view.speed_notes(result)
-    st.write(ui.plain(f"Speed-up packed/padded (median tokens/s): {speedup}"))  # from an uploaded trial.json
+    say("write", f"Speed-up packed/padded (median tokens/s): {speedup}")  # from an uploaded trial.json
     for w in warnings:
-        st.warning(ui.plain(w))
+        say("warning", w)
     if kernel_note:
-        st.info(ui.plain(kernel_note))
-    st.write(ui.plain(trial_view.parity_text(result)))
+        say("info", kernel_note)
+    say("write", trial_view.parity_text(result))
     loss = trial_view.loss_table(result)
     if loss is not None:
         st.subheader("Loss at step 0, packed / unpacked", help=H("trial_loss"))
         st.dataframe(loss, hide_index=True)
-        st.caption(ui.plain(result["loss_weighting"]["how"]))
+        say("caption", result["loss_weighting"]["how"])

@@ -2,9 +2,8 @@
 
 import streamlit as st
 
-from advisor.ui import state as ui
 from advisor.ui import tour
-from pages._frame import frame
+from pages._frame import frame, say
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 i = min(st.session_state.get("tour_step", 0), len(tour.STEPS) - 1)
@@ -12,10 +11,10 @@ step = tour.STEPS[i]
 st.title("Tour")
 st.progress((i + 1) / len(tour.STEPS), text=f"Step {i + 1} of {len(tour.STEPS)}")
 st.header(step.title)
-st.markdown(ui.plain(step.text))
+say("markdown", step.text)
 with st.spinner(f"computing on {step.sample}"):
     for line in tour.step_figures(i):
-        st.info(ui.plain(line))
+        say("info", line)
 back, go, forward = st.columns(3)
 if back.button("Back", disabled=i == 0):
     st.session_state["tour_step"] = i - 1

@@ -5,7 +5,7 @@ import streamlit as st
 from advisor.ui import charts, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import explained, frame, stop_on
+from pages._frame import explained, frame, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
@@ -19,14 +19,14 @@ with st.spinner("scheduling the global batches"):
 stop_on(problem)
 explained(charts.packing_comparison(comparison), "packing_comparison")
 st.dataframe(views.comparison_table(comparison), hide_index=True)
-st.info(ui.plain(f"Recommended: {comparison.recommended}. {comparison.why}"))
+say("info", f"Recommended: {comparison.recommended}. {comparison.why}")
 online = [r for r in comparison.runs if r.estimate.online is not None]
 shown = c[2].selectbox("Schedule shown", [r.label for r in online], help=H("online_shown"))
 chosen = next(r for r in online if r.label == shown)
 run = chosen.estimate.online
 explained(charts.online_steps(run), "online_steps")
 if (note := views.online_estimate_text(run)) is not None:
-    st.caption(ui.plain(note))
+    say("caption", note)
 step = int(st.slider("Step", 0, max(0, run.summary.epoch_steps - 1), 0, help=H("online_step")))
 explained(charts.online_rank_work(views.online_step(chosen.plan, hist, run, step), run.config.cp), "online_rank_work")
 labels = [r.label for r in comparison.runs]
@@ -34,4 +34,4 @@ use = st.selectbox("Put in the plan", labels, index=labels.index(comparison.reco
 if st.button(f"Use {use}", help=H("online_use")):
     if ui.set_plan(st.session_state, comparison.use(use)):
         st.rerun()
-    st.error(ui.plain(st.session_state["plan_error"]))
+    say("error", st.session_state["plan_error"])

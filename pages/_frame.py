@@ -82,6 +82,18 @@ def explained(fig, key: str, where=st) -> None:
         st.markdown(ui.plain(H(key)))
 
 
+def say(kind: str, text: str, where=st, **kw) -> None:
+    """Text the engine or a visitor wrote, shown as ``st.<kind>`` (caption, info, error, warning, write, markdown,
+    subheader) with Markdown escaped (``ui.plain``): an uploaded file's name or a finding's reason is never read as
+    Markdown or HTML. Pages show text through this, never ``st.caption(...)`` on engine text directly."""
+    getattr(where, kind)(ui.plain(text), **kw)
+
+
+def bullets(items, where=st) -> None:
+    """Engine text as a Markdown bullet list, each item escaped as ``say`` escapes."""
+    where.markdown("\n".join(f"- {ui.plain(item)}" for item in items))
+
+
 def errors(*keys: str) -> None:
     """The last refusal's one-line message for each session key given (``plan_error``, ``upload_error``)."""
     for key in keys:
