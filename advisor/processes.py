@@ -55,6 +55,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+_RAY_OWNER = "ADVISOR_RAY_OWNER"  # in the environment of every process a local Ray started: "{run's pid}-{random}"
+
+
 @contextlib.contextmanager
 def ray_session(cpus: int, address: str | None = None) -> Iterator[list[str]]:
     """Ray for a block: connected to ``address``, or a local Ray on ``cpus`` cores started here and stopped at the
@@ -103,11 +106,8 @@ def sweep_orphaned_ray() -> list[str]:
     """Stop the processes a local Ray of an earlier advisor run started, where that run is gone (its pid in their
     ``ADVISOR_RAY_OWNER`` is dead: it was killed with SIGKILL, which nothing can clean up after); a note each."""
     owners: dict[str, list[int]] = {}
-    for pid in _carrying(f"{_RAY_OWNER}="):
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                value = next(e for e in f.read().split(b"\0") if e.startswith(_RAY_OWNER.encode() + b"="))
-            owners.setdefault(value.split(b"=", 1)[1].decode(errors="replace"), []).append(pid)
+    for pid, value in _values_of(_RAY_OWNER).items():
+        owners.setdefault(value, []).append(pid)
     notes = []
     for owner, pids in owners.items():
         run = owner.split("-", 1)[0]
@@ -117,9 +117,6 @@ def sweep_orphaned_ray() -> list[str]:
                     os.kill(pid, signal.SIGKILL)
             notes.append(f"stopped {len(pids)} Ray process(es) left by an interrupted run (pid {run})")
     return notes
-
-
-_RAY_OWNER = "ADVISOR_RAY_OWNER"
 
 
 def _stop_ray(ray, *, local: bool) -> None:
@@ -148,15 +145,22 @@ def _stop_ray(ray, *, local: bool) -> None:
 def _carrying(entry: str) -> list[int]:
     """Processes other than this one whose environment holds ``entry`` (``NAME=value``; ``NAME=`` for any value),
     read from /proc."""
-    found, mine = [], os.getpid()
-    needle = b"\0" + entry.encode() + (b"" if entry.endswith("=") else b"\0")
+    name, _, value = entry.partition("=")
+    return [pid for pid, held in _values_of(name).items() if not value or held == value]
+
+
+def _values_of(name: str) -> dict[int, str]:
+    """pid -> the value of environment variable ``name``, for every process other than this one that has it (each
+    process's environment read once, from /proc)."""
+    found, mine, key = {}, os.getpid(), name.encode() + b"="
     with contextlib.suppress(OSError):
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) != mine:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != mine:
                 with contextlib.suppress(OSError):
-                    with open(f"/proc/{name}/environ", "rb") as f:
-                        if needle in b"\0" + f.read() + b"\0":
-                            found.append(int(name))
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        held = next((e for e in f.read().split(b"\0") if e.startswith(key)), None)
+                    if held is not None:
+                        found[int(entry)] = held[len(key):].decode(errors="replace")
     return found
 
 

@@ -29,10 +29,10 @@ def setup() -> None:
         st.rerun()
     st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))
     if st.session_state.get("link_error"):  # a link's plan refused: said on whichever page it opened, once
-        st.error(ui.plain(st.session_state["link_error"]))
+        say("error", st.session_state["link_error"])
     if st.session_state.get("plan_notes") or st.session_state.get("link_error"):
         for note in st.session_state.get("plan_notes", ()):  # what reading a plan or link means: until dismissed
-            st.info(ui.plain(note), icon=":material/info:")
+            say("info", note, icon=":material/info:")
         if st.button("Understood", key="plan_notes_seen", help="Hide these notes (the next plan or link says its own)"):
             st.session_state.pop("plan_notes", None)
             st.session_state.pop("link_error", None)
@@ -79,7 +79,7 @@ def explained(fig, key: str, where=st) -> None:
     """A chart and, under it, what it shows (advisor/ui/explain.py)."""
     where.plotly_chart(fig, width="stretch")
     with where.expander("What am I looking at?"):
-        st.markdown(ui.plain(H(key)))
+        say("markdown", H(key))
 
 
 def say(kind: str, text: str, where=st, **kw) -> None:
@@ -98,7 +98,7 @@ def errors(*keys: str) -> None:
     """The last refusal's one-line message for each session key given (``plan_error``, ``upload_error``)."""
     for key in keys:
         if key in st.session_state:
-            st.error(ui.plain(st.session_state[key]))
+            say("error", st.session_state[key])
 
 
 @contextmanager
@@ -114,5 +114,5 @@ def progress(text: str):
 def stop_on(problem: str | None) -> None:
     """Show why the page cannot go on (data that cannot be estimated under this plan, say) and stop there."""
     if problem:
-        st.error(ui.plain(problem))
+        say("error", problem)
         st.stop()

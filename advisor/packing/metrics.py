@@ -158,8 +158,9 @@ def l2_bound(counts: np.ndarray, pack_size: int) -> int:
         return np.searchsorted(sizes, limit, side="left")
 
     alpha = np.unique(np.concatenate([sizes[sizes <= half], [half]]))
-    big = cnt[-1] - cnt[below(np.array([half + 1]))[0]]  # |J1| + |J2|
-    j2_hi, j2_lo, j3_lo = below(P - alpha + 1), below(np.array([half + 1]))[0], below(alpha)
+    j2_lo = int(below(np.array([half + 1]))[0])  # the first distinct size over P/2
+    big = cnt[-1] - cnt[j2_lo]  # |J1| + |J2|
+    j2_hi, j3_lo = below(P - alpha + 1), below(alpha)
     j2 = cnt[j2_hi] - cnt[j2_lo]
     s2 = tok[j2_hi] - tok[j2_lo]
     s3 = tok[j2_lo] - tok[j3_lo]

@@ -417,8 +417,7 @@ class Plan(_Section):
         """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): Megatron-Bridge 0.6's CP/SP multiple
         (training/config.py ``ConfigContainer.validate``). Older docs said 2 CP TP (the product); 0.3.1 recipes
         used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP."""
-        p = self.parallel
-        return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+        return collate_multiple(self.parallel)
 
     @property
     def offline_pad_seq_to_mult(self) -> int:
@@ -432,7 +431,7 @@ class Plan(_Section):
         >>> plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True}}).pad_seq_to_mult
         1
         """
-        return 1 if self.parallel.cp == 1 else self.collate_padding_multiple
+        return offline_multiple(self.parallel)
 
     @property
     def pad_seq_to_mult(self) -> int:
@@ -764,12 +763,10 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
             out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
                        f"holds ({longest}): every sample would be cut to nothing")
-        elif k.pad_seq_to_mult is None and offline and p.cp > 1:
+        elif k.pad_seq_to_mult is None and offline and (derived := offline_multiple(p)) > longest:
             # the recipes' multiple under CP (Plan.offline_pad_seq_to_mult): a pack shorter than it holds nothing
-            derived = math.lcm(2 * p.cp, p.cp * p.tp if p.sp and p.tp > 1 else 1)
-            if derived > longest:
-                out.append(f"packing.pack_size {pack} is shorter than the multiple CP {p.cp} pads every sequence to "
-                           f"({derived}, Megatron-Bridge's recipes' pad_seq_to_mult): no sample fits a pack")
+            out.append(f"packing.pack_size {pack} is shorter than the multiple CP {p.cp} pads every sequence to "
+                       f"({derived}, Megatron-Bridge's recipes' pad_seq_to_mult): no sample fits a pack")
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
             out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
                        f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")
@@ -876,6 +873,20 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
     if problems:
         raise PlanError(source, list(dict.fromkeys(problems)))
     return Plan.model_construct(**sections, version=VERSION, notes=tuple(notes))  # checked: no second validation
+
+
+def collate_multiple(p: ParallelSpec) -> int:
+    """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): ``Plan.collate_padding_multiple`` of a layout.
+
+    >>> collate_multiple(ParallelSpec(gpus=16, tp=2, cp=2, sp=True)), collate_multiple(ParallelSpec(gpus=8))
+    (4, 1)
+    """
+    return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+
+
+def offline_multiple(p: ParallelSpec) -> int:
+    """The recipes' offline ``pad_seq_to_mult`` of a layout (``Plan.offline_pad_seq_to_mult``): 1 without CP."""
+    return 1 if p.cp == 1 else collate_multiple(p)
 
 
 AUTO_MODE = {"llm-sft": "offline", "vlm-sft": "in-batch", "pretrain": "none"}  # packing.mode auto, by task

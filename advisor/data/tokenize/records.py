@@ -8,6 +8,7 @@ the local engine's processes and Ray's tasks alike, so both produce the same rec
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import json
@@ -483,12 +484,9 @@ def _zst_lines(path: str, max_line: int, budget: int = NO_LIMIT) -> Iterator[byt
     walk first: ``stream_reader`` ends quietly at a truncated frame, so the records after the cut would vanish;
     the walk (block headers only) finds where a stream stops inside a frame, and that raises ``EOFError`` once the
     good part is read."""
-    import zstandard
-
     problem = zstd_problem(path)
-    with open(path, "rb") as f:
-        reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-        for line in bounded_lines(budgeted(reader.read, budget), max_line):
+    with decompressed(path, "jsonl.zst") as read:
+        for line in bounded_lines(budgeted(read, budget), max_line):
             if problem is not None and isinstance(line, bytes) and not line.endswith(b"\n"):
                 break  # the line the cut falls in: not a record of its own, the message below covers it
             yield line
@@ -601,8 +599,8 @@ def _raw_lines(shard: Shard, max_line: int, budget: int = NO_LIMIT) -> Iterator[
         yield from _zst_lines(shard.path, max_line, budget)
         return
     if shard.kind == "jsonl.gz":
-        with gzip.open(shard.path, "rb") as f:
-            yield from bounded_lines(budgeted(f.read, budget), max_line)
+        with decompressed(shard.path, shard.kind) as read:
+            yield from bounded_lines(budgeted(read, budget), max_line)
         return
     with open(shard.path, "rb") as f:
         f.seek(shard.start)
@@ -614,6 +612,20 @@ def _raw_lines(shard: Shard, max_line: int, budget: int = NO_LIMIT) -> Iterator[
             return part
 
         yield from bounded_lines(read, max_line)
+
+
+@contextlib.contextmanager
+def decompressed(path: str, kind: str) -> Iterator[Callable[[int], bytes]]:
+    """``read(n)`` over the decompressed bytes of a gzip (``jsonl.gz``) or zstd (``jsonl.zst``, frame after frame)
+    file: the one way both are opened, for counting and for reading lines."""
+    with open(path, "rb") as f:
+        if kind == "jsonl.zst":
+            import zstandard
+
+            yield zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read
+        else:
+            with gzip.GzipFile(fileobj=f, mode="rb") as g:
+                yield g.read
 
 
 def _decodes_over(shard: Shard, budget: int) -> bool:
@@ -628,14 +640,8 @@ def _decodes_over(shard: Shard, budget: int) -> bool:
     (True, False)
     """
     try:
-        if shard.kind == "jsonl.zst":
-            import zstandard
-
-            with open(shard.path, "rb") as f:
-                return _read_over(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read,
-                                  budget)
-        with gzip.open(shard.path, "rb") as g:
-            return _read_over(g.read, budget)
+        with decompressed(shard.path, shard.kind) as read:
+            return _read_over(read, budget)
     except _decompress_errors():
         return False
 
