@@ -420,22 +420,30 @@ def _kind(surface: str, task: dict, detail: str) -> str:
     return f"{what}: " + " ".join(w for w in detail.split() if not any(c.isdigit() for c in w))[:110]
 
 
-def report(tasks: list, results: list, seconds: float, messages: int = 0) -> int:
+def outcome_table(tasks: list, results: list, surfaces: list[str], outcomes: tuple[str, ...], seconds: float,
+                  width: int = 22, cell: int = 11) -> Counter:
+    """Print how the runs ended, a row per surface and one for all, and their count and time; the totals."""
     table: dict[str, Counter] = {}
+    for index, outcome, _ in results:
+        table.setdefault(tasks[index][0], Counter())[outcome] += 1
+    print(f"\n{'surface':<{width}}" + "".join(f"{o:>{cell}}" for o in outcomes))
+    for surface in surfaces:
+        if surface in table:
+            print(f"{surface:<{width}}" + "".join(f"{table[surface][o]:>{cell},}" for o in outcomes))
+    total = Counter(outcome for _, outcome, _ in results)
+    print(f"{'all':<{width}}" + "".join(f"{total[o]:>{cell},}" for o in outcomes))
+    print(f"\n{len(results):,} runs in {seconds:.0f} s")
+    return total
+
+
+def report(tasks: list, results: list, seconds: float, messages: int = 0) -> int:
     said: Counter = Counter()
     for index, outcome, detail in results:
-        table.setdefault(tasks[index][0], Counter())[outcome] += 1
         if outcome == "refused":
             said[_kind(*tasks[index], detail)] += 1
     for text, n in said.most_common(messages):
         print(f"  {n:>6,} x {text}")
-    print(f"\n{'surface':<22}" + "".join(f"{o:>11}" for o in OUTCOMES))
-    for surface in COUNTS:
-        if surface in table:
-            print(f"{surface:<22}" + "".join(f"{table[surface][o]:>11,}" for o in OUTCOMES))
-    total = Counter(outcome for _, outcome, _ in results)
-    print(f"{'all':<22}" + "".join(f"{total[o]:>11,}" for o in OUTCOMES))
-    print(f"\n{len(results):,} runs in {seconds:.0f} s")
+    total = outcome_table(tasks, results, list(COUNTS), OUTCOMES, seconds)
     bad = [r for r in results if r[1] in BAD]
     for index, outcome, detail in bad[:30]:
         print(f"  {outcome}: {tasks[index][0]} {' '.join(tasks[index][1]['argv'])[:200]!r}: {detail}")

@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -713,16 +712,7 @@ def main() -> int:
 
 
 def report(tasks: list, results: list, surfaces: list[str], seconds: float) -> int:
-    table: dict[str, Counter] = {}
-    for index, outcome, _ in results:
-        table.setdefault(tasks[index][0], Counter())[outcome] += 1
-    print(f"\n{'surface':<14}" + "".join(f"{o:>12}" for o in OUTCOMES))
-    for surface in surfaces:
-        if surface in table:
-            print(f"{surface:<14}" + "".join(f"{table[surface][o]:>12,}" for o in OUTCOMES))
-    total = Counter(outcome for _, outcome, _ in results)
-    print(f"{'all':<14}" + "".join(f"{total[o]:>12,}" for o in OUTCOMES))
-    print(f"\n{len(results):,} runs in {seconds:.0f} s")
+    total = base.outcome_table(tasks, results, surfaces, OUTCOMES, seconds, width=14, cell=12)
     bad = [r for r in results if r[1] in BAD]
     for index, outcome, detail in bad[:40]:
         print(f"  {outcome}: {tasks[index][0]}: {detail}")

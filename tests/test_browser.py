@@ -426,32 +426,12 @@ def test_three_sessions_one_hostile_in_chromium():
     hostile_plan = default_plan(wiki).changed({"parallel": {"cp": 2}, "training": {"global_batch_samples": 8}})
     query = urllib.parse.urlencode(links.plan_to_query(hostile_plan, wiki))
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
-                               str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-                               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = _server(port)
     url, log = f"http://127.0.0.1:{port}", []
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "streamlit did not start within 90 s"
-                time.sleep(0.5)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
-            calm = []
-            for _ in range(2):
-                page = browser.new_context().new_page()
-                page.set_viewport_size({"width": 1400, "height": 1100})
-                page.goto(url)
-                page.wait_for_selector(READY, timeout=120_000)
-                page.get_by_role("link", name="Memory and FLOPs").click()
-                page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
-                page.wait_for_selector(READY, timeout=120_000)
-                calm.append(page)
+            calm = [_memory_page(browser, url) for _ in range(2)]
             hostile = browser.new_context().new_page()
             hostile.set_viewport_size({"width": 1400, "height": 1100})
             t0 = time.perf_counter()
@@ -510,19 +490,14 @@ def test_three_links_with_the_largest_global_batch_leave_a_fourth_session_respon
     largest = TrainingSpec.model_fields["global_batch_size"].metadata[-1].le
     hostile_plan = default_plan().changed({"training": {"global_batch_size": largest}})
     query = urllib.parse.urlencode(links.plan_to_query(hostile_plan, DEFAULT_SAMPLE))
-    server = _server(_free_port())
-    url = f"http://127.0.0.1:{server.args[server.args.index('--server.port') + 1]}"
+    port = _free_port()
+    server = _server(port)
+    url = f"http://127.0.0.1:{port}"
     log = [f"global_batch_size {largest:,} packs (the schema's largest), three links at once"]
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
-            calm = browser.new_context().new_page()
-            calm.set_viewport_size({"width": 1400, "height": 1100})
-            calm.goto(url)
-            calm.wait_for_selector(READY, timeout=120_000)
-            calm.get_by_role("link", name="Memory and FLOPs").click()
-            calm.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
-            calm.wait_for_selector(READY, timeout=120_000)
+            calm = _memory_page(browser, url)
             t0 = time.perf_counter()
             hostile = []
             for _ in range(3):
@@ -558,6 +533,18 @@ def test_three_links_with_the_largest_global_batch_leave_a_fourth_session_respon
         SHOTS.mkdir(exist_ok=True)
         (SHOTS / "largest_batch.log").write_text("\n".join(log) + "\n")
         print("\n".join(log))
+
+
+def _memory_page(browser, url: str):
+    """A visitor of its own at 1400 px, on the Memory and FLOPs page, reached from the front page as a person does."""
+    page = browser.new_context().new_page()
+    page.set_viewport_size({"width": 1400, "height": 1100})
+    page.goto(url)
+    page.wait_for_selector(READY, timeout=120_000)
+    page.get_by_role("link", name="Memory and FLOPs").click()
+    page.get_by_role("heading", name="Memory & FLOPs", exact=True).wait_for(timeout=120_000)
+    page.wait_for_selector(READY, timeout=120_000)
+    return page
 
 
 def _server(port: int) -> subprocess.Popen:

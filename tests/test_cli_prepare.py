@@ -190,19 +190,24 @@ def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combination
 # ------------------------------------------------------------------------------------------ interrupted runs
 
 
-def _processes_naming(marker: str) -> list[int]:
-    """Pids of the processes whose command line holds ``marker`` (a run's own output folder): the run and the
-    workers it forked (they share its command line)."""
+def _processes_holding(marker: str | bytes, part: str = "cmdline", among: list[int] | None = None) -> list[int]:
+    """Pids of the processes (all, or ``among``) whose ``/proc/PID/{part}`` holds ``marker``: by command line, a
+    run's own output folder finds the run and the workers it forked (they share it); by environment, a tag finds a
+    run and every process it started, Ray's too."""
+    needle = marker.encode() if isinstance(marker, str) else marker
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
+    for pid in among if among is not None else [int(e) for e in os.listdir("/proc") if e.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                if needle in f.read():
+                    found.append(pid)
+        except OSError:
+            continue
     return found
+
+
+def _processes_naming(marker: str) -> list[int]:
+    return _processes_holding(marker)
 
 
 def _big_sft(folder) -> str:
@@ -256,27 +261,11 @@ def test_an_interrupted_prepare_leaves_no_process_and_no_folder(tmp_path, sig):
 
 
 def _tagged(tag: str) -> list[int]:
-    """Processes whose environment holds ``tag``: a run's own, and every one it started (Ray's too)."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if tag.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return _processes_holding(tag, "environ")
 
 
 def _ray_named(pids: list[int], name: bytes) -> bool:
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if name in f.read():
-                    return True
-        except OSError:
-            continue
-    return False
+    return bool(_processes_holding(name, among=pids))
 
 
 @pytest.mark.slow  # Ray in local mode
