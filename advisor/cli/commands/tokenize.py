@@ -145,23 +145,19 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
             # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
             "format": result.fmt, "plan_data": {"lengths": args.output, "format": result.fmt},
             "lengths": summarize(hist).as_dict(), "loss_fraction": hist.loss_fraction}
-    estimate = _sample_estimate(args, job, result, progress) if args.sample is not None else None
+    estimate, note = _sample_estimate(args, job, result, progress) if args.sample is not None else (None, None)
     if estimate is not None:
         data["sample_estimate"] = estimate.as_dict()
-        from advisor.packing.sampling import BOOTSTRAPS
-
-        if args.bootstraps is None and estimate.bootstraps and estimate.bootstraps < BOOTSTRAPS:
-            note = (f"{estimate.bootstraps} bootstrap replicates, not {BOOTSTRAPS}: at pack size "
-                    f"{estimate.pack_size:,} over {estimate.total:,} records more would take over half a minute "
-                    "(--bootstraps sets it, up to that)")
-            data["notes"].append(note)
-            print(f"note: {note}", file=sys.stderr)
+    if note is not None:
+        data["notes"].append(note)
+        print(f"note: {note}", file=sys.stderr)
     return TokenizeOutcome(data=data, result=result, estimate=estimate, output=args.output)
 
 
 def _sample_estimate(args: Namespace, job: TokenizeJob, result: TokenizeResult, progress: Progress,
-                     ) -> SampleEstimate:
-    """The whole data set's packing at ``--pack-size`` (else the samples' max_seq_length), from the sample."""
+                     ) -> tuple[SampleEstimate, str | None]:
+    """The whole data set's packing at ``--pack-size`` (else the samples' max_seq_length), from the sample, and a
+    note when the default number of replicates was lowered to stay within the bound."""
     from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
     from advisor.packing.sampling import BOOTSTRAPS, max_bootstraps, population_size, sample_estimate
 
@@ -180,7 +176,12 @@ def _sample_estimate(args: Namespace, job: TokenizeJob, result: TokenizeResult, 
     bootstraps = args.bootstraps if args.bootstraps is not None else min(BOOTSTRAPS, most)
     progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({bootstraps} replicates)")
     cfg = PackingConfig(pack_size=pack_size, overlong=OVERLONG_OF_FORMAT[args.format])
-    return sample_estimate(result.lengths, usable, cfg, bootstraps=bootstraps, seed=args.seed)
+    estimate = sample_estimate(result.lengths, usable, cfg, bootstraps=bootstraps, seed=args.seed)
+    note = None
+    if bootstraps < BOOTSTRAPS and args.bootstraps is None and estimate.bootstraps:  # 0: the sample is everything
+        note = (f"{bootstraps} bootstrap replicates, not {BOOTSTRAPS}: at pack size {pack_size:,} over {usable:,} "
+                "records more would take over half a minute (--bootstraps sets it, up to that)")
+    return estimate, note
 
 
 def check_ray_address(address: str, engine: str) -> None:
