@@ -10,6 +10,7 @@ check: lint types docs test
 
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports
 
 types:

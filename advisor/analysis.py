@@ -118,13 +118,13 @@ class Analysis:
     @property
     def global_batch_packs(self) -> int | None:
         """Megatron-Bridge's global_batch_size with offline packing: the plan's packs, or its samples over n."""
-        return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else \
-            self.plan.batch_in_packs
+        return self.plan.global_batch_packs(self.packing_factor) if self.packing_factor else self.plan.batch_in_packs
 
     @property
     def estimate(self) -> Estimate:
-        return self._part("estimate", lambda: estimate(self.plan, self.hist, mfu=self.mfu,
-                                                       overhead_gib=self.overhead_gib))
+        return self._part(
+            "estimate", lambda: estimate(self.plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
+        )
 
     @property
     def loss(self) -> LossWeighting:
@@ -171,38 +171,61 @@ class Analysis:
 
         return self._part(("search", vary), run)
 
-    def export(self, fmt: str, version: str = DEFAULT_MB_VERSION, *, recommended: bool = False, vary=(),
-               mock_lengths: str | None = None) -> str:
+    def export(
+        self,
+        fmt: str,
+        version: str = DEFAULT_MB_VERSION,
+        *,
+        recommended: bool = False,
+        vary=(),
+        mock_lengths: str | None = None,
+    ) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
         with these freedoms; ``mock_lengths``: the Megatron-LM export trains on mock data read from that file)."""
         if fmt not in ALL_FORMATS:
             raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(ALL_FORMATS)}")
         result = self.searched(vary=vary) if recommended else None
-        target = analyze(result.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib) \
-            if result is not None else self
+        target = (
+            analyze(result.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
+            if result is not None
+            else self
+        )
         if fmt == "torchrun":
             return trial_torchrun()
         if fmt == "slurm":
             return trial_slurm(target.plan)
         if fmt == "markdown":
-            return export(target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate,
-                          result)
-        return export(target.plan, fmt, version, target.packing_factor, num_samples=target.hist.num_samples,
-                      num_packs=target.packing.num_packs if target.packing is not None else None,
-                      mock_lengths=mock_lengths)
+            return export(
+                target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate, result
+            )
+        return export(
+            target.plan,
+            fmt,
+            version,
+            target.packing_factor,
+            num_samples=target.hist.num_samples,
+            num_packs=target.packing.num_packs if target.packing is not None else None,
+            mock_lengths=mock_lengths,
+        )
 
     def summary(self) -> dict:
         """The plan's derived settings, as the CLI's JSON and the dashboard show them."""
         p = self.plan
-        return {"packing_mode": p.packing_mode, "pad_seq_to_mult": p.pad_seq_to_mult, "dp": p.dp,
-                "pack_size": p.pack_size if p.packing_mode == "offline" else None,
-                "samples_per_step": p.requested_samples, "packing_factor": self.packing_factor,
-                "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
-                "global_batch_unit": p.batch_unit,
-                "megatron_bridge_global_batch_size": self.global_batch_packs or p.requested_samples,
-                "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
-                "batch": p.batch_text(self.packing_factor), "pipeline_layout": p.pipeline_layout_summary(),
-                "plan_notes": list(p.notes)}
+        return {
+            "packing_mode": p.packing_mode,
+            "pad_seq_to_mult": p.pad_seq_to_mult,
+            "dp": p.dp,
+            "pack_size": p.pack_size if p.packing_mode == "offline" else None,
+            "samples_per_step": p.requested_samples,
+            "packing_factor": self.packing_factor,
+            "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
+            "global_batch_unit": p.batch_unit,
+            "megatron_bridge_global_batch_size": self.global_batch_packs or p.requested_samples,
+            "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
+            "batch": p.batch_text(self.packing_factor),
+            "pipeline_layout": p.pipeline_layout_summary(),
+            "plan_notes": list(p.notes),
+        }
 
 
 def _analysis_arrays(a: Analysis) -> list:
@@ -211,12 +234,14 @@ def _analysis_arrays(a: Analysis) -> list:
     return packing_arrays(a.computed("packing")) + caches.held_arrays(a.computed("estimate"))
 
 
-_ANALYSES = caches.bounded("analyses", size=ANALYSIS_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES,
-                           arrays=_analysis_arrays, by_histogram=True)
+_ANALYSES = caches.bounded(
+    "analyses", size=ANALYSIS_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES, arrays=_analysis_arrays, by_histogram=True
+)
 
 
-def analyze(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
-            overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Analysis:
+def analyze(
+    plan: Plan, hist: LengthHistogram, *, mfu: float | None = None, overhead_gib: float = DEFAULT_OVERHEAD_GIB
+) -> Analysis:
     """The analysis of a plan on its data, cached on their content (an equal plan and equal lengths hit)."""
     if not isinstance(plan, Plan):
         raise PlanError("plan", [f"expected a Plan, got {type(plan).__name__}"])
@@ -238,17 +263,27 @@ def memory_grid(analysis: Analysis, pack_sizes: list[int] | None = None, cps: li
     for cp in cps:
         for size in sizes:
             try:
-                cell = p.changed({"parallel": {"cp": cp}, "training": {"seq_length": size},
-                                  "packing": {"pack_size": size}})
+                cell = p.changed(
+                    {"parallel": {"cp": cp}, "training": {"seq_length": size}, "packing": {"pack_size": size}}
+                )
             except PlanError:
                 continue
             same = cell == p  # the plan's own cell: its exact analysis is already there
-            cell_analysis = analysis if same else analyze(cell, model, mfu=analysis.mfu,
-                                                          overhead_gib=analysis.overhead_gib)
+            cell_analysis = (
+                analysis if same else analyze(cell, model, mfu=analysis.mfu, overhead_gib=analysis.overhead_gib)
+            )
             est = cell_analysis.estimate
             # rules a cell breaks; not fitting is the fits column already (memory.exceeds)
-            breaks = sorted({f.id for f in cell_analysis.findings if f.severity == "error"
-                             and not f.id.startswith("memory.")})
-            rows.append({"cp": cp, "pack_size": size, "memory_gib": est.memory.total / 2**30, "fits": est.memory.fits,
-                         "breaks": ", ".join(breaks)})
+            breaks = sorted(
+                {f.id for f in cell_analysis.findings if f.severity == "error" and not f.id.startswith("memory.")}
+            )
+            rows.append(
+                {
+                    "cp": cp,
+                    "pack_size": size,
+                    "memory_gib": est.memory.total / 2**30,
+                    "fits": est.memory.fits,
+                    "breaks": ", ".join(breaks),
+                }
+            )
     return rows

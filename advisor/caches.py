@@ -32,8 +32,7 @@ class BoundedCache:
     are stored (an analysis computes its estimate lazily).
     """
 
-    def __init__(self, name: str, size: int, max_bytes: int | None = None,
-                 arrays: Callable[[Any], list] | None = None):
+    def __init__(self, name: str, size: int, max_bytes: int | None = None, arrays: Callable[[Any], list] | None = None):
         self.name, self.size, self.max_bytes, self.arrays = name, size, max_bytes, arrays
         self.entries: OrderedDict = OrderedDict()
         self.hits = self.misses = 0
@@ -124,8 +123,9 @@ class BoundedCache:
 
     def _trim(self) -> None:
         """Drop the oldest entries past ``size`` or the byte budget (the newest always stays)."""
-        while len(self.entries) > self.size or (len(self.entries) > 1 and self.max_bytes is not None
-                                                and self._held() > self.max_bytes):
+        while len(self.entries) > self.size or (
+            len(self.entries) > 1 and self.max_bytes is not None and self._held() > self.max_bytes
+        ):
             self.entries.popitem(last=False)
 
 
@@ -189,8 +189,14 @@ def _register(cache):
     return cache
 
 
-def bounded(name: str, *, size: int, max_bytes: int | None = None, arrays: Callable[[Any], list] | None = None,
-            by_histogram: bool = False) -> BoundedCache:
+def bounded(
+    name: str,
+    *,
+    size: int,
+    max_bytes: int | None = None,
+    arrays: Callable[[Any], list] | None = None,
+    by_histogram: bool = False,
+) -> BoundedCache:
     """A new registered cache (``by_histogram``: keyed on a histogram's contents and a setting)."""
     return _register((HistogramCache if by_histogram else BoundedCache)(name, size, max_bytes, arrays))
 
@@ -217,8 +223,18 @@ def clear() -> None:
 
 def report() -> list[dict]:
     """One row per cache: its bounds, what it holds now, its hits and misses."""
-    return [{"cache": name, "max_entries": c.size, "max_bytes": c.max_bytes, "entries": len(c.entries),
-             "held_bytes": c.held_bytes(), "hits": c.hits, "misses": c.misses} for name, c in every().items()]
+    return [
+        {
+            "cache": name,
+            "max_entries": c.size,
+            "max_bytes": c.max_bytes,
+            "entries": len(c.entries),
+            "held_bytes": c.held_bytes(),
+            "hits": c.hits,
+            "misses": c.misses,
+        }
+        for name, c in every().items()
+    ]
 
 
 def cache_budget(most: int = 2 << 30) -> int:

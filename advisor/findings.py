@@ -32,8 +32,14 @@ class Finding:
             raise ValueError(f"finding {self.id}: severity {self.severity!r} is not one of {SEVERITIES}")
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "severity": self.severity, "message": self.message, "reason": self.reason,
-                "source": self.source, "fix": self.fix}
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "message": self.message,
+            "reason": self.reason,
+            "source": self.source,
+            "fix": self.fix,
+        }
 
 
 def by_severity(findings: Iterable[Finding]) -> dict[Severity, list[Finding]]:

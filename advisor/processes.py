@@ -160,7 +160,7 @@ def _values_of(name: str) -> dict[int, str]:
                     with open(f"/proc/{entry}/environ", "rb") as f:
                         held = next((e for e in f.read().split(b"\0") if e.startswith(key)), None)
                     if held is not None:
-                        found[int(entry)] = held[len(key):].decode(errors="replace")
+                        found[int(entry)] = held[len(key) :].decode(errors="replace")
     return found
 
 
@@ -181,8 +181,9 @@ def _die_with(parent: int, then: Callable[[], None] | None) -> None:
 def process_pool(workers: int, initializer: Callable[[], None] | None = None) -> Iterator[ProcessPoolExecutor]:
     """A forked ProcessPoolExecutor whose workers die with this process; leaving the block by an exception
     (Ctrl-C, SIGTERM, a refused record) kills the workers at once instead of waiting for their tasks."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_die_with,
-                               initargs=(os.getpid(), initializer))
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("fork"), initializer=_die_with, initargs=(os.getpid(), initializer)
+    )
     try:
         yield pool
     except BaseException:

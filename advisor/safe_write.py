@@ -42,8 +42,25 @@ from collections.abc import Callable, Iterable
 from advisor.errors import InputError
 
 # the operating system's own folders (not /opt, /srv or /root: people keep projects there)
-SYSTEM_FOLDERS = ("/dev", "/proc", "/sys", "/etc", "/bin", "/sbin", "/usr", "/boot", "/lib", "/lib32", "/lib64",
-                  "/libx32", "/run", "/var/run", "/var/lib", "/var/log", "/snap")
+SYSTEM_FOLDERS = (
+    "/dev",
+    "/proc",
+    "/sys",
+    "/etc",
+    "/bin",
+    "/sbin",
+    "/usr",
+    "/boot",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/run",
+    "/var/run",
+    "/var/lib",
+    "/var/log",
+    "/snap",
+)
 MAX_GLOB = 100_000  # input shards compared with an output: a bound so a hostile glob cannot take minutes
 _SHOWN = 80
 
@@ -163,8 +180,11 @@ def _check_replaceable(full: str, given: str, holds: list[str], owned: Callable[
     foreign = sorted(name for name in holds if not owned(name))
     if foreign:
         more = f" and {len(foreign) - 1:,} more" if len(foreign) > 1 else ""
-        raise _refuse(given, f"holds {shown(foreign[0])}{more}, which this command did not write; --force replaces "
-                      "only a folder it wrote (give a new or empty folder)")
+        raise _refuse(
+            given,
+            f"holds {shown(foreign[0])}{more}, which this command did not write; --force replaces "
+            "only a folder it wrote (give a new or empty folder)",
+        )
 
 
 def check_output_file(path: str, *, force: bool = False, inputs: Iterable[str | None] = ()) -> str:
@@ -208,8 +228,14 @@ def check_output_file(path: str, *, force: bool = False, inputs: Iterable[str | 
     return full
 
 
-def check_output_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (),
-                        names: Iterable[str] = (), owned: Callable[[str], bool] | None = None) -> str:
+def check_output_folder(
+    path: str,
+    *,
+    force: bool = False,
+    inputs: Iterable[str | None] = (),
+    names: Iterable[str] = (),
+    owned: Callable[[str], bool] | None = None,
+) -> str:
     """The absolute folder to write ``names`` into (created when missing), or one InputError saying why not: an
     existing folder must be empty unless ``force``, and then each named file is checked as by check_output_file.
     With ``owned`` the folder is to be replaced whole: with ``force`` only if every name in it is ``owned``
@@ -258,8 +284,7 @@ def _existing_parent(path: str) -> str:
     return path
 
 
-def make_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (),
-                names: Iterable[str] = ()) -> str:
+def make_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (), names: Iterable[str] = ()) -> str:
     """check_output_folder, then create the missing folders one by one (each created, never followed)."""
     full = check_output_folder(path, force=force, inputs=inputs, names=names)
     _make_missing(full, path)
@@ -329,7 +354,7 @@ def _write_in(dir_fd: int, name: str, data: bytes, force: bool, given: str) -> N
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fchmod(fd, 0o644)  # the umask may have narrowed O_CREAT's mode; 0o644 as documented
             os.fsync(fd)
         finally:
@@ -369,7 +394,7 @@ def _process_start(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat_line = f.read()
-        return int(stat_line[stat_line.rindex(b")") + 2:].split()[19])
+        return int(stat_line[stat_line.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         if not os.path.isdir("/proc/self"):  # no /proc (macOS): whether the pid lives is all there is
             try:
@@ -425,8 +450,9 @@ def sweep_stale(path: str) -> list[str]:
     return done
 
 
-def staging_folder(path: str, *, force: bool = False, inputs: Iterable[str | None] = (),
-                   owned: Callable[[str], bool] | None = None) -> str:
+def staging_folder(
+    path: str, *, force: bool = False, inputs: Iterable[str | None] = (), owned: Callable[[str], bool] | None = None
+) -> str:
     """A new, empty, hidden folder beside ``path`` to write a whole output folder into, after
     check_output_folder's checks of ``path`` (an existing folder with data in it only with ``force``, and then only
     one whose every name is ``owned``). Hand it to ``publish_folder`` when everything is written, or

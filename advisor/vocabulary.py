@@ -23,8 +23,9 @@ MoeDispatcher = Literal["alltoall", "flex_deepep", "flex_hybridep"]
 CpCommType = Literal["p2p", "a2a", "all_gather", "a2a+p2p"]  # Transformer Engine spells all_gather with an underscore
 # the packing algorithms: the first two are Megatron-Bridge's own (reproduced exactly), the others the advisor's;
 # advisor.packing.algorithms refuses to import unless its registry has exactly these
-Algorithm = Literal["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
-                    "column_generation"]
+Algorithm = Literal[
+    "first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first", "column_generation"
+]
 MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)[:2]
 MegatronLmBranch = Literal["main", "dev"]
 OnlineScheduler = Literal["dp_balanced", "default_dynamic_cp"]  # Megatron-LM's --sequence-packing-scheduler

@@ -38,8 +38,9 @@ class Ended:
 
 def run_watched(argv: list[str], *, env: dict, cwd: Path, out_file: Path, seconds: float) -> Ended:
     """Run ``argv`` in its own process group, killed (group and all) after ``seconds``; its lines from ``out_file``."""
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         _, err = proc.communicate(timeout=seconds)
         hung = False

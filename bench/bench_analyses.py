@@ -55,8 +55,14 @@ def count(page: str) -> tuple[int, int]:
 if __name__ == "__main__":
     import advisor  # noqa: F401  - load the package so its modules are patched
 
-    for mod in ("advisor.cli", "advisor.ui.state", "advisor.dashboard", "advisor.search", "advisor.advice.search",
-                "advisor.analysis"):
+    for mod in (
+        "advisor.cli",
+        "advisor.ui.state",
+        "advisor.dashboard",
+        "advisor.search",
+        "advisor.advice.search",
+        "advisor.analysis",
+    ):
         try:
             importlib.import_module(mod)
         except ImportError:

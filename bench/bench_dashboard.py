@@ -88,12 +88,24 @@ def packing_controls(start: int):
         ("pack size, new", [to(s) for s in new]),
         ("pack size, seen before", [to(s) for s in seen]),
         ("pack size +step after idle", [neighbour] * 3),
-        ("algorithm", [lambda at, a=a: at.selectbox(key="plan.packing.algorithm").set_value(a)
-                       for a in ("first_fit_decreasing", "best_fit_decreasing", "first_fit_shuffle")]),
-        ("pad_seq_to_mult", [lambda at, m=m: at.number_input(key="plan.packing.pad_seq_to_mult").set_value(m)
-                             for m in (8, 64, 1)]),
-        ("curve", [lambda at, c=c: _find(at, "radio", "Curve").set_value(c)
-                   for c in ("padding_fraction", "packing_factor", "packing_efficiency")]),
+        (
+            "algorithm",
+            [
+                lambda at, a=a: at.selectbox(key="plan.packing.algorithm").set_value(a)
+                for a in ("first_fit_decreasing", "best_fit_decreasing", "first_fit_shuffle")
+            ],
+        ),
+        (
+            "pad_seq_to_mult",
+            [lambda at, m=m: at.number_input(key="plan.packing.pad_seq_to_mult").set_value(m) for m in (8, 64, 1)],
+        ),
+        (
+            "curve",
+            [
+                lambda at, c=c: _find(at, "radio", "Curve").set_value(c)
+                for c in ("padding_fraction", "packing_factor", "packing_efficiency")
+            ],
+        ),
     ]
 
 
@@ -108,10 +120,17 @@ def online_controls(at):
         return s.set_value(int(top * frac))
 
     return [
-        ("Megatron-LM branch", [lambda at, b=b: _find(at, "selectbox", "Megatron-LM").set_value(b)
-                                for b in ("main", "dev", "main")]),
-        ("max_seqlen_per_dp_cp_rank", [lambda at, v=v: _find(
-            at, "number_input", "max_seqlen_per_dp_cp_rank (0: default)").set_value(v) for v in (8192, 16384, 0)]),
+        (
+            "Megatron-LM branch",
+            [lambda at, b=b: _find(at, "selectbox", "Megatron-LM").set_value(b) for b in ("main", "dev", "main")],
+        ),
+        (
+            "max_seqlen_per_dp_cp_rank",
+            [
+                lambda at, v=v: _find(at, "number_input", "max_seqlen_per_dp_cp_rank (0: default)").set_value(v)
+                for v in (8192, 16384, 0)
+            ],
+        ),
         ("schedule shown", [lambda at, i=i: shown(at, i) for i in (1, 0, 1)]),
         ("step", [lambda at, f=f: step(at, f) for f in (0.5, 1.0, 0.25)]),
     ]
@@ -125,16 +144,35 @@ def page_controls(page: str, at):
     if page == "app.py":
         return [("log x", [lambda at: at.toggle(key="log_x").set_value(not at.toggle(key="log_x").value)] * 3)]
     if page == "pages/2_Memory_and_FLOPs.py":
-        return [("GPU", [lambda at, g=g: at.selectbox(key="plan.hardware.gpu").set_value(g)
-                         for g in ("H200-141GB", "B200", "H100-80GB")])]
+        return [
+            (
+                "GPU",
+                [
+                    lambda at, g=g: at.selectbox(key="plan.hardware.gpu").set_value(g)
+                    for g in ("H200-141GB", "B200", "H100-80GB")
+                ],
+            )
+        ]
     if page == "pages/3_Recommendations.py":
-        return [("export format", [lambda at, f=f: _find(at, "selectbox", "Format").set_value(f)
-                                   for f in ("overrides", "python", "overrides")])]
+        return [
+            (
+                "export format",
+                [
+                    lambda at, f=f: _find(at, "selectbox", "Format").set_value(f)
+                    for f in ("overrides", "python", "overrides")
+                ],
+            )
+        ]
     return []
 
 
-PAGES = {"home": "app.py", "packing": "pages/1_Packing.py", "online": "pages/6_Online_packing.py",
-         "memory": "pages/2_Memory_and_FLOPs.py", "recommendations": "pages/3_Recommendations.py"}
+PAGES = {
+    "home": "app.py",
+    "packing": "pages/1_Packing.py",
+    "online": "pages/6_Online_packing.py",
+    "memory": "pages/2_Memory_and_FLOPs.py",
+    "recommendations": "pages/3_Recommendations.py",
+}
 
 
 def largest_chart(at) -> int:
@@ -175,8 +213,15 @@ def one_data_set(key: str, pages: list[str]) -> dict:
             at.run()
         first = time.perf_counter() - t0
         problems = [str(e.value)[:200] for e in at.exception]
-        row = {"data": name, "samples": hist.num_samples, "page": page, "first_load": first, "controls": [],
-               "largest_chart_bytes": largest_chart(at), "problems": problems}
+        row = {
+            "data": name,
+            "samples": hist.num_samples,
+            "page": page,
+            "first_load": first,
+            "controls": [],
+            "largest_chart_bytes": largest_chart(at),
+            "problems": problems,
+        }
         for control, changes in page_controls(page, at):
             times = []
             for change in changes:
@@ -197,16 +242,21 @@ def one_data_set(key: str, pages: list[str]) -> dict:
     try:
         from advisor.ui.ahead import WORKER
 
-        print(f"  packed ahead in the background: {WORKER.done} kept, {WORKER.dropped} dropped (no room), "
-              f"{WORKER.preempted} stopped for a visitor's work")
+        print(
+            f"  packed ahead in the background: {WORKER.done} kept, {WORKER.dropped} dropped (no room), "
+            f"{WORKER.preempted} stopped for a visitor's work"
+        )
     except ImportError:
         pass
     return {"data": name, "samples": hist.num_samples, "rows": rows, "peak_rss_bytes": hwm()}
 
 
 def print_row(row: dict, flush: bool = False) -> None:
-    print(f"  {row['page']:<28} first load {row['first_load']:6.2f} s   largest chart "
-          f"{row['largest_chart_bytes'] / 1024:8.1f} kB", flush=flush)
+    print(
+        f"  {row['page']:<28} first load {row['first_load']:6.2f} s   largest chart "
+        f"{row['largest_chart_bytes'] / 1024:8.1f} kB",
+        flush=flush,
+    )
     for c in row["controls"]:
         print(f"      {c['control']:<30} {', '.join(f'{s:.2f}' for s in c['seconds'])} s", flush=flush)
     for p in row["problems"]:
@@ -224,9 +274,11 @@ def scale_model_error(key: str) -> None:
     exact = analyze(plan, hist).estimate
     model = analyze(plan, hist.scale_model(SCALE_MODEL_SAMPLES)).estimate
     rel = model.time.tokens_per_second_per_gpu / exact.time.tokens_per_second_per_gpu - 1
-    print(f"  scale model ({SCALE_MODEL_SAMPLES:,} samples) against all {hist.num_samples:,}: tokens/s/GPU {rel:+.3%},"
-          f" memory {model.memory.total / exact.memory.total - 1:+.3%}, straggler x{model.time.straggler_factor:.4f} "
-          f"vs x{exact.time.straggler_factor:.4f}")
+    print(
+        f"  scale model ({SCALE_MODEL_SAMPLES:,} samples) against all {hist.num_samples:,}: tokens/s/GPU {rel:+.3%},"
+        f" memory {model.memory.total / exact.memory.total - 1:+.3%}, straggler x{model.time.straggler_factor:.4f} "
+        f"vs x{exact.time.straggler_factor:.4f}"
+    )
 
 
 def cold_start() -> None:
@@ -235,12 +287,19 @@ def cold_start() -> None:
     subprocess.run([sys.executable, "-m", "advisor", "warmup"], env=env, cwd=ROOT, check=True, capture_output=True)
     warm = time.perf_counter() - t0
     env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cold-")  # and a home page on a fresh cache
-    code = ("import time; from streamlit.testing.v1 import AppTest; t=time.perf_counter(); "
-            "AppTest.from_file('app.py', default_timeout=300).run(); print(time.perf_counter()-t)")
-    home = float(subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True, capture_output=True,
-                                text=True).stdout.split()[-1])
-    print(f"\nfresh install (empty numba cache): `advisor warmup` compiles every kernel in {warm:.1f} s; "
-          f"the home page shows in {home:.2f} s (the kernels compile in a background thread meanwhile)")
+    code = (
+        "import time; from streamlit.testing.v1 import AppTest; t=time.perf_counter(); "
+        "AppTest.from_file('app.py', default_timeout=300).run(); print(time.perf_counter()-t)"
+    )
+    home = float(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.split()[-1]
+    )
+    print(
+        f"\nfresh install (empty numba cache): `advisor warmup` compiles every kernel in {warm:.1f} s; "
+        f"the home page shows in {home:.2f} s (the kernels compile in a background thread meanwhile)"
+    )
 
 
 def cli_start() -> None:
@@ -250,8 +309,12 @@ def cli_start() -> None:
         runs = []
         for _ in range(5):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "advisor", "pack", str(path), "--pack-size", "16", "--quiet"],
-                           cwd=ROOT, check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "advisor", "pack", str(path), "--pack-size", "16", "--quiet"],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
             runs.append(time.perf_counter() - t0)
     print(f"warm `advisor pack` of a 10-sample file: best {min(runs):.2f} s, median {sorted(runs)[2]:.2f} s")
 
@@ -271,8 +334,12 @@ def main() -> None:
     results = []
     for key in args.only:
         print(f"\n{key}:", flush=True)
-        out = subprocess.run([sys.executable, __file__, "--child", key, "--pages", *args.pages], cwd=ROOT,
-                             stdout=subprocess.PIPE, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", key, "--pages", *args.pages],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         lines = out.stdout.splitlines()
         for line in lines:
             if not line.startswith("RESULT "):
@@ -282,8 +349,11 @@ def main() -> None:
             print(f"  the child for {key} failed (exit {out.returncode})")
             continue
         results.append(got[0])
-        print(f"  {got[0]['data']} ({got[0]['samples']:,} samples): peak resident memory of the session "
-              f"{got[0]['peak_rss_bytes'] / MiB:,.0f} MiB", flush=True)
+        print(
+            f"  {got[0]['data']} ({got[0]['samples']:,} samples): peak resident memory of the session "
+            f"{got[0]['peak_rss_bytes'] / MiB:,.0f} MiB",
+            flush=True,
+        )
         scale_model_error(key)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

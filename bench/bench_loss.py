@@ -34,9 +34,11 @@ def main() -> None:
                 t0 = time.perf_counter()
                 lw = loss_weighting(p, hist, packing)
                 times.append(time.perf_counter() - t0)
-            print(f"{sample}: {hist.num_samples:,} samples, {packing.num_packs:,} packs (packed in {packed:.2f} s); "
-                  f"calculate_per_token_loss={ptl}: loss weighting median {statistics.median(times):.3f} s, max "
-                  f"{max(times):.3f} s over {len(times)} runs ({lw.steps_sampled} steps sampled; target < 1 s)")
+            print(
+                f"{sample}: {hist.num_samples:,} samples, {packing.num_packs:,} packs (packed in {packed:.2f} s); "
+                f"calculate_per_token_loss={ptl}: loss weighting median {statistics.median(times):.3f} s, max "
+                f"{max(times):.3f} s over {len(times)} runs ({lw.steps_sampled} steps sampled; target < 1 s)"
+            )
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def previous_pack(hist: LengthHistogram, cfg: PackingConfig):
     from advisor.packing.first_fit import first_fit_tree
     from advisor.packing.metrics import packing_metrics, per_pack
     from advisor.packing.offline import megatron_bridge_metadata, runtime_lengths
+
     rt = runtime_lengths(hist, cfg)
     perm = np.arange(int(rt.counts.sum()), dtype=np.int32)
     np.random.RandomState(cfg.seed).shuffle(perm)
@@ -146,16 +147,19 @@ def main() -> None:
     first_fit(np.array([3, 4], np.int32), 8, bins=False)  # the int32-items kernel too
     rows, mb_rate = [], {}
     print(f"seconds, best of {args.repeat} (range); pack size 512; 'new size' packs 640 with the shuffled order kept")
-    print(f"{'samples':>11} {'algorithm':<21} {'pack':>11} {'new size':>10} {'previous':>10} {'kernel':>10} "
-          f"{'tree kernel':>11} {'MB 0.6.2':>12} {'MB/pack':>8} {'prev/pack':>9} {'tree/kernel':>11} {'same':>5} "
-          f"{'peak MiB':>8}")
+    print(
+        f"{'samples':>11} {'algorithm':<21} {'pack':>11} {'new size':>10} {'previous':>10} {'kernel':>10} "
+        f"{'tree kernel':>11} {'MB 0.6.2':>12} {'MB/pack':>8} {'prev/pack':>9} {'tree/kernel':>11} {'same':>5} "
+        f"{'peak MiB':>8}"
+    )
     for n in args.sizes:
         hist = data(n)
         for algorithm in ("first_fit_shuffle", "first_fit_decreasing"):
             cfg = PackingConfig(pack_size=512, algorithm=algorithm, seed=1234)
             lo, hi, ours = best(partial(pack, hist, cfg), args.repeat, fresh=caches.clear)
-            nlo, nhi, _ = best(partial(pack, hist, PackingConfig(pack_size=640, algorithm=algorithm, seed=1234)),
-                               args.repeat)
+            nlo, nhi, _ = best(
+                partial(pack, hist, PackingConfig(pack_size=640, algorithm=algorithm, seed=1234)), args.repeat
+            )
             row = {"samples": n, "algorithm": algorithm, "pack_seconds": [lo, hi], "new_size_seconds": [nlo, nhi]}
             prev = kern = tree = None
             same = True
@@ -184,12 +188,15 @@ def main() -> None:
             mem = child_memory(n, algorithm)
             row.update(mb_seconds=mb_s, mb_estimated=estimated, identical_metadata=bool(same), **mem)
             rows.append(row)
-            print(f"{n:>11,} {algorithm:<21} {span(lo, hi):>11} {span(nlo, nhi):>10} "
-                  f"{span(*prev) if prev else '-':>10} {span(*kern) if kern else '-':>10} "
-                  f"{span(*tree) if tree else '-':>11} {mb_text:>12} {mb_s / lo:>7.0f}x "
-                  f"{(prev[0] / lo) if prev else float('nan'):>8.1f}x "
-                  f"{(tree[0] / kern[0]) if kern else float('nan'):>10.1f}x {str(same):>5} "
-                  f"{mem['peak_rss_bytes'] / 2**20:>8.0f}", flush=True)
+            print(
+                f"{n:>11,} {algorithm:<21} {span(lo, hi):>11} {span(nlo, nhi):>10} "
+                f"{span(*prev) if prev else '-':>10} {span(*kern) if kern else '-':>10} "
+                f"{span(*tree) if tree else '-':>11} {mb_text:>12} {mb_s / lo:>7.0f}x "
+                f"{(prev[0] / lo) if prev else float('nan'):>8.1f}x "
+                f"{(tree[0] / kern[0]) if kern else float('nan'):>10.1f}x {str(same):>5} "
+                f"{mem['peak_rss_bytes'] / 2**20:>8.0f}",
+                flush=True,
+            )
 
     print("\nQuality on the real histograms (efficiency %, runtime lengths = length - 1):")
     print(f"{'data':<16} {'algorithm':<22} {'packs':>10} {'eff %':>7} {'L2 eff %':>9} {'LP eff %':>9} {'s':>7}")
@@ -202,11 +209,22 @@ def main() -> None:
             m = res.metrics
             l2_eff = m.packed_tokens / m.lower_bound_l2 / size * 100
             lp_eff = m.packed_tokens / np.ceil(m.lower_bound_lp) / size * 100 if m.lower_bound_lp else float("nan")
-            rows.append({"data": path.name, "algorithm": algorithm, "packs": m.num_packs,
-                         "efficiency": m.packing_efficiency, "l2_efficiency": l2_eff, "lp_efficiency": lp_eff,
-                         "seconds": s})
-            print(f"{path.name[:16]:<16} {algorithm:<22} {m.num_packs:>10,} {m.packing_efficiency:>7.3f} "
-                  f"{l2_eff:>9.3f} {lp_eff:>9.3f} {s:>7.2f}", flush=True)
+            rows.append(
+                {
+                    "data": path.name,
+                    "algorithm": algorithm,
+                    "packs": m.num_packs,
+                    "efficiency": m.packing_efficiency,
+                    "l2_efficiency": l2_eff,
+                    "lp_efficiency": lp_eff,
+                    "seconds": s,
+                }
+            )
+            print(
+                f"{path.name[:16]:<16} {algorithm:<22} {m.num_packs:>10,} {m.packing_efficiency:>7.3f} "
+                f"{l2_eff:>9.3f} {lp_eff:>9.3f} {s:>7.2f}",
+                flush=True,
+            )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

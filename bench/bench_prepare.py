@@ -51,8 +51,13 @@ def write_data(path: Path, n: int, seed: int = 0) -> None:
 
 def step(kind: str, **kw) -> dict:
     """Run one step in a fresh Python process; returns its seconds and peak memory."""
-    out = subprocess.run([sys.executable, __file__, "--step", json.dumps({"kind": kind, **kw})], check=True,
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, __file__, "--step", json.dumps({"kind": kind, **kw})],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -72,11 +77,18 @@ def run_step(spec: dict) -> None:
         size = spec["pack_size"]
         start = time.perf_counter()  # the wheel's modules are loaded: time Bridge's preparation alone
         m.offline.prepare_gpt_sft_packed_data(
-            input_path=Path(spec["data"]), output_path=out / f"training_{size}.idx.parquet",
-            output_metadata_path=out / f"{size}_metadata.jsonl", packed_sequence_size=size,
-            tokenizer=build_mb_tokenizer(TOKENIZER), max_seq_length=size, seed=1234,
-            packing_algorithm="first_fit_shuffle", dataset_kwargs=oracle.dataset_kwargs("chat"), pad_seq_to_mult=1,
-            dataset_builder=m.build_split)
+            input_path=Path(spec["data"]),
+            output_path=out / f"training_{size}.idx.parquet",
+            output_metadata_path=out / f"{size}_metadata.jsonl",
+            packed_sequence_size=size,
+            tokenizer=build_mb_tokenizer(TOKENIZER),
+            max_seq_length=size,
+            seed=1234,
+            packing_algorithm="first_fit_shuffle",
+            dataset_kwargs=oracle.dataset_kwargs("chat"),
+            pad_seq_to_mult=1,
+            dataset_builder=m.build_split,
+        )
     else:
         from advisor.data.tokenize.chat import ChatSettings
         from advisor.data.tokenize.engine import TokenizeJob
@@ -96,8 +108,16 @@ def run_step(spec: dict) -> None:
     seconds = time.perf_counter() - start
     self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(json.dumps({"seconds": seconds, "peak_mb": self_kb / 1024, "worker_peak_mb": children_kb / 1024,
-                      "packs": spec.get("packs")}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "peak_mb": self_kb / 1024,
+                "worker_peak_mb": children_kb / 1024,
+                "packs": spec.get("packs"),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -116,12 +136,16 @@ def main() -> None:
         tmp = Path(tmp)
         data = tmp / "chat.jsonl"
         write_data(data, args.records)
-        print(f"data: {args.records:,} chat conversations, {data.stat().st_size / 2**20:.0f} MB; pack size "
-              f"{args.pack_size}; {cores} cores")
+        print(
+            f"data: {args.records:,} chat conversations, {data.stat().st_size / 2**20:.0f} MB; pack size "
+            f"{args.pack_size}; {cores} cores"
+        )
         fresh = step("fresh", data=str(data), out=str(tmp / "ours"), pack_size=args.pack_size, workers=cores)
         repack = step("repack", cache=str(tmp / "ours"), out=str(tmp / "repacked"), pack_size=args.pack_size // 2)
-        rows = [("advisor prepare (raw data)", fresh, args.records),
-                (f"advisor prepare --from-cache (pack {args.pack_size // 2})", repack, args.records)]
+        rows = [
+            ("advisor prepare (raw data)", fresh, args.records),
+            (f"advisor prepare --from-cache (pack {args.pack_size // 2})", repack, args.records),
+        ]
         mb = None
         if not args.skip_mb:
             from tests.mb_prepare_oracle import missing_reason
@@ -143,12 +167,17 @@ def main() -> None:
                     same = (tmp / "mb" / name).read_bytes() == (tmp / "ours" / name).read_bytes()
                     print(f"  Bridge's file and the advisor's are {'identical' if same else 'DIFFERENT'}")
         for label, r, n in rows:
-            print(f"  {label:<58} {r['seconds']:9.2f} s  {n / r['seconds']:10,.0f} records/s  peak "
-                  f"{r['peak_mb']:,.0f} MB (largest worker {r['worker_peak_mb']:,.0f} MB)")
+            print(
+                f"  {label:<58} {r['seconds']:9.2f} s  {n / r['seconds']:10,.0f} records/s  peak "
+                f"{r['peak_mb']:,.0f} MB (largest worker {r['worker_peak_mb']:,.0f} MB)"
+            )
         if mb is not None:
             mb_full = mb["seconds"] * args.records / mb["records"]
-            note = "" if mb["records"] == args.records else (f" (Bridge extrapolated from {mb['records']:,} to "
-                                                             f"{args.records:,} records: {mb_full:,.0f} s)")
+            note = (
+                ""
+                if mb["records"] == args.records
+                else (f" (Bridge extrapolated from {mb['records']:,} to {args.records:,} records: {mb_full:,.0f} s)")
+            )
             print(f"ratio Megatron-Bridge / advisor prepare: {mb_full / fresh['seconds']:.1f}x{note}")
             # what a user re-packing today runs: Bridge's preparation from the raw data, tokenizing again
             print(f"ratio Megatron-Bridge prepare / re-pack from the cache: {mb_full / repack['seconds']:.1f}x")

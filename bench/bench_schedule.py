@@ -43,8 +43,9 @@ def oracle_steps(run, commit: str, scheduler: str, steps: int) -> float:
     if scheduler == "dp_balanced":
         sched = ds.DpBalancedScheduler(run.max_seqlen_per_dp_cp_rank, cfg.cp, cfg.dp, mgs)
     else:
-        sched = ds.DefaultDynamicCPScheduler(run.max_seqlen_per_dp_cp_rank, cfg.cp, cfg.dp, mgs,
-                                             min_cp_size=cfg.min_dynamic_cp)
+        sched = ds.DefaultDynamicCPScheduler(
+            run.max_seqlen_per_dp_cp_rank, cfg.cp, cfg.dp, mgs, min_cp_size=cfg.min_dynamic_cp
+        )
     rows = [row.tolist() for row in run.seqlens[:steps]]  # what the all-gather hands over: Python ints
     results = []
     start = time.perf_counter()
@@ -64,7 +65,7 @@ def oracle_steps(run, commit: str, scheduler: str, steps: int) -> float:
             assert run.num_micro_batches[k] == 0, k
             continue
         step = run.step(k)
-        assert [[list(ids) for ids in mb] for mb in step.global_ids] == [mb[:cfg.ranks] for mb in groups], k
+        assert [[list(ids) for ids in mb] for mb in step.global_ids] == [mb[: cfg.ranks] for mb in groups], k
     return elapsed
 
 
@@ -72,8 +73,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--gbs", type=int, default=256)
-    ap.add_argument("--oracle-steps", type=int, default=200,
-                    help="steps the dynamic-CP oracle runs (then extrapolated)")
+    ap.add_argument(
+        "--oracle-steps", type=int, default=200, help="steps the dynamic-CP oracle runs (then extrapolated)"
+    )
     ap.add_argument("--repeat", type=int, default=5, help="best of this many runs (the whole-epoch oracle too)")
     args = ap.parse_args()
     for commit in ("main", "dev"):
@@ -82,13 +84,24 @@ def main() -> None:
             sys.exit(reason)
     t = time.perf_counter()
     lengths = mock_config_lengths(default_mock_config(SEQ), "default mock config", size=args.samples)
-    print(f"data: Megatron-LM's default mock SFT lengths at seq_length {SEQ}: {lengths.size:,} samples, mean "
-          f"{lengths.mean():.0f} ({time.perf_counter() - t:.2f} s to draw)")
-    schedule(lengths[: args.gbs * 2], OnlineConfig(commit="dev", dataset="mock_sft", seq_length=SEQ,
-                                                   global_batch_size=args.gbs, dp=8, cp=2))  # numba compile/load
+    print(
+        f"data: Megatron-LM's default mock SFT lengths at seq_length {SEQ}: {lengths.size:,} samples, mean "
+        f"{lengths.mean():.0f} ({time.perf_counter() - t:.2f} s to draw)"
+    )
+    schedule(
+        lengths[: args.gbs * 2],
+        OnlineConfig(commit="dev", dataset="mock_sft", seq_length=SEQ, global_batch_size=args.gbs, dp=8, cp=2),
+    )  # numba compile/load
     for label, commit, scheduler, dp, cp in CASES:
-        cfg = OnlineConfig(commit=commit, scheduler=scheduler, dataset="mock_sft" if commit == "dev" else "custom",
-                           seq_length=SEQ, global_batch_size=args.gbs, dp=dp, cp=cp)
+        cfg = OnlineConfig(
+            commit=commit,
+            scheduler=scheduler,
+            dataset="mock_sft" if commit == "dev" else "custom",
+            seq_length=SEQ,
+            global_batch_size=args.gbs,
+            dp=dp,
+            cp=cp,
+        )
         data = lengths
         if commit == "main":  # main has no MockSFTDataset: it gets the lengths dev's mock data set pads to
             div = padding_divisor(commit="dev", dataset="mock_sft", cp=cp)
@@ -105,16 +118,22 @@ def main() -> None:
         theirs = min(oracle_steps(run, commit, scheduler, ran) for _ in range(args.repeat if full else 1))
         theirs_epoch = theirs if full else theirs / ran * steps
         s = run.summary
-        print(f"\n{label} (DP {dp} x CP {cp}, GBS {args.gbs}, {steps:,} steps, {s.samples:,} samples): "
-              f"{s.micro_batches_mean:.1f} micro batches a step, straggler {s.straggler_factor:.3f}, "
-              f"padding {s.padding_fraction:.2%}, refused steps {s.refused_steps}")
+        print(
+            f"\n{label} (DP {dp} x CP {cp}, GBS {args.gbs}, {steps:,} steps, {s.samples:,} samples): "
+            f"{s.micro_batches_mean:.1f} micro batches a step, straggler {s.straggler_factor:.3f}, "
+            f"padding {s.padding_fraction:.2%}, refused steps {s.refused_steps}"
+        )
         print(f"  advisor, whole epoch:          {ours:8.3f} s (best of {args.repeat})")
         if full:
-            print(f"  Megatron-LM, whole epoch:      {theirs:8.3f} s (best of {args.repeat}; all {steps:,} steps "
-                  "checked identical)")
+            print(
+                f"  Megatron-LM, whole epoch:      {theirs:8.3f} s (best of {args.repeat}; all {steps:,} steps "
+                "checked identical)"
+            )
         else:
-            print(f"  Megatron-LM, {ran} steps:       {theirs:8.3f} s (checked identical) -> extrapolated per step "
-                  f"to the epoch: {theirs_epoch:.1f} s")
+            print(
+                f"  Megatron-LM, {ran} steps:       {theirs:8.3f} s (checked identical) -> extrapolated per step "
+                f"to the epoch: {theirs_epoch:.1f} s"
+            )
         print(f"  ratio: {theirs_epoch / ours:.0f}x faster" + ("" if full else " (oracle extrapolated)"))
 
 

@@ -28,8 +28,10 @@ from advisor.data.tokenize.chat import ChatSettings  # noqa: E402
 from advisor.data.tokenize.engine import TokenizeJob, tokenize  # noqa: E402
 
 TOKENIZER = ROOT / "sample_data" / "tokenizers" / "tiny-bpe"
-WORDS = ("packing sequence model token data train long short answer question the a of to in is on why how what "
-         "when which batch attention context parallel pipeline tensor gradient loss step epoch").split()
+WORDS = (
+    "packing sequence model token data train long short answer question the a of to in is on why how what "
+    "when which batch attention context parallel pipeline tensor gradient loss step epoch"
+).split()
 
 
 def conversations(n: int, seed: int = 0) -> list[dict]:
@@ -38,8 +40,10 @@ def conversations(n: int, seed: int = 0) -> list[dict]:
     for i in range(n):
         msgs = [{"role": "system", "content": "You are a concise assistant."}] if i % 4 == 0 else []
         for _ in range(int(rng.integers(1, 4))):
-            msgs += [{"role": "user", "content": " ".join(rng.choice(WORDS, rng.integers(3, 60)))},
-                     {"role": "assistant", "content": " ".join(rng.choice(WORDS, rng.integers(5, 160)))}]
+            msgs += [
+                {"role": "user", "content": " ".join(rng.choice(WORDS, rng.integers(3, 60)))},
+                {"role": "assistant", "content": " ".join(rng.choice(WORDS, rng.integers(5, 160)))},
+            ]
         out.append({"messages": msgs})
     return out
 
@@ -58,9 +62,11 @@ def main() -> None:
         job = TokenizeJob(data=str(data), tokenizer=str(TOKENIZER), fmt="chat", settings=ChatSettings())
 
         timings = {}
-        for label, kw in (("advisor local, 1 worker", {"workers": 1}),
-                          (f"advisor local, {cores} workers", {"workers": cores}),
-                          (f"advisor ray (local Ray), {cores} workers", {"engine": "ray", "workers": cores})):
+        for label, kw in (
+            ("advisor local, 1 worker", {"workers": 1}),
+            (f"advisor local, {cores} workers", {"workers": cores}),
+            (f"advisor ray (local Ray), {cores} workers", {"engine": "ray", "workers": cores}),
+        ):
             start = time.perf_counter()
             result = tokenize(job, **kw)
             timings[label] = (time.perf_counter() - start, result)
@@ -74,30 +80,39 @@ def main() -> None:
         if reason:
             print(f"Megatron-Bridge not run: {reason}")
             return
-        few = records[:args.mb_samples]
+        few = records[: args.mb_samples]
         sub = Path(tmp) / "mb"
         sub.mkdir()
         (sub / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in few))
         tokenizer = build_mb_tokenizer(TOKENIZER)
         start = time.perf_counter()
-        ds = mb_dataset(sub / "chat.jsonl", tokenizer, chat=True, use_hf_tokenizer_chat_template=True,
-                        max_seq_length=1 << 20)
+        ds = mb_dataset(
+            sub / "chat.jsonl", tokenizer, chat=True, use_hf_tokenizer_chat_template=True, max_seq_length=1 << 20
+        )
         mb = [len(ds[i]["input_ids"]) for i in range(len(ds))]
         mb_seconds = time.perf_counter() - start
-        assert mb == ours[:len(mb)].tolist(), "Megatron-Bridge and the advisor disagree"
+        assert mb == ours[: len(mb)].tolist(), "Megatron-Bridge and the advisor disagree"
         per_sample = mb_seconds / len(mb)
         mb_total = per_sample * args.samples
-        print(f"  Megatron-Bridge GPTSFTChatDataset     {mb_seconds:8.2f} s for {len(mb):,} samples (lengths "
-              f"identical) -> {mb_total:,.1f} s for {args.samples:,} (extrapolated per sample)")
+        print(
+            f"  Megatron-Bridge GPTSFTChatDataset     {mb_seconds:8.2f} s for {len(mb):,} samples (lengths "
+            f"identical) -> {mb_total:,.1f} s for {args.samples:,} (extrapolated per sample)"
+        )
         one, _ = timings["advisor local, 1 worker"]
         all_, _ = timings[f"advisor local, {cores} workers"]
         ray_s, _ = timings[f"advisor ray (local Ray), {cores} workers"]
-        print(f"ratio, Megatron-Bridge / advisor local on {cores} cores: {mb_total / all_:.1f}x "
-              f"(one core against one core: {mb_total / one:.1f}x)")
-        print(f"advisor local: {args.samples / one:,.0f} samples/s on one core, {args.samples / all_ / cores:,.0f} per "
-              f"core on {cores}")
-        print(f"Ray on this machine: {ray_s:.2f} s against {all_:.2f} s local ({ray_s - all_:+.2f} s, "
-              f"x{ray_s / all_:.2f}: start-up, task scheduling and the groupby histogram)")
+        print(
+            f"ratio, Megatron-Bridge / advisor local on {cores} cores: {mb_total / all_:.1f}x "
+            f"(one core against one core: {mb_total / one:.1f}x)"
+        )
+        print(
+            f"advisor local: {args.samples / one:,.0f} samples/s on one core, {args.samples / all_ / cores:,.0f} per "
+            f"core on {cores}"
+        )
+        print(
+            f"Ray on this machine: {ray_s:.2f} s against {all_:.2f} s local ({ray_s - all_:+.2f} s, "
+            f"x{ray_s / all_:.2f}: start-up, task scheduling and the groupby histogram)"
+        )
 
 
 if __name__ == "__main__":

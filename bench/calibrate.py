@@ -28,16 +28,25 @@ def table(rows, eff) -> np.ndarray:
     for r in rows:
         t = step_time(r.plan, r.work, eff)
         p = r.plan.parallel
-        layout = (f"TP{p.tp} PP{p.pp}" + (f" VP{p.vpp}" if p.vpp else "") + f" CP{p.cp}"
-                  + (f" EP{p.ep}" if p.ep > 1 else "") + (" FSDP" if p.fsdp else ""))
+        layout = (
+            f"TP{p.tp} PP{p.pp}"
+            + (f" VP{p.vpp}" if p.vpp else "")
+            + f" CP{p.cp}"
+            + (f" EP{p.ep}" if p.ep > 1 else "")
+            + (" FSDP" if p.fsdp else "")
+        )
         err = t.step_seconds / r.step_seconds - 1
         errors.append(err)
         top = sorted(t.breakdown.items(), key=lambda kv: -kv[1])[:4]
-        print(f"{r.name:<46} {layout:<30} {r.step_seconds:>10.2f} {t.step_seconds:>11.2f} {err:>+7.1%}   "
-              + ", ".join(f"{k} {v:.2f}" for k, v in top))
+        print(
+            f"{r.name:<46} {layout:<30} {r.step_seconds:>10.2f} {t.step_seconds:>11.2f} {err:>+7.1%}   "
+            + ", ".join(f"{k} {v:.2f}" for k, v in top)
+        )
     e = np.abs(errors)
-    print(f"|error|: median {np.median(e):.1%}, 90th percentile {np.percentile(e, 90):.1%}, max {e.max():.1%}, "
-          f"mean signed {np.mean(errors):+.1%} over {len(errors)} rows")
+    print(
+        f"|error|: median {np.median(e):.1%}, 90th percentile {np.percentile(e, 90):.1%}, max {e.max():.1%}, "
+        f"mean signed {np.mean(errors):+.1%} over {len(errors)} rows"
+    )
     return np.array(errors)
 
 
@@ -55,8 +64,10 @@ def by_group(rows, errors) -> None:
     for label, moe in (("dense models", False), ("MoE models", True)):
         errs = [abs(e) for r, e in zip(rows, errors, strict=True) if bool(r.plan.model.num_moe_experts) == moe]
         if errs:  # a table of one kind only (a dense fine-tuning table) has no line for the other
-            parts.append(f"{label}: {len(errs)} rows, median {np.median(errs):.1%}, 90th percentile "
-                         f"{np.percentile(errs, 90):.1%}")
+            parts.append(
+                f"{label}: {len(errs)} rows, median {np.median(errs):.1%}, 90th percentile "
+                f"{np.percentile(errs, 90):.1%}"
+            )
     print("; ".join(parts))
 
 
@@ -70,8 +81,10 @@ def leave_one_out(rows, key, label) -> None:
         held = [r for r in rows if key(r) == value]
         eff = fit(train)
         errs = np.abs(np.expm1(residuals(held, eff)))
-        constants = ", ".join(f"{k} {getattr(eff, k):.3f}" for k in ("gemm", "gemm_blackwell", "gemm_fp4", "tp_overlap",
-                                                                      "grouped", "expert_overhead_ms"))
+        constants = ", ".join(
+            f"{k} {getattr(eff, k):.3f}"
+            for k in ("gemm", "gemm_blackwell", "gemm_fp4", "tp_overlap", "grouped", "expert_overhead_ms")
+        )
         print(f"| {value} | {len(held)} | {np.median(errs):.1%} | {errs.max():.1%} | {constants} |")
 
 

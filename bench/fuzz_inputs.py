@@ -47,9 +47,38 @@ BAD = ("traceback", "hang", "blow-up")
 
 
 # ---------------------------------------------------------------------------------------------- generators
-ODD = ["", " ", "abc", "nan", "inf", "-inf", "1e400", "2.5", "1e3", "+7", ".5", "5.", "NULL", "true", '"5"', '"',
-       "é", "2024-01-01", "0x10", "1_000", "\u0660", "-0", "16777217", str(2**53), str(2**63), str(2**64),
-       "9" * 4000, "-" + "9" * 5000, "\x00", "\ud800"]
+ODD = [
+    "",
+    " ",
+    "abc",
+    "nan",
+    "inf",
+    "-inf",
+    "1e400",
+    "2.5",
+    "1e3",
+    "+7",
+    ".5",
+    "5.",
+    "NULL",
+    "true",
+    '"5"',
+    '"',
+    "é",
+    "2024-01-01",
+    "0x10",
+    "1_000",
+    "\u0660",
+    "-0",
+    "16777217",
+    str(2**53),
+    str(2**63),
+    str(2**64),
+    "9" * 4000,
+    "-" + "9" * 5000,
+    "\x00",
+    "\ud800",
+]
 HEADERS = ["length", "count", "seq_len", "num_tokens", "x", "Length", "input_ids", "", "n", "freq", "len", "ids"]
 
 
@@ -76,7 +105,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     roll = 0.5 + (roll - 0.6) * 1.25  # the rest spread over the four kinds of damage
     data = bytearray(data)
     if roll < 0.65:
-        return bytes(data[:rng.randrange(len(data))])
+        return bytes(data[: rng.randrange(len(data))])
     if roll < 0.85:
         for _ in range(rng.randint(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
@@ -85,7 +114,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
         at = rng.randrange(len(data))
         return bytes(data[:at] + bytes(rng.randrange(256) for _ in range(rng.randint(1, 8))) + data[at:])
     at = rng.randrange(len(data))
-    return bytes(data[:at] + data[at:at + 64] * rng.randint(2, 50) + data[at:])
+    return bytes(data[:at] + data[at : at + 64] * rng.randint(2, 50) + data[at:])
 
 
 def gen_delimited(rng: random.Random, sep: str | None = None) -> bytes:
@@ -94,8 +123,13 @@ def gen_delimited(rng: random.Random, sep: str | None = None) -> bytes:
     width = rng.randint(1, 3)
     n = rng.choice([0, 1, 3, 10, 50, 200]) if rng.random() < 0.97 else 100_000
     odd, ragged = rng.choice([0, 0, 0.002, 0.05, 0.3]), rng.choice([0, 0, 0.01, 0.1])
-    rows = [sep.join(cell(rng) if rng.random() < odd else str(rng.randint(1, 5000))
-                     for _ in range(width + (rng.random() < ragged))) for _ in range(n)]
+    rows = [
+        sep.join(
+            cell(rng) if rng.random() < odd else str(rng.randint(1, 5000))
+            for _ in range(width + (rng.random() < ragged))
+        )
+        for _ in range(n)
+    ]
     if rng.random() < 0.6:
         rows.insert(0, sep.join(rng.choice(HEADERS) for _ in range(width)))
     if rng.random() < 0.2:
@@ -107,8 +141,20 @@ def gen_delimited(rng: random.Random, sep: str | None = None) -> bytes:
 def json_value(rng: random.Random, depth: int = 0):
     roll = rng.random()
     if depth > 4 or roll < 0.5:
-        return rng.choice([None, True, False, rng.randint(-3, 9000), rng.randint(-(2**70), 2**70), 2.5, float("inf"),
-                           float("nan"), cell(rng), 10**4000])
+        return rng.choice(
+            [
+                None,
+                True,
+                False,
+                rng.randint(-3, 9000),
+                rng.randint(-(2**70), 2**70),
+                2.5,
+                float("inf"),
+                float("nan"),
+                cell(rng),
+                10**4000,
+            ]
+        )
     if roll < 0.75:
         return [json_value(rng, depth + 1) for _ in range(rng.randint(0, 5))]
     keys = ["length", "input_ids", "seq_len", "count", "mode", "lengths", "x", "path"]
@@ -137,10 +183,15 @@ def gen_jsonl(rng: random.Random) -> bytes:
     lines = []
     for _ in range(rng.randint(0, 30)):
         roll = rng.random()
-        lines.append(json.dumps(json_value(rng), allow_nan=True) if roll < 0.4 else
-                     str(rng.randint(1, 9000)) if roll < 0.7 else
-                     json.dumps({"seq_len": rng.randint(-2, 9000)}) if roll < 0.9 else
-                     rng.choice(["{bad", "[" * 5000, "9" * 6000, "", "  "]))
+        lines.append(
+            json.dumps(json_value(rng), allow_nan=True)
+            if roll < 0.4
+            else str(rng.randint(1, 9000))
+            if roll < 0.7
+            else json.dumps({"seq_len": rng.randint(-2, 9000)})
+            if roll < 0.9
+            else rng.choice(["{bad", "[" * 5000, "9" * 6000, "", "  "])
+        )
     return mutate(rng, encode(rng.choice(["\n", "\r\n", "\r"]).join(lines)))
 
 
@@ -153,12 +204,18 @@ def gen_npy(rng: random.Random) -> bytes:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         wide = rng.random() < 0.2
-        arr = np.array([rng.randint(max(info.min, -5), info.max) if wide else rng.randint(1, min(info.max, 9000))
-                        for _ in range(int(np.prod(shape)))], dtype=dtype)
+        arr = np.array(
+            [
+                rng.randint(max(info.min, -5), info.max) if wide else rng.randint(1, min(info.max, 9000))
+                for _ in range(int(np.prod(shape)))
+            ],
+            dtype=dtype,
+        )
     elif dtype.kind in "fc":
         with np.errstate(over="ignore"):
-            arr = np.array([rng.choice([1.0, 5.0, 2.5, -1.0, np.inf, np.nan, 1e30]) for _ in
-                            range(int(np.prod(shape)))]).astype(dtype)
+            arr = np.array(
+                [rng.choice([1.0, 5.0, 2.5, -1.0, np.inf, np.nan, 1e30]) for _ in range(int(np.prod(shape)))]
+            ).astype(dtype)
     else:
         arr = np.zeros(int(np.prod(shape)), dtype=dtype)
     buf = io.BytesIO()
@@ -167,13 +224,27 @@ def gen_npy(rng: random.Random) -> bytes:
     roll = rng.random()
     if roll < 0.12:
         start, end = data.find(b"(", 10), data.find(b")", 10) + 1
-        claim = rng.choice([b"(10000000000000,)", b"(-1,)", b"(2, 2)", b"()", b"(0,)", b"(3, -3)", b"(" + b"9" * 5000
-                            + b",)", b"((((((((((", b"(1,)*10**9"])
+        claim = rng.choice(
+            [
+                b"(10000000000000,)",
+                b"(-1,)",
+                b"(2, 2)",
+                b"()",
+                b"(0,)",
+                b"(3, -3)",
+                b"(" + b"9" * 5000 + b",)",
+                b"((((((((((",
+                b"(1,)*10**9",
+            ]
+        )
         data = data[:start] + claim + data[end:]
     elif roll < 0.18:
         at = data.find(b"'descr': ") + 9
-        data = data[:at] + rng.choice([b"'|O'", b"'<V8'", b"[('a', '<i8')]", b"'xyz'", b"b'\\x00'", b"'<i8',"]) \
-            + data[data.find(b",", at):]
+        data = (
+            data[:at]
+            + rng.choice([b"'|O'", b"'<V8'", b"[('a', '<i8')]", b"'xyz'", b"b'\\x00'", b"'<i8',"])
+            + data[data.find(b",", at) :]
+        )
     elif roll < 0.22:
         data = data[:8] + bytes([rng.randrange(256), rng.randrange(256)]) + data[10:]
     return mutate(rng, data)
@@ -208,8 +279,9 @@ def arrow_table(rng: random.Random):
     ints = lambda lo, hi: [rng.randint(lo, hi) for _ in range(n)]  # noqa: E731
     cols = {}
     if kind in ("length", "hist"):
-        typ, lo, hi = rng.choice([(pa.int64(), -3, 2**62), (pa.uint64(), 0, 2**64 - 1), (pa.int32(), -3, 2**31 - 1),
-                                  (pa.int64(), 1, 9000)])
+        typ, lo, hi = rng.choice(
+            [(pa.int64(), -3, 2**62), (pa.uint64(), 0, 2**64 - 1), (pa.int32(), -3, 2**31 - 1), (pa.int64(), 1, 9000)]
+        )
         cols["length"] = pa.array(ints(lo, hi), typ)
     if kind == "hist":
         cols["count"] = pa.array(ints(-1, 2**41), pa.int64())
@@ -221,8 +293,13 @@ def arrow_table(rng: random.Random):
         cols["input_ids"] = pa.array([list(range(rng.randint(0, 12))) for _ in range(n)], pa.list_(pa.int32()))
     if kind == "packed":
         typ, lo, hi = rng.choice([(pa.int64(), -2, 2**63 - 1), (pa.uint64(), 0, 2**64 - 1), (pa.int64(), 0, 12)])
-        cols["seq_start_id"] = pa.array([None if rng.random() < 0.05 else sorted(rng.randint(lo, hi) for _ in
-                                         range(rng.randint(0, 3))) for _ in range(n)], pa.list_(typ))
+        cols["seq_start_id"] = pa.array(
+            [
+                None if rng.random() < 0.05 else sorted(rng.randint(lo, hi) for _ in range(rng.randint(0, 3)))
+                for _ in range(n)
+            ],
+            pa.list_(typ),
+        )
     if kind == "nested":
         cols["length"] = pa.array([{"a": rng.randint(1, 9)} for _ in range(n)])
     return pa.table(cols) if cols else pa.table({"x": pa.array([], pa.int8())})
@@ -236,8 +313,25 @@ def gen_parquet(rng: random.Random) -> bytes:
     return mutate(rng, buf.getvalue())
 
 
-MOCK_PATHS = ["nope.csv", "good.csv", ".", "pipe.csv", "loop.csv", "dangling.csv", "sparse.csv", "/proc/self/environ",
-              "/proc/self/mem", "/dev/zero", "", "\x00", 5, None, ["a"], True, {"a": 1}]
+MOCK_PATHS = [
+    "nope.csv",
+    "good.csv",
+    ".",
+    "pipe.csv",
+    "loop.csv",
+    "dangling.csv",
+    "sparse.csv",
+    "/proc/self/environ",
+    "/proc/self/mem",
+    "/dev/zero",
+    "",
+    "\x00",
+    5,
+    None,
+    ["a"],
+    True,
+    {"a": 1},
+]
 
 
 def gen_mock(rng: random.Random) -> bytes:
@@ -246,25 +340,43 @@ def gen_mock(rng: random.Random) -> bytes:
         cfg["type"] = rng.choice(["lognormal", "lognormal", "uniform", None])
     if cfg["mode"] == "file" or rng.random() < 0.3:
         cfg["path"] = rng.choice(MOCK_PATHS)
-    numbers = [lambda: rng.randint(-5, 10_000), lambda: rng.choice([1e200, -0.0, 2**24, 2**24 + 1, 2**70, 1.5]),
-               lambda: rng.choice([float("inf"), float("nan"), True, None, "100", [1]]), lambda: rng.uniform(0, 12)]
-    sane = {"min_seq_len": rng.randint(1, 500), "max_seq_len": rng.randint(500, 2**24), "lognormal_sigma":
-            rng.uniform(0, 3), "mean_seq_len": rng.uniform(1, 9000)}
+    numbers = [
+        lambda: rng.randint(-5, 10_000),
+        lambda: rng.choice([1e200, -0.0, 2**24, 2**24 + 1, 2**70, 1.5]),
+        lambda: rng.choice([float("inf"), float("nan"), True, None, "100", [1]]),
+        lambda: rng.uniform(0, 12),
+    ]
+    sane = {
+        "min_seq_len": rng.randint(1, 500),
+        "max_seq_len": rng.randint(500, 2**24),
+        "lognormal_sigma": rng.uniform(0, 3),
+        "mean_seq_len": rng.uniform(1, 9000),
+    }
     for key in ("min_seq_len", "max_seq_len", "mean_seq_len", "lognormal_sigma"):
         if rng.random() < 0.9:
             cfg[key] = rng.choice(numbers)() if rng.random() < 0.12 else sane[key]
-    return mutate(rng, encode(json.dumps(cfg, allow_nan=True))) if rng.random() < 0.3 else \
-        encode(json.dumps(cfg, allow_nan=True))
+    return (
+        mutate(rng, encode(json.dumps(cfg, allow_nan=True)))
+        if rng.random() < 0.3
+        else encode(json.dumps(cfg, allow_nan=True))
+    )
 
 
 def gen_bytes(rng: random.Random) -> bytes:
     return bytes(rng.randrange(256) for _ in range(rng.randint(0, 600)))
 
 
-GENERATORS = {"csv": (gen_delimited, ".csv"), "tsv": (lambda r: gen_delimited(r, "\t"), ".tsv"),
-              "json": (gen_json, ".json"), "jsonl": (gen_jsonl, ".jsonl"), "npy": (gen_npy, ".npy"),
-              "legacy-npy": (gen_legacy_npy, ".npy"), "parquet": (gen_parquet, ".parquet"),
-              "mock": (gen_mock, ".json"), "bytes": (gen_bytes, ".csv")}
+GENERATORS = {
+    "csv": (gen_delimited, ".csv"),
+    "tsv": (lambda r: gen_delimited(r, "\t"), ".tsv"),
+    "json": (gen_json, ".json"),
+    "jsonl": (gen_jsonl, ".jsonl"),
+    "npy": (gen_npy, ".npy"),
+    "legacy-npy": (gen_legacy_npy, ".npy"),
+    "parquet": (gen_parquet, ".parquet"),
+    "mock": (gen_mock, ".json"),
+    "bytes": (gen_bytes, ".csv"),
+}
 
 
 def make_fixtures(root: Path) -> None:
@@ -305,9 +417,12 @@ def gen_special(rng: random.Random, root: Path, i: int) -> str:
             buf = io.BytesIO()
             pq.write_table(arrow_table(rng), buf)
             (folder / f"s{k}.parquet").write_bytes(mutate(rng, buf.getvalue()))
-        for name, make in [("sub.parquet", lambda p: p.mkdir()), ("pipe.parquet", os.mkfifo),
-                           ("loop.parquet", lambda p: os.symlink(p, p)),
-                           ("gone.parquet", lambda p: os.symlink(p.with_name("nothing"), p))]:
+        for name, make in [
+            ("sub.parquet", lambda p: p.mkdir()),
+            ("pipe.parquet", os.mkfifo),
+            ("loop.parquet", lambda p: os.symlink(p, p)),
+            ("gone.parquet", lambda p: os.symlink(p.with_name("nothing"), p)),
+        ]:
             if rng.random() < 0.5:
                 make(folder / name)
     return str(folder)
@@ -392,8 +507,13 @@ def run_batch(tasks: list[tuple[int, str]], workdir: Path, cwd: Path, batch_id: 
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps(todo))
-        end = run_watched([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=child_env(),
-                          cwd=cwd, out_file=out_file, seconds=BATCH_SECONDS)
+        end = run_watched(
+            [sys.executable, __file__, "--worker", str(task_file), str(out_file)],
+            env=child_env(),
+            cwd=cwd,
+            out_file=out_file,
+            seconds=BATCH_SECONDS,
+        )
         lines = end.lines
         finished = {x[1] for x in lines if x[0] == "end"}
         results += [(x[0], x[1], x[2], x[3]) for x in lines if x[0] in ("load", "skip", "parse")]
@@ -401,8 +521,11 @@ def run_batch(tasks: list[tuple[int, str]], workdir: Path, cwd: Path, batch_id: 
         if started:  # the input the child was on when it hung or died: charged to the read that never ended
             culprit = started[-1]
             done_reads = [x[0] for x in lines if x[0] in ("load", "skip") and x[1] == culprit]
-            how = "load" if not done_reads else ("parse" if done_reads[-1] == "skip" or "skip" not in done_reads
-                                                 else "skip")
+            how = (
+                "load"
+                if not done_reads
+                else ("parse" if done_reads[-1] == "skip" or "skip" not in done_reads else "skip")
+            )
             results.append((how, culprit, "hang" if end.hung else "blow-up", end.detail()))
             finished.add(culprit)
         elif end.returncode != 0 and not end.hung:
@@ -426,12 +549,14 @@ def main() -> int:
         root = Path(tmp)
         (root / "inputs").mkdir()
         inputs = generate(root / "inputs", args.per_format, args.seed)
-        print(f"generated {len(inputs):,} inputs in {time.time() - start:.0f} s (seed {args.seed}); reading them in "
-              f"batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a {BATCH_SECONDS} s timeout",
-              flush=True)
+        print(
+            f"generated {len(inputs):,} inputs in {time.time() - start:.0f} s (seed {args.seed}); reading them in "
+            f"batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a {BATCH_SECONDS} s timeout",
+            flush=True,
+        )
         (root / "work").mkdir()
         indexed = list(enumerate(path for _, path in inputs))
-        batches = [indexed[i:i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
+        batches = [indexed[i : i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
         with ThreadPoolExecutor(args.jobs) as pool:
             done = list(pool.map(lambda b: run_batch(b[1], root / "work", root / "inputs", b[0]), enumerate(batches)))
     results = [r for batch in done for r in batch]
@@ -444,8 +569,9 @@ def report(inputs: list[tuple[str, str]], results: list[tuple[str, int, str, str
     for how, index, outcome, _ in results:
         table.setdefault((fmt_of[index], how), Counter())[outcome] += 1
     print(f"\n{'format':<12}{'read':<7}" + "".join(f"{o:>11}" for o in OUTCOMES))
-    for (fmt, how), counts in sorted(table.items(), key=lambda kv: (list(GENERATORS).index(kv[0][0])
-                                                                     if kv[0][0] in GENERATORS else 99, kv[0][1])):
+    for (fmt, how), counts in sorted(
+        table.items(), key=lambda kv: (list(GENERATORS).index(kv[0][0]) if kv[0][0] in GENERATORS else 99, kv[0][1])
+    ):
         print(f"{fmt:<12}{how:<7}" + "".join(f"{counts[o]:>11,}" for o in OUTCOMES))
     total = Counter(outcome for _, _, outcome, _ in results)
     print(f"{'all':<12}{'':<7}" + "".join(f"{total[o]:>11,}" for o in OUTCOMES))

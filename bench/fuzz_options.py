@@ -71,15 +71,31 @@ def gen_schedule(rng: random.Random) -> dict:
     mbs = _pick(rng, 1, 1, 1, 2, 4, 4096)
     gbs = dp * mbs * _pick(rng, 1, 2, 8, 64, 1024) if rng.random() < 0.85 else rng.randint(1, 1 << 24)
     gbs = min(gbs, 1 << 24)
-    argv = ["schedule", _pick(rng, "squad", "squad", "small", "mock", "mock_huge"),
-            "--seq-length", str(_pick(rng, 1, 2, 16, 384, 512, 4096, 8192, 1 << 20, 1 << 24)),
-            "--dp", str(dp), "--cp", str(cp), "--global-batch-size", str(gbs), "--micro-batch-size", str(mbs),
-            "--quiet"]
-    for flag, values in (("--tp", (1, 2, 8, 1024)), ("--vpp-group", (1, 2, 3, 1024)),
-                         ("--steps", (1, 2, 10, 1000, 100_000, 1 << 24)),
-                         ("--max-seqlen-per-dp-cp-rank", (1, 64, 512, 100_000, 1 << 24)),
-                         ("--scheduler", ("dp_balanced", "default_dynamic_cp")), ("--megatron-lm", ("main", "dev")),
-                         ("--dataset", ("mock_sft", "sft", "custom")), ("--seed", (0, 7, 2**32 - 1))):
+    argv = [
+        "schedule",
+        _pick(rng, "squad", "squad", "small", "mock", "mock_huge"),
+        "--seq-length",
+        str(_pick(rng, 1, 2, 16, 384, 512, 4096, 8192, 1 << 20, 1 << 24)),
+        "--dp",
+        str(dp),
+        "--cp",
+        str(cp),
+        "--global-batch-size",
+        str(gbs),
+        "--micro-batch-size",
+        str(mbs),
+        "--quiet",
+    ]
+    for flag, values in (
+        ("--tp", (1, 2, 8, 1024)),
+        ("--vpp-group", (1, 2, 3, 1024)),
+        ("--steps", (1, 2, 10, 1000, 100_000, 1 << 24)),
+        ("--max-seqlen-per-dp-cp-rank", (1, 64, 512, 100_000, 1 << 24)),
+        ("--scheduler", ("dp_balanced", "default_dynamic_cp")),
+        ("--megatron-lm", ("main", "dev")),
+        ("--dataset", ("mock_sft", "sft", "custom")),
+        ("--seed", (0, 7, 2**32 - 1)),
+    ):
         if rng.random() < 0.35:
             argv += [flag, str(rng.choice(values))]
     for flag in ("--sp", "--json"):
@@ -88,43 +104,98 @@ def gen_schedule(rng: random.Random) -> dict:
     return {"argv": argv}
 
 
-PRESETS = ["llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b", "nemotron4-15b",
-           "deepseek-v3", "qwen2.5-vl-7b"]
+PRESETS = [
+    "llama3.1-8b",
+    "llama3.1-70b",
+    "qwen3-8b",
+    "qwen3-30b-a3b",
+    "mixtral-8x7b",
+    "nemotron4-15b",
+    "deepseek-v3",
+    "qwen2.5-vl-7b",
+]
 
 
 def gen_recommend(rng: random.Random) -> dict:
     """A plan file (YAML as JSON) for ``recommend``: presets on 1 to 2,048 GPUs, short to long sequences."""
     gpus = _pick(rng, 1, 8, 16, 24, 256, 512, 1024, 2048)
     seq = _pick(rng, 128, 512, 1024, 2048, 8192, 65536)
-    plan = {"version": 2, "model": rng.choice(PRESETS),
-            "parallel": {"gpus": gpus, "tp": _pick(rng, 1, 2, 4, 8), "cp": _pick(rng, 1, 1, 2, 4), "pp": 1,
-                         "sp": rng.random() < 0.5},
-            "training": {"seq_length": seq, _pick(rng, "global_batch_size", "global_batch_samples"):
-                         _pick(rng, 8, 128, 1024, 4096, gpus * 2)},
-            "packing": {"mode": _pick(rng, "offline", "offline", "online", "in-batch", "auto")},
-            "data": {"lengths": _pick(rng, SQUAD, str(SAMPLE / "sft_like_hist.csv"),
-                                      str(SAMPLE / "chat_like_hist.csv"))}}
+    plan = {
+        "version": 2,
+        "model": rng.choice(PRESETS),
+        "parallel": {
+            "gpus": gpus,
+            "tp": _pick(rng, 1, 2, 4, 8),
+            "cp": _pick(rng, 1, 1, 2, 4),
+            "pp": 1,
+            "sp": rng.random() < 0.5,
+        },
+        "training": {
+            "seq_length": seq,
+            _pick(rng, "global_batch_size", "global_batch_samples"): _pick(rng, 8, 128, 1024, 4096, gpus * 2),
+        },
+        "packing": {"mode": _pick(rng, "offline", "offline", "online", "in-batch", "auto")},
+        "data": {"lengths": _pick(rng, SQUAD, str(SAMPLE / "sft_like_hist.csv"), str(SAMPLE / "chat_like_hist.csv"))},
+    }
     if plan["packing"]["mode"] == "offline":
         plan["packing"]["pack_size"] = seq
     argv = ["recommend", "plan.json", "--quiet"] + (["--vary", "seq_length,batch"] if rng.random() < 0.2 else [])
     return {"argv": argv, "plan": plan}
 
 
-OUTPUT_KINDS = ["new", "new", "existing", "symlink_file", "dangling", "symlink_dir", "folder", "folder_slash",
-                "empty_folder", "traversal", "deep_missing", "dev_null", "proc", "sys", "etc", "input", "hard_link",
-                "dot", "dotdot", "odd_name", "inside_input_folder", "fifo", "plan"]
+OUTPUT_KINDS = [
+    "new",
+    "new",
+    "existing",
+    "symlink_file",
+    "dangling",
+    "symlink_dir",
+    "folder",
+    "folder_slash",
+    "empty_folder",
+    "traversal",
+    "deep_missing",
+    "dev_null",
+    "proc",
+    "sys",
+    "etc",
+    "input",
+    "hard_link",
+    "dot",
+    "dotdot",
+    "odd_name",
+    "inside_input_folder",
+    "fifo",
+    "plan",
+]
 
 
 def output_path(kind: str, rng: random.Random) -> str:
     """An output path of a kind, relative to the sandbox box (the child's working folder)."""
-    return {"new": "out.csv" if rng.random() < 0.5 else "fresh/new.csv", "existing": "existing.csv",
-            "symlink_file": "link.csv", "dangling": "dangling.csv", "symlink_dir": "linkdir/x.csv",
-            "folder": "dir", "folder_slash": "dir/", "empty_folder": "empty", "traversal": "../outside/t.csv",
-            "deep_missing": "a/b/c.csv", "dev_null": "/dev/null", "proc": "/proc/self/environ",
-            "sys": "/sys/kernel/x", "etc": "/etc/advisor-fuzz.csv", "input": "data.jsonl", "hard_link": "hard.jsonl",
-            "dot": ".", "dotdot": "..",
-            "odd_name": rng.choice(["-x.csv", " .csv", "a\nb.csv", "é\u202e.csv", "x" * 300]),
-            "inside_input_folder": "shards/l.csv", "fifo": "pipe", "plan": "plan.json"}[kind]
+    return {
+        "new": "out.csv" if rng.random() < 0.5 else "fresh/new.csv",
+        "existing": "existing.csv",
+        "symlink_file": "link.csv",
+        "dangling": "dangling.csv",
+        "symlink_dir": "linkdir/x.csv",
+        "folder": "dir",
+        "folder_slash": "dir/",
+        "empty_folder": "empty",
+        "traversal": "../outside/t.csv",
+        "deep_missing": "a/b/c.csv",
+        "dev_null": "/dev/null",
+        "proc": "/proc/self/environ",
+        "sys": "/sys/kernel/x",
+        "etc": "/etc/advisor-fuzz.csv",
+        "input": "data.jsonl",
+        "hard_link": "hard.jsonl",
+        "dot": ".",
+        "dotdot": "..",
+        "odd_name": rng.choice(["-x.csv", " .csv", "a\nb.csv", "é\u202e.csv", "x" * 300]),
+        "inside_input_folder": "shards/l.csv",
+        "fifo": "pipe",
+        "plan": "plan.json",
+    }[kind]
 
 
 def gen_path_task(surface: str, rng: random.Random) -> dict:
@@ -137,8 +208,26 @@ def gen_path_task(surface: str, rng: random.Random) -> dict:
     if surface == "tokenize -o":
         argv = ["tokenize", data, "--tokenizer", TOKENIZER, "--workers", "1", "-o", out, *force, "--quiet"]
     elif surface == "trial --out":
-        argv = ["trial", "plan.json", "--lengths", "lengths.csv", "--steps", "1", "--warmup", "1", "--pack-size",
-                "64", "--packs-per-step", "1", "--threads", "1", "--out", out, *force, "--quiet"]
+        argv = [
+            "trial",
+            "plan.json",
+            "--lengths",
+            "lengths.csv",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--pack-size",
+            "64",
+            "--packs-per-step",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            out,
+            *force,
+            "--quiet",
+        ]
     else:
         argv = ["export", "plan.json", "--lengths", "lengths.csv", "--lengths-csv", out, *force, "--quiet"]
     return {"argv": argv, "output": out, "kind": kind, "sandbox": True}
@@ -159,8 +248,12 @@ def generate(counts: dict[str, int], seed: int) -> list[tuple[str, dict]]:
 
 
 # ---------------------------------------------------------------------------------------------- the sandbox
-SMALL_PLAN = {"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
-              "training": {"seq_length": 512, "global_batch_samples": 64}}
+SMALL_PLAN = {
+    "version": 2,
+    "model": "llama3.1-8b",
+    "parallel": {"gpus": 8, "tp": 2},
+    "training": {"seq_length": 512, "global_batch_samples": 64},
+}
 
 
 def make_sandbox(root: Path) -> Path:
@@ -169,8 +262,9 @@ def make_sandbox(root: Path) -> Path:
     box.mkdir()
     outside.mkdir()
     (outside / "victim.txt").write_bytes(b"must not change\n")
-    (box / "data.jsonl").write_text("".join(json.dumps({"input": f"q{i} " * (i % 7 + 1), "output": f"a{i}"}) + "\n"
-                                            for i in range(40)))
+    (box / "data.jsonl").write_text(
+        "".join(json.dumps({"input": f"q{i} " * (i % 7 + 1), "output": f"a{i}"}) + "\n" for i in range(40))
+    )
     (box / "shards").mkdir()
     shutil.copy(box / "data.jsonl", box / "shards" / "s0.jsonl")
     (box / "lengths.csv").write_text("length\n" + "\n".join(str(20 + 7 * i % 300) for i in range(60)) + "\n")
@@ -218,6 +312,7 @@ def changed_elsewhere(before: dict, after: dict, asked: str | None, folder: bool
         if p == asked or (folder and p.startswith(asked.rstrip("/") + "/")):
             return True
         return p not in before and asked.startswith(p.rstrip("/") + "/") and after.get(p) == ("dir",)
+
     return [p for p in diff if not allowed(p)]
 
 
@@ -238,8 +333,10 @@ def _install_memos(surfaces: set[str]) -> None:
     the engines the batch needs are imported: torch alone takes much of the 2 GiB of address space."""
     import importlib
 
-    wanted = {"tokenize -o": ("advisor.data.tokenize.engine", "tokenize"),
-              "trial --out": ("advisor.trial.run", "run_trial")}
+    wanted = {
+        "tokenize -o": ("advisor.data.tokenize.engine", "tokenize"),
+        "trial --out": ("advisor.trial.run", "run_trial"),
+    }
     for module_name, name in (wanted[s] for s in surfaces if s in wanted):
         module = importlib.import_module(module_name)
         real, memo = getattr(module, name), {}
@@ -248,6 +345,7 @@ def _install_memos(surfaces: set[str]) -> None:
             if "result" not in _memo:
                 _memo["result"] = _real(*args, **kwargs)
             return _memo["result"]
+
         setattr(module, name, once)
 
 
@@ -280,11 +378,14 @@ def run_cli(argv: list[str]) -> tuple[str, str]:
 def run_task(surface: str, task: dict, work: Path) -> tuple[str, str]:
     argv = list(task["argv"])
     if surface == "schedule":
-        argv[1] = {"squad": SQUAD, "small": str(SAMPLE / "chat_like_hist.csv"),
-                   "mock": '{"mode": "distribution", "type": "lognormal", "min_seq_len": 16, "max_seq_len": 8192, '
-                           '"mean_seq_len": 900, "lognormal_sigma": 1.1}',
-                   "mock_huge": '{"mode": "distribution", "type": "lognormal", "min_seq_len": 1, "max_seq_len": '
-                                '16777216, "mean_seq_len": 4000000, "lognormal_sigma": 2}'}[argv[1]]
+        argv[1] = {
+            "squad": SQUAD,
+            "small": str(SAMPLE / "chat_like_hist.csv"),
+            "mock": '{"mode": "distribution", "type": "lognormal", "min_seq_len": 16, "max_seq_len": 8192, '
+            '"mean_seq_len": 900, "lognormal_sigma": 1.1}',
+            "mock_huge": '{"mode": "distribution", "type": "lognormal", "min_seq_len": 1, "max_seq_len": '
+            '16777216, "mean_seq_len": 4000000, "lognormal_sigma": 2}',
+        }[argv[1]]
         if "mock" in task["argv"][1]:
             argv += ["--mock-samples", "200000"]
         return run_cli(argv)
@@ -304,12 +405,16 @@ def run_task(surface: str, task: dict, work: Path) -> tuple[str, str]:
             asked = os.path.normpath(os.path.join(box, task["output"]))
             folder = surface == "trial --out"
             wrong = changed_elsewhere(before, after, asked if outcome[0] == "ok" else None, folder)
-            if outcome[0] == "ok" and not any(p == asked or p.startswith(asked + "/") for p in after
-                                              if before.get(p) != after.get(p)):
+            if outcome[0] == "ok" and not any(
+                p == asked or p.startswith(asked + "/") for p in after if before.get(p) != after.get(p)
+            ):
                 return "elsewhere", f"ok but nothing written at {task['output']!r} ({task['kind']})"
             if wrong:
-                return "elsewhere", f"{outcome[0]}: {task['kind']} {task['output']!r} changed " \
-                                    f"{[os.path.relpath(p, sandbox) for p in wrong][:4]}"
+                return (
+                    "elsewhere",
+                    f"{outcome[0]}: {task['kind']} {task['output']!r} changed "
+                    f"{[os.path.relpath(p, sandbox) for p in wrong][:4]}",
+                )
         elif changed_elsewhere(before, after, None, False):
             return "elsewhere", "recommend changed the sandbox"
         return outcome
@@ -333,22 +438,34 @@ def worker(task_file: str, out_file: str, work: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the parent
-def run_batch(tasks: list, workdir: Path, batch_id: int, script: str = __file__,
-              run_seconds: float = RUN_SECONDS) -> list[tuple[int, str, str]]:
+def run_batch(
+    tasks: list, workdir: Path, batch_id: int, script: str = __file__, run_seconds: float = RUN_SECONDS
+) -> list[tuple[int, str, str]]:
     """Run tasks in children (``script --worker``) until all are done; a hang or a crash is charged to the run it
     happened in."""
     results, todo, attempt = [], list(tasks), 0
     # ARROW_DEFAULT_MEMORY_POOL=system: Arrow's own allocator reserves about 1 GiB of address space when the first
     # file is read, which RLIMIT_AS counts although no memory is used: with it the limit measures real use
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-           "RAY_DISABLE_USAGE_STATS": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    env = {
+        **os.environ,
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "RAY_DISABLE_USAGE_STATS": "1",
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
+    }
     while todo:
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps(todo))
-        proc = subprocess.Popen([sys.executable, script, "--worker", str(task_file), str(out_file), str(workdir)],
-                                env=env, cwd=workdir, start_new_session=True, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, script, "--worker", str(task_file), str(out_file), str(workdir)],
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         hung = False
         while proc.poll() is None:
             time.sleep(0.5)
@@ -364,8 +481,10 @@ def run_batch(tasks: list, workdir: Path, batch_id: int, script: str = __file__,
         started = [x[1] for x in lines if x[0] == "start" and x[1] not in finished]
         if started:
             what = "hang" if hung else "blow-up"
-            detail = f"{f'{run_seconds:.0f} s timeout' if hung else f'child died (exit {proc.returncode})'}: " \
-                     f"{err.decode()[-300:]}"
+            detail = (
+                f"{f'{run_seconds:.0f} s timeout' if hung else f'child died (exit {proc.returncode})'}: "
+                f"{err.decode()[-300:]}"
+            )
             results.append((started[-1], what, detail))
             finished.add(started[-1])
         elif proc.returncode != 0 and not hung:
@@ -375,7 +494,7 @@ def run_batch(tasks: list, workdir: Path, batch_id: int, script: str = __file__,
 
 
 def _chunks(items: list) -> list[list]:
-    return [items[i:i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)]
+    return [items[i : i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)]
 
 
 def _lines(path: Path) -> list:
@@ -405,8 +524,11 @@ def main() -> int:
     indexed = [(i, surface, task) for i, (surface, task) in enumerate(tasks)]
     # a batch holds one surface: a child loads only the engines it needs (torch for the trial, the tokenizer)
     batches = [chunk for surface in COUNTS for chunk in _chunks([t for t in indexed if t[1] == surface])]
-    print(f"{len(tasks):,} runs ({', '.join(f'{k} {v}' for k, v in counts.items())}), seed {args.seed}; batches of "
-          f"{BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and {RUN_SECONDS} s a run", flush=True)
+    print(
+        f"{len(tasks):,} runs ({', '.join(f'{k} {v}' for k, v in counts.items())}), seed {args.seed}; batches of "
+        f"{BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and {RUN_SECONDS} s a run",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="fuzz_options_") as tmp:
         with ThreadPoolExecutor(args.jobs) as pool:
             done = list(pool.map(lambda b: run_batch(b[1], Path(tmp), b[0]), enumerate(batches)))
@@ -420,8 +542,15 @@ def _kind(surface: str, task: dict, detail: str) -> str:
     return f"{what}: " + " ".join(w for w in detail.split() if not any(c.isdigit() for c in w))[:110]
 
 
-def outcome_table(tasks: list, results: list, surfaces: list[str], outcomes: tuple[str, ...], seconds: float,
-                  width: int = 22, cell: int = 11) -> Counter:
+def outcome_table(
+    tasks: list,
+    results: list,
+    surfaces: list[str],
+    outcomes: tuple[str, ...],
+    seconds: float,
+    width: int = 22,
+    cell: int = 11,
+) -> Counter:
     """Print how the runs ended, a row per surface and one for all, and their count and time; the totals."""
     table: dict[str, Counter] = {}
     for index, outcome, _ in results:
@@ -447,8 +576,10 @@ def report(tasks: list, results: list, seconds: float, messages: int = 0) -> int
     bad = [r for r in results if r[1] in BAD]
     for index, outcome, detail in bad[:30]:
         print(f"  {outcome}: {tasks[index][0]} {' '.join(tasks[index][1]['argv'])[:200]!r}: {detail}")
-    print(f"tracebacks {total['traceback']}, hangs {total['hang']}, memory blow-ups {total['blow-up']}, written "
-          f"elsewhere {total['elsewhere']}")
+    print(
+        f"tracebacks {total['traceback']}, hangs {total['hang']}, memory blow-ups {total['blow-up']}, written "
+        f"elsewhere {total['elsewhere']}"
+    )
     return 1 if bad else 0
 
 

@@ -45,31 +45,99 @@ BATCH_SIZE = 100
 OUTCOMES = ("accepted", "refused", "traceback", "hang", "blow-up")
 BAD = ("traceback", "hang", "blow-up")
 PRESETS = ["llama3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b", "qwen2.5-vl-7b", "deepseek-v3"]
-ODD = [None, True, False, 0, -1, 1, 2, 3, 7, 2**31, 2**53, 2**63, 2**64, 10**40, -(10**30), 1.5, 0.0, -0.0, 1e308,
-       float("inf"), float("-inf"), float("nan"), "", "4096", "4096x", "false", "true", "maybe", "null", "NaN", "1e3",
-       "llama3.1-8b", "../../etc/passwd", "/proc/self/mem", "x" * 5000, "\u202e", [], [1], [8, 8], ["a"], {}, {"a": 1},
-       [[[[[[[[1]]]]]]]], {"preset": "llama3.1-8b"}]
+ODD = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2,
+    3,
+    7,
+    2**31,
+    2**53,
+    2**63,
+    2**64,
+    10**40,
+    -(10**30),
+    1.5,
+    0.0,
+    -0.0,
+    1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "",
+    "4096",
+    "4096x",
+    "false",
+    "true",
+    "maybe",
+    "null",
+    "NaN",
+    "1e3",
+    "llama3.1-8b",
+    "../../etc/passwd",
+    "/proc/self/mem",
+    "x" * 5000,
+    "\u202e",
+    [],
+    [1],
+    [8, 8],
+    ["a"],
+    {},
+    {"a": 1},
+    [[[[[[[[1]]]]]]]],
+    {"preset": "llama3.1-8b"},
+]
 FIELDS = {
     "parallel": ["gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "sp", "cp_comm_type", "hierarchical_cp_sizes"],
-    "training": ["task", "seq_length", "micro_batch_size", "global_batch_size", "global_batch_samples", "recompute",
-                 "distributed_optimizer", "precision", "peft", "lora_rank", "cuda_graphs"],
+    "training": [
+        "task",
+        "seq_length",
+        "micro_batch_size",
+        "global_batch_size",
+        "global_batch_samples",
+        "recompute",
+        "distributed_optimizer",
+        "precision",
+        "peft",
+        "lora_rank",
+        "cuda_graphs",
+    ],
     "packing": ["mode", "pack_size", "algorithm", "seed", "pad_seq_to_mult"],
     "hardware": ["gpu", "memory_gib", "bf16_tflops"],
     "data": ["lengths", "column"],
-    "model": ["preset", "hidden_size", "num_layers", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
-              "vocab_size", "kv_channels", "num_moe_experts", "moe_layer_freq", "vision", "window_size",
-              "mtp_num_layers", "family"],
+    "model": [
+        "preset",
+        "hidden_size",
+        "num_layers",
+        "num_attention_heads",
+        "num_query_groups",
+        "ffn_hidden_size",
+        "vocab_size",
+        "kv_channels",
+        "num_moe_experts",
+        "moe_layer_freq",
+        "vision",
+        "window_size",
+        "mtp_num_layers",
+        "family",
+    ],
 }
 
 
 def valid_plan(rng: random.Random) -> dict:
     dp, tp, cp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
-    return {"version": 2, "model": {"preset": rng.choice(PRESETS)},
-            "parallel": {"gpus": dp * tp * cp, "tp": tp, "cp": cp, "sp": tp > 1},
-            "training": {"seq_length": rng.choice([512, 1024, 4096]), "global_batch_size": 8 * dp,
-                         "micro_batch_size": 1},
-            "packing": {"mode": rng.choice(["auto", "offline", "none"])},
-            "hardware": {"gpu": rng.choice(["H100-80GB", "A100-40GB"])}}
+    return {
+        "version": 2,
+        "model": {"preset": rng.choice(PRESETS)},
+        "parallel": {"gpus": dp * tp * cp, "tp": tp, "cp": cp, "sp": tp > 1},
+        "training": {"seq_length": rng.choice([512, 1024, 4096]), "global_batch_size": 8 * dp, "micro_batch_size": 1},
+        "packing": {"mode": rng.choice(["auto", "offline", "none"])},
+        "hardware": {"gpu": rng.choice(["H100-80GB", "A100-40GB"])},
+    }
 
 
 def odd_value(rng: random.Random, depth: int = 0):
@@ -102,8 +170,18 @@ def yaml_special(rng: random.Random) -> str:
         lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, depth)]
         return "\n".join(lines) + f"\nmodel: llama3.1-8b\nparallel: {{gpus: *a{depth - 1}}}\n"
     if roll == 1:
-        tag = rng.choice(["!!python/object/apply:os.system ['id']", "!!python/name:os.system", "!!binary aGk=",
-                          "!!timestamp 2001-12-14", "!!set {a, b}", "!custom x", "!!float 8", "!!str 8"])
+        tag = rng.choice(
+            [
+                "!!python/object/apply:os.system ['id']",
+                "!!python/name:os.system",
+                "!!binary aGk=",
+                "!!timestamp 2001-12-14",
+                "!!set {a, b}",
+                "!custom x",
+                "!!float 8",
+                "!!str 8",
+            ]
+        )
         return f"model: llama3.1-8b\nparallel: {{gpus: {tag}}}\n"
     if roll == 2:
         return "base: &b {gpus: 8, tp: 2}\nmodel: llama3.1-8b\nparallel:\n  <<: *b\n  cp: 2\n"
@@ -145,8 +223,30 @@ def plan_input(rng: random.Random, folder: Path, i: int) -> list[str]:
     return [command, str(path), "--lengths", str(folder / "lengths.csv"), "--quiet", *extra]
 
 
-OPTION_VALUES = ["0", "-1", "nan", "inf", "-inf", "50", "1", "0.4", "1e-300", "abc", "", " ", "0x1", "1e400", "0.5 ",
-                 "0.6.2", "0.6", "6", "0.6.2'); import os #", "v1.2.3", "1.2.3.4", "9999.9999.9999"]
+OPTION_VALUES = [
+    "0",
+    "-1",
+    "nan",
+    "inf",
+    "-inf",
+    "50",
+    "1",
+    "0.4",
+    "1e-300",
+    "abc",
+    "",
+    " ",
+    "0x1",
+    "1e400",
+    "0.5 ",
+    "0.6.2",
+    "0.6",
+    "6",
+    "0.6.2'); import os #",
+    "v1.2.3",
+    "1.2.3.4",
+    "9999.9999.9999",
+]
 
 
 def option_input(rng: random.Random, folder: Path, i: int) -> list[str]:
@@ -159,8 +259,16 @@ def option_input(rng: random.Random, folder: Path, i: int) -> list[str]:
     if roll == 2:
         return ["export", plan, "--megatron-bridge-version", rng.choice(OPTION_VALUES), "--quiet"]
     if roll == 3:
-        target = rng.choice([str(folder), str(folder / "missing" / "x.csv"), "/proc/self/x.csv", str(folder / f"o{i}"),
-                             "/dev/full", str(folder / f"o{i}.csv")])
+        target = rng.choice(
+            [
+                str(folder),
+                str(folder / "missing" / "x.csv"),
+                "/proc/self/x.csv",
+                str(folder / f"o{i}"),
+                "/dev/full",
+                str(folder / f"o{i}.csv"),
+            ]
+        )
         return ["export", plan, "--format", "megatron-lm", "--lengths-csv", target, "--quiet"]
     return ["export", plan, "--format", rng.choice(["python", "docx", "", "plan", "slurm", "../x"]), "--quiet"]
 
@@ -206,14 +314,23 @@ def run(batches: list[list[list[str]]]) -> tuple[Counter, list[str]]:
     for k, batch in enumerate(batches):
         started = time.time()
         try:
-            proc = subprocess.run([sys.executable, __file__, "--child"], input=json.dumps(batch), text=True,
-                                  capture_output=True, timeout=BATCH_SECONDS, cwd=ROOT)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child"],
+                input=json.dumps(batch),
+                text=True,
+                capture_output=True,
+                timeout=BATCH_SECONDS,
+                cwd=ROOT,
+            )
             lines = proc.stdout.splitlines()
             if proc.returncode < 0:
                 lines.append("blow-up")
         except subprocess.TimeoutExpired as e:
-            lines = (e.stdout or b"").decode().splitlines() if isinstance(e.stdout, bytes) else \
-                (e.stdout or "").splitlines()
+            lines = (
+                (e.stdout or b"").decode().splitlines()
+                if isinstance(e.stdout, bytes)
+                else (e.stdout or "").splitlines()
+            )
             lines.append("hang")
             examples.append(f"hang at {batch[len(lines) - 1][:2]}")
         for line in lines:
@@ -242,9 +359,11 @@ def main() -> int:
         (folder / "lengths.csv").write_text("length\n" + "\n".join(str(rng.randint(50, 3000)) for _ in range(300)))
         inputs = [plan_input(rng, folder, i) for i in range(args.plans)]
         inputs += [option_input(rng, folder, i) for i in range(args.options)]
-        batches = [inputs[i:i + BATCH_SIZE] for i in range(0, len(inputs), BATCH_SIZE)]
-        print(f"{len(inputs)} runs of `python -m advisor` ({args.plans} plans, {args.options} option sets), "
-              f"seed {args.seed}, batches of {BATCH_SIZE} under {MEMORY_LIMIT >> 30} GiB and {BATCH_SECONDS} s")
+        batches = [inputs[i : i + BATCH_SIZE] for i in range(0, len(inputs), BATCH_SIZE)]
+        print(
+            f"{len(inputs)} runs of `python -m advisor` ({args.plans} plans, {args.options} option sets), "
+            f"seed {args.seed}, batches of {BATCH_SIZE} under {MEMORY_LIMIT >> 30} GiB and {BATCH_SECONDS} s"
+        )
         counts, examples = run(batches)
     print("  ".join(f"{k}: {counts.get(k, 0):,}" for k in OUTCOMES))
     for line in examples:

@@ -90,14 +90,29 @@ def odd_line(rng: random.Random, fmt: str) -> bytes:
         return base[:at] + rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x80\x80"]) + base[at:]
     if roll < 0.5:  # deep nesting in a tools schema
         levels = rng.choice([30, 63, 65, 200, 5000, 100_000])
-        return json.dumps({"messages": [], "tools": deep(rng, min(levels, 300))}).encode() if levels <= 300 else \
-            b'{"messages": [], "tools": ' + b"[" * levels + b"]" * levels + b"}"
+        return (
+            json.dumps({"messages": [], "tools": deep(rng, min(levels, 300))}).encode()
+            if levels <= 300
+            else b'{"messages": [], "tools": ' + b"[" * levels + b"]" * levels + b"}"
+        )
     if roll < 0.55:  # a million values
         return b'{"input": "x", "output": "y", "tools": [' + b"[]," * rng.choice([999_990, 1_000_010]) + b"[]]}"
     if roll < 0.7:
-        return rng.choice([b"[1, 2]", b'"text"', b"null", b"{", b'{"input": 5, "output": []}', b"{}", b"\x00" * 8,
-                           b'{"input": "' + b"9" * 5000 + b'"}', b'{"input": ' + b"9" * 5000 + b"}",
-                           b'{"messages": "x"}', b'{"messages": [{"role": "narrator", "content": 3}]}'])
+        return rng.choice(
+            [
+                b"[1, 2]",
+                b'"text"',
+                b"null",
+                b"{",
+                b'{"input": 5, "output": []}',
+                b"{}",
+                b"\x00" * 8,
+                b'{"input": "' + b"9" * 5000 + b'"}',
+                b'{"input": ' + b"9" * 5000 + b"}",
+                b'{"messages": "x"}',
+                b'{"messages": [{"role": "narrator", "content": 3}]}',
+            ]
+        )
     return mutate(rng, base)
 
 
@@ -108,7 +123,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
         return data
     data = bytearray(data)
     if roll < 0.7:
-        return bytes(data[:rng.randrange(len(data))])
+        return bytes(data[: rng.randrange(len(data))])
     if roll < 0.85:
         for _ in range(rng.randint(1, 4)):
             data[rng.randrange(len(data))] = rng.randrange(256)
@@ -116,15 +131,20 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     at = rng.randrange(len(data))
     if roll < 0.95:
         return bytes(data[:at] + bytes(rng.randrange(256) for _ in range(rng.randint(1, 8))) + data[at:])
-    return bytes(data[:at] + data[at:at + 64] * rng.randint(2, 50) + data[at:])
+    return bytes(data[:at] + data[at : at + 64] * rng.randint(2, 50) + data[at:])
 
 
 def jsonl_body(rng: random.Random, fmt: str, n: int | None = None) -> bytes:
     n = rng.choice([0, 1, 5, 30, 100, 200]) if n is None else n
     bad = rng.choice([0, 0, 0.05, 0.3, 1.0])
-    lines = [odd_line(rng, fmt) if rng.random() < bad else
-             json.dumps(chat_record(rng) if fmt == "chat" else sft_record(rng), ensure_ascii=rng.random() < 0.5)
-             .encode() for _ in range(n)]
+    lines = [
+        odd_line(rng, fmt)
+        if rng.random() < bad
+        else json.dumps(
+            chat_record(rng) if fmt == "chat" else sft_record(rng), ensure_ascii=rng.random() < 0.5
+        ).encode()
+        for _ in range(n)
+    ]
     if rng.random() < 0.1:
         lines.insert(rng.randint(0, len(lines)), b"")
     bom = b"\xef\xbb\xbf" if rng.random() < 0.05 else b""
@@ -173,15 +193,18 @@ def gen_compressed(rng: random.Random, folder: Path, i: int, fmt: str, kind: str
     roll = rng.random()
     if roll < 0.15:  # a bomb: good lines, then one line of 64 MiB x k (up to 3.5 GB), maybe cut short
         k = 1 if small else rng.choice([1, 1, 2, 2, 4, 8, 8, 24, 56])
-        data = _compress(kind, jsonl_body(rng, fmt, 3) + b'\n{"input": "') + _bomb_part(kind) * k + \
-            _compress(kind, b'", "output": "x"}\n' + jsonl_body(rng, fmt, 2))
+        data = (
+            _compress(kind, jsonl_body(rng, fmt, 3) + b'\n{"input": "')
+            + _bomb_part(kind) * k
+            + _compress(kind, b'", "output": "x"}\n' + jsonl_body(rng, fmt, 2))
+        )
         if rng.random() < 0.3:
-            data = data[:rng.randrange(1, len(data))]
+            data = data[: rng.randrange(1, len(data))]
     elif roll < 0.25:  # a bomb of many blank lines
         data = _compress(kind, b"\n" * (rng.randint(1, 4 if small else 64) << 20))
     elif roll < 0.5:  # truncated
         whole = _compress(kind, jsonl_body(rng, fmt, rng.choice([50, 200])))
-        data = whole[:rng.randrange(0, len(whole) + 1)]
+        data = whole[: rng.randrange(0, len(whole) + 1)]
     elif roll < 0.6:  # garbage behind a magic, or after a good stream
         magic = b"\x1f\x8b\x08\x00" if kind == "gz" else b"\x28\xb5\x2f\xfd"
         data = rng.choice([magic, _compress(kind, jsonl_body(rng, fmt, 5))]) + os.urandom(rng.randint(0, 300))
@@ -195,8 +218,7 @@ def _records_table(rng: random.Random, fmt: str, n: int):
     import pyarrow as pa
 
     # no tools schemas: their mixed nesting has no Arrow type
-    return pa.Table.from_pylist([chat_record(rng, tools=False) if fmt == "chat" else sft_record(rng)
-                                 for _ in range(n)])
+    return pa.Table.from_pylist([chat_record(rng, tools=False) if fmt == "chat" else sft_record(rng) for _ in range(n)])
 
 
 def gen_table(rng: random.Random, fmt: str, small: bool = False):
@@ -259,17 +281,19 @@ def gen_folder(rng: random.Random, folder: Path, i: int, fmt: str, small: bool =
     (home / "part-0.jsonl").write_bytes(jsonl_body(rng, fmt, 10))
     outside = folder / f"outside{i}.jsonl"
     outside.write_bytes(jsonl_body(rng, fmt, 3))
-    makers = [("in.jsonl", lambda p: os.symlink(home / "part-0.jsonl", p)),
-              ("out.jsonl", lambda p: os.symlink(outside, p)),
-              ("etc.jsonl", lambda p: os.symlink("/etc/hostname", p)),
-              ("proc.jsonl", lambda p: os.symlink("/proc/self/environ", p)),
-              ("loop.jsonl", lambda p: os.symlink(p, p)),
-              ("gone.jsonl", lambda p: os.symlink(p.with_name("nothing"), p)),
-              ("up", lambda p: os.symlink(home, p)),
-              ("dir.jsonl", lambda p: os.symlink(".", p)),
-              ("pipe.jsonl", os.mkfifo),
-              ("sub", lambda p: (p.mkdir(), os.symlink(home, p / "again"))),
-              ("state.json", lambda p: p.write_text("{}"))]
+    makers = [
+        ("in.jsonl", lambda p: os.symlink(home / "part-0.jsonl", p)),
+        ("out.jsonl", lambda p: os.symlink(outside, p)),
+        ("etc.jsonl", lambda p: os.symlink("/etc/hostname", p)),
+        ("proc.jsonl", lambda p: os.symlink("/proc/self/environ", p)),
+        ("loop.jsonl", lambda p: os.symlink(p, p)),
+        ("gone.jsonl", lambda p: os.symlink(p.with_name("nothing"), p)),
+        ("up", lambda p: os.symlink(home, p)),
+        ("dir.jsonl", lambda p: os.symlink(".", p)),
+        ("pipe.jsonl", os.mkfifo),
+        ("sub", lambda p: (p.mkdir(), os.symlink(home, p / "again"))),
+        ("state.json", lambda p: p.write_text("{}")),
+    ]
     for name, make in makers:
         if rng.random() < 0.4:
             make(home / name)
@@ -278,9 +302,22 @@ def gen_folder(rng: random.Random, folder: Path, i: int, fmt: str, small: bool =
     return str(home)
 
 
-ODD_NAMES = ["a\nb.jsonl", "c\x1b[31md.jsonl", ".jsonl", ".parquet", "-x.jsonl", " s p a c e .jsonl",
-             "x" * 240 + ".jsonl", "é数据.jsonl", os.fsdecode(b"\xff\xfe.jsonl"), "tab\there.parquet",
-             "UPPER.JSONL", "q?.jsonl", "[x].jsonl", "star*.jsonl"]
+ODD_NAMES = [
+    "a\nb.jsonl",
+    "c\x1b[31md.jsonl",
+    ".jsonl",
+    ".parquet",
+    "-x.jsonl",
+    " s p a c e .jsonl",
+    "x" * 240 + ".jsonl",
+    "é数据.jsonl",
+    os.fsdecode(b"\xff\xfe.jsonl"),
+    "tab\there.parquet",
+    "UPPER.JSONL",
+    "q?.jsonl",
+    "[x].jsonl",
+    "star*.jsonl",
+]
 
 
 def gen_names(rng: random.Random, folder: Path, i: int, fmt: str, small: bool = False) -> str:
@@ -332,12 +369,19 @@ def tokenizers() -> tuple[str, str, str]:
 
     example = str(_example_folder())
     try:
-        chat_lengths([{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}],
-                     load_tokenizer(example), ChatSettings())
+        chat_lengths(
+            [{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}],
+            load_tokenizer(example),
+            ChatSettings(),
+        )
         return example, example, "example tokenizer for SFT and chat"
     except InputError:
-        return example, tokenizer_choices("")["tiny-bpe"], "example tokenizer for SFT, tiny-bpe for chat " \
-            "(the example's template cannot build the assistant loss mask)"
+        return (
+            example,
+            tokenizer_choices("")["tiny-bpe"],
+            "example tokenizer for SFT, tiny-bpe for chat "
+            "(the example's template cannot build the assistant loss mask)",
+        )
 
 
 def classify(run, named: tuple[str, ...]) -> tuple[str, str]:
@@ -368,8 +412,11 @@ def check_result(result) -> tuple[str, str]:
 
     if isinstance(result, LengthHistogram):
         left = sum(e.count for e in result.excluded)
-        return ("accepted", f"{result.num_samples} samples, {left} left out") if result.num_samples > 0 else \
-            ("traceback", "an empty histogram")
+        return (
+            ("accepted", f"{result.num_samples} samples, {left} left out")
+            if result.num_samples > 0
+            else ("traceback", "an empty histogram")
+        )
     left = sum(e.count for e in result.excluded)
     if result.lengths.size + left != result.selected or np.any(result.lengths < 0):
         return "traceback", f"records unaccounted for: {result.lengths.size} + {left} != {result.selected}"
@@ -390,18 +437,29 @@ def reads(path: str, fmt: str, sft_tok: str, chat_tok: str, rng: random.Random):
     named = (base, display_name(base), display_name(path))
 
     def cli(on_bad: str, sample: int | None = None):
-        return lambda: tokenize(TokenizeJob(data=path, tokenizer=tok, fmt=fmt, settings=settings, on_bad=on_bad),
-                                workers=1, sample=sample, seed=rng.randint(0, 99))
+        return lambda: tokenize(
+            TokenizeJob(data=path, tokenizer=tok, fmt=fmt, settings=settings, on_bad=on_bad),
+            workers=1,
+            sample=sample,
+            seed=rng.randint(0, 99),
+        )
 
     yield "error", cli("error"), named
     yield "skip", cli("skip"), named
     if rng.random() < 0.2:
         yield "sample", cli("skip", rng.choice([1, 7, 50])), named
-    if os.path.isfile(path) and not os.path.islink(path) and path.lower().endswith(raw_data.RAW_SUFFIXES) and \
-            os.path.getsize(path) <= raw_data.RAW_UPLOAD_LIMIT_MB << 20:
+    if (
+        os.path.isfile(path)
+        and not os.path.islink(path)
+        and path.lower().endswith(raw_data.RAW_SUFFIXES)
+        and os.path.getsize(path) <= raw_data.RAW_UPLOAD_LIMIT_MB << 20
+    ):
         data = Path(path).read_bytes()
-        yield "upload", (lambda: raw_data.tokenize_upload(data, base, os.path.basename(tok), fmt, 4096, env=tok)), \
-            (base[:80], display_name(base)[:80])
+        yield (
+            "upload",
+            (lambda: raw_data.tokenize_upload(data, base, os.path.basename(tok), fmt, 4096, env=tok)),
+            (base[:80], display_name(base)[:80]),
+        )
 
 
 def worker(task_file: str, out_file: str) -> None:
@@ -430,14 +488,20 @@ def run_batch(tasks: list, toks: tuple[str, str], workdir: Path, batch_id: int) 
     # RLIMIT_AS counts address space, not memory: pyarrow's mimalloc reserves 1 GiB arenas and glibc 64 MiB per
     # thread, which made a 200 kB Arrow file "blow up" a 2 GiB child with 12 MB of real memory. The system
     # allocator and two arenas keep the limit about what is actually used.
-    env = child_env(RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", ARROW_DEFAULT_MEMORY_POOL="system",
-                    MALLOC_ARENA_MAX="2")
+    env = child_env(
+        RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", ARROW_DEFAULT_MEMORY_POOL="system", MALLOC_ARENA_MAX="2"
+    )
     while todo:
         attempt += 1
         task_file, out_file = workdir / f"b{batch_id}_{attempt}.json", workdir / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps({"todo": todo, "tokenizers": toks}))
-        end = run_watched([sys.executable, __file__, "--worker", str(task_file), str(out_file)], env=env,
-                          cwd=workdir, out_file=out_file, seconds=BATCH_SECONDS)
+        end = run_watched(
+            [sys.executable, __file__, "--worker", str(task_file), str(out_file)],
+            env=env,
+            cwd=workdir,
+            out_file=out_file,
+            seconds=BATCH_SECONDS,
+        )
         lines = end.lines
         finished = {x[1] for x in lines if x[0] == "end"}
         results += [(x[2], x[1], x[3], x[4]) for x in lines if x[0] == "read"]
@@ -465,7 +529,7 @@ def run_all(inputs: list[tuple[str, str, str]], workdir: Path, jobs: int) -> lis
     indexed = [(i, path, fmt) for i, (_, fmt, path) in enumerate(inputs)]
     rng = random.Random(len(inputs))
     rng.shuffle(indexed)  # bombs spread over the batches, so no batch is all bombs
-    batches = [indexed[i:i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
+    batches = [indexed[i : i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
     with ThreadPoolExecutor(jobs) as pool:
         done = list(pool.map(lambda b: run_batch(b[1], (sft_tok, chat_tok), workdir, b[0]), enumerate(batches)))
     return [r for batch in done for r in batch]
@@ -486,9 +550,11 @@ def main() -> int:
         root = Path(tmp)
         (root / "inputs").mkdir()
         inputs = generate(root / "inputs", args.per_surface, args.seed)
-        print(f"generated {len(inputs):,} inputs in {time.time() - start:.0f} s (seed {args.seed}); reading them in "
-              f"batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a {BATCH_SECONDS} s timeout",
-              flush=True)
+        print(
+            f"generated {len(inputs):,} inputs in {time.time() - start:.0f} s (seed {args.seed}); reading them in "
+            f"batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a {BATCH_SECONDS} s timeout",
+            flush=True,
+        )
         (root / "work").mkdir()
         results = run_all(inputs, root / "work", args.jobs)
     return report(inputs, results, time.time() - start)

@@ -66,21 +66,61 @@ PAGES = page_paths()  # the dashboard's page registry
 
 
 # ---------------------------------------------------------------------------------------------- generators
-PREPARE_OUT_KINDS = ["new", "new", "deep", "deep_refused", "prepared", "prepared_extra", "user_folder", "empty",
-                     "input_file", "input_folder", "inside_input_folder", "tokenizer", "inside_tokenizer", "dot",
-                     "dotdot", "home", "symlink_dir", "through_link", "existing_file", "dev_null", "proc", "fifo",
-                     "root", "sys"]
+PREPARE_OUT_KINDS = [
+    "new",
+    "new",
+    "deep",
+    "deep_refused",
+    "prepared",
+    "prepared_extra",
+    "user_folder",
+    "empty",
+    "input_file",
+    "input_folder",
+    "inside_input_folder",
+    "tokenizer",
+    "inside_tokenizer",
+    "dot",
+    "dotdot",
+    "home",
+    "symlink_dir",
+    "through_link",
+    "existing_file",
+    "dev_null",
+    "proc",
+    "fifo",
+    "root",
+    "sys",
+]
 
 
 def prepare_out(kind: str) -> str:
     """An output folder of a kind, relative to the sandbox box (the child's working folder)."""
-    return {"new": "out", "deep": "/".join(f"d{i}" for i in range(19)) + "/out",
-            "deep_refused": "/".join(f"r{i}" for i in range(19)) + "/out", "prepared": "prepared",
-            "prepared_extra": "prepared_extra", "user_folder": "dir", "empty": "empty", "input_file": "data.jsonl",
-            "input_folder": "shards", "inside_input_folder": "shards/out", "tokenizer": "tok",
-            "inside_tokenizer": "tok/out", "dot": ".", "dotdot": "..", "home": "HOME", "symlink_dir": "linkdir",
-            "through_link": "linkdir/out", "existing_file": "existing.csv", "dev_null": "/dev/null",
-            "proc": "/proc/self", "fifo": "pipe", "root": "/", "sys": "/sys/kernel"}[kind]
+    return {
+        "new": "out",
+        "deep": "/".join(f"d{i}" for i in range(19)) + "/out",
+        "deep_refused": "/".join(f"r{i}" for i in range(19)) + "/out",
+        "prepared": "prepared",
+        "prepared_extra": "prepared_extra",
+        "user_folder": "dir",
+        "empty": "empty",
+        "input_file": "data.jsonl",
+        "input_folder": "shards",
+        "inside_input_folder": "shards/out",
+        "tokenizer": "tok",
+        "inside_tokenizer": "tok/out",
+        "dot": ".",
+        "dotdot": "..",
+        "home": "HOME",
+        "symlink_dir": "linkdir",
+        "through_link": "linkdir/out",
+        "existing_file": "existing.csv",
+        "dev_null": "/dev/null",
+        "proc": "/proc/self",
+        "fifo": "pipe",
+        "root": "/",
+        "sys": "/sys/kernel",
+    }[kind]
 
 
 def gen_prepare_out(rng: random.Random) -> dict:
@@ -89,17 +129,73 @@ def gen_prepare_out(rng: random.Random) -> dict:
     if kind == "deep_refused":
         data = "bad.jsonl"  # a record prepare refuses after the output was checked
     force = ["--force"] if rng.random() < 0.6 else []
-    argv = ["prepare", data, "--tokenizer", "tok", "--pack-size", str(rng.choice([64, 256, 1024])), "--workers", "1",
-            "-o", prepare_out(kind), *force, "--quiet"]
+    argv = [
+        "prepare",
+        data,
+        "--tokenizer",
+        "tok",
+        "--pack-size",
+        str(rng.choice([64, 256, 1024])),
+        "--workers",
+        "1",
+        "-o",
+        prepare_out(kind),
+        *force,
+        "--quiet",
+    ]
     return {"argv": argv, "kind": kind, "output": prepare_out(kind)}
 
 
 CACHE_ARRAYS = ["ids", "offsets", "mask", "records", "truncated"]
-META_FIELDS = ["version", "split", "format", "mask_kind", "eod", "vocab_size", "stored_max_seq_length", "settings",
-               "data", "tokenizer", "fingerprint", "source", "records_read", "tokenized", "truncated", "seconds",
-               "engine", "excluded", "records_packed_from", "tokens"]
-ODD = [None, True, -1, 0, 1, 7, 2**31, 2**63, 10**40, 1.5, -0.0, 1e308, "", "x", "chat", "sft", "loss_mask",
-       "../../etc", [], [1], {}, {"a": 1}, [[[[[[1]]]]]], "\u202e", "x" * 3000]
+META_FIELDS = [
+    "version",
+    "split",
+    "format",
+    "mask_kind",
+    "eod",
+    "vocab_size",
+    "stored_max_seq_length",
+    "settings",
+    "data",
+    "tokenizer",
+    "fingerprint",
+    "source",
+    "records_read",
+    "tokenized",
+    "truncated",
+    "seconds",
+    "engine",
+    "excluded",
+    "records_packed_from",
+    "tokens",
+]
+ODD = [
+    None,
+    True,
+    -1,
+    0,
+    1,
+    7,
+    2**31,
+    2**63,
+    10**40,
+    1.5,
+    -0.0,
+    1e308,
+    "",
+    "x",
+    "chat",
+    "sft",
+    "loss_mask",
+    "../../etc",
+    [],
+    [1],
+    {},
+    {"a": 1},
+    [[[[[[1]]]]]],
+    "\u202e",
+    "x" * 3000,
+]
 
 
 def gen_cache(rng: random.Random) -> dict:
@@ -111,35 +207,70 @@ def gen_cache(rng: random.Random) -> dict:
     if roll < 0.38:
         return {"op": "meta_delete", "field": rng.choice(META_FIELDS), "must_refuse": False}
     if roll < 0.45:
-        raw = rng.choice(["{garbage", "[]", "null", "[" * 5000 + "]" * 5000, '{"version": 1}', "\x00" * 64,
-                          '{"a": ' + "1" * 5000 + "}"])
+        raw = rng.choice(
+            [
+                "{garbage",
+                "[]",
+                "null",
+                "[" * 5000 + "]" * 5000,
+                '{"version": 1}',
+                "\x00" * 64,
+                '{"a": ' + "1" * 5000 + "}",
+            ]
+        )
         return {"op": "meta_raw", "text": raw, "must_refuse": True}
     name = rng.choice(CACHE_ARRAYS)
     if roll < 0.65:
-        value = {"ids": [-3, -1, 1 << 30, 2**40, 999], "mask": [7, -3, 2, 255],
-                 "offsets": [-5, 1 << 40], "records": [-1, 1 << 40], "truncated": [-1, 1 << 40]}[name]
+        value = {
+            "ids": [-3, -1, 1 << 30, 2**40, 999],
+            "mask": [7, -3, 2, 255],
+            "offsets": [-5, 1 << 40],
+            "records": [-1, 1 << 40],
+            "truncated": [-1, 1 << 40],
+        }[name]
         where = rng.choice(["all", "one"])  # one value may sit in a record too long to pack: never written
         chosen = rng.choice(value)
         # wrong everywhere: ids outside tiny-bpe's 1,000, masks other than 0 and 1, offsets that cannot be (999 is
         # a real id: a cache of it alone is odd, not wrong)
         wrong = {"ids": not 0 <= chosen < 1000, "mask": True, "offsets": True}.get(name, False)
-        return {"op": "values", "array": name, "value": chosen, "where": where,
-                "must_refuse": where == "all" and wrong}
+        return {"op": "values", "array": name, "value": chosen, "where": where, "must_refuse": where == "all" and wrong}
     if roll < 0.75:
         return {"op": "truncate", "array": name, "cut": rng.choice([1, 4, 8, 100, 10_000]), "must_refuse": True}
     if roll < 0.8:
         return {"op": "extend", "array": name, "by": rng.choice([1, 8, 4096]), "must_refuse": True}
-    kind = rng.choice(["fifo", "dev_zero", "folder", "sparse", "empty", "float", "two_d", "fortran", "delete",
-                       "object"])
+    kind = rng.choice(
+        ["fifo", "dev_zero", "folder", "sparse", "empty", "float", "two_d", "fortran", "delete", "object"]
+    )
     # a 1-D array in Fortran order is the same bytes: the one replacement that is not wrong
     return {"op": "replace", "array": name, "kind": kind, "must_refuse": kind != "fortran"}
 
 
-READ_BACK_OPS = ["none", "extra_file", "pack_longer", "validation_longer", "starts_negative", "starts_unsorted",
-                 "starts_beyond", "starts_not_zero", "ids_null", "meta_garbage", "meta_type", "meta_range",
-                 "meta_pack_size", "meta_fewer_samples", "meta_empty_list", "meta_huge", "meta_deep",
-                 "meta_folder", "meta_fifo", "two_pack_sizes", "validation_fifo", "validation_dev_zero",
-                 "training_symlink_loop", "training_not_parquet"]
+READ_BACK_OPS = [
+    "none",
+    "extra_file",
+    "pack_longer",
+    "validation_longer",
+    "starts_negative",
+    "starts_unsorted",
+    "starts_beyond",
+    "starts_not_zero",
+    "ids_null",
+    "meta_garbage",
+    "meta_type",
+    "meta_range",
+    "meta_pack_size",
+    "meta_fewer_samples",
+    "meta_empty_list",
+    "meta_huge",
+    "meta_deep",
+    "meta_folder",
+    "meta_fifo",
+    "two_pack_sizes",
+    "validation_fifo",
+    "validation_dev_zero",
+    "training_symlink_loop",
+    "training_not_parquet",
+]
 
 
 def gen_read_back(rng: random.Random) -> dict:
@@ -151,9 +282,13 @@ def gen_read_back(rng: random.Random) -> dict:
 
 def gen_interrupt(rng: random.Random) -> dict:
     engine = rng.choice(["local", "local", "ray"])
-    return {"command": rng.choice(["prepare", "prepare", "tokenize"]), "signal": rng.choice(["INT", "TERM", "KILL"]),
-            "delay": round(rng.uniform(0.3, 4.0 if engine == "local" else 14.0), 2), "workers": rng.choice([1, 2]),
-            "engine": engine}  # Ray: its start takes 5-8 s, then its workers
+    return {
+        "command": rng.choice(["prepare", "prepare", "tokenize"]),
+        "signal": rng.choice(["INT", "TERM", "KILL"]),
+        "delay": round(rng.uniform(0.3, 4.0 if engine == "local" else 14.0), 2),
+        "workers": rng.choice([1, 2]),
+        "engine": engine,
+    }  # Ray: its start takes 5-8 s, then its workers
 
 
 def schema_bounds() -> list[tuple[str, object]]:
@@ -223,8 +358,7 @@ def gen_dashboard(index: int, field: str, value) -> dict:
 
 def generate(counts: dict[str, int | None], seed: int) -> list[tuple[str, dict]]:
     rng = random.Random(seed)
-    makers = {"prepare -o": gen_prepare_out, "cache": gen_cache, "read back": gen_read_back,
-              "interrupt": gen_interrupt}
+    makers = {"prepare -o": gen_prepare_out, "cache": gen_cache, "read back": gen_read_back, "interrupt": gen_interrupt}
     tasks: list[tuple[str, dict]] = []
     for surface, n in counts.items():
         if surface == "dashboard":
@@ -247,9 +381,25 @@ def make_templates(work: Path) -> Path:
     if not (templates / "prepared").exists():
         templates.mkdir(exist_ok=True)
         with contextlib.redirect_stdout(base._Sink()), contextlib.redirect_stderr(base._Sink()):
-            code = main(["prepare", str(CHAT), "--format", "chat", "--tokenizer", str(TOKENIZER), "--validation",
-                         str(CHAT), "--pack-size", "512", "--workers", "1", "-o", str(templates / "prepared"),
-                         "--quiet"])
+            code = main(
+                [
+                    "prepare",
+                    str(CHAT),
+                    "--format",
+                    "chat",
+                    "--tokenizer",
+                    str(TOKENIZER),
+                    "--validation",
+                    str(CHAT),
+                    "--pack-size",
+                    "512",
+                    "--workers",
+                    "1",
+                    "-o",
+                    str(templates / "prepared"),
+                    "--quiet",
+                ]
+            )
         assert code == 0, "the template prepare failed"
     return templates
 
@@ -314,8 +464,9 @@ def _replace(path: Path, kind: str, np) -> None:
         path.mkdir()
     elif kind == "sparse":
         with open(path, "wb") as f:
-            np.lib.format.write_array_header_1_0(f, {"descr": a.dtype.str, "fortran_order": False,
-                                                     "shape": (a.size * 1000 + 400_000_001,)})
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": a.dtype.str, "fortran_order": False, "shape": (a.size * 1000 + 400_000_001,)}
+            )
             f.truncate(f.tell() + 8 * 400_000_001)
     elif kind == "empty":
         path.write_bytes(b"")
@@ -339,8 +490,11 @@ def tamper_prepared(folder: Path, op: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    train, val, meta = folder / "training_512.idx.parquet", folder / "validation_512.idx.parquet", \
-        folder / "512_metadata.jsonl"
+    train, val, meta = (
+        folder / "training_512.idx.parquet",
+        folder / "validation_512.idx.parquet",
+        folder / "512_metadata.jsonl",
+    )
 
     def edit_rows(path: Path, edit) -> None:
         rows = pq.read_table(path).to_pylist()
@@ -372,6 +526,7 @@ def tamper_prepared(folder: Path, op: str) -> None:
                 s[0] = value
             else:
                 s.append(value)
+
         edit_rows(train, starts)
     elif op == "ids_null":
         rows = pq.read_table(train).to_pylist()
@@ -416,8 +571,13 @@ def tamper_prepared(folder: Path, op: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- running
-def run_cli_sandboxed(argv: list[str], box: Path, sandbox: Path, output: str | None, home: bool = False,
-                      ) -> tuple[str, str]:
+def run_cli_sandboxed(
+    argv: list[str],
+    box: Path,
+    sandbox: Path,
+    output: str | None,
+    home: bool = False,
+) -> tuple[str, str]:
     """``advisor.cli.main(argv)`` in ``box``, judged against the sandbox's snapshot: ok may change only the output
     (and the folders made on the way), a refusal nothing."""
     before = base.snapshot(sandbox)
@@ -437,8 +597,9 @@ def run_cli_sandboxed(argv: list[str], box: Path, sandbox: Path, output: str | N
         asked = os.path.normpath(os.path.join(box, output))
     wrong = base.changed_elsewhere(before, after, asked, True)
     if wrong:
-        return "elsewhere" if outcome[0] == "ok" else "left behind", \
-            f"{outcome[0]}: changed {[os.path.relpath(p, sandbox) for p in wrong][:4]}"
+        return "elsewhere" if outcome[
+            0
+        ] == "ok" else "left behind", f"{outcome[0]}: changed {[os.path.relpath(p, sandbox) for p in wrong][:4]}"
     return outcome
 
 
@@ -458,17 +619,29 @@ def run_task(surface: str, task: dict, work: Path) -> tuple[str, str]:
         shutil.copytree(templates / "prepared", box / "src")
         if surface == "cache":
             tamper_cache(box / "src" / ".tokens" / "training", task)
-            outcome = run_cli_sandboxed(["prepare", "--from-cache", "src", "--pack-size", "512", "--workers", "1",
-                                         "-o", "out", "--quiet"], box, sandbox, "out")
+            outcome = run_cli_sandboxed(
+                ["prepare", "--from-cache", "src", "--pack-size", "512", "--workers", "1", "-o", "out", "--quiet"],
+                box,
+                sandbox,
+                "out",
+            )
             if os.path.exists("/tmp/fuzz-round4-pwned"):
                 return "elsewhere", "an object array was unpickled: code ran"
             if outcome[0] == "ok" and (wrong := check_written(box / "out")):
                 return "silent", f"{json.dumps(task)[:150]}: wrote {wrong}"
         else:
             tamper_prepared(box / "src", task["op"])
-            (box / "plan.json").write_text(json.dumps({
-                "version": 2, "model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_samples": 32},
-                "packing": {"mode": "offline", "pack_size": 512}, "data": {"lengths": "src", "format": "chat"}}))
+            (box / "plan.json").write_text(
+                json.dumps(
+                    {
+                        "version": 2,
+                        "model": "llama3.1-8b",
+                        "training": {"seq_length": 512, "global_batch_samples": 32},
+                        "packing": {"mode": "offline", "pack_size": 512},
+                        "data": {"lengths": "src", "format": "chat"},
+                    }
+                )
+            )
             outcome = run_cli_sandboxed(task["argv"], box, sandbox, None)
         if outcome[0] == "ok" and task.get("must_refuse"):
             return "silent", f"accepted: {json.dumps({k: v for k, v in task.items() if k != 'argv'})[:200]}"
@@ -545,16 +718,20 @@ def run_dashboard(task: dict) -> tuple[str, str]:
             return "hang", f"{task['field']}={task['value']!r} on {task['page']}: AppTest timed out"
         raise
     if at.exception:
-        return "traceback", f"{task['field']}={str(task['value'])[:30]} on {task['page']}: " \
-                            f"{at.exception[0].value[:200]}"
+        return (
+            "traceback",
+            f"{task['field']}={str(task['value'])[:30]} on {task['page']}: {at.exception[0].value[:200]}",
+        )
     errors = [e.value.replace("\\", "") for e in at.error]  # shown through ui.plain: markdown escaped
     if valid:
         return "ok", ""
     said = [e for e in errors if "the link's plan could not be read" in e]
     if len(said) == 1 and at.session_state["plan"] == default_plan():
         return "refused", said[0][:200]
-    return "traceback", f"{task['field']}={str(task['value'])[:30]} refused by the schema but the page showed " \
-                        f"{errors[:2]}"
+    return (
+        "traceback",
+        f"{task['field']}={str(task['value'])[:30]} refused by the schema but the page showed {errors[:2]}",
+    )
 
 
 def worker(task_file: str, out_file: str, work: str) -> None:
@@ -569,12 +746,17 @@ def worker(task_file: str, out_file: str, work: str) -> None:
                 outcome = run_task(surface, task, Path(work))
             except MemoryError as e:
                 frame = traceback.extract_tb(e.__traceback__)[-1]
-                outcome = ("blow-up", f"MemoryError {str(e)[:80]} at {frame.filename}:{frame.lineno} on "
-                                      f"{json.dumps(task)[:200]}")
+                outcome = (
+                    "blow-up",
+                    f"MemoryError {str(e)[:80]} at {frame.filename}:{frame.lineno} on {json.dumps(task)[:200]}",
+                )
             except Exception as e:  # noqa: BLE001 - counting them is the point
                 frame = traceback.extract_tb(e.__traceback__)[-1]
-                outcome = ("traceback", f"{type(e).__name__}: {str(e)[:200]} at {frame.filename}:{frame.lineno} on "
-                                        f"{json.dumps(task)[:200]}")
+                outcome = (
+                    "traceback",
+                    f"{type(e).__name__}: {str(e)[:200]} at {frame.filename}:{frame.lineno} on "
+                    f"{json.dumps(task)[:200]}",
+                )
             out.write(json.dumps(["done", index, *outcome]) + "\n")
 
 
@@ -619,11 +801,26 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
     box = Path(tempfile.mkdtemp(dir=work, prefix="int-"))
     tag = f"FUZZ_ROUND4_{os.getpid()}_{index}"
     out = "out" if task["command"] == "prepare" else "lengths.csv"
-    argv = [sys.executable, "-m", "advisor", task["command"], str(data), "--format", "chat", "--tokenizer",
-            str(TOKENIZER), "--workers", str(task["workers"]), "--engine", task.get("engine", "local"), "-o", out,
-            "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "advisor",
+        task["command"],
+        str(data),
+        "--format",
+        "chat",
+        "--tokenizer",
+        str(TOKENIZER),
+        "--workers",
+        str(task["workers"]),
+        "--engine",
+        task.get("engine", "local"),
+        "-o",
+        out,
+        "--quiet",
+    ]
     if task["command"] == "prepare":
-        argv[argv.index("-o"):argv.index("-o")] = ["--pack-size", "1024"]
+        argv[argv.index("-o") : argv.index("-o")] = ["--pack-size", "1024"]
     env = {**os.environ, tag: "1", "PYTHONPATH": str(ROOT), "RAY_DISABLE_USAGE_STATS": "1"}
     try:
         proc = subprocess.Popen(argv, cwd=box, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -648,8 +845,11 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
         # -2: Python ends a run interrupted during its shutdown by re-raising SIGINT, after the one line (seen once
         # in 12 runs at 2 workers, not reproduced by hand); the exit says "interrupted" to a shell all the same
         expected = {"INT": (130, -2, 0), "TERM": (143, 0), "KILL": (-9, 0)}[task["signal"]]
-        if task.get("engine") == "ray" and task["signal"] == "TERM" and text.rstrip().endswith(
-                "error: terminated: stopped; nothing was left half-written"):
+        if (
+            task.get("engine") == "ray"
+            and task["signal"] == "TERM"
+            and text.rstrip().endswith("error: terminated: stopped; nothing was left half-written")
+        ):
             # 134: a SIGTERM in the last ~0.2 s of ray.init meets the abort handler Ray's C++ core installs there
             # (absl's): the advisor's line is printed and everything stopped, then Ray aborts the exit (docs/cli.md)
             expected = (*expected, 134)
@@ -673,8 +873,12 @@ def run_interrupt(index: int, task: dict, work: Path) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- the parent
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every surface's count (the dashboard's "
-                        "bounds are all run at 1, a sample of them below)")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every surface's count (the dashboard's bounds are all run at 1, a sample of them below)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--surfaces", default=",".join(COUNTS), help="comma-separated: " + ", ".join(COUNTS))
@@ -689,8 +893,12 @@ def main() -> int:
     if unknown:
         parser.error(f"--surfaces: {', '.join(sorted(unknown))} (choose from {', '.join(COUNTS)})")
     bounds = len(schema_bounds())
-    counts = {k: (None if args.scale >= 1 else max(1, round(bounds * args.scale))) if k == "dashboard"
-              else max(1, round(COUNTS[k] * args.scale)) for k in chosen}
+    counts = {
+        k: (None if args.scale >= 1 else max(1, round(bounds * args.scale)))
+        if k == "dashboard"
+        else max(1, round(COUNTS[k] * args.scale))
+        for k in chosen
+    }
     tasks = generate(counts, args.seed)
     indexed = [(i, surface, task) for i, (surface, task) in enumerate(tasks)]
     shown = {k: sum(1 for s, _ in tasks if s == k) for k in chosen}
@@ -704,9 +912,14 @@ def main() -> int:
         children = [t for t in indexed if t[1] != "interrupt"]
         batches = [chunk for s in chosen for chunk in base._chunks([t for t in children if t[1] == s])]
         with ThreadPoolExecutor(args.jobs) as pool:
-            done = list(pool.map(lambda b: base.run_batch(
-                b[1], work, b[0], script=__file__,
-                run_seconds=RUN_SECONDS.get(b[1][0][1], DEFAULT_RUN_SECONDS)), enumerate(batches)))
+            done = list(
+                pool.map(
+                    lambda b: base.run_batch(
+                        b[1], work, b[0], script=__file__, run_seconds=RUN_SECONDS.get(b[1][0][1], DEFAULT_RUN_SECONDS)
+                    ),
+                    enumerate(batches),
+                )
+            )
     results += [r for batch in done for r in batch]
     return report(tasks, results, chosen, time.time() - start)
 

@@ -56,8 +56,27 @@ def base_tokenizer(folder: Path) -> None:
     """A small word-level tokenizer with the special tokens real chat templates use."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-    words = ["<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "tool", "Hello",
-             "world", "x", "y", ":", "\n", "[", "]", "{", "}"]
+    words = [
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "user",
+        "assistant",
+        "system",
+        "tool",
+        "Hello",
+        "world",
+        "x",
+        "y",
+        ":",
+        "\n",
+        "[",
+        "]",
+        "{",
+        "}",
+    ]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
@@ -66,12 +85,23 @@ def base_tokenizer(folder: Path) -> None:
 
 
 BENIGN = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-          "unk_token": "<unk>", "chat_template": BENIGN}
+CONFIG = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "chat_template": BENIGN,
+}
 RECORDS = [
     {"messages": [{"role": "user", "content": "Hello world"}, {"role": "assistant", "content": "x y"}]},
-    {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "Hello"},
-                  {"role": "assistant", "content": "world"}], "tools": [{"name": "f", "parameters": {}}]},
+    {
+        "messages": [
+            {"role": "system", "content": "x"},
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "world"},
+        ],
+        "tools": [{"name": "f", "parameters": {}}],
+    },
     {"conversations": [{"from": "human", "value": "y"}, {"from": "gpt", "value": "x"}]},
     {"messages": [{"role": "user", "content": "Hello " * 50}, {"role": "assistant", "content": None}]},
 ]
@@ -107,25 +137,44 @@ def template_piece(rng: random.Random) -> str:
         f"{{{{ f({min(n, 60)}) }}}}",
         "{% for m in [[[1]]] recursive %}{{ loop(m) }}{% endfor %}",
         "{{ raise_exception('no ' ~ messages[0].role) }}",
-        "{{ undefined_thing.attr }}", "{{ messages[99].content }}", "{{ messages[0].content.nope() }}",
-        "{{ ().__class__.__mro__[1].__subclasses__() }}", "{{ cycler.__init__.__globals__ }}",
-        "{% set ns = namespace(_x=1) %}", "{{ self.__dict__ }}", "{{ messages.append(1) }}",
+        "{{ undefined_thing.attr }}",
+        "{{ messages[99].content }}",
+        "{{ messages[0].content.nope() }}",
+        "{{ ().__class__.__mro__[1].__subclasses__() }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{% set ns = namespace(_x=1) %}",
+        "{{ self.__dict__ }}",
+        "{{ messages.append(1) }}",
         f"{{% set ns = namespace(s='ab') %}}{{% for i in range({min(n, 200)}) %}}{{% set ns.s = ns.s ~ ns.s %}}"
         "{% endfor %}{{ ns.s|length }}",
         f"{{% set ns = namespace(s=[1]) %}}{{% for i in range({min(n, 200)}) %}}{{% set ns.s = ns.s + ns.s %}}"
         "{% endfor %}{{ ns.s|length }}",
         f"{{% set ns = namespace(s=['x']) %}}{{% for i in range({min(n, 200)}) %}}{{% set ns.s = [ns.s, ns.s] %}}"
         "{% endfor %}{{ ns.s }}",
-        f"{{{{ 'a'.ljust({n}) }}}}", f"{{{{ '{{:>{n}}}'.format('a') }}}}", f"{{{{ '%{n}s' % 'a' }}}}",
-        f"{{{{ '%*s' % ({n}, 'a') }}}}", f"{{{{ 'a'|center({n}) }}}}", f"{{{{ ('a\\n' * 100)|indent({n}) }}}}",
+        f"{{{{ 'a'.ljust({n}) }}}}",
+        f"{{{{ '{{:>{n}}}'.format('a') }}}}",
+        f"{{{{ '%{n}s' % 'a' }}}}",
+        f"{{{{ '%*s' % ({n}, 'a') }}}}",
+        f"{{{{ 'a'|center({n}) }}}}",
+        f"{{{{ ('a\\n' * 100)|indent({n}) }}}}",
         f"{{{{ ('a b ' * 100)|wordwrap(1, wrapstring='x' * {min(n, 10**6)}) }}}}",
         f"{{{{ ('a' * {min(n, 10**5)})|replace('a', 'bb' * {min(m, 10**5)}) }}}}",
-        f"{{{{ (['x' * {min(n, 10**5)}] * {min(m, 10**5)})|join }}}}", f"{{{{ [1]|slice({n})|list }}}}",
-        f"{{{{ [1, 2]|batch({n})|list }}}}", f"{{{{ dict.fromkeys(range({n})) }}}}",
-        f"{{{{ ('\\t' * 100).expandtabs({n}) }}}}", f"{{{{ ('a' * {min(n, 10**5)}).translate({{97: 'b' * {m}}}) }}}}",
+        f"{{{{ (['x' * {min(n, 10**5)}] * {min(m, 10**5)})|join }}}}",
+        f"{{{{ [1]|slice({n})|list }}}}",
+        f"{{{{ [1, 2]|batch({n})|list }}}}",
+        f"{{{{ dict.fromkeys(range({n})) }}}}",
+        f"{{{{ ('\\t' * 100).expandtabs({n}) }}}}",
+        f"{{{{ ('a' * {min(n, 10**5)}).translate({{97: 'b' * {m}}}) }}}}",
         "{% for x in messages %}{% break %}{% endfor %}{% generation %}{{ messages[-1].content }}{% endgeneration %}",
-        "{{ '", "{% for %}", "{% if x %}", "{{ x | nosuchfilter }}", "{% endfor %}",
-        "'" * rng.randint(1, 5), "{{ 1 / 0 }}", "{{ 10 ** -5 }}", "{{ (1, 2) * 3 }}",
+        "{{ '",
+        "{% for %}",
+        "{% if x %}",
+        "{{ x | nosuchfilter }}",
+        "{% endfor %}",
+        "'" * rng.randint(1, 5),
+        "{{ 1 / 0 }}",
+        "{{ 10 ** -5 }}",
+        "{{ (1, 2) * 3 }}",
     ]
     return rng.choice(pieces)
 
@@ -140,23 +189,81 @@ def gen_template(rng: random.Random) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- folders
-ODD_VALUES = [None, True, False, 0, 1, -1, 2**70, 1.5, float("inf"), "", "yes", "true", "<s>", "x" * 5000,
-              [], ["<s>"], {}, {"content": "<s>"}, {"content": 5}, {"content": "<x>", "lstrip": "yes"},
-              {"content": "<x>", "rstrip": {"a": 1}}, {"a": {"b": {"c": [1, 2]}}}, [[["deep"]]]]
-KEYS = ["split_special_tokens", "add_bos_token", "add_eos_token", "bos_token", "eos_token", "pad_token", "unk_token",
-        "mask_token", "additional_special_tokens", "extra_special_tokens", "added_tokens_decoder", "tokenizer_class",
-        "model_max_length", "padding_side", "chat_template", "clean_up_tokenization_spaces", "legacy",
-        "add_prefix_space", "trust_remote_code", "auto_map", "name_or_path", "model_input_names"]
-CLASSES = ["PreTrainedTokenizerFast", "TokenizersBackend", "LlamaTokenizer", "LlamaTokenizerFast", "Qwen2Tokenizer",
-           "GPT2Tokenizer", "EvilTokenizer", "", "tokenization_evil.EvilTokenizer", "AutoTokenizer"]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    2**70,
+    1.5,
+    float("inf"),
+    "",
+    "yes",
+    "true",
+    "<s>",
+    "x" * 5000,
+    [],
+    ["<s>"],
+    {},
+    {"content": "<s>"},
+    {"content": 5},
+    {"content": "<x>", "lstrip": "yes"},
+    {"content": "<x>", "rstrip": {"a": 1}},
+    {"a": {"b": {"c": [1, 2]}}},
+    [[["deep"]]],
+]
+KEYS = [
+    "split_special_tokens",
+    "add_bos_token",
+    "add_eos_token",
+    "bos_token",
+    "eos_token",
+    "pad_token",
+    "unk_token",
+    "mask_token",
+    "additional_special_tokens",
+    "extra_special_tokens",
+    "added_tokens_decoder",
+    "tokenizer_class",
+    "model_max_length",
+    "padding_side",
+    "chat_template",
+    "clean_up_tokenization_spaces",
+    "legacy",
+    "add_prefix_space",
+    "trust_remote_code",
+    "auto_map",
+    "name_or_path",
+    "model_input_names",
+]
+CLASSES = [
+    "PreTrainedTokenizerFast",
+    "TokenizersBackend",
+    "LlamaTokenizer",
+    "LlamaTokenizerFast",
+    "Qwen2Tokenizer",
+    "GPT2Tokenizer",
+    "EvilTokenizer",
+    "",
+    "tokenization_evil.EvilTokenizer",
+    "AutoTokenizer",
+]
 
 
 def named_templates(rng: random.Random):
     options = [
         [{"name": "default", "template": BENIGN}, {"name": "tool_use", "template": gen_template(rng)}],
         [{"name": "rag", "template": BENIGN}],
-        [{"template": BENIGN}], [{"name": ["x"], "template": BENIGN}], [{"name": "default", "template": 5}],
-        [BENIGN], [], {"default": BENIGN}, {"default": 5}, 5,
+        [{"template": BENIGN}],
+        [{"name": ["x"], "template": BENIGN}],
+        [{"name": "default", "template": 5}],
+        [BENIGN],
+        [],
+        {"default": BENIGN},
+        {"default": 5},
+        5,
         [{"name": "default", "template": BENIGN}] * 2,
         [{"name": f"t{i}", "template": BENIGN} for i in range(rng.choice([3, 100]))],
     ]
@@ -197,20 +304,34 @@ def mutate_config(rng: random.Random, config: dict, folder: Path, marker: Path) 
         config["deep"] = "__DEEP__"
         config["__depth__"] = depth
     elif roll < 0.80:
-        (folder / "special_tokens_map.json").write_text(json.dumps(
-            {rng.choice(["bos_token", "additional_special_tokens", "pad_token"]): rng.choice(ODD_VALUES)}))
+        (folder / "special_tokens_map.json").write_text(
+            json.dumps({rng.choice(["bos_token", "additional_special_tokens", "pad_token"]): rng.choice(ODD_VALUES)})
+        )
     elif roll < 0.86:
         data = gen_template(rng).encode()
         (folder / "chat_template.jinja").write_bytes(data if rng.random() < 0.8 else b"\xff\xfe" + data)
     elif roll < 0.90:
         plant(folder, marker, rng)
-        (folder / "config.json").write_text(json.dumps(rng.choice([
-            {"model_type": "llama", "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}},
-            {"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}},
-            {"model_type": "llama", "tokenizer_class": "EvilTokenizer"}, {"model_type": 5}, []])))
+        (folder / "config.json").write_text(
+            json.dumps(
+                rng.choice(
+                    [
+                        {
+                            "model_type": "llama",
+                            "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]},
+                        },
+                        {"model_type": "evil", "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}},
+                        {"model_type": "llama", "tokenizer_class": "EvilTokenizer"},
+                        {"model_type": 5},
+                        [],
+                    ]
+                )
+            )
+        )
     elif roll < 0.93:
-        (folder / "added_tokens.json").write_text(json.dumps(rng.choice([
-            {"<a>": 30}, {"<a>": "x"}, {f"<a{i}>": 30 + i for i in range(70000)}, [1]])))
+        (folder / "added_tokens.json").write_text(
+            json.dumps(rng.choice([{"<a>": 30}, {"<a>": "x"}, {f"<a{i}>": 30 + i for i in range(70000)}, [1]]))
+        )
     else:
         damage_tokenizer_json(rng, folder)
 
@@ -233,16 +354,28 @@ def damage_tokenizer_json(rng: random.Random, folder: Path) -> None:
     elif roll < 0.45:
         spec["model"]["type"] = rng.choice(["Unigram", "BPE", "WordPiece", "Evil", 5])
     elif roll < 0.6:
-        spec["added_tokens"] = [{"id": 50 + i, "content": "x" * rng.choice([1, 10**5]) + str(i), "single_word": False,
-                                 "lstrip": False, "rstrip": False, "normalized": False, "special": True}
-                                for i in range(rng.choice([1, 100, 5000]))]
+        spec["added_tokens"] = [
+            {
+                "id": 50 + i,
+                "content": "x" * rng.choice([1, 10**5]) + str(i),
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i in range(rng.choice([1, 100, 5000]))
+        ]
     elif roll < 0.75:
-        spec["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": rng.choice(["(", "a{99999999}", "\\p{Evil}",
-                                                                                    "(?<=a)b", "(a*)*b"])},
-                                 "behavior": "Isolated", "invert": False}
+        spec["pre_tokenizer"] = {
+            "type": "Split",
+            "pattern": {"Regex": rng.choice(["(", "a{99999999}", "\\p{Evil}", "(?<=a)b", "(a*)*b"])},
+            "behavior": "Isolated",
+            "invert": False,
+        }
     else:
         data = json.dumps(spec).encode()
-        path.write_bytes(data[:rng.randint(0, len(data))])
+        path.write_bytes(data[: rng.randint(0, len(data))])
         return
     path.write_text(json.dumps(spec))
 
@@ -297,8 +430,9 @@ def run_one(folder: str, data: str) -> tuple[str, str]:
 
     engine._TOKENIZERS.clear()  # each folder loaded afresh, and none kept alive
     try:
-        job = engine.TokenizeJob(data=data, tokenizer=folder, fmt="chat", settings=ChatSettings(loss_mode="full"),
-                                 on_bad="skip")
+        job = engine.TokenizeJob(
+            data=data, tokenizer=folder, fmt="chat", settings=ChatSettings(loss_mode="full"), on_bad="skip"
+        )
         result = engine.tokenize(job, workers=1)
     except MemoryError as e:
         return "blow-up", f"MemoryError: {e}"[:300]
@@ -319,7 +453,8 @@ def run_one(folder: str, data: str) -> tuple[str, str]:
         engine._TOKENIZERS.clear()
     left_out = sum(x.count for x in result.excluded)
     return "accepted", f"{result.lengths.size} tokenized, {left_out} left out" + (
-        f" ({result.excluded[0].reason[:80]})" if result.excluded else "")
+        f" ({result.excluded[0].reason[:80]})" if result.excluded else ""
+    )
 
 
 def worker(task_file: str, out_file: str, data: str, markers: str) -> None:
@@ -353,8 +488,21 @@ def run_batch(tasks: list[tuple[int, str]], root: Path, batch_id: int) -> list[t
         attempt += 1
         task_file, out_file = work / f"b{batch_id}_{attempt}.json", work / f"b{batch_id}_{attempt}.out"
         task_file.write_text(json.dumps(todo))
-        end = run_watched([sys.executable, __file__, "--worker", str(task_file), str(out_file), str(root / "data"),
-                           str(root / MARKERS)], env=env, cwd=root / "data", out_file=out_file, seconds=BATCH_SECONDS)
+        end = run_watched(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(task_file),
+                str(out_file),
+                str(root / "data"),
+                str(root / MARKERS),
+            ],
+            env=env,
+            cwd=root / "data",
+            out_file=out_file,
+            seconds=BATCH_SECONDS,
+        )
         lines = end.lines
         finished = {x[1] for x in lines if x[0] == "end"}
         results += [(x[1], x[2], x[3]) for x in lines if x[0] == "run"]
@@ -383,12 +531,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fuzz_tokenizers_") as tmp:
         root = Path(tmp)
         inputs = generate(root, args.per_surface, args.seed)
-        print(f"generated {len(inputs):,} tokenizer folders in {time.time() - start:.0f} s (seed {args.seed}); "
-              f"tokenizing in batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a "
-              f"{BATCH_SECONDS} s timeout", flush=True)
+        print(
+            f"generated {len(inputs):,} tokenizer folders in {time.time() - start:.0f} s (seed {args.seed}); "
+            f"tokenizing in batches of {BATCH_SIZE} under RLIMIT_AS {MEMORY_LIMIT >> 30} GiB and a "
+            f"{BATCH_SECONDS} s timeout",
+            flush=True,
+        )
         (root / "work").mkdir()
         indexed = list(enumerate(path for _, path in inputs))
-        batches = [indexed[i:i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
+        batches = [indexed[i : i + BATCH_SIZE] for i in range(0, len(indexed), BATCH_SIZE)]
         with ThreadPoolExecutor(args.jobs) as pool:
             done = list(pool.map(lambda b: run_batch(b[1], root, b[0]), enumerate(batches)))
         results = [r for batch in done for r in batch]
@@ -413,8 +564,10 @@ def report(inputs: list[tuple[str, str]], results: list[tuple[int, str, str]], s
     bad = [r for r in results if r[1] in BAD]
     for index, outcome, detail in bad[:30]:
         print(f"  {outcome}: {inputs[index][1][-40:]!r}: {detail}")
-    print(f"tracebacks {total['traceback']}, hangs {total['hang']}, memory blow-ups {total['blow-up']}, "
-          f"code executed {total['code-executed']}")
+    print(
+        f"tracebacks {total['traceback']}, hangs {total['hang']}, memory blow-ups {total['blow-up']}, "
+        f"code executed {total['code-executed']}"
+    )
     return 1 if bad else 0
 
 

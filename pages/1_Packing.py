@@ -43,8 +43,11 @@ previous = st.session_state.get("packing_shown")
 same_data = previous and previous.get("data") == st.session_state.get("data_name")
 if same_data and not ui.packing_kept(st.session_state):
     with figures.container():
-        say("caption", f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
-                       f"{st.session_state['plan'].pack_size:,} is packed")
+        say(
+            "caption",
+            f"Showing pack size {previous['pack_size']:,} ({previous['algorithm']}) while pack size "
+            f"{st.session_state['plan'].pack_size:,} is packed",
+        )
         headline(previous, st)
 with progress(f"packing {hist.num_samples:,} samples") as bar:
     result, busy = ui.ready_packing(st.session_state, progress=bar)
@@ -62,10 +65,12 @@ st.code(json.dumps([result.metadata]), language="json", wrap_lines=True)
 for note in result.notes:
     say("info", note)
 with progress("sweeping pack sizes") as bar:
-    sweep = views.packing_sweep(hist, views.sweep_sizes(hist), list(views.SWEEP_ALGORITHMS), progress=bar,
-                                overlong=result.config.overlong)  # chat data (data.format) is skipped, not cut
-metric = st.radio("Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True,
-                  help=H("sweep_metric"))
+    sweep = views.packing_sweep(
+        hist, views.sweep_sizes(hist), list(views.SWEEP_ALGORITHMS), progress=bar, overlong=result.config.overlong
+    )  # chat data (data.format) is skipped, not cut
+metric = st.radio(
+    "Curve", ["packing_efficiency", "padding_fraction", "packing_factor"], horizontal=True, help=H("sweep_metric")
+)
 explained(charts.sweep_curves(sweep, metric, plan.pack_size), "sweep")
 a, b = st.columns(2)
 explained(charts.pack_fill_histogram(result), "pack_fill", a)

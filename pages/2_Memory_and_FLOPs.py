@@ -11,15 +11,32 @@ frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Memory & FLOPs")
 # three rows, widths so every name reads in full at 1280-1440 px: what runs, on what; the layout; the step
-for where, name in zip(st.columns([3, 2, 2, 2, 2]), ("model.preset", "hardware.gpu", "training.precision",
-                                                    "training.recompute", "parallel.gpus"), strict=True):
+for where, name in zip(
+    st.columns([3, 2, 2, 2, 2]),
+    ("model.preset", "hardware.gpu", "training.precision", "training.recompute", "parallel.gpus"),
+    strict=True,
+):
     control(name, where)
-for where, name in zip(st.columns(8), ("parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep",
-                                       "parallel.sp", "parallel.fsdp", "training.cpu_offloading_num_layers"),
-                       strict=True):
+for where, name in zip(
+    st.columns(8),
+    (
+        "parallel.tp",
+        "parallel.pp",
+        "parallel.vpp",
+        "parallel.cp",
+        "parallel.ep",
+        "parallel.sp",
+        "parallel.fsdp",
+        "training.cpu_offloading_num_layers",
+    ),
+    strict=True,
+):
     control(name, where)
-for where, name in zip(st.columns([2, 2, 2, 2]), ("training.seq_length", "training.micro_batch_size",
-                                                 "training.batch_unit", "training.batch"), strict=True):
+for where, name in zip(
+    st.columns([2, 2, 2, 2]),
+    ("training.seq_length", "training.micro_batch_size", "training.batch_unit", "training.batch"),
+    strict=True,
+):
     control(name, where)
 if st.toggle("Custom model fields", key="custom_model", help=H("custom_model")):
     for where, field in zip(st.columns(len(controls.CUSTOM_FIELDS)), controls.CUSTOM_FIELDS, strict=True):
@@ -38,10 +55,14 @@ if (offload := views.offload_text(est)) is not None:
 if not est.memory.fits:
     say("error", views.memory_error_text(est))
 k = st.columns(4)
-k[0].metric("memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
-            f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB", help=H("memory"))
-k[1].metric(f"step time (straggler x{est.time.straggler_factor:.2f})", f"{est.time.step_seconds:.3f} s",
-            help=H("step_time"))
+k[0].metric(
+    "memory per GPU (fits)" if est.memory.fits else "memory per GPU: DOES NOT FIT",
+    f"{est.memory.total / 2**30:.1f} of {est.memory.capacity / 2**30:.0f} GiB",
+    help=H("memory"),
+)
+k[1].metric(
+    f"step time (straggler x{est.time.straggler_factor:.2f})", f"{est.time.step_seconds:.3f} s", help=H("step_time")
+)
 k[2].metric("tokens/s/GPU", f"{est.time.tokens_per_second_per_gpu:,.0f}", help=H("tokens_per_second"))
 k[3].metric("time per epoch", f"{est.time.epoch_seconds / 3600:.2f} h", help=H("epoch_time"))
 a, b = st.columns(2)

@@ -49,16 +49,23 @@ version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_v
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
 mock = fmt == "megatron-lm" and st.toggle(
-    "Train on Megatron-LM's mock data of these lengths", help="Without it the arguments read your data from "
-    "$DATA_PATH; with it they name lengths.csv, downloaded beside them (export --lengths-csv lengths.csv)")
+    "Train on Megatron-LM's mock data of these lengths",
+    help="Without it the arguments read your data from "
+    "$DATA_PATH; with it they name lengths.csv, downloaded beside them (export --lengths-csv lengths.csv)",
+)
 text, filename = views.export_text(analysis, fmt, version, recommended, vary, mock=mock)
 st.code(text, language=views.code_language(fmt))
 d1, d2 = st.columns(2)
 d1.download_button(f"Download {filename}", text, file_name=filename)
 if mock:
-    d2.download_button(f"Download {views.MOCK_LENGTHS_FILE} (the lengths the arguments name)",
-                       views.mock_lengths_file(analysis), file_name=views.MOCK_LENGTHS_FILE)
+    d2.download_button(
+        f"Download {views.MOCK_LENGTHS_FILE} (the lengths the arguments name)",
+        views.mock_lengths_file(analysis),
+        file_name=views.MOCK_LENGTHS_FILE,
+    )
 if command := views.prepare_text(analysis.plan):
-    st.caption("Write the packed data set yourself, packed as this plan says (then point data.lengths at OUT):",
-               help=H("prepare"))
+    st.caption(
+        "Write the packed data set yourself, packed as this plan says (then point data.lengths at OUT):",
+        help=H("prepare"),
+    )
     st.code(command, language="bash")

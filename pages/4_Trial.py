@@ -11,22 +11,26 @@ from pages._frame import explained, frame, say
 frame()  # through app.py's frame first (pages/_frame.py says why)
 
 st.title("Trial")
-st.caption("Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
-           "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "
-           "and slow; on a GPU node run `python -m advisor trial PLAN --device cuda --out DIR` and upload trial.json. "
-           "One trial runs on this server at a time; it stops when you close the page.")
+st.caption(
+    "Trains a small GPT with the plan's head dimension, GQA ratio and SwiGLU on synthetic tokens of your "
+    "length distribution; checks packed loss and gradients against each sample alone. CPU runs are small "
+    "and slow; on a GPU node run `python -m advisor trial PLAN --device cuda --out DIR` and upload trial.json. "
+    "One trial runs on this server at a time; it stops when you close the page."
+)
 lim = trial_jobs.TRIAL_LIMITS
 c1, c2, c3 = st.columns(3)
 default = TrialConfig()  # the command line's defaults: the job runs `python -m advisor trial` with all of them
 steps = c1.number_input("Timed steps", 1, lim["steps"], default.steps, help=H("trial_steps"))
-pack_size = c2.number_input("Trial pack size", 64, lim["pack_size"], default.pack_size, step=64,
-                            help=H("trial_pack_size"))
+pack_size = c2.number_input(
+    "Trial pack size", 64, lim["pack_size"], default.pack_size, step=64, help=H("trial_pack_size")
+)
 scale = c3.selectbox("Model scale", list(lim["scales"]), help=H("trial_scale"))
 job = st.session_state.get("trial_job")
 if st.button("Start trial", disabled=job is not None and trial_jobs.poll(job)["state"] == "running"):
     try:
-        st.session_state["trial_job"] = trial_jobs.start_trial(st.session_state["plan"], st.session_state["hist"],
-                                                               steps=int(steps), pack_size=int(pack_size), scale=scale)
+        st.session_state["trial_job"] = trial_jobs.start_trial(
+            st.session_state["plan"], st.session_state["hist"], steps=int(steps), pack_size=int(pack_size), scale=scale
+        )
     except (trial_jobs.JobBusy, ValueError) as e:
         say("error", str(e))
 
@@ -54,8 +58,9 @@ if "trial_status" in st.session_state and "trial_job" not in st.session_state:
     (st.success if state == "done" else st.error)(f"Trial {state}")
     if state != "done":
         st.code(log, language="text")
-uploaded = st.file_uploader("Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload",
-                            help=H("trial_upload"))
+uploaded = st.file_uploader(
+    "Or show a trial.json from a run elsewhere", type=["json"], key="trial_upload", help=H("trial_upload")
+)
 if uploaded is not None:
     try:
         st.session_state["trial_result"] = trial_jobs.read_results(uploaded.getvalue(), uploaded.name)

@@ -19,8 +19,11 @@ back, go, forward = st.columns(3)
 if back.button("Back", disabled=i == 0):
     st.session_state["tour_step"] = i - 1
     st.rerun()
-if go.button(f"Open {step.page_title} with these settings", type="primary",
-             help="Replaces the data and plan with this step's example; the button below puts yours back"):
+if go.button(
+    f"Open {step.page_title} with these settings",
+    type="primary",
+    help="Replaces the data and plan with this step's example; the button below puts yours back",
+):
     tour.apply_step(st.session_state, i)
     st.switch_page(step.page)
 if forward.button("Next" if i < len(tour.STEPS) - 1 else "Finish the tour"):

@@ -23,8 +23,9 @@ def setup() -> None:
     ui.warm_up_in_background()  # the packing kernels compile once per server process
     ui.init_state(st.session_state, dict(st.query_params))
     ui.heartbeat(st.session_state)
-    if (undo := tour.undo_text(st.session_state)) is not None and \
-            st.sidebar.button(undo, icon=":material/undo:", key="tour_undo_button"):
+    if (undo := tour.undo_text(st.session_state)) is not None and st.sidebar.button(
+        undo, icon=":material/undo:", key="tour_undo_button"
+    ):
         tour.undo_step(st.session_state)  # the tour replaced the visitor's data and plan: one click puts them back
         st.rerun()
     st.query_params.from_dict(links.plan_to_query(st.session_state["plan"], st.session_state["data_name"]))

@@ -129,8 +129,10 @@ def open_page(page: str, state: dict | None = None, timeout: int = 300):
 def slow_after(values, fast: int = 1) -> list:
     """Values for ``pytest.mark.parametrize``: the first ``fast`` run in the fast tier (``-m "not slow"``), the
     others, the same check on more inputs, only in the full suite."""
-    return [v if i < fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
-            for i, v in enumerate(values)]
+    return [
+        v if i < fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
+        for i, v in enumerate(values)
+    ]
 
 
 @pytest.fixture(autouse=True, scope="session")

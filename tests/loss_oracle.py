@@ -35,8 +35,9 @@ def _torch_with_group():
     """torch, with ``torch.distributed.get_world_size/get_rank`` answering from a ``_Group`` (one process stands in
     for every CP rank)."""
     dist = types.SimpleNamespace(get_world_size=lambda g: g.size, get_rank=lambda g: g.rank)
-    return types.SimpleNamespace(**{k: getattr(torch, k) for k in ("zeros", "int64", "tensor", "cat")},
-                                 distributed=dist)
+    return types.SimpleNamespace(
+        **{k: getattr(torch, k) for k in ("zeros", "int64", "tensor", "cat")}, distributed=dist
+    )
 
 
 def functions():
@@ -49,16 +50,22 @@ def functions():
     mtp = "megatron.core.transformer.multi_token_prediction"  # imported by forward_step_calc_loss, used with MTP only
     if mtp not in sys.modules:
         sys.modules[mtp] = types.SimpleNamespace(MTPLossAutoScaler=None)
-    loss = load_function("megatron/bridge/training/losses.py", "masked_next_token_loss",
-                         {"torch": torch, "Tuple": tuple, "partial": partial,
-                          "get_rerun_state_machine": lambda: None})
-    variant = load_function("megatron/core/pipeline_parallel/schedules.py",
-                            "_get_experimental_attention_variant_loss_scale_func")
-    calc = load_function("megatron/core/pipeline_parallel/schedules.py", "forward_step_calc_loss",
-                         {"torch": torch, "parallel_state": None,
-                          "_get_experimental_attention_variant_loss_scale_func": variant})
-    cut = load_function("megatron/core/utils.py", "_get_batch_on_this_cp_rank_per_sequence_balancing",
-                        {"torch": _torch_with_group()})
+    loss = load_function(
+        "megatron/bridge/training/losses.py",
+        "masked_next_token_loss",
+        {"torch": torch, "Tuple": tuple, "partial": partial, "get_rerun_state_machine": lambda: None},
+    )
+    variant = load_function(
+        "megatron/core/pipeline_parallel/schedules.py", "_get_experimental_attention_variant_loss_scale_func"
+    )
+    calc = load_function(
+        "megatron/core/pipeline_parallel/schedules.py",
+        "forward_step_calc_loss",
+        {"torch": torch, "parallel_state": None, "_get_experimental_attention_variant_loss_scale_func": variant},
+    )
+    cut = load_function(
+        "megatron/core/utils.py", "_get_batch_on_this_cp_rank_per_sequence_balancing", {"torch": _torch_with_group()}
+    )
     _CACHE["f"] = (loss, calc, cut)
     return _CACHE["f"]
 
@@ -96,19 +103,29 @@ def oracle_weights(steps: Steps, per_token_loss: bool, *, data_parallel: int = 1
             owner = torch.full((rows, width), -1, dtype=torch.int64)
             for i, off, _, row in seqs:
                 a, b = int(steps.loss_start[i]), int(steps.loss_end[i])
-                mask[row, off + a: off + b] = 1
-                owner[row, off: off + int(steps.seq_length[i])] = i
+                mask[row, off + a : off + b] = 1
+                owner[row, off : off + int(steps.seq_length[i])] = i
             losses = torch.rand(rows, width, dtype=torch.float64, requires_grad=True)
             leaves.append((losses, owner))
             for rank in range(c):
                 group = _Group(c, rank)
                 if thd:  # per document: each sample's slice cut on its own
-                    parts = [cut({"m": mask[:, o:o + n], "l": losses[:, o:o + n]}, group) for _, o, n, _ in seqs]
+                    parts = [cut({"m": mask[:, o : o + n], "l": losses[:, o : o + n]}, group) for _, o, n, _ in seqs]
                     sliced = {k2: torch.cat([p[k2] for p in parts], dim=1) for k2 in ("m", "l")}
                 else:
                     sliced = cut({"m": mask, "l": losses}, group)
-                output, num_tokens = calc(None, sliced["l"], partial(loss_fn, sliced["m"], check_for_nan_in_loss=False),
-                                          config, None, False, m, [], cp_group_size=c, is_last_stage=True)
+                output, num_tokens = calc(
+                    None,
+                    sliced["l"],
+                    partial(loss_fn, sliced["m"], check_for_nan_in_loss=False),
+                    config,
+                    None,
+                    False,
+                    m,
+                    [],
+                    cp_group_size=c,
+                    is_last_stage=True,
+                )
                 outputs.append(output)
                 total_tokens += int(num_tokens)
         # the DP x CP gradient reduction (module docstring): every rank's backward summed, then scaled

@@ -21,9 +21,14 @@ from typing import Any
 
 from tests import mb_sft_oracle
 
-PACKING = ("megatron.bridge.utils.safe_pickle", "megatron.bridge.data.packing.paths",
-           "megatron.bridge.data.packing.algorithms", "megatron.bridge.data.packing.gpt_sft",
-           "megatron.bridge.data.packing.parquet", "megatron.bridge.data.packing.offline")
+PACKING = (
+    "megatron.bridge.utils.safe_pickle",
+    "megatron.bridge.data.packing.paths",
+    "megatron.bridge.data.packing.algorithms",
+    "megatron.bridge.data.packing.gpt_sft",
+    "megatron.bridge.data.packing.parquet",
+    "megatron.bridge.data.packing.offline",
+)
 
 
 def missing_reason() -> str | None:
@@ -43,17 +48,28 @@ def modules() -> types.SimpleNamespace:
     loaded = {name: load_module(name, stubs=stubs) for name in PACKING}
     paths = loaded["megatron.bridge.data.packing.paths"]
     msc = sys.modules["megatron.core.msc_utils"].MultiStorageClientFeature
-    build_split = load_function("megatron/bridge/data/builders/gpt_sft.py", "build_gpt_sft_split", {
-        "Path": Path, "Any": Any, "MegatronTokenizer": object, "MultiStorageClientFeature": msc,
-        "is_packed_parquet_spec": paths.is_packed_parquet_spec,
-        "resolve_packed_parquet_paths_with_retry": paths.resolve_packed_parquet_paths_with_retry,
-        "print_rank_0": lambda *a, **k: None, "GPTSFTDataset": sft.gpt_sft.GPTSFTDataset,
-        "GPTSFTChatDataset": sft.gpt_sft.GPTSFTChatDataset,
-    })
-    return types.SimpleNamespace(offline=loaded["megatron.bridge.data.packing.offline"],
-                                 parquet=loaded["megatron.bridge.data.packing.parquet"],
-                                 algorithms=loaded["megatron.bridge.data.packing.algorithms"],
-                                 build_split=build_split, sft=sft)
+    build_split = load_function(
+        "megatron/bridge/data/builders/gpt_sft.py",
+        "build_gpt_sft_split",
+        {
+            "Path": Path,
+            "Any": Any,
+            "MegatronTokenizer": object,
+            "MultiStorageClientFeature": msc,
+            "is_packed_parquet_spec": paths.is_packed_parquet_spec,
+            "resolve_packed_parquet_paths_with_retry": paths.resolve_packed_parquet_paths_with_retry,
+            "print_rank_0": lambda *a, **k: None,
+            "GPTSFTDataset": sft.gpt_sft.GPTSFTDataset,
+            "GPTSFTChatDataset": sft.gpt_sft.GPTSFTChatDataset,
+        },
+    )
+    return types.SimpleNamespace(
+        offline=loaded["megatron.bridge.data.packing.offline"],
+        parquet=loaded["megatron.bridge.data.packing.parquet"],
+        algorithms=loaded["megatron.bridge.data.packing.algorithms"],
+        build_split=build_split,
+        sft=sft,
+    )
 
 
 def dataset_kwargs(fmt: str, loss_mode: str = "assistant") -> dict:
@@ -64,10 +80,20 @@ def dataset_kwargs(fmt: str, loss_mode: str = "assistant") -> dict:
     return {}
 
 
-def reader(spec: str, tokenizer, pack_size: int, metadata: str | None = None, pad_seq_to_mult: int = 1,
-           fmt: str = "sft"):
+def reader(
+    spec: str, tokenizer, pack_size: int, metadata: str | None = None, pad_seq_to_mult: int = 1, fmt: str = "sft"
+):
     """The training split's dataset as Megatron-Bridge builds it from a packed Parquet spec (a file, a glob or a
     folder): the builder's own ``build_gpt_sft_split`` gives ``GPTSFTPackedParquetDataset``."""
-    return modules().build_split(spec, tokenizer=tokenizer, seq_length=pack_size, memmap_workers=1, seed=1234,
-                                 packed_sequence_size=pack_size, pack_metadata_path=metadata, pad_cu_seqlens=False,
-                                 pad_seq_to_mult=pad_seq_to_mult, dataset_kwargs=dataset_kwargs(fmt))
+    return modules().build_split(
+        spec,
+        tokenizer=tokenizer,
+        seq_length=pack_size,
+        memmap_workers=1,
+        seed=1234,
+        packed_sequence_size=pack_size,
+        pack_metadata_path=metadata,
+        pad_cu_seqlens=False,
+        pad_seq_to_mult=pad_seq_to_mult,
+        dataset_kwargs=dataset_kwargs(fmt),
+    )

@@ -43,9 +43,24 @@ def wheel_root(package: str = "megatron-bridge", version: str = MB_VERSION) -> P
         # The wheels declare Requires-Python >=3.12 (megatron-core's is cp312): --python-version lets pip on
         # 3.11 fetch them too; nothing is installed.
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-             "--platform", "manylinux_2_28_x86_64", "--platform", "any", "-q", "-d", str(wheels),
-             f"{package}=={version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--platform",
+                "any",
+                "-q",
+                "-d",
+                str(wheels),
+                f"{package}=={version}",
+            ],
             check=True,
         )
         found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
@@ -60,8 +75,10 @@ def wheel_root(package: str = "megatron-bridge", version: str = MB_VERSION) -> P
 
 
 def _roots() -> list[Path]:
-    return [wheel_root("megatron-bridge", ACTIVE["megatron-bridge"]),
-            wheel_root("megatron-core", ACTIVE["megatron-core"])]
+    return [
+        wheel_root("megatron-bridge", ACTIVE["megatron-bridge"]),
+        wheel_root("megatron-core", ACTIVE["megatron-core"]),
+    ]
 
 
 def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
@@ -102,8 +119,12 @@ def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
     if cls is None:  # re-exported from another module
         return class_fields(*imports[name], seen) if name in imports else set()
     fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    fields |= {n.name for n in cls.body if isinstance(n, ast.FunctionDef)  # properties with a setter
-               and any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in n.decorator_list)}
+    fields |= {
+        n.name
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef)  # properties with a setter
+        and any(isinstance(d, ast.Attribute) and d.attr == "setter" for d in n.decorator_list)
+    }
     for b in cls.bases:
         b = b.value if isinstance(b, ast.Subscript) else b
         base_name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None

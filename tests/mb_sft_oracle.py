@@ -67,8 +67,12 @@ def _stubs() -> dict[str, dict]:
     stubs = {
         "megatron.core.msc_utils": {"MultiStorageClientFeature": MultiStorageClientFeature},
         "megatron.core.utils": {"log_single_rank": _log_single_rank, "accepts_parameter": _accepts_parameter},
-        "megatron.bridge.utils.common_utils": {"get_local_rank_preinit": lambda: 0, "warn_rank_0": _quiet,
-                                               "print_rank_0": _quiet, "get_rank_safe": lambda: 0},
+        "megatron.bridge.utils.common_utils": {
+            "get_local_rank_preinit": lambda: 0,
+            "warn_rank_0": _quiet,
+            "print_rank_0": _quiet,
+            "get_rank_safe": lambda: 0,
+        },
     }
     if importlib.util.find_spec("datasets") is None:  # HF datasets, when installed, is imported for real
         stubs["datasets"] = {"builder": types.SimpleNamespace(), "load_dataset": None}
@@ -113,10 +117,12 @@ def modules() -> types.SimpleNamespace:
     if stand_in is not None and not hasattr(stand_in, "__file__"):
         del sys.modules["datasets"]  # gpt_sft.py holds its stand-in; nothing else may mistake it for the package
     logging.getLogger("megatron.bridge.data.datasets.utils").setLevel(logging.ERROR)
-    return types.SimpleNamespace(gpt_sft=loaded["megatron.bridge.data.datasets.gpt_sft"],
-                                 sft_processing=loaded["megatron.bridge.data.sft_processing"],
-                                 tokenizer=loaded["megatron.bridge.training.tokenizers.tokenizer"],
-                                 config=loaded["megatron.bridge.training.tokenizers.config"])
+    return types.SimpleNamespace(
+        gpt_sft=loaded["megatron.bridge.data.datasets.gpt_sft"],
+        sft_processing=loaded["megatron.bridge.data.sft_processing"],
+        tokenizer=loaded["megatron.bridge.training.tokenizers.tokenizer"],
+        config=loaded["megatron.bridge.training.tokenizers.config"],
+    )
 
 
 def build_mb_tokenizer(path: Path, *, include_special_tokens: bool = True, chat_template: str | None = None):
@@ -128,8 +134,9 @@ def build_mb_tokenizer(path: Path, *, include_special_tokens: bool = True, chat_
         config = m.config.TokenizerConfig(tokenizer_type="SentencePieceTokenizer", tokenizer_model=str(path))
     else:
         kwargs = {} if include_special_tokens else {"hf_tokenizer_kwargs": {"include_special_tokens": False}}
-        config = m.config.TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(path),
-                                          chat_template=chat_template, **kwargs)
+        config = m.config.TokenizerConfig(
+            tokenizer_type="HuggingFaceTokenizer", tokenizer_model=str(path), chat_template=chat_template, **kwargs
+        )
     return m.tokenizer.build_tokenizer(config)
 
 
@@ -158,7 +165,8 @@ def lengths_of(dataset) -> list[int | BaseException]:
     return out
 
 
-def mb_lengths(records: list[dict], tokenizer, folder: Path, *, chat: bool = False,
-               **kwargs) -> list[int | BaseException]:
+def mb_lengths(
+    records: list[dict], tokenizer, folder: Path, *, chat: bool = False, **kwargs
+) -> list[int | BaseException]:
     """Megatron-Bridge's ``len(input_ids)`` per record (or its exception), the records written as JSONL."""
     return lengths_of(mb_dataset(write_jsonl(records, folder), tokenizer, chat=chat, **kwargs))

@@ -28,25 +28,79 @@ from pathlib import Path
 
 from tests.mlm_oracle import folder
 
-TREE = Path(os.environ.get("ADVISOR_MLM_TREE")
-            or Path(__file__).resolve().parent.parent / ".cache" / "megatron-lm-d48bd6be")
+TREE = Path(
+    os.environ.get("ADVISOR_MLM_TREE") or Path(__file__).resolve().parent.parent / ".cache" / "megatron-lm-d48bd6be"
+)
 STUBBED = {"megatron.core.transformer.moe.ops.paged_stash"}  # imports triton at module level
-CHECKED = ("pipeline_model_parallel_layout", "mtp_num_layers",
-           "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
-           "group_query_attention", "num_query_groups", "normalization", "layernorm_epsilon",
-           "layernorm_zero_centered_gamma",
-           "qk_layernorm", "swiglu", "squared_relu", "add_bias_linear", "add_qkv_bias", "position_embedding_type",
-           "rotary_base", "rotary_percent", "use_rope_scaling", "rope_scaling_factor", "mrope_section",
-           "untie_embeddings_and_output_weights", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
-           "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_score_function",
-           "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
-           "moe_router_topk_scaling_factor", "attention_dropout", "hidden_dropout", "bf16", "tokenizer_type",
-           "tokenizer_model", "seq_length", "tensor_model_parallel_size", "context_parallel_size", "sft",
-           "train_iters", "global_batch_size", "micro_batch_size", "sequence_parallel", "fp8", "fp8_recipe",
-           "fp8_param_gather", "fp8_amax_history_len", "fp4", "fp4_recipe", "fp4_param_gather", "use_megatron_fsdp",
-           "data_parallel_sharding_strategy", "window_size", "window_attn_skip_freq", "softmax_type", "quick_geglu",
-           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
-           "cpu_offloading_num_layers", "recompute_granularity", "recompute_method", "recompute_num_layers")
+CHECKED = (
+    "pipeline_model_parallel_layout",
+    "mtp_num_layers",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "kv_channels",
+    "group_query_attention",
+    "num_query_groups",
+    "normalization",
+    "layernorm_epsilon",
+    "layernorm_zero_centered_gamma",
+    "qk_layernorm",
+    "swiglu",
+    "squared_relu",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "position_embedding_type",
+    "rotary_base",
+    "rotary_percent",
+    "use_rope_scaling",
+    "rope_scaling_factor",
+    "mrope_section",
+    "untie_embeddings_and_output_weights",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_router_score_function",
+    "moe_router_enable_expert_bias",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "moe_router_topk_scaling_factor",
+    "attention_dropout",
+    "hidden_dropout",
+    "bf16",
+    "tokenizer_type",
+    "tokenizer_model",
+    "seq_length",
+    "tensor_model_parallel_size",
+    "context_parallel_size",
+    "sft",
+    "train_iters",
+    "global_batch_size",
+    "micro_batch_size",
+    "sequence_parallel",
+    "fp8",
+    "fp8_recipe",
+    "fp8_param_gather",
+    "fp8_amax_history_len",
+    "fp4",
+    "fp4_recipe",
+    "fp4_param_gather",
+    "use_megatron_fsdp",
+    "data_parallel_sharding_strategy",
+    "window_size",
+    "window_attn_skip_freq",
+    "softmax_type",
+    "quick_geglu",
+    "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm",
+    "cpu_offloading_num_layers",
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+)
 
 
 def missing_reason() -> str | None:
@@ -54,8 +108,7 @@ def missing_reason() -> str | None:
     if not (folder("dev") / "megatron" / "training" / "arguments.py").is_file():
         return f"Megatron-LM oracle arguments.py not found under {folder('dev')}"
     if not (TREE / "megatron" / "core" / "transformer" / "transformer_config.py").is_file():
-        return (f"Megatron-LM d48bd6be tree not found at {TREE} (git archive d48bd6be megatron | tar -x -C "
-                f"{TREE})")
+        return f"Megatron-LM d48bd6be tree not found at {TREE} (git archive d48bd6be megatron | tar -x -C {TREE})"
     return None
 
 
@@ -65,7 +118,7 @@ class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
-        module.__getattr__ = lambda name: (lambda *a, **k: None)  # names it exports, never called when parsing
+        module.__getattr__ = lambda name: lambda *a, **k: None  # names it exports, never called when parsing
         return module
 
     def exec_module(self, module):
@@ -116,7 +169,8 @@ def main() -> None:
         major, minor = item.get("capability", (9, 0))
         torch.cuda.get_device_capability = lambda *a, _c=(major, minor), **k: _c
         torch.cuda.get_device_properties = lambda *a, _m=major, _n=minor, **k: types.SimpleNamespace(
-            major=_m, minor=_n, name="GPU")
+            major=_m, minor=_n, name="GPU"
+        )
         sys.argv = ["pretrain_gpt.py", *item["argv"]]
         os.environ["WORLD_SIZE"] = str(item["world_size"])  # parse_args reads it, validate_args divides it
         os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
@@ -136,7 +190,8 @@ def main() -> None:
 
             try:
                 PipelineParallelLayerLayout(layout, args.pipeline_model_parallel_size).validate_layer_layout(
-                    args.num_layers, args.mtp_num_layers)
+                    args.num_layers, args.mtp_num_layers
+                )
                 parsed["layout_check"] = "ok"
             except Exception as e:  # noqa: BLE001 - reported to the test
                 parsed["layout_check"] = f"{type(e).__name__}: {e}"

@@ -18,11 +18,15 @@ import sys
 import types
 from pathlib import Path
 
-ORACLE_ROOT = Path(os.environ.get("ADVISOR_MLM_ORACLE")
-                   or Path(__file__).resolve().parents[2] / "shared" / "oracles" / "megatron-lm")
+ORACLE_ROOT = Path(
+    os.environ.get("ADVISOR_MLM_ORACLE") or Path(__file__).resolve().parents[2] / "shared" / "oracles" / "megatron-lm"
+)
 FOLDERS = {"main": "main-d98e8a64", "dev": "dev-d48bd6be"}
-MODULES = ("megatron.core.datasets.data_schedule", "megatron.core.datasets.data_schedule_utils",
-           "megatron.training.datasets.sft_dataset")
+MODULES = (
+    "megatron.core.datasets.data_schedule",
+    "megatron.core.datasets.data_schedule_utils",
+    "megatron.training.datasets.sft_dataset",
+)
 
 
 def folder(commit: str) -> Path:
@@ -69,8 +73,13 @@ class ProcessGroup:
 
 def pg_collection(*, dp: int = 1, cp: int = 1, dp_rank: int = 0, cp_rank: int = 0, tp: int = 1, pp: int = 1):
     """ProcessGroupCollection's fields as the schedulers read them (TP and PP rank 0)."""
-    return types.SimpleNamespace(dp=ProcessGroup(dp, dp_rank), dp_cp=ProcessGroup(dp * cp, dp_rank * cp + cp_rank),
-                                 tp=ProcessGroup(tp), pp=ProcessGroup(pp), cp=ProcessGroup(cp, cp_rank))
+    return types.SimpleNamespace(
+        dp=ProcessGroup(dp, dp_rank),
+        dp_cp=ProcessGroup(dp * cp, dp_rank * cp + cp_rank),
+        tp=ProcessGroup(tp),
+        pp=ProcessGroup(pp),
+        cp=ProcessGroup(cp, cp_rank),
+    )
 
 
 def _unavailable(name):
@@ -89,11 +98,20 @@ STUBS = {
     "megatron.core.parallel_state": {},
     "megatron.core.rerun_state_machine": {"RerunDataIterator": RerunDataIterator},
     "megatron.core.extensions.transformer_engine": {
-        "get_thd_partitioned_indices": _unavailable("get_thd_partitioned_indices")},
+        "get_thd_partitioned_indices": _unavailable("get_thd_partitioned_indices")
+    },
     "megatron.core.packed_seq_params": {
-        "PackedSeqParams": _Stub, **{name: _unavailable(name) for name in (
-            "extend_thd_padding_before_cp_slice", "get_thd_padding_kwargs", "pad_sequence_for_thd",
-            "resolve_thd_tail_padding_policy")}},
+        "PackedSeqParams": _Stub,
+        **{
+            name: _unavailable(name)
+            for name in (
+                "extend_thd_padding_before_cp_slice",
+                "get_thd_padding_kwargs",
+                "pad_sequence_for_thd",
+                "resolve_thd_tail_padding_policy",
+            )
+        },
+    },
     "megatron.core.process_groups_config": {"ProcessGroupCollection": _Stub},
     "megatron.core.transformer.multi_token_prediction": {"mtp_on_this_rank": lambda *a, **k: False},
     "megatron.core.datasets.gpt_dataset": {"GPTDatasetConfig": _Stub},
@@ -126,8 +144,9 @@ def load(commit: str) -> types.SimpleNamespace:
     root = folder(commit)
     saved = {k: sys.modules.pop(k) for k in [k for k in sys.modules if _is_megatron(k)]}
     try:
-        for name in sorted({".".join(m.split(".")[:i]) for m in list(MODULES) + list(STUBS)
-                            for i in range(1, len(m.split(".")))}):
+        for name in sorted(
+            {".".join(m.split(".")[:i]) for m in list(MODULES) + list(STUBS) for i in range(1, len(m.split(".")))}
+        ):
             _namespace(name, root)
         for name, attrs in STUBS.items():
             stub = types.ModuleType(name)

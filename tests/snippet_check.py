@@ -25,35 +25,44 @@ from tests.mb_reference import ACTIVE, class_fields, load_module
 
 VERSION = ACTIVE["megatron-bridge"]
 CLASSES = {
-    "0.6.2": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
-              "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
-              "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
-              "train": ("megatron.bridge.training.config", "TrainingConfig"),
-              "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
-              "dataset:llm-sft": ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig"),
-              "dataset:vlm-sft": ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig"),
-              "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
-              "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs"),
-              "peft": ("megatron.bridge.peft.lora", "LoRA"),
-              "container": ("megatron.bridge.training.config", "ConfigContainer")},
-    "0.3.1": {"mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
-              "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
-              "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
-              "train": ("megatron.bridge.training.config", "TrainingConfig"),
-              "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
-              "dataset:llm-sft": ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
-              "dataset:vlm-sft": ("megatron.bridge.data.vlm_datasets.hf_provider", "HFDatasetConversationProvider"),
-              "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
-              "specs": ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
-              "peft": ("megatron.bridge.peft.lora", "LoRA"),
-              "container": ("megatron.bridge.training.config", "ConfigContainer")},
+    "0.6.2": {
+        "mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+        "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
+        "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+        "train": ("megatron.bridge.training.config", "TrainingConfig"),
+        "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
+        "dataset:llm-sft": ("megatron.bridge.data.builders.gpt_sft", "GPTSFTDatasetConfig"),
+        "dataset:vlm-sft": ("megatron.bridge.data.builders.direct_hf_sft", "DirectHFSFTDatasetConfig"),
+        "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
+        "specs": ("megatron.bridge.data.packing.config", "PackedSequenceSpecs"),
+        "peft": ("megatron.bridge.peft.lora", "LoRA"),
+        "container": ("megatron.bridge.training.config", "ConfigContainer"),
+    },
+    "0.3.1": {
+        "mixed_precision": ("megatron.bridge.training.mixed_precision", "MixedPrecisionConfig"),
+        "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
+        "model": ("megatron.bridge.models.gpt_provider", "GPTModelProvider"),
+        "train": ("megatron.bridge.training.config", "TrainingConfig"),
+        "ddp": ("megatron.bridge.training.config", "DistributedDataParallelConfig"),
+        "dataset:llm-sft": ("megatron.bridge.training.config", "FinetuningDatasetConfig"),
+        "dataset:vlm-sft": ("megatron.bridge.data.vlm_datasets.hf_provider", "HFDatasetConversationProvider"),
+        "dataset:pretrain": ("megatron.bridge.training.config", "GPTDatasetConfig"),
+        "specs": ("megatron.bridge.data.datasets.packed_sequence", "PackedSequenceSpecs"),
+        "peft": ("megatron.bridge.peft.lora", "LoRA"),
+        "container": ("megatron.bridge.training.config", "ConfigContainer"),
+    },
 }[VERSION]
 SPEC_FIELDS = {"offline_packing_specs", "packed_sequence_specs"}
 
 
-RECIPE_SPECS = {"0.6.2": {"packed_sequence_size": 2048, "tokenizer_model_name": "meta-llama/Llama-3.1-8B",
-                          "num_tokenizer_workers": 4},
-                "0.3.1": {"packed_sequence_size": 2048, "tokenizer_model_name": "meta-llama/Llama-3.1-8B"}}[VERSION]
+RECIPE_SPECS = {
+    "0.6.2": {
+        "packed_sequence_size": 2048,
+        "tokenizer_model_name": "meta-llama/Llama-3.1-8B",
+        "num_tokenizer_workers": 4,
+    },
+    "0.3.1": {"packed_sequence_size": 2048, "tokenizer_model_name": "meta-llama/Llama-3.1-8B"},
+}[VERSION]
 RECIPE_DATASET = {"seed": 5678, "dataset_kwargs": {"pad_to_max_length": True, "num_workers": 2}}
 
 
@@ -83,14 +92,19 @@ def registered_recipes() -> set[str]:
         path = root / "megatron" / "bridge" / "training" / "mixed_precision.py"
         if path.is_file():
             tree = ast.parse(path.read_text())
-            return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-                    and any(isinstance(d, ast.Name) and d.id == "register" for d in node.decorator_list)}
+            return {
+                node.name
+                for node in tree.body
+                if isinstance(node, ast.FunctionDef)
+                and any(isinstance(d, ast.Name) and d.id == "register" for d in node.decorator_list)
+            }
     return set()
 
 
 def _mixed_precision_stub(log: list, recipes: set[str]) -> None:
     """``megatron.bridge.training.mixed_precision`` for the snippet: ``get_mixed_precision_config`` checks the name
     and returns a recorded section (the real module imports torch and Megatron-Core)."""
+
     def get_mixed_precision_config(name):
         log.append(("mixed_precision", "<recipe>", name))
         if name.replace("-", "_") not in recipes:
@@ -145,9 +159,11 @@ def _specs_of(cfg, spec_fields: set) -> dict | None:
     specs = next((values[k] for k in SPEC_FIELDS if values.get(k) is not None), None)
     if specs is None:
         return None
-    return {"class": f"{type(specs).__module__}.{type(specs).__name__}",
-            "fields": {k: getattr(specs, k) for k in sorted(spec_fields)},
-            "not_fields": sorted(set(vars(specs)) - spec_fields)}  # a typo sets a new attribute silently
+    return {
+        "class": f"{type(specs).__module__}.{type(specs).__name__}",
+        "fields": {k: getattr(specs, k) for k in sorted(spec_fields)},
+        "not_fields": sorted(set(vars(specs)) - spec_fields),
+    }  # a typo sets a new attribute silently
 
 
 def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> tuple[list[str], list[str]]:
@@ -193,8 +209,10 @@ def main() -> None:
     with_specs = (sys.argv[4] if len(sys.argv) > 4 else "specs") == "specs"
     lora = (sys.argv[5] if len(sys.argv) > 5 else "full") == "lora"  # the recipe was made with peft="lora"
     specs_cls = _load_specs_class()
-    fields = {s: class_fields(*CLASSES[s]) for s in ("model", "train", "ddp", "mixed_precision", "comm_overlap",
-                                                     "peft", "container")}
+    fields = {
+        s: class_fields(*CLASSES[s])
+        for s in ("model", "train", "ddp", "mixed_precision", "comm_overlap", "peft", "container")
+    }
     fields["dataset"] = class_fields(*CLASSES[f"dataset:{task}"])
     spec_fields = class_fields(*CLASSES["specs"])
     log: list = []
@@ -211,22 +229,33 @@ def main() -> None:
     specs_obj = next((cfg.dataset._values[k] for k in SPEC_FIELDS if cfg.dataset._values.get(k) is not None), None)
     over_cfg = recipe_config(task, specs_cls, with_specs, [], lora)
     bad_overrides, unapplied = _apply_overrides(over_cfg, open(overrides_path).read().split(), fields, spec_fields)
-    print(json.dumps({
-        "version": VERSION, "set": [f"cfg.{s}.{k}" for s, k, _ in log if k not in ("<recipe>", "<created>")],
-        "unknown": unknown,
-        "precision_recipes": [v for _, k, v in log if k == "<recipe>"], "recipes_registered": sorted(recipes),
-        "mixed_precision": {k: v for s, k, v in log if s == "mixed_precision" and k != "<recipe>"},
-        "specs_class": specs["class"] if specs else None,
-        "specs_is_real": isinstance(specs_obj, specs_cls),
-        "specs": specs["fields"] if specs else None, "specs_not_fields": specs["not_fields"] if specs else None,
-        "recipe_specs": RECIPE_SPECS if with_specs else None,
-        "dataset": {k: cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
-        "override_specs": (_specs_of(over_cfg, spec_fields) or {}).get("fields"),
-        "override_dataset": {k: over_cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
-        "override_train": over_cfg.train._values, "bad_overrides": bad_overrides,
-        "unapplied_overrides": unapplied, "peft": peft, "peft_created": any(k == "<created>" for _, k, _ in log),
-        "override_peft": over_cfg.peft if over_cfg.peft is None else dict(over_cfg.peft._values),
-    }, default=str))
+    print(
+        json.dumps(
+            {
+                "version": VERSION,
+                "set": [f"cfg.{s}.{k}" for s, k, _ in log if k not in ("<recipe>", "<created>")],
+                "unknown": unknown,
+                "precision_recipes": [v for _, k, v in log if k == "<recipe>"],
+                "recipes_registered": sorted(recipes),
+                "mixed_precision": {k: v for s, k, v in log if s == "mixed_precision" and k != "<recipe>"},
+                "specs_class": specs["class"] if specs else None,
+                "specs_is_real": isinstance(specs_obj, specs_cls),
+                "specs": specs["fields"] if specs else None,
+                "specs_not_fields": specs["not_fields"] if specs else None,
+                "recipe_specs": RECIPE_SPECS if with_specs else None,
+                "dataset": {k: cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
+                "override_specs": (_specs_of(over_cfg, spec_fields) or {}).get("fields"),
+                "override_dataset": {k: over_cfg.dataset._values.get(k) for k in ("seed", "dataset_kwargs")},
+                "override_train": over_cfg.train._values,
+                "bad_overrides": bad_overrides,
+                "unapplied_overrides": unapplied,
+                "peft": peft,
+                "peft_created": any(k == "<created>" for _, k, _ in log),
+                "override_peft": over_cfg.peft if over_cfg.peft is None else dict(over_cfg.peft._values),
+            },
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

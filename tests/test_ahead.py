@@ -120,8 +120,9 @@ def test_the_packing_page_wishes_for_its_neighbours_on_big_data(monkeypatch):
     offered = []
     monkeypatch.setattr(ahead.WORKER, "offer", lambda hist, cfgs: offered.append(cfgs) or len(cfgs))
     plan = ui.default_plan("Wikipedia BERT (real, 16.3M)")
-    plan = plan.changed({"training": {"seq_length": plan.pack_size + PACK_SIZE_STEP},
-                         "packing": {"pack_size": plan.pack_size}})
+    plan = plan.changed(
+        {"training": {"seq_length": plan.pack_size + PACK_SIZE_STEP}, "packing": {"pack_size": plan.pack_size}}
+    )
     state = {"hist": ui.load_sample("Wikipedia BERT (real, 16.3M)"), "plan": plan}
     assert ui.pack_ahead(state) == 2
     size = state["plan"].pack_size

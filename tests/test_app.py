@@ -14,9 +14,14 @@ from tests.conftest import ROOT, open_page
 
 pytestmark = pytest.mark.slow  # every test runs a page in Streamlit's AppTest, seconds each
 
-PAGES = ["app.py", "pages/1_Packing.py", "pages/6_Online_packing.py", "pages/2_Memory_and_FLOPs.py",
-         "pages/3_Recommendations.py",
-         "pages/4_Trial.py"]
+PAGES = [
+    "app.py",
+    "pages/1_Packing.py",
+    "pages/6_Online_packing.py",
+    "pages/2_Memory_and_FLOPs.py",
+    "pages/3_Recommendations.py",
+    "pages/4_Trial.py",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -117,8 +122,10 @@ def test_leaving_full_recompute_drops_the_block_size():
     assert not at.error and at.session_state["plan"].training.recompute == "selective"
     assert at.session_state["plan"].training.recompute_num_layers is None
     at.selectbox(key=key).set_value("full").run()
-    assert (at.session_state["plan"].training.recompute, at.session_state["plan"].training.recompute_num_layers) == \
-        ("full", None)
+    assert (at.session_state["plan"].training.recompute, at.session_state["plan"].training.recompute_num_layers) == (
+        "full",
+        None,
+    )
 
 
 def test_memory_page_sets_expert_and_virtual_pipeline_parallelism():
@@ -153,8 +160,12 @@ def test_export_matches_the_command_line(tmp_path):
 
     plan = at.session_state["plan"]
     plan_file.write_text(dump_plan(plan.changed({"data": {"lengths": str(ROOT / plan.data.lengths)}})))
-    cli = subprocess.run([sys.executable, "-m", "advisor", "export", str(plan_file), "--format", "python",
-                          "--quiet"], capture_output=True, text=True, cwd=ROOT)
+    cli = subprocess.run(
+        [sys.executable, "-m", "advisor", "export", str(plan_file), "--format", "python", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert cli.returncode == 0 and cli.stdout.rstrip("\n") == shown.rstrip("\n")
 
 
@@ -243,12 +254,14 @@ def test_a_link_whose_plan_is_refused_says_so_once_on_the_page_it_opens(page):
 def test_a_bad_plan_upload_keeps_the_last_good_plan():
     at = run("app.py")
     before = at.session_state["plan"]
-    at.file_uploader(key="plan_upload").set_value(("p.yaml", b"model: llama3.1-8b\nparallel: {gpus: 0}\n",
-                                                   "text/yaml")).run()
+    at.file_uploader(key="plan_upload").set_value(
+        ("p.yaml", b"model: llama3.1-8b\nparallel: {gpus: 0}\n", "text/yaml")
+    ).run()
     assert not at.exception
     assert "parallel.gpus" in shown(at.error[0]) and at.session_state["plan"] == before
-    at.file_uploader(key="plan_upload").set_value(("q.yaml", b"model: {preset: qwen3-8b, num_layers: 12}\n",
-                                                   "text/yaml")).run()
+    at.file_uploader(key="plan_upload").set_value(
+        ("q.yaml", b"model: {preset: qwen3-8b, num_layers: 12}\n", "text/yaml")
+    ).run()
     assert at.session_state["plan"].model.num_layers == 12 and at.session_state["plan"].model.preset == "qwen3-8b"
 
 
@@ -269,8 +282,12 @@ def test_pages_survive_data_that_cannot_be_estimated():
     from advisor.ui import state as ui
     from advisor.ui.samples import default_plan
 
-    for page in ("pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/1_Packing.py",
-                 "pages/6_Online_packing.py"):
+    for page in (
+        "pages/2_Memory_and_FLOPs.py",
+        "pages/3_Recommendations.py",
+        "pages/1_Packing.py",
+        "pages/6_Online_packing.py",
+    ):
         state: dict = {}
         ui.init_state(state)
         state["plan"] = default_plan("VLM-like (100k)")
@@ -287,9 +304,13 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
     from advisor.ui.controls import CONTROLS
 
     at = run("pages/2_Memory_and_FLOPs.py")
-    for name, values in (("parallel.gpus", (16, 32, 64, 16)), ("parallel.tp", (4, 8, 2)),
-                         ("parallel.cp", (2, 4, 1)), ("training.seq_length", (1024, 2048, 384)),
-                         ("training.batch", (256, 64, 128))):
+    for name, values in (
+        ("parallel.gpus", (16, 32, 64, 16)),
+        ("parallel.tp", (4, 8, 2)),
+        ("parallel.cp", (2, 4, 1)),
+        ("training.seq_length", (1024, 2048, 384)),
+        ("training.batch", (256, 64, 128)),
+    ):
         for value in values:
             at.number_input(key=CONTROLS[name].key).set_value(value).run()
             assert not at.exception and not at.error, (name, value)
@@ -317,8 +338,11 @@ def test_the_lognormal_draw_takes_the_bounds_it_shows_and_keeps_the_data_on_a_re
     at = run("app.py")
     inputs = {n.label: n for n in at.number_input}
     for spec in ui.LOGNORMAL_INPUTS:  # the page draws each with the bounds the server checks
-        assert (inputs[spec.label].min, inputs[spec.label].max, inputs[spec.label].value) == \
-            (spec.lo, spec.hi, spec.default)
+        assert (inputs[spec.label].min, inputs[spec.label].max, inputs[spec.label].value) == (
+            spec.lo,
+            spec.hi,
+            spec.default,
+        )
     state: dict = {}
     assert ui.use_lognormal(state, 1000, 0.5, 100, 4000, samples=1000)
     drawn = state["hist"]
@@ -352,20 +376,35 @@ def test_memory_page_names_the_recipe_layout_that_placed_deepseeks_layers():
     """DeepSeek-V3's 61 layers on PP 4 x VP 4: the page says the recipe layout placed them, rank by rank."""
     from advisor.plan import plan_from_dict
 
-    plan = plan_from_dict({"model": "deepseek-v3", "hardware": {"gpu": "GB200"},
-                           "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64},
-                           "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
-                           "packing": {"mode": "none"}})
+    plan = plan_from_dict(
+        {
+            "model": "deepseek-v3",
+            "hardware": {"gpu": "GB200"},
+            "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64},
+            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
+            "packing": {"mode": "none"},
+        }
+    )
     at = run("pages/2_Memory_and_FLOPs.py", {"plan": plan})
     assert not at.exception
     captions = [shown(c) for c in at.caption]
-    assert any("Pipeline layout: Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4" in c
-               and "decoder layers per rank 16, 16, 16, 13" in c for c in captions), captions
+    assert any(
+        "Pipeline layout: Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4" in c
+        and "decoder layers per rank 16, 16, 16, 13" in c
+        for c in captions
+    ), captions
 
 
 # ------------------------------------------------------------------------------------------ one plan, one meaning
-LINK_PAGES = ["pages/0_Data_and_plan.py", "pages/1_Packing.py", "pages/6_Online_packing.py",
-              "pages/2_Memory_and_FLOPs.py", "pages/3_Recommendations.py", "pages/4_Trial.py", "pages/5_Tour.py"]
+LINK_PAGES = [
+    "pages/0_Data_and_plan.py",
+    "pages/1_Packing.py",
+    "pages/6_Online_packing.py",
+    "pages/2_Memory_and_FLOPs.py",
+    "pages/3_Recommendations.py",
+    "pages/4_Trial.py",
+    "pages/5_Tour.py",
+]
 
 
 @pytest.mark.parametrize("page", LINK_PAGES)
@@ -375,12 +414,13 @@ def test_every_page_keeps_the_link_and_it_reopens_the_same_plan(page):
     from advisor.ui.links import plan_from_query
 
     at = run(page)
-    at.session_state["plan"] = at.session_state["plan"].changed({"parallel": {"gpus": 16},
-                                                                 "data": {"format": "chat"}})
+    at.session_state["plan"] = at.session_state["plan"].changed({"parallel": {"gpus": 16}, "data": {"format": "chat"}})
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    query = {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
-             for k in at.query_params}
+    query = {
+        k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
+        for k in at.query_params
+    }
     _, back = plan_from_query(query)
     assert back == at.session_state["plan"] and back.parallel.gpus == 16 and back.data.format == "chat"
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
@@ -395,8 +435,10 @@ def test_a_link_made_on_uploaded_data_says_so_and_keeps_the_plan():
     at.file_uploader(key="upload").set_value(("mine.csv", b"length\n100\n200\n300\n", "text/csv")).run()
     at.session_state["plan"] = at.session_state["plan"].changed({"parallel": {"gpus": 16}})
     at.run()
-    query = {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
-             for k in at.query_params}
+    query = {
+        k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
+        for k in at.query_params
+    }
     assert query.get("data") == "upload" and "sample" not in query
     fresh = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     for k, v in query.items():

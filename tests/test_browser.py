@@ -36,8 +36,9 @@ def _ensure_chromium() -> str | None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return "Debian's chromium is not installed and apt-get cannot run here (not root, or no apt)"
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
-                                                                         "DEBIAN_FRONTEND": "noninteractive"})
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        )
         if proc.returncode:
             return f"{' '.join(cmd)} failed: {proc.stderr.strip()[-300:]}"
     return None if Path(CHROMIUM).exists() else "chromium installed but /usr/bin/chromium is missing"
@@ -56,10 +57,27 @@ def app_url():
         pytest.skip(reason)
     pytest.importorskip("playwright.sync_api")
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
-                             str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -174,9 +192,11 @@ def test_wikipedia_sample_in_chromium(app_url):
         size = page.get_by_role("spinbutton", name="Pack size")
         size.fill("256")
         size.press("Enter")
-        page.wait_for_function("() => document.querySelector('code') && "
-                               "document.querySelector('code').innerText.includes('\"pack_size\": 256')",
-                               timeout=180_000)
+        page.wait_for_function(
+            "() => document.querySelector('code') && "
+            "document.querySelector('code').innerText.includes('\"pack_size\": 256')",
+            timeout=180_000,
+        )
         page.wait_for_selector(READY, timeout=180_000)
         charts = page.locator(".js-plotly-plot")
         charts.nth(3).wait_for(timeout=60_000)
@@ -261,8 +281,11 @@ def test_raw_data_tokenized_in_chromium(app_url):
         page.goto(app_url)
         page.wait_for_selector(READY, timeout=120_000)
         page.get_by_text("Or from raw data: JSONL or Parquet and a tokenizer").click()
-        uploader = page.locator("[data-testid='stFileUploader']").filter(has_text="SFT or chat records").locator(
-            "input[type='file']")
+        uploader = (
+            page.locator("[data-testid='stFileUploader']")
+            .filter(has_text="SFT or chat records")
+            .locator("input[type='file']")
+        )
         uploader.set_input_files(str(raw))
         # Tokenize is enabled once the upload has reached the server. The format is chosen only then: in CI, with
         # the format clicked while the upload was still in flight, the file never reached the server (the button
@@ -360,21 +383,35 @@ def test_consecutive_edits_all_apply_in_chromium(app_url):
         page.wait_for_selector(READY, timeout=120_000)
         size = page.get_by_role("spinbutton", name="Pack size", exact=True)
         start = int(size.input_value())
-        minus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
-            "[data-testid='stNumberInputStepDown']")
+        minus = (
+            page.locator("[data-testid='stNumberInput']")
+            .filter(has=size)
+            .locator("[data-testid='stNumberInputStepDown']")
+        )
         minus.click()
-        page.wait_for_function("(want) => [...document.querySelectorAll('code')].some(c => "
-                               "c.innerText.includes('\"pack_size\": ' + want))", arg=start - 256, timeout=120_000)
+        page.wait_for_function(
+            "(want) => [...document.querySelectorAll('code')].some(c => "
+            "c.innerText.includes('\"pack_size\": ' + want))",
+            arg=start - 256,
+            timeout=120_000,
+        )
         page.wait_for_selector(READY, timeout=120_000)
         log.append(f"Pack size - -> {start - 256}: control {size.input_value()}")
         start -= 256
-        plus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
-            "[data-testid='stNumberInputStepUp']")
+        plus = (
+            page.locator("[data-testid='stNumberInput']")
+            .filter(has=size)
+            .locator("[data-testid='stNumberInputStepUp']")
+        )
         for k in (1,):
             plus.click()
             want = start + 256 * k
-            page.wait_for_function("(want) => [...document.querySelectorAll('code')].some(c => "
-                                   "c.innerText.includes('\"pack_size\": ' + want))", arg=want, timeout=120_000)
+            page.wait_for_function(
+                "(want) => [...document.querySelectorAll('code')].some(c => "
+                "c.innerText.includes('\"pack_size\": ' + want))",
+                arg=want,
+                timeout=120_000,
+            )
             page.wait_for_selector(READY, timeout=120_000)
             assert size.input_value() == str(want)
             log.append(f"Pack size + -> {want}: control {size.input_value()}, metadata pack_size {want}")
@@ -445,14 +482,17 @@ def test_three_sessions_one_hostile_in_chromium():
                 _settle(page, f"a multiple of DP {n // tp})")
                 took = time.perf_counter() - start
                 running = hostile.locator("[data-testid='stApp'][data-test-script-state='running']").count() > 0
-                log.append(f"session {i % 2 + 1}: GPUs -> {n} applied in {took:.2f} s (hostile session "
-                           f"{'still running' if running else 'idle'} at {time.perf_counter() - t0:.1f} s)")
+                log.append(
+                    f"session {i % 2 + 1}: GPUs -> {n} applied in {took:.2f} s (hostile session "
+                    f"{'still running' if running else 'idle'} at {time.perf_counter() - t0:.1f} s)"
+                )
                 assert page.get_by_role("spinbutton", name="GPUs", exact=True).input_value() == str(n)
             hostile.wait_for_selector(READY, timeout=300_000)
             shown = hostile.locator("[data-testid='stAlert']").all_inner_texts()
             log.append(f"hostile session done after {time.perf_counter() - t0:.1f} s; its messages: {shown}")
-            assert any("scale model" in t or "heavy job" in t or "CPU seconds" in t or "Recommended" in t
-                       for t in shown), shown
+            assert any(
+                "scale model" in t or "heavy job" in t or "CPU seconds" in t or "Recommended" in t for t in shown
+            ), shown
             hostile.get_by_role("link", name="Recommendations").click()
             hostile.get_by_role("heading", name="Recommendations & export").wait_for(timeout=120_000)
             start = time.perf_counter()
@@ -510,16 +550,25 @@ def test_three_links_with_the_largest_global_batch_leave_a_fourth_session_respon
                 start = time.perf_counter()
                 _edit(calm, "GPUs", n)
                 _settle(calm, f"a multiple of DP {n // tp})")
-                log.append(f"fourth session: GPUs -> {n} applied in {time.perf_counter() - start:.2f} s, "
-                           f"{time.perf_counter() - t0:.1f} s after the three links")
+                log.append(
+                    f"fourth session: GPUs -> {n} applied in {time.perf_counter() - start:.2f} s, "
+                    f"{time.perf_counter() - t0:.1f} s after the three links"
+                )
                 assert calm.get_by_role("spinbutton", name="GPUs", exact=True).input_value() == str(n)
             for i, page in enumerate(hostile):
                 page.get_by_role("heading", name="Recommendations & export").wait_for(timeout=300_000)
                 page.wait_for_selector(READY, timeout=300_000)
-                said = [t for t in page.locator("[data-testid='stAlert'], [data-testid='stCaptionContainer']")
-                        .all_inner_texts() if "beyond what the advisor draws" in t]
-                log.append(f"link {i + 1}: done {time.perf_counter() - t0:.1f} s after opening; "
-                           f"{len(said)} scale-model message(s): {said[:1]}")
+                said = [
+                    t
+                    for t in page.locator(
+                        "[data-testid='stAlert'], [data-testid='stCaptionContainer']"
+                    ).all_inner_texts()
+                    if "beyond what the advisor draws" in t
+                ]
+                log.append(
+                    f"link {i + 1}: done {time.perf_counter() - t0:.1f} s after opening; "
+                    f"{len(said)} scale-model message(s): {said[:1]}"
+                )
                 assert len(said) == 1, said
                 assert page.locator("[data-testid='stException']").count() == 0
             hostile[0].screenshot(path=str(SHOTS / "largest_batch.png"), full_page=True)
@@ -549,10 +598,29 @@ def _memory_page(browser, url: str):
 
 def _server(port: int) -> subprocess.Popen:
     """A dashboard of its own on a loopback port, up and answering (the caller stops it)."""
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
-                             str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 90
     while True:
         try:
@@ -567,8 +635,12 @@ def _server(port: int) -> subprocess.Popen:
 
 def _packs_shown(page) -> str:
     """The Packing page's "packs" figure as displayed."""
-    return page.locator("[data-testid='stMetric']").filter(has_text="packs").first.locator(
-        "[data-testid='stMetricValue']").inner_text()
+    return (
+        page.locator("[data-testid='stMetric']")
+        .filter(has_text="packs")
+        .first.locator("[data-testid='stMetricValue']")
+        .inner_text()
+    )
 
 
 THINK_SECONDS = 3.0  # a visitor reads the figures before the next click; the server packs ahead meanwhile
@@ -610,8 +682,11 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
             page.wait_for_selector(READY, timeout=180_000)
             log.append(f"Packing page first shown in {time.perf_counter() - t0:.2f} s (packs {_packs_shown(page)})")
             size = page.get_by_role("spinbutton", name="Pack size", exact=True)
-            minus = page.locator("[data-testid='stNumberInput']").filter(has=size).locator(
-                "[data-testid='stNumberInputStepDown']")
+            minus = (
+                page.locator("[data-testid='stNumberInput']")
+                .filter(has=size)
+                .locator("[data-testid='stNumberInputStepDown']")
+            )
             assert int(size.input_value()) == 4096  # the pack follows seq_length
             for k in range(3):
                 before, start = _packs_shown(page), int(size.input_value())
@@ -621,15 +696,19 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
                 page.wait_for_function(
                     "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
                     "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
-                    arg=before, timeout=180_000)
+                    arg=before,
+                    timeout=180_000,
+                )
                 shown = time.perf_counter() - t0
                 page.wait_for_selector(READY, timeout=180_000)
                 settled = time.perf_counter() - t0
                 after = _packs_shown(page)
                 assert after != before and int(size.input_value()) == start - 256
                 assert f'"pack_size": {start - 256}' in page.locator("code").first.inner_text()
-                log.append(f"change {k + 1}: pack size {start} -> {start - 256}: packs {before} -> {after} shown in "
-                           f"{shown:.2f} s, page settled in {settled:.2f} s")
+                log.append(
+                    f"change {k + 1}: pack size {start} -> {start - 256}: packs {before} -> {after} shown in "
+                    f"{shown:.2f} s, page settled in {settled:.2f} s"
+                )
             page.screenshot(path=str(SHOTS / "10_pack_size_changes.png"), full_page=True)
             # a size nobody packed: the previous figures stay, with the progress, until the new ones replace them
             before, target = _packs_shown(page), 2048
@@ -641,13 +720,21 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
             page.wait_for_function(
                 "(old) => { const m = document.querySelector('[data-testid=\"stMetric\"]'); "
                 "return document.body.innerText.includes('while pack size 2,048 is packed') && m "
-                "&& m.innerText.includes(old); }", arg=before, timeout=60_000, polling="raf")
+                "&& m.innerText.includes(old); }",
+                arg=before,
+                timeout=60_000,
+                polling="raf",
+            )
             page.screenshot(path=str(SHOTS / "10b_previous_figures_while_packing.png"), full_page=True)
-            page.wait_for_function("() => [...document.querySelectorAll('code')].some(c => "
-                                   "c.innerText.includes('\"pack_size\": 2048'))", timeout=180_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('code')].some(c => c.innerText.includes('\"pack_size\": 2048'))",
+                timeout=180_000,
+            )
             page.wait_for_selector(READY, timeout=180_000)
-            log.append(f"pack size -> {target} (nothing kept, nothing ahead): the previous figures stayed on screen "
-                       f"while it packed; packs {before} -> {_packs_shown(page)} in {time.perf_counter() - t0:.2f} s")
+            log.append(
+                f"pack size -> {target} (nothing kept, nothing ahead): the previous figures stayed on screen "
+                f"while it packed; packs {before} -> {_packs_shown(page)} in {time.perf_counter() - t0:.2f} s"
+            )
             browser.close()
     finally:
         os.killpg(server.pid, 15)
@@ -695,8 +782,9 @@ def test_one_plan_one_meaning_through_a_link_in_chromium(app_url, tmp_path):
         page.wait_for_selector(READY, timeout=120_000)
         _edit(page, "seq_length", 8192)
         _settle(page, "packs ≈")
-        page.wait_for_function("() => [...document.querySelectorAll('input')].some(i => i.value === '8192')",
-                               timeout=120_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('input')].some(i => i.value === '8192')", timeout=120_000
+        )
         log.append("seq_length -> 8192")
         _edit(page, "GPUs", 16)
         _settle(page, "a multiple of DP 8)")
@@ -725,8 +813,14 @@ def test_one_plan_one_meaning_through_a_link_in_chromium(app_url, tmp_path):
         fresh.get_by_role("link", name="Data and plan").click()
         fresh.get_by_role("heading", name="Data", exact=True).wait_for(timeout=120_000)
         fresh.wait_for_selector(READY, timeout=120_000)
-        assert fresh.locator("[data-testid='stRadio']").filter(has_text="data format").locator(
-            "input[type='radio']:checked").evaluate("e => e.closest('label').innerText").strip() == "chat"
+        assert (
+            fresh.locator("[data-testid='stRadio']")
+            .filter(has_text="data format")
+            .locator("input[type='radio']:checked")
+            .evaluate("e => e.closest('label').innerText")
+            .strip()
+            == "chat"
+        )
         fresh.locator("input[type='file']").first.set_input_files(str(upload))
         fresh.get_by_role("heading", name="mine.csv").wait_for(timeout=120_000)
         fresh.wait_for_selector(READY, timeout=120_000)

@@ -44,8 +44,9 @@ def test_every_module_level_cache_is_registered_and_bounded():
             elif callable(obj) and hasattr(obj, "cache_info"):
                 seen.add(id(obj))
                 assert obj.cache_info().maxsize is not None, f"{module.__name__}.{name}: unbounded lru_cache"
-                assert any(getattr(c, "fn", None) is obj for c in registered.values()), \
+                assert any(getattr(c, "fn", None) is obj for c in registered.values()), (
                     f"{module.__name__}.{name} is an lru_cache missing from advisor/caches.py's registry"
+                )
     assert len(seen) == len(registered) >= 8  # and nothing registered that no module holds
 
 
@@ -53,8 +54,12 @@ def test_no_source_writes_into_an_objects_dict():
     """Caches are owned (PackingResult.derived, Analysis parts), never written into a frozen object's __dict__
     (``object.__setattr__`` in a ``__post_init__`` that normalises a field as it is built is not a cache)."""
     writes = re.compile(r"__dict__\s*(\[[^\]]*\]\s*=|\.(setdefault|update|pop)\()")
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py")
-             for i, line in enumerate(p.read_text().splitlines(), 1) if writes.search(line)]
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in ROOT.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if writes.search(line)
+    ]
     assert not found, found
 
 

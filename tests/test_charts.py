@@ -49,8 +49,12 @@ def test_chart_payloads_stay_small_at_any_data_size(wikipedia):
 
     result = packing_for(wikipedia, PackingConfig(pack_size=512, algorithm="first_fit_decreasing"))
     assert result.num_packs > 8_000_000
-    for fig in (charts.pack_fill_histogram(result), charts.attention_work_histogram(result),
-                charts.pack_strip(result), charts.length_histogram(wikipedia, 512)):
+    for fig in (
+        charts.pack_fill_histogram(result),
+        charts.attention_work_histogram(result),
+        charts.pack_strip(result),
+        charts.length_histogram(wikipedia, 512),
+    ):
         assert charts.payload_bytes(fig) < 1 << 20
 
 
@@ -64,8 +68,13 @@ def test_memory_figures(squad):
     heat = charts.memory_heatmap(grid).data[0]
     assert list(heat.y) == ["1", "2"] and list(heat.x) == ["256", "384"]
     for row in grid.itertuples():  # each cell is its layout's own estimate, in GiB
-        cell = plan.changed({"parallel": {"cp": row.cp}, "training": {"seq_length": row.pack_size},
-                             "packing": {"pack_size": row.pack_size}})
+        cell = plan.changed(
+            {
+                "parallel": {"cp": row.cp},
+                "training": {"seq_length": row.pack_size},
+                "packing": {"pack_size": row.pack_size},
+            }
+        )
         gib = estimate(cell, squad).memory.total / 2**30
         i, j = list(heat.y).index(str(row.cp)), list(heat.x).index(str(row.pack_size))
         assert heat.z[i][j] == pytest.approx(gib) and heat.text[i][j].startswith(f"{gib:.0f}")
@@ -127,9 +136,13 @@ def test_the_histograms_binned_for_charts_count_as_numpy_does():
 
 
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(st.integers(-70_000, 70_000), min_size=1, max_size=400),
-       lo=st.floats(-80_000, 80_000), width=st.just(0.0) | st.floats(0.5, 3_000_000), bins=st.integers(1, 70),
-       dtype=st.sampled_from(["int16", "int32", "int64", "uint16", "uint64", "float64"]))
+@given(
+    values=st.lists(st.integers(-70_000, 70_000), min_size=1, max_size=400),
+    lo=st.floats(-80_000, 80_000),
+    width=st.just(0.0) | st.floats(0.5, 3_000_000),
+    bins=st.integers(1, 70),
+    dtype=st.sampled_from(["int16", "int32", "int64", "uint16", "uint64", "float64"]),
+)
 def test_even_histogram_counts_as_numpy_for_any_values_and_range(values, lo, width, bins, dtype):
     """Both ways of ``even_histogram`` (integers counted per value then binned by numpy; other values binned one
     by one) give ``np.histogram``'s counts for every range: values below, inside, on the edges and above it."""

@@ -31,8 +31,13 @@ from tests import mb_sft_oracle as oracle
 from tests.test_tokenize_exact import SFT_CASES, TOOLS, chat_records, sft_records
 from tests.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
 
-MARKERS = ["<|eot_id|>", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|start_header_id|>",
-           "<|end_header_id|>", "<|begin_of_text|>"]
+MARKERS = [
+    "<|eot_id|>",
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|begin_of_text|>",
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +89,37 @@ def assert_same_tokens(expected: list, got, what: str, mask_kind: str = "loss_ma
         state = np.random.get_state()  # fill_packing_strategy draws a permutation of one
         packed = fill([[ids.size - 1]], defaultdict(list, {ids.size - 1: [item]}), ids.size - 1, 0)[0]
         np.random.set_state(state)
-        row = build_rows(batch.ids, batch.mask, batch.offsets[:-1], batch.lengths, np.array([i]),
-                         np.array([ids.size]), np.array([0, 1]), pad_id=0, mask_kind=mask_kind)
+        row = build_rows(
+            batch.ids,
+            batch.mask,
+            batch.offsets[:-1],
+            batch.lengths,
+            np.array([i]),
+            np.array([ids.size]),
+            np.array([0, 1]),
+            pad_id=0,
+            mask_kind=mask_kind,
+        )
         assert row.mask.tolist() == [int(x) for x in packed["loss_mask"]], f"{what} {i}: packed mask"
 
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")
-@pytest.mark.parametrize("loss_mode", ["assistant", pytest.param("last_turn", marks=pytest.mark.slow),
-                                       pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "loss_mode",
+    ["assistant", pytest.param("last_turn", marks=pytest.mark.slow), pytest.param("full", marks=pytest.mark.slow)],
+)
 def test_chat_ids_and_masks_match_megatron_bridge(folder, mb_tokenizer, work, loss_mode):
     records = chat_records(seed=31, n=60)
     schemas = json.dumps(TOOLS) if loss_mode == "last_turn" else None
-    expected = mb_items(records, mb_tokenizer, work, chat=True, use_hf_tokenizer_chat_template=True,
-                        loss_mode=loss_mode, tool_schemas=schemas)
+    expected = mb_items(
+        records,
+        mb_tokenizer,
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+        loss_mode=loss_mode,
+        tool_schemas=schemas,
+    )
     got = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode=loss_mode, tool_schemas=schemas))
     assert_same_tokens(expected, got, f"chat/{loss_mode}")
     assert sum(isinstance(x, BaseException) for x in expected) >= 3
@@ -107,18 +130,26 @@ _DATASETS: dict = {}
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(turns=st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "assistant", "tool"]),
-                                st.lists(st.sampled_from(MARKERS + ["hi", " there", "\n", "x y", ""]), max_size=4)),
-                      min_size=1, max_size=6),
-       loss_mode=st.sampled_from(["assistant", "last_turn"]))
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.sampled_from(["system", "user", "assistant", "assistant", "tool"]),
+            st.lists(st.sampled_from(MARKERS + ["hi", " there", "\n", "x y", ""]), max_size=4),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    loss_mode=st.sampled_from(["assistant", "last_turn"]),
+)
 def test_markers_inside_messages_match_megatron_bridge(folder, mb_tokenizer, work, turns, loss_mode):
     """Messages that hold the template's own markers: Bridge's turn search, then its scan when that fails and no
     message holds a marker (else the record fails)."""
     key = ("chat", loss_mode)
     if key not in _DATASETS:
         path = oracle.write_jsonl(chat_records(seed=1, n=1), work)
-        _DATASETS[key] = oracle.mb_dataset(path, mb_tokenizer, chat=True, use_hf_tokenizer_chat_template=True,
-                                           loss_mode=loss_mode)
+        _DATASETS[key] = oracle.mb_dataset(
+            path, mb_tokenizer, chat=True, use_hf_tokenizer_chat_template=True, loss_mode=loss_mode
+        )
     record = {"messages": [{"role": r, "content": "".join(parts)} for r, parts in turns]}
     try:
         expected = [_DATASETS[key]._process_example(copy.deepcopy(record))]
@@ -147,8 +178,9 @@ def test_prefix_shortcut_equals_real_encodes(folder):
         whole_ids = np.array(backend.encode(whole, add_special_tokens=False).ids)
         for m in range(1, len(turns)):
             try:
-                prefix = render_chat(hf.chat_template, turns[:m], tools=rec.get("tools"),
-                                     special_tokens=hf.special_tokens_map)
+                prefix = render_chat(
+                    hf.chat_template, turns[:m], tools=rec.get("tools"), special_tokens=hf.special_tokens_map
+                )
             except Exception:  # noqa: BLE001
                 continue
             n = _prefix_tokens(prefix, whole, whole_ids, markers)
@@ -164,13 +196,28 @@ def test_tokenizers_whose_added_tokens_are_not_markers_encode_every_prefix(tmp_p
     assert _marker_ids(load_tokenizer(folder).transformers_tokenizer().backend_tokenizer) is None
 
 
-@pytest.mark.parametrize("case", ["defaults", "three_fields", "virtual_generate_right", "spaces_in_template",
-                                  "label_truncated_too", "is_test", "escaped_no_field_left"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "defaults",
+        "three_fields",
+        "virtual_generate_right",
+        "spaces_in_template",
+        "label_truncated_too",
+        "is_test",
+        "escaped_no_field_left",
+    ],
+)
 def test_sft_ids_and_masks_match_megatron_bridge(folder, mb_tokenizer, work, case):
     """GPTSFTDataset's input_ids, and the mask offline packing derives from its answer_start_idx."""
     records = sft_records(seed=41, n=40)
-    kwargs = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
-              "max_seq_length": 96, **SFT_CASES[case]}
+    kwargs = {
+        "prompt_template": "{input} {output}",
+        "label_key": "output",
+        "truncation_field": "input",
+        "max_seq_length": 96,
+        **SFT_CASES[case],
+    }
     expected = mb_items(records, mb_tokenizer, work, **kwargs)
     got = sft_tokens(records, load_tokenizer(folder), SftSettings(**kwargs))
     assert_same_tokens(expected, got, f"sft/{case}", mask_kind="answer_start")
@@ -184,11 +231,12 @@ GENERATION_TEMPLATES = {
     "llama3": CHAT_TEMPLATE.replace(
         "{{- message['content'] | trim + '<|eot_id|>' }}",
         "{%- if message['role'] == 'assistant' %}{% generation %}{{- message['content'] | trim + '<|eot_id|>' }}"
-        "{% endgeneration %}{%- else %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endif %}"),
+        "{% endgeneration %}{%- else %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endif %}",
+    ),
     # markers Bridge does not know: Hugging Face's mask alone (the last turn found through a prefix render)
     "plain": "{%- for message in messages %}{%- if message['role'] == 'assistant' %}{{- 'Assistant: ' }}"
-             "{% generation %}{{- message['content'] }}{% endgeneration %}{{- '\\n' }}{%- else %}"
-             "{{- message['role'] + ': ' + message['content'] + '\\n' }}{%- endif %}{%- endfor %}",
+    "{% generation %}{{- message['content'] }}{% endgeneration %}{{- '\\n' }}{%- else %}"
+    "{{- message['role'] + ': ' + message['content'] + '\\n' }}{%- endif %}{%- endfor %}",
 }
 
 
@@ -210,10 +258,18 @@ def test_generation_blocks_give_megatron_bridges_masks(generation_folders, work,
         pytest.skip(reason)
     folder = generation_folders[template]
     records = chat_records(seed=7 + len(template), n=40)
-    records += [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]},
-                {"messages": [{"role": "user", "content": "only a question"}]}]
-    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
-                        use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+    records += [
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}]},
+        {"messages": [{"role": "user", "content": "only a question"}]},
+    ]
+    expected = mb_items(
+        records,
+        oracle.build_mb_tokenizer(folder),
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+        loss_mode=loss_mode,
+    )
     got = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode=loss_mode))
     assert_same_tokens(expected, got, f"generation/{template}/{loss_mode}")
     built = [x for x in expected if not isinstance(x, BaseException)]
@@ -222,10 +278,17 @@ def test_generation_blocks_give_megatron_bridges_masks(generation_folders, work,
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(turns=st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "assistant"]),
-                                st.lists(st.sampled_from(MARKERS + ["hi", " there", "\n", "x y", ""]), max_size=4)),
-                      min_size=1, max_size=5),
-       loss_mode=st.sampled_from(["assistant", "last_turn"]))
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.sampled_from(["system", "user", "assistant", "assistant"]),
+            st.lists(st.sampled_from(MARKERS + ["hi", " there", "\n", "x y", ""]), max_size=4),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    loss_mode=st.sampled_from(["assistant", "last_turn"]),
+)
 def test_generation_blocks_with_markers_inside_messages(generation_folders, work, turns, loss_mode):
     """The generation template Bridge also knows the markers of, with messages holding those markers: whether
     Bridge adds the turns' end markers, falls back to them, or keeps the generation mask."""
@@ -235,8 +298,13 @@ def test_generation_blocks_with_markers_inside_messages(generation_folders, work
     key = ("generation", loss_mode)
     if key not in _DATASETS:
         path = oracle.write_jsonl(chat_records(seed=1, n=1), work)
-        _DATASETS[key] = oracle.mb_dataset(path, oracle.build_mb_tokenizer(generation_folders["llama3"]), chat=True,
-                                           use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+        _DATASETS[key] = oracle.mb_dataset(
+            path,
+            oracle.build_mb_tokenizer(generation_folders["llama3"]),
+            chat=True,
+            use_hf_tokenizer_chat_template=True,
+            loss_mode=loss_mode,
+        )
     record = {"messages": [{"role": r, "content": "".join(parts)} for r, parts in turns]}
     try:
         expected = [_DATASETS[key]._process_example(copy.deepcopy(record))]
@@ -258,8 +326,14 @@ def test_named_template_sets_are_refused_where_bridge_fails_every_record(tmp_pat
     named = [{"name": "default", "template": CHAT_TEMPLATE}, {"name": "tool_use", "template": CHAT_TEMPLATE}]
     folder = build_tokenizer(tmp_path / "named", chat_template=named)
     records = chat_records(seed=3, n=8)
-    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
-                        use_hf_tokenizer_chat_template=True, loss_mode="assistant")
+    expected = mb_items(
+        records,
+        oracle.build_mb_tokenizer(folder),
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+        loss_mode="assistant",
+    )
     assert all(isinstance(x, BaseException) for x in expected)
     with pytest.raises(InputError, match="set of named chat templates"):
         chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode="assistant"))
@@ -286,24 +360,31 @@ def test_legacy_chat_ids_and_masks_match_megatron_bridge(tmp_path_factory, work,
             rec["type"] = "TEXT_TO_VALUE"
             for t in rec["conversations"]:
                 t["label"] = f"toxicity:{rng.integers(0, 9)}"
-    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
-                        use_hf_tokenizer_chat_template=False)
+    expected = mb_items(
+        records, oracle.build_mb_tokenizer(folder), work, chat=True, use_hf_tokenizer_chat_template=False
+    )
     got = chat_tokens(records, load_tokenizer(folder), ChatSettings(use_hf_tokenizer_chat_template=False))
     assert_same_tokens(expected, got, f"legacy/{variant}")
     built = [x for x in expected if not isinstance(x, BaseException)]
     assert len(built) >= 40 and sum(isinstance(x, BaseException) for x in expected) >= 4
 
 
-EMPTY_RAISES = ("{% for m in messages %}{% if m.role == 'assistant' and not m.content %}{{ raise_exception('empty') }}"
-                "{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
-GENERATION_FIRST = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
-                    "{% endgeneration %}{% else %}{{ m.role }}: {{ m.content }}{% endif %}\n{% endfor %}")
+EMPTY_RAISES = (
+    "{% for m in messages %}{% if m.role == 'assistant' and not m.content %}{{ raise_exception('empty') }}"
+    "{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+)
+GENERATION_FIRST = (
+    "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+    "{% endgeneration %}{% else %}{{ m.role }}: {{ m.content }}{% endif %}\n{% endfor %}"
+)
 TWO_RAISES = "{% if messages|length == 2 %}{{ raise_exception('two') }}{% endif %}" + GENERATION_TEMPLATES["plain"]
 
 
 @pytest.mark.filterwarnings("ignore:.*:UserWarning")
-@pytest.mark.parametrize("template, loss_mode", [(EMPTY_RAISES, "full"), (GENERATION_FIRST, "assistant"),
-                                                 (GENERATION_FIRST, "full"), (TWO_RAISES, "last_turn")])
+@pytest.mark.parametrize(
+    "template, loss_mode",
+    [(EMPTY_RAISES, "full"), (GENERATION_FIRST, "assistant"), (GENERATION_FIRST, "full"), (TWO_RAISES, "last_turn")],
+)
 def test_the_renders_bridge_makes_beyond_the_mask_fail_the_same_records(tmp_path, work, template, loss_mode):
     """Bridge renders each conversation ending with a reply once more with that reply emptied (to find where it
     starts), and for last-turn loss without markers only the conversation before the last reply: a template that
@@ -312,14 +393,33 @@ def test_the_renders_bridge_makes_beyond_the_mask_fail_the_same_records(tmp_path
     if reason:
         pytest.skip(reason)
     folder = build_tokenizer(tmp_path / "t", chat_template=template)
-    records = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"}]},
-               {"messages": [{"role": "assistant", "content": "x"}]},
-               {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                             {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]},
-               {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"},
-                             {"role": "user", "content": "more"}]}]
-    expected = mb_items(records, oracle.build_mb_tokenizer(folder), work, chat=True,
-                        use_hf_tokenizer_chat_template=True, loss_mode=loss_mode)
+    records = [
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"}]},
+        {"messages": [{"role": "assistant", "content": "x"}]},
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"},
+                {"role": "assistant", "content": "d"},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "more"},
+            ]
+        },
+    ]
+    expected = mb_items(
+        records,
+        oracle.build_mb_tokenizer(folder),
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+        loss_mode=loss_mode,
+    )
     got = chat_tokens(records, load_tokenizer(folder), ChatSettings(loss_mode=loss_mode))
     assert_same_tokens(expected, got, f"{loss_mode}")
     assert any(isinstance(x, BaseException) for x in expected) or template == TWO_RAISES

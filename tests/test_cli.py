@@ -97,10 +97,14 @@ def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
 
 def _long_context_plan(tmp_path, **training):
     """The issue's plan: Llama 3.1 8B, 16 H100s, 128k, TP 1, CP 8, on the bundled long-context sample."""
-    plan = {"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
-            "training": {"seq_length": 131072, "global_batch_samples": 64, **training},
-            "packing": {"mode": "offline", "pack_size": 131072},
-            "data": {"lengths": str(SAMPLE / "long_context_hist.csv")}, "hardware": {"gpu": "H100-80GB"}}
+    plan = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 16, "tp": 1, "cp": 8},
+        "training": {"seq_length": 131072, "global_batch_samples": 64, **training},
+        "packing": {"mode": "offline", "pack_size": 131072},
+        "data": {"lengths": str(SAMPLE / "long_context_hist.csv")},
+        "hardware": {"gpu": "H100-80GB"},
+    }
     path = tmp_path / f"plan-{len(list(tmp_path.iterdir()))}.json"
     path.write_text(json.dumps(plan))
     return str(path)
@@ -125,9 +129,16 @@ def test_export_refuses_a_plan_that_does_not_fit_unless_forced(tmp_path):
     assert error["severity"] == "error" and error["fix"] == {"training": {"recompute": "full"}}
 
 
-@pytest.mark.parametrize("option, value", [("--wall-seconds", "-1"), ("--wall-seconds", "nan"),
-                                           ("--wall-seconds", "0"), ("--memory-gib", "0.001"),
-                                           ("--memory-gib", "inf")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--wall-seconds", "-1"),
+        ("--wall-seconds", "nan"),
+        ("--wall-seconds", "0"),
+        ("--memory-gib", "0.001"),
+        ("--memory-gib", "inf"),
+    ],
+)
 def test_trial_limits_out_of_range_are_one_message_and_exit_2(capsys, option, value):
     """Round 4: --wall-seconds -1, nan and 0 and --memory-gib 0.001 were accepted (a trial stopped at once or
     never). Each is refused by the parser, naming the option."""
@@ -145,6 +156,8 @@ def test_workers_past_the_cores_run_as_many_as_the_cores_and_say_so():
     from advisor.cli.arguments import local_workers
 
     cores = os.cpu_count() or 1
-    assert local_workers(4096, "local") == (cores, f"--workers 4096: this machine has {cores} cores; {cores} "
-                                                   "worker processes run")
+    assert local_workers(4096, "local") == (
+        cores,
+        f"--workers 4096: this machine has {cores} cores; {cores} worker processes run",
+    )
     assert local_workers(4096, "ray") == (4096, None)  # a cluster's workers are its own

@@ -16,8 +16,9 @@ SQUAD = SAMPLE / "squad_v1.1_len384_hist.csv"
 
 
 def advisor(*args, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 @pytest.fixture()
@@ -26,11 +27,16 @@ def override_plan(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "lengths.csv").write_text(SQUAD.read_text())
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({
-        "model": {"preset": "llama3.1-8b", "num_layers": 16},
-        "parallel": {"gpus": 8, "tp": 2},
-        "training": {"seq_length": 384, "global_batch_samples": 128},
-        "data": {"lengths": "data/lengths.csv"}}))
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"preset": "llama3.1-8b", "num_layers": 16},
+                "parallel": {"gpus": 8, "tp": 2},
+                "training": {"seq_length": 384, "global_batch_samples": 128},
+                "data": {"lengths": "data/lengths.csv"},
+            }
+        )
+    )
     return plan
 
 
@@ -72,14 +78,19 @@ BAD_PLANS = {
     "unknown section": ("model: llama3.1-8b\noptimizer: {lr: 1}\n", "optimizer"),
     "unknown preset": ("model: llama9\n", "model"),
     "pack size 1e9": ("model: llama3.1-8b\npacking: {pack_size: 1000000000}\n", "packing.pack_size"),
-    "nan memory": ("model: llama3.1-8b\nhardware: {gpu: X, memory_gib: .nan, bf16_tflops: 100}\n",
-                   "hardware.memory_gib"),
+    "nan memory": (
+        "model: llama3.1-8b\nhardware: {gpu: X, memory_gib: .nan, bf16_tflops: 100}\n",
+        "hardware.memory_gib",
+    ),
     "python tag": ("model: !!python/object:os.system {}\n", "not valid YAML"),
     "not a mapping": ("- 1\n- 2\n", "expected a mapping"),
     "binary": (b"\xff\xfe\x00bad", "not UTF-8"),
-    "alias bomb": ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
-                   "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
-                   "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nmodel: llama3.1-8b\n", "expands to more than"),
+    "alias bomb": (
+        "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+        "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+        "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nmodel: llama3.1-8b\n",
+        "expands to more than",
+    ),
 }
 
 
@@ -93,9 +104,20 @@ def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
     assert field in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("option,value", slow_after([("--mfu", "0"), ("--overhead-gib", "inf"), ("--mfu", "-1"),
-                                                     ("--mfu", "nan"), ("--mfu", "50"), ("--mfu", "abc"),
-                                                     ("--overhead-gib", "-1000")]))
+@pytest.mark.parametrize(
+    "option,value",
+    slow_after(
+        [
+            ("--mfu", "0"),
+            ("--overhead-gib", "inf"),
+            ("--mfu", "-1"),
+            ("--mfu", "nan"),
+            ("--mfu", "50"),
+            ("--mfu", "abc"),
+            ("--overhead-gib", "-1000"),
+        ]
+    ),
+)
 def test_bad_options_exit_2(option, value):
     proc = advisor("estimate", SAMPLE / "plans" / "llama8b_squad.yaml", option, value, "--quiet")
     assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -132,23 +154,34 @@ def test_review_findings_stay_fixed(tmp_path):
     proc = advisor("estimate", dup, "--lengths", SQUAD, "--quiet")
     assert proc.returncode == 2 and "appears twice" in proc.stderr
     odd = tmp_path / "odd.yaml"
-    odd.write_text("model: {hidden_size: 4097, num_layers: 2, num_attention_heads: 32, ffn_hidden_size: 8192, "
-                   "vocab_size: 1000}\n")
+    odd.write_text(
+        "model: {hidden_size: 4097, num_layers: 2, num_attention_heads: 32, ffn_hidden_size: 8192, vocab_size: 1000}\n"
+    )
     assert "not divisible by num_attention_heads" in advisor("estimate", odd, "--lengths", SQUAD).stderr
     moe = tmp_path / "moe.yaml"
     moe.write_text("model: qwen3-30b-a3b\nparallel: {gpus: 8, ep: 8, etp: 4}\n")
     assert "ep*etp*pp = 32" in advisor("estimate", moe, "--lengths", SQUAD).stderr
     for args in (["--micro-batch-size", "0"], ["--max-file-mb", "inf"], ["--pack-size", "99999999999"]):
-        proc = advisor("pack", SQUAD, "--pack-size", "512", *args) if args[0] != "--pack-size" else \
-            advisor("pack", SQUAD, *args)
+        proc = (
+            advisor("pack", SQUAD, "--pack-size", "512", *args)
+            if args[0] != "--pack-size"
+            else advisor("pack", SQUAD, *args)
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow  # the command line in subprocesses
 def test_megatron_lm_export_is_accepted_by_megatron_core(tmp_path):
     plan = tmp_path / "p.yaml"
-    plan.write_text(yaml.safe_dump({"model": {"preset": "llama3.1-8b", "num_layers": 16}, "parallel": {"gpus": 8},
-                                    "training": {"seq_length": 384, "global_batch_samples": 100}}))
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"preset": "llama3.1-8b", "num_layers": 16},
+                "parallel": {"gpus": 8},
+                "training": {"seq_length": 384, "global_batch_samples": 100},
+            }
+        )
+    )
     text = advisor("export", plan, "--format", "megatron-lm", "--lengths", SQUAD, "--quiet").stdout
     assert "--global-batch-size 96" in text and "rounded to 96" in text  # a multiple of micro batch x DP 8
     assert "--num-layers 16" in text and "--group-query-attention" in text
@@ -178,8 +211,11 @@ def test_second_review_findings_stay_fixed(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 
     @settings(max_examples=60, deadline=None)
-    @given(st.lists(st.integers(1, 5000), min_size=1, max_size=300), st.lists(st.integers(1, 10**6), min_size=1,
-                                                                            max_size=300), st.integers(50, 5000))
+    @given(
+        st.lists(st.integers(1, 5000), min_size=1, max_size=300),
+        st.lists(st.integers(1, 10**6), min_size=1, max_size=300),
+        st.integers(50, 5000),
+    )
     def quantiles_kept(lengths, counts, target):
         n = min(len(lengths), len(counts))
         hist = LengthHistogram.from_pairs(lengths[:n], counts[:n])

@@ -11,13 +11,21 @@ from advisor.plan import PlanError
 from advisor.ui import state as ui
 from advisor.ui.controls import CONTROLS, apply, current
 
-EDITS = {"parallel.gpus": [1, 2, 6, 7, 8, 16, 64], "parallel.tp": [1, 2, 3, 4, 8], "parallel.cp": [1, 2, 3, 4],
-         "parallel.pp": [1, 2, 4], "training.seq_length": [128, 384, 1000, 1024, 4096],
-         "packing.pack_size": [128, 384, 512], "training.recompute": ["none", "selective", "full"],
-         "packing.algorithm": ["first_fit_shuffle", "first_fit_decreasing"], "parallel.sp": [True, False],
-         # mxfp8 and nvfp4 are refused on H100 and applied on B200, whichever comes first
-         "training.precision": ["bf16", "fp8", "mxfp8", "nvfp4"], "hardware.gpu": ["H100-80GB", "B200"],
-         "parallel.fsdp": [True, False]}
+EDITS = {
+    "parallel.gpus": [1, 2, 6, 7, 8, 16, 64],
+    "parallel.tp": [1, 2, 3, 4, 8],
+    "parallel.cp": [1, 2, 3, 4],
+    "parallel.pp": [1, 2, 4],
+    "training.seq_length": [128, 384, 1000, 1024, 4096],
+    "packing.pack_size": [128, 384, 512],
+    "training.recompute": ["none", "selective", "full"],
+    "packing.algorithm": ["first_fit_shuffle", "first_fit_decreasing"],
+    "parallel.sp": [True, False],
+    # mxfp8 and nvfp4 are refused on H100 and applied on B200, whichever comes first
+    "training.precision": ["bf16", "fp8", "mxfp8", "nvfp4"],
+    "hardware.gpu": ["H100-80GB", "B200"],
+    "parallel.fsdp": [True, False],
+}
 
 
 def _expected(plan, name: str, value):
@@ -35,8 +43,13 @@ def _expected(plan, name: str, value):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(sorted(EDITS)).flatmap(lambda n: st.tuples(st.just(n), st.sampled_from(EDITS[n]))),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.sampled_from(sorted(EDITS)).flatmap(lambda n: st.tuples(st.just(n), st.sampled_from(EDITS[n]))),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_consecutive_edits_apply_or_leave_the_plan_and_control_as_they_were(edits):
     state: dict = {}
     ui.init_state(state)
@@ -57,8 +70,9 @@ def test_consecutive_edits_apply_or_leave_the_plan_and_control_as_they_were(edit
 def test_another_precision_drops_the_fp8_recipe():
     state: dict = {}
     ui.init_state(state)
-    state["plan"] = state["plan"].changed({"training": {"precision": "fp8", "fp8_recipe": "delayed"},
-                                           "hardware": {"gpu": "B200"}})
+    state["plan"] = state["plan"].changed(
+        {"training": {"precision": "fp8", "fp8_recipe": "delayed"}, "hardware": {"gpu": "B200"}}
+    )
     current(state, "training.precision")
     state[CONTROLS["training.precision"].key] = "mxfp8"
     assert apply(state, "training.precision")

@@ -24,16 +24,25 @@ CHAT_SAMPLE = "sample_data/raw/chat_sample.jsonl"
 
 
 def chat_plan(fmt: str, seq_length: int = 8192, **parallel):
-    return plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, **parallel},
-                           "training": {"seq_length": seq_length, "global_batch_samples": 1024},
-                           "packing": {"mode": "offline", "pack_size": seq_length}, "data": {"format": fmt}})
+    return plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, **parallel},
+            "training": {"seq_length": seq_length, "global_batch_samples": 1024},
+            "packing": {"mode": "offline", "pack_size": seq_length},
+            "data": {"format": fmt},
+        }
+    )
 
 
 def _mb_histogram(mb_algorithms, hist: LengthHistogram, max_len: int, truncate: bool) -> list[int]:
     """create_hist itself over items whose input_ids have each sample's length (a range: only len() is read);
     truncate=True stands in for GPTSFTDataset cutting at max_len, False for GPTSFTChatDataset, which does not."""
-    items = [{"input_ids": range(min(n, max_len) if truncate else n)}
-             for n, c in zip(hist.lengths.tolist(), hist.counts.tolist(), strict=True) for _ in range(c)]
+    items = [
+        {"input_ids": range(min(n, max_len) if truncate else n)}
+        for n, c in zip(hist.lengths.tolist(), hist.counts.tolist(), strict=True)
+        for _ in range(c)
+    ]
     return mb_algorithms.create_hist(items, max_len)[1]
 
 
@@ -74,15 +83,27 @@ def test_chat_pipeline_skips_overlong_unless_padding_cuts_them(mb_offline, tmp_p
     lengths = np.concatenate([rng.integers(1, 400, 1200), rng.integers(1002, 1500, 40), [1001, 1000, 2]])
     out, meta = tmp_path / "training.npy", tmp_path / "metadata.jsonl"
     mb_offline.prepare_gpt_sft_packed_data(
-        input_path=tmp_path, output_path=out, output_metadata_path=meta, packed_sequence_size=1000,
-        tokenizer=FakeTokenizer(eos_id=0), max_seq_length=1000, seed=5, packing_algorithm="first_fit_shuffle",
-        pad_seq_to_mult=mult, num_tokenizer_workers=1, dataset_builder=fake_sft_builder(lengths, truncate=False))
-    ours = pack(LengthHistogram.from_samples(lengths), PackingConfig(pack_size=1000, seed=5, pad_seq_to_mult=mult,
-                                                                     overlong="skip"))
+        input_path=tmp_path,
+        output_path=out,
+        output_metadata_path=meta,
+        packed_sequence_size=1000,
+        tokenizer=FakeTokenizer(eos_id=0),
+        max_seq_length=1000,
+        seed=5,
+        packing_algorithm="first_fit_shuffle",
+        pad_seq_to_mult=mult,
+        num_tokenizer_workers=1,
+        dataset_builder=fake_sft_builder(lengths, truncate=False),
+    )
+    ours = pack(
+        LengthHistogram.from_samples(lengths),
+        PackingConfig(pack_size=1000, seed=5, pad_seq_to_mult=mult, overlong="skip"),
+    )
     assert ours.metadata == json.loads(meta.read_text())[-1]
     written = load_lengths(out).packs
-    theirs = sorted(sorted(written.items[a:b].tolist()) for a, b in zip(written.offsets[:-1], written.offsets[1:],
-                                                                        strict=True))
+    theirs = sorted(
+        sorted(written.items[a:b].tolist()) for a, b in zip(written.offsets[:-1], written.offsets[1:], strict=True)
+    )
     assert sorted(sorted(p) for p in ours.packs()) == theirs
     over = int((lengths - 1 > 1000).sum())
     if mult == 1:
@@ -111,8 +132,10 @@ def test_the_plans_format_drives_estimate_exports_and_findings(chat):
 @pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
 def test_pack_command_format_and_its_counts():
     sample = "sample_data/chat_like_hist.csv"
-    chat_, sft = (json.loads(run("pack", sample, "--pack-size", "8192", "--format", f, "--json", "--quiet").stdout)
-                  for f in ("chat", "sft"))
+    chat_, sft = (
+        json.loads(run("pack", sample, "--pack-size", "8192", "--format", f, "--json", "--quiet").stdout)
+        for f in ("chat", "sft")
+    )
     assert chat_["format"] == "chat" and chat_["num_skipped"] > 0 and chat_["num_truncated"] == 0
     assert sft["format"] == "sft" and sft["num_skipped"] == 0 and sft["num_truncated"] > 0
     assert (chat_["packing_factor"], sft["packing_factor"]) == (6.87, 6.31)
@@ -125,13 +148,13 @@ def test_pack_command_format_and_its_counts():
 @pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
 def test_tokenize_records_the_format_a_plan_reads(tok, tmp_path):  # noqa: F811 - the fixture
     lengths = tmp_path / "chat_lengths.csv"
-    proc = advisor("tokenize", CHAT_SAMPLE, "--tokenizer", tok, "--format", "chat", "-o", lengths, "--json",
-                   "--quiet")
+    proc = advisor("tokenize", CHAT_SAMPLE, "--tokenizer", tok, "--format", "chat", "-o", lengths, "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["format"] == "chat" and out["plan_data"] == {"lengths": str(lengths), "format": "chat"}
-    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 256, "global_batch_samples": 64},
-                           "data": out["plan_data"]})
+    plan = plan_from_dict(
+        {"model": "llama3.1-8b", "training": {"seq_length": 256, "global_batch_samples": 64}, "data": out["plan_data"]}
+    )
     hist = load_lengths(plan.data.lengths)
     result = analyze(plan, hist).packing
     assert result.config.overlong == "skip" and result.num_skipped == int((hist.samples() - 1 > 256).sum()) > 0

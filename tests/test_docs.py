@@ -44,15 +44,19 @@ def test_every_option_a_page_writes_on_a_command_line_exists(page):
             wrong.append(f"no command {command!r}")
             continue
         known = {f for a in options_of(command) for f in a.option_strings} | {"-h", "--help"}
-        wrong += [f"{command} {flag}" for flag in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", rest)
-                  if flag not in known]
+        wrong += [
+            f"{command} {flag}" for flag in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", rest) if flag not in known
+        ]
     assert not wrong, wrong
 
 
 def _finding_ids() -> set[str]:
     """Every finding id the rules raise (``id="data.truncated"``): named like plan fields, and documented too."""
-    return {m for path in (ROOT / "advisor").rglob("*.py")
-            for m in re.findall(r'\bid=f?"([a-z_]+\.[a-z_0-9]+)"', path.read_text())}
+    return {
+        m
+        for path in (ROOT / "advisor").rglob("*.py")
+        for m in re.findall(r'\bid=f?"([a-z_]+\.[a-z_0-9]+)"', path.read_text())
+    }
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -64,6 +68,6 @@ def test_every_plan_field_a_page_names_exists(page):
 
 def test_the_option_check_sees_an_option_a_command_does_not_have():
     text = "python -m advisor pack FILE --pack-size 2048 \\\n    --no-such-flag\n"
-    (command, rest), = _advisor_lines(text)
+    ((command, rest),) = _advisor_lines(text)
     known = {f for a in options_of(command) for f in a.option_strings}
     assert command == "pack" and "--pack-size" in known and "--no-such-flag" in rest and "--no-such-flag" not in known

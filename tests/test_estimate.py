@@ -17,8 +17,12 @@ from tests.conftest import ROOT, SAMPLE, scaled
 
 
 def _plan(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-           "training": {"seq_length": 384, "global_batch_samples": 64}, "packing": {"pack_size": 384}}
+    raw = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
+        "training": {"seq_length": 384, "global_batch_samples": 64},
+        "packing": {"pack_size": 384},
+    }
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields} if isinstance(fields, dict) else fields
     return plan_from_dict(raw)
@@ -30,8 +34,12 @@ def test_cli_estimate_json_is_the_estimate_of_the_plan_file():
     from advisor.plan import load_plan
 
     path = SAMPLE / "plans" / "llama8b_squad.yaml"
-    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     plan = load_plan(path)
@@ -55,8 +63,9 @@ def test_cli_estimate_json_is_the_estimate_of_the_plan_file():
 def test_cli_estimate_refuses_a_bad_plan(tmp_path):
     bad = tmp_path / "p.yaml"
     bad.write_text("model: llama3.1-8b\nparallel: {gpus: 6, tp: 4}\n")
-    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(bad)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "advisor", "estimate", str(bad)], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 2 and "gpus 6 is not divisible by tp*pp*cp = 4" in proc.stderr
 
 
@@ -80,8 +89,14 @@ def test_modes_and_padding_multiple(squad):
 
 
 def test_in_batch_memory_follows_the_largest_micro_batch(squad):
-    est = estimate(_plan(model="qwen2.5-vl-7b", packing={"mode": "in-batch"},
-                         training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64}), squad)
+    est = estimate(
+        _plan(
+            model="qwen2.5-vl-7b",
+            packing={"mode": "in-batch"},
+            training={"task": "vlm-sft", "micro_batch_size": 4, "global_batch_samples": 64},
+        ),
+        squad,
+    )
     assert est.memory.tokens_per_micro_batch == est.micro_batches.computed_tokens.max()
     assert est.memory.tokens_per_micro_batch > 384  # four samples in one row
 

@@ -13,14 +13,34 @@ from advisor.ui.pages import page_paths
 from tests.conftest import ROOT, open_page
 
 PAGES = page_paths()  # every page of the registry (advisor/ui/pages.py)
-WIDGETS = ("number_input", "selectbox", "toggle", "radio", "text_input", "checkbox", "slider", "select_slider",
-           "text_area", "multiselect", "date_input")
+WIDGETS = (
+    "number_input",
+    "selectbox",
+    "toggle",
+    "radio",
+    "text_input",
+    "checkbox",
+    "slider",
+    "select_slider",
+    "text_area",
+    "multiselect",
+    "date_input",
+)
 TRIAL_RESULT = {  # what a trial.json holds (format 2), enough for the Trial page to draw its chart and tables
-    "format": 2, "device": "cpu", "steps": 5, "speedup": 2.0, "predicted_speedup": 1.9, "packed_kernel": "a note",
-    **{way: {"timed_step_seconds": [0.5, 0.52, 0.48, 0.5, 0.51], "timed_step_tokens": [tokens] * 5}
-       for way, tokens in (("packed", 1000), ("padded", 500), ("block_masked", 750))},
+    "format": 2,
+    "device": "cpu",
+    "steps": 5,
+    "speedup": 2.0,
+    "predicted_speedup": 1.9,
+    "packed_kernel": "a note",
+    **{
+        way: {"timed_step_seconds": [0.5, 0.52, 0.48, 0.5, 0.51], "timed_step_tokens": [tokens] * 5}
+        for way, tokens in (("packed", 1000), ("padded", 500), ("block_masked", 750))
+    },
     "memory": {"measured_bytes": 2**20, "predicted_bytes": 2**20},
-    "loss_parity": {"max_abs_diff": 0.0, "bound": 1e-5}, "grad_parity": {"max_rel_diff": 0.0, "bound": 1e-4}}
+    "loss_parity": {"max_abs_diff": 0.0, "bound": 1e-5},
+    "grad_parity": {"max_rel_diff": 0.0, "bound": 1e-4},
+}
 
 
 def _help_of(element) -> str:
@@ -81,8 +101,11 @@ def _tour_expectations(index: int, hist, plan, a) -> list[str]:
         size = plan.pack_size
         real = int((np.maximum(np.minimum(hist.lengths, size) - 1, 0) * hist.counts).sum())
         efficiency = 100 * real / (hist.num_samples * size)  # every sample padded to the pack size
-        return [f"{hist.num_samples:,} samples", f"longest {int(hist.lengths.max()):,}",
-                f"{efficiency:.1f} % of the computed tokens are data"]
+        return [
+            f"{hist.num_samples:,} samples",
+            f"longest {int(hist.lengths.max()):,}",
+            f"{efficiency:.1f} % of the computed tokens are data",
+        ]
     if index == 1:
         p = a.packing
         data_share = 100 * p.metrics.real_tokens / (p.num_packs * plan.pack_size)
@@ -93,8 +116,10 @@ def _tour_expectations(index: int, hist, plan, a) -> list[str]:
         return [f"attention = {a.estimate.flops.attention_ratio:.2f}."]
     if index == 4:
         fill_work = np.add.reduceat(a.packing.items.astype(np.int64) ** 2, a.packing.offsets[:-1])
-        return [f"{fill_work.max() / fill_work.mean():.2f}x the mean attention work",
-                f"waits x{a.estimate.time.straggler_factor:.2f}"]
+        return [
+            f"{fill_work.max() / fill_work.mean():.2f}x the mean attention work",
+            f"waits x{a.estimate.time.straggler_factor:.2f}",
+        ]
     if index == 5:
         return [views.cp_example_text(plan), f"pad_seq_to_mult: {plan.pad_seq_to_mult}."]
     if index == 6:
@@ -108,12 +133,15 @@ def _tour_expectations(index: int, hist, plan, a) -> list[str]:
     if index == 9:
         return [f"Recommended here: {views.packing_comparison(plan, hist).recommended}."]
     if index == 10:
-        return [f"{a.loss.moved_vs_unpacked:.0%} of each step's gradient weight moves",
-                f"objective {a.loss.objective_same.mean:.3f}", "With calculate_per_token_loss: 0% moves, objective "
-                                                               "1.000."]
+        return [
+            f"{a.loss.moved_vs_unpacked:.0%} of each step's gradient weight moves",
+            f"objective {a.loss.objective_same.mean:.3f}",
+            "With calculate_per_token_loss: 0% moves, objective 1.000.",
+        ]
     export = a.export("python")
-    return [f"cfg.train.global_batch_size = {a.global_batch_packs}"] + \
-        [line for line in export.splitlines() if "Specs(" in line]
+    return [f"cfg.train.global_batch_size = {a.global_batch_packs}"] + [
+        line for line in export.splitlines() if "Specs(" in line
+    ]
 
 
 def test_every_tour_step_shows_its_samples_figures_and_links_a_page():

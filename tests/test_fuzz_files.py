@@ -32,8 +32,35 @@ LONG = settings(max_examples=500, deadline=None, database=None, suppress_health_
 
 # ---------------------------------------------------------------------------------------------- strategies
 BIG_INTS = st.integers(min_value=-(2**70), max_value=2**70)
-ODD_CELLS = ["", " ", "abc", "nan", "NaN", "inf", "-inf", "1e400", "2.5", "1e3", "+7", ".5", "5.", "NULL", "true",
-             "9" * 4000, '"5"', '"', "5,", "é", "2024-01-01", "0x10", "1_000", "０", "-0", "16777217", str(2**53)]
+ODD_CELLS = [
+    "",
+    " ",
+    "abc",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e400",
+    "2.5",
+    "1e3",
+    "+7",
+    ".5",
+    "5.",
+    "NULL",
+    "true",
+    "9" * 4000,
+    '"5"',
+    '"',
+    "5,",
+    "é",
+    "2024-01-01",
+    "0x10",
+    "1_000",
+    "０",
+    "-0",
+    "16777217",
+    str(2**53),
+]
 CELLS = st.one_of(st.integers(-3, 5000).map(str), BIG_INTS.map(str), st.sampled_from(ODD_CELLS), st.text(max_size=6))
 HEADER_NAMES = ["length", "count", "seq_len", "num_tokens", "x", "Length", "input_ids", "", "n", "freq", "len"]
 
@@ -54,11 +81,18 @@ def delimited(draw, sep=None) -> bytes:
     return draw(st.sampled_from([b"", b"\xef\xbb\xbf"])) + text.encode("utf-8", "surrogatepass")
 
 
-JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 5000), BIG_INTS,
-                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5))
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 5000),
+    BIG_INTS,
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+)
 JSON_KEYS = st.sampled_from(["length", "input_ids", "seq_len", "count", "mode", "lengths", "x", "path", "ids"])
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda c: st.lists(c, max_size=5) | st.dictionaries(JSON_KEYS, c, max_size=4),
-                           max_leaves=25)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda c: st.lists(c, max_size=5) | st.dictionaries(JSON_KEYS, c, max_size=4), max_leaves=25
+)
 
 
 def _dumps(value) -> str:
@@ -68,14 +102,16 @@ def _dumps(value) -> str:
 @st.composite
 def json_text(draw) -> bytes:
     """A JSON document: lengths, records, {"lengths": [...]}, anything, maybe nested deep or cut short."""
-    top = draw(st.one_of(
-        st.lists(st.integers(-2, 10**6), max_size=30),
-        st.lists(JSON_SCALARS, max_size=10),
-        st.lists(st.fixed_dictionaries({"length": JSON_SCALARS}), max_size=10),
-        st.lists(st.fixed_dictionaries({"input_ids": st.lists(st.integers(0, 9), max_size=6)}), max_size=10),
-        st.fixed_dictionaries({"lengths": st.lists(JSON_SCALARS, max_size=10)}),
-        JSON_VALUES,
-    ))
+    top = draw(
+        st.one_of(
+            st.lists(st.integers(-2, 10**6), max_size=30),
+            st.lists(JSON_SCALARS, max_size=10),
+            st.lists(st.fixed_dictionaries({"length": JSON_SCALARS}), max_size=10),
+            st.lists(st.fixed_dictionaries({"input_ids": st.lists(st.integers(0, 9), max_size=6)}), max_size=10),
+            st.fixed_dictionaries({"lengths": st.lists(JSON_SCALARS, max_size=10)}),
+            JSON_VALUES,
+        )
+    )
     text = _dumps(top)
     depth = draw(st.sampled_from([0, 0, 0, 10, 70, 2000]))
     text = "[" * depth + text + "]" * depth
@@ -84,14 +120,35 @@ def json_text(draw) -> bytes:
 
 @st.composite
 def jsonl_text(draw) -> bytes:
-    lines = draw(st.lists(st.one_of(JSON_VALUES.map(_dumps), st.integers(-2, 10**6).map(str),
-                                    st.sampled_from(["{bad", "[" * 100, "9" * 5000, "", "  "])), max_size=15))
+    lines = draw(
+        st.lists(
+            st.one_of(
+                JSON_VALUES.map(_dumps),
+                st.integers(-2, 10**6).map(str),
+                st.sampled_from(["{bad", "[" * 100, "9" * 5000, "", "  "]),
+            ),
+            max_size=15,
+        )
+    )
     eol = draw(st.sampled_from(["\n", "\r\n", "\r"]))
     return _mutate(draw, eol.join(lines).encode("utf-8", "surrogatepass"))
 
 
-NPY_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint64, np.float16, np.float32, np.float64,
-              np.bool_, np.complex64, ">i4", "<u2"]
+NPY_DTYPES = [
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.bool_,
+    np.complex64,
+    ">i4",
+    "<u2",
+]
 
 
 @st.composite
@@ -99,9 +156,17 @@ def npy_bytes(draw) -> bytes:
     """A saved array (plain, or a legacy packed object array), then maybe a lying header or a cut body."""
     buf = io.BytesIO()
     if draw(st.integers(0, 3)) == 0:
-        rows = draw(st.lists(st.fixed_dictionaries({
-            "input_ids": st.lists(st.integers(0, 9), max_size=12),
-            "seq_start_id": st.lists(st.one_of(st.integers(-3, 14), BIG_INTS), max_size=4)}), max_size=4))
+        rows = draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "input_ids": st.lists(st.integers(0, 9), max_size=12),
+                        "seq_start_id": st.lists(st.one_of(st.integers(-3, 14), BIG_INTS), max_size=4),
+                    }
+                ),
+                max_size=4,
+            )
+        )
         arr = np.empty(len(rows), dtype=object)
         arr[:] = rows
         np.save(buf, arr, allow_pickle=True)
@@ -111,7 +176,7 @@ def npy_bytes(draw) -> bytes:
     data = buf.getvalue()
     if draw(st.booleans()):
         claim = draw(st.sampled_from([b"(10000000000000,)", b"(-1,)", b"(2, 2)", b"()", b"(0,)", b"(3, -3)"]))
-        data = data.replace(data[data.find(b"(", 10):data.find(b")", 10) + 1], claim, 1)
+        data = data.replace(data[data.find(b"(", 10) : data.find(b")", 10) + 1], claim, 1)
     return _mutate(draw, data)
 
 
@@ -122,8 +187,9 @@ def parquet_bytes(draw) -> bytes:
     columns = {}
     kind = draw(st.sampled_from(["length", "hist", "ids", "packed", "strings", "floats"]))
     if kind in ("length", "hist"):
-        arrow_type, low, high = draw(st.sampled_from([(pa.int64(), -3, 2**62), (pa.uint64(), 0, 2**64 - 1),
-                                                      (pa.int32(), -3, 2**31 - 1)]))
+        arrow_type, low, high = draw(
+            st.sampled_from([(pa.int64(), -3, 2**62), (pa.uint64(), 0, 2**64 - 1), (pa.int32(), -3, 2**31 - 1)])
+        )
         values = st.integers(low, high) | st.integers(max(low, 0), 5000)
         columns["length"] = pa.array(draw(st.lists(values, min_size=n, max_size=n)), arrow_type)
     if kind == "hist":
@@ -133,13 +199,15 @@ def parquet_bytes(draw) -> bytes:
     if kind == "floats":
         columns["num_tokens"] = pa.array(draw(st.lists(st.floats(), min_size=n, max_size=n)), pa.float64())
     if kind in ("ids", "packed"):
-        columns["input_ids"] = pa.array(draw(st.lists(st.lists(st.integers(0, 9), max_size=8), min_size=n,
-                                                      max_size=n)), pa.list_(pa.int32()))
+        columns["input_ids"] = pa.array(
+            draw(st.lists(st.lists(st.integers(0, 9), max_size=8), min_size=n, max_size=n)), pa.list_(pa.int32())
+        )
     if kind == "packed":
         arrow_type, low, high = draw(st.sampled_from([(pa.int64(), -2, 2**63 - 1), (pa.uint64(), 0, 2**64 - 1)]))
         starts = st.lists(st.integers(max(low, 0), 9) | st.integers(low, high), max_size=3)
-        columns["seq_start_id"] = pa.array(draw(st.lists(st.one_of(st.none(), starts), min_size=n, max_size=n)),
-                                           pa.list_(arrow_type))
+        columns["seq_start_id"] = pa.array(
+            draw(st.lists(st.one_of(st.none(), starts), min_size=n, max_size=n)), pa.list_(arrow_type)
+        )
     buf = io.BytesIO()
     pq.write_table(pa.table(columns) if columns else pa.table({"x": pa.array([], pa.int8())}), buf)
     return _mutate(draw, buf.getvalue())
@@ -155,8 +223,15 @@ def mock_config(draw) -> bytes:
         cfg["type"] = draw(st.sampled_from(["lognormal", "uniform", None]))
     if cfg["mode"] == "file" or draw(st.booleans()):
         cfg["path"] = draw(st.sampled_from(MOCK_PATHS))
-    numbers = st.one_of(st.integers(-5, 10_000), st.floats(allow_nan=True, allow_infinity=True), BIG_INTS,
-                        st.booleans(), st.none(), st.text(max_size=3), st.sampled_from([1e200, 2**24, 2**24 + 1]))
+    numbers = st.one_of(
+        st.integers(-5, 10_000),
+        st.floats(allow_nan=True, allow_infinity=True),
+        BIG_INTS,
+        st.booleans(),
+        st.none(),
+        st.text(max_size=3),
+        st.sampled_from([1e200, 2**24, 2**24 + 1]),
+    )
     for key in ("min_seq_len", "max_seq_len", "mean_seq_len", "lognormal_sigma"):
         if draw(st.integers(0, 3)):
             cfg[key] = draw(numbers)
@@ -167,7 +242,7 @@ def _mutate(draw, data: bytes, light: bool = False) -> bytes:
     """Leave alone, cut short, or overwrite a few bytes with anything."""
     how = draw(st.sampled_from(["keep", "keep", "keep"] + ([] if light else ["cut", "flip"]) + ["flip"]))
     if how == "cut" and data:
-        return data[:draw(st.integers(0, len(data) - 1))]
+        return data[: draw(st.integers(0, len(data) - 1))]
     if how == "flip" and data:
         data = bytearray(data)
         for _ in range(draw(st.integers(1, 3))):
@@ -213,8 +288,10 @@ def read_both_ways(data: bytes, name: str, folder) -> list[str]:
     ends = []
     path = folder / name
     path.write_bytes(data)
-    for label, read in (("parse", lambda: parse_lengths(data, name, mock_samples=MOCK_SAMPLES)),
-                        ("load", lambda: load_lengths(path, mock_samples=MOCK_SAMPLES))):
+    for label, read in (
+        ("parse", lambda: parse_lengths(data, name, mock_samples=MOCK_SAMPLES)),
+        ("load", lambda: load_lengths(path, mock_samples=MOCK_SAMPLES)),
+    ):
         try:
             hist = read()
         except InputError as e:
@@ -255,8 +332,10 @@ def test_skip_mode_never_raises_anything_else(text):
 
 
 @QUICK
-@given(lengths=st.lists(st.integers(1, MAX_LENGTH), min_size=1, max_size=50),
-       counts=st.lists(st.integers(0, 2**40), min_size=50, max_size=50))
+@given(
+    lengths=st.lists(st.integers(1, MAX_LENGTH), min_size=1, max_size=50),
+    counts=st.lists(st.integers(0, 2**40), min_size=50, max_size=50),
+)
 def test_valid_histograms_are_read_exactly(lengths, counts):
     rows = list(zip(lengths, counts, strict=False))
     text = "length,count\n" + "\n".join(f"{n},{c}" for n, c in rows)

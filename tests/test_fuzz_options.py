@@ -45,6 +45,7 @@ def test_the_judge_sees_a_write_through_a_link(tmp_path):
     before = fuzz.snapshot(tmp_path)
     (tmp_path / "outside" / "victim.txt").write_bytes(b"changed\n")  # what following link.csv would do
     after = fuzz.snapshot(tmp_path)
-    assert fuzz.changed_elsewhere(before, after, str(box / "link.csv"), False) == [str(tmp_path / "outside" /
-                                                                                        "victim.txt")]
+    assert fuzz.changed_elsewhere(before, after, str(box / "link.csv"), False) == [
+        str(tmp_path / "outside" / "victim.txt")
+    ]
     assert fuzz.changed_elsewhere(before, before, None, False) == []

@@ -28,10 +28,18 @@ def test_generators_cover_every_surface_kind_and_replay_from_a_seed():
     assert {s for s, _ in tasks} == set(counts)
     assert {t["kind"] for s, t in tasks if s == "prepare -o"} == set(fuzz.PREPARE_OUT_KINDS)
     assert {t["op"] for s, t in tasks if s == "read back"} == set(fuzz.READ_BACK_OPS)
-    assert {t["op"] for s, t in tasks if s == "cache"} == {"meta", "meta_delete", "meta_raw", "values", "truncate",
-                                                            "extend", "replace"}
+    assert {t["op"] for s, t in tasks if s == "cache"} == {
+        "meta",
+        "meta_delete",
+        "meta_raw",
+        "values",
+        "truncate",
+        "extend",
+        "replace",
+    }
     assert {(t["command"], t["signal"]) for s, t in tasks if s == "interrupt"} == {
-        (c, sig) for c in ("prepare", "tokenize") for sig in ("INT", "TERM", "KILL")}
+        (c, sig) for c in ("prepare", "tokenize") for sig in ("INT", "TERM", "KILL")
+    }
     assert fuzz.generate(counts, seed=11) == tasks
 
 
@@ -40,8 +48,16 @@ def test_every_bounded_plan_field_is_fuzzed_at_its_bounds_and_past_them():
 
     bounds = fuzz.schema_bounds()
     fields = {f for f, _ in bounds}
-    assert {"training.global_batch_size", "training.global_batch_samples", "parallel.gpus", "packing.pack_size",
-            "training.seq_length", "parallel.cp", "training.lora_rank", "packing.mode"} <= fields
+    assert {
+        "training.global_batch_size",
+        "training.global_batch_samples",
+        "parallel.gpus",
+        "packing.pack_size",
+        "training.seq_length",
+        "parallel.cp",
+        "training.lora_rank",
+        "packing.mode",
+    } <= fields
     gbs = schema.TrainingSpec.model_fields["global_batch_size"].metadata
     high = next(m.le for m in gbs if hasattr(m, "le"))
     assert {v for f, v in bounds if f == "training.global_batch_size"} >= {1, 0, high, high + 1}
@@ -67,8 +83,11 @@ def test_the_judges_see_a_silent_accept_and_a_write_elsewhere(templates, tmp_pat
     work = tmp_path / "w"
     work.mkdir()
     shutil.copytree(templates, work / templates.name)
-    untouched = {"op": "none", "argv": ["export", "plan.json", "--quiet", "--format", "overrides"],
-                 "must_refuse": True}  # a clean folder marked as one to refuse: its acceptance is "silent"
+    untouched = {
+        "op": "none",
+        "argv": ["export", "plan.json", "--quiet", "--format", "overrides"],
+        "must_refuse": True,
+    }  # a clean folder marked as one to refuse: its acceptance is "silent"
     assert fuzz.run_task("read back", untouched, work)[0] == "silent"
     written = tmp_path / "written"
     written.mkdir()
@@ -96,8 +115,9 @@ def test_the_orphan_count_sees_a_tagged_process_left_alive(tmp_path):
 
 
 def test_a_dashboard_case_runs_and_a_refused_link_is_one_message():
-    ok = fuzz.run_dashboard({"field": "training.global_batch_size", "value": 1 << 24,
-                             "page": "pages/3_Recommendations.py"})
+    ok = fuzz.run_dashboard(
+        {"field": "training.global_batch_size", "value": 1 << 24, "page": "pages/3_Recommendations.py"}
+    )
     assert ok == ("ok", "")
     refused = fuzz.run_dashboard({"field": "parallel.gpus", "value": (1 << 17) + 1, "page": "pages/5_Tour.py"})
     assert refused[0] == "refused" and "parallel.gpus" in refused[1]

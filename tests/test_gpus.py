@@ -23,11 +23,19 @@ def test_each_record_matches_its_own_device_name_and_feeds_the_performance_model
     assert g.peak == record.bf16_tflops * 1e12 and g.sms == record.sms and g.domain == record.nvlink_domain
 
 
-@pytest.mark.parametrize("device, expected", [("NVIDIA GB200", "GB200"), ("NVIDIA B200", "B200"),
-                                              ("NVIDIA GB300", "GB300"), ("NVIDIA B300 SXM6 AC", "B300"),
-                                              ("NVIDIA GH200 480GB", None), ("NVIDIA A100 80GB PCIe", "A100-80GB"),
-                                              ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
-                                              ("NVIDIA H200 NVL", "H200-141GB")])
+@pytest.mark.parametrize(
+    "device, expected",
+    [
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB300", "GB300"),
+        ("NVIDIA B300 SXM6 AC", "B300"),
+        ("NVIDIA GH200 480GB", None),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
+        ("NVIDIA H200 NVL", "H200-141GB"),
+    ],
+)
 def test_device_names_that_share_digits_match_their_own_record(device, expected):
     """The round's regression: "NVIDIA GB200" matched the B200 row, and B300/GB300 matched nothing."""
     assert match_device(device) == expected

@@ -16,20 +16,44 @@ from advisor.plan import PlanError, plan_from_dict
 from advisor.plan.io import plan_from_text
 from advisor.trial.launch import trial_slurm, trial_torchrun
 
-HOSTILE = ["x'); import os; os.system('id') #", 'a"\nimport os\n', "$(rm -rf ~)", "`id`", "; reboot", "a\nb",
-           "\\", "{{7*7}}", "\u202eevil", "x" * 500]
+HOSTILE = [
+    "x'); import os; os.system('id') #",
+    'a"\nimport os\n',
+    "$(rm -rf ~)",
+    "`id`",
+    "; reboot",
+    "a\nb",
+    "\\",
+    "{{7*7}}",
+    "\u202eevil",
+    "x" * 500,
+]
 DATA = LengthHistogram.from_samples([100, 200, 300, 700] * 20)
-BASE = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-        "training": {"seq_length": 1024, "global_batch_samples": 64}}
+BASE = {
+    "model": "llama3.1-8b",
+    "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
+    "training": {"seq_length": 1024, "global_batch_samples": 64},
+}
 
 
-@pytest.mark.parametrize("section,field", [("model", "family"), ("hardware", "gpu"),
-                                           ("packing", "algorithm"), ("parallel", "cp_comm_type"),
-                                           ("training", "recompute"), ("model", "preset")])
+@pytest.mark.parametrize(
+    "section,field",
+    [
+        ("model", "family"),
+        ("hardware", "gpu"),
+        ("packing", "algorithm"),
+        ("parallel", "cp_comm_type"),
+        ("training", "recompute"),
+        ("model", "preset"),
+    ],
+)
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_names_are_refused_by_the_plan(section, field, value):
-    raw = {**BASE, section: {**BASE.get(section, {}), field: value}} if section != "model" else \
-        {**BASE, "model": {"preset": "llama3.1-8b", field: value}}
+    raw = (
+        {**BASE, section: {**BASE.get(section, {}), field: value}}
+        if section != "model"
+        else {**BASE, "model": {"preset": "llama3.1-8b", field: value}}
+    )
     if section == "hardware":
         raw["hardware"] = {"gpu": value, "memory_gib": 80, "bf16_tflops": 900}
     with pytest.raises(PlanError) as err:
@@ -55,13 +79,18 @@ def test_versions_are_major_minor_patch_only(version):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(st.characters(exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", codec="utf-8"),
-               min_size=1, max_size=60))
+@given(
+    st.text(
+        st.characters(exclude_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", codec="utf-8"),
+        min_size=1,
+        max_size=60,
+    )
+)
 def test_a_trial_plan_file_name_is_shell_quoted(name):
     plan = plan_from_dict(BASE)
     for script in (trial_torchrun(name), trial_slurm(plan, name)):
         lines = [line for line in script.splitlines() if "advisor trial" in line]
-        joined = " ".join(line.rstrip("\\") for line in script.splitlines()[script.splitlines().index(lines[0]):])
+        joined = " ".join(line.rstrip("\\") for line in script.splitlines()[script.splitlines().index(lines[0]) :])
         words = shlex.split(joined, comments=False)
         assert name in words  # one word, whatever it holds
 
@@ -76,8 +105,10 @@ def test_every_export_parses_as_its_language(fmt):
         assert kinds <= {"ImportFrom", "Assign", "If"}, kinds  # imports and attribute settings, nothing that runs
         for node in tree.body:  # the one branch: create the recipe's specs object where it has none
             if isinstance(node, ast.If):
-                assert ast.unparse(node.test) in ("cfg.dataset.offline_packing_specs is None",
-                                                  "cfg.dataset.packed_sequence_specs is None")
+                assert ast.unparse(node.test) in (
+                    "cfg.dataset.offline_packing_specs is None",
+                    "cfg.dataset.packed_sequence_specs is None",
+                )
                 assert ast.unparse(node.body[0]).endswith("= PackedSequenceSpecs()") and len(node.body) == 1
                 assert not node.orelse
     elif fmt == "overrides":

@@ -24,8 +24,14 @@ from advisor.data.megatron_mock import MAX_MOCK_SAMPLES
 from advisor.data.parquet_footer import column_chunks
 from advisor.errors import InputError
 
-LOGNORMAL = {"mode": "distribution", "type": "lognormal", "min_seq_len": 100, "max_seq_len": 4096,
-             "mean_seq_len": 1024, "lognormal_sigma": 0.8}
+LOGNORMAL = {
+    "mode": "distribution",
+    "type": "lognormal",
+    "min_seq_len": 100,
+    "max_seq_len": 4096,
+    "mean_seq_len": 1024,
+    "lognormal_sigma": 0.8,
+}
 
 
 def write(tmp_path, name, content):
@@ -89,8 +95,9 @@ def test_duplicate_header_names(tmp_path):
     assert hist.samples().tolist() == [5] and any("more than once" in n for n in hist.notes)
 
 
-@pytest.mark.parametrize("content,fragment", [(b"", "is empty"), (b"\r\n \n", "is empty"),
-                                              (b"length\n", "has a header but no rows")])
+@pytest.mark.parametrize(
+    "content,fragment", [(b"", "is empty"), (b"\r\n \n", "is empty"), (b"length\n", "has a header but no rows")]
+)
 def test_empty_and_header_only(tmp_path, content, fragment):
     refused(write(tmp_path, "e.csv", content), fragment)
 
@@ -125,11 +132,14 @@ def test_brackets_inside_strings_are_not_nesting(tmp_path):
     assert load_lengths(write(tmp_path, "r.json", json.dumps(records))).num_samples == 3
 
 
-@pytest.mark.parametrize("name,text,where", [
-    ("big.json", "[5, " + "9" * 4000 + "]", "item 2"),
-    ("big.jsonl", "5\n" + "9" * 4000 + "\n", "line 2"),
-    ("big.csv", "length\n5\n" + "9" * 4000 + "\n", "line 3"),
-])
+@pytest.mark.parametrize(
+    "name,text,where",
+    [
+        ("big.json", "[5, " + "9" * 4000 + "]", "item 2"),
+        ("big.jsonl", "5\n" + "9" * 4000 + "\n", "line 2"),
+        ("big.csv", "length\n5\n" + "9" * 4000 + "\n", "line 3"),
+    ],
+)
 def test_a_4000_digit_integer(tmp_path, name, text, where):
     err = refused(write(tmp_path, name, text), "is beyond any sequence length")
     assert err.where == where and "9" * 41 not in str(err)
@@ -171,8 +181,9 @@ def test_npy_with_a_truncated_body_or_header(tmp_path):
     refused(write(tmp_path, "head.npy", buf.getvalue()[:20]), "is not a readable .npy file")
 
 
-@pytest.mark.parametrize("array", [np.array([True, False]), np.array([1 + 2j]), np.zeros(0, np.int64),
-                                   np.zeros(3, dtype=[("a", "i8")])])
+@pytest.mark.parametrize(
+    "array", [np.array([True, False]), np.array([1 + 2j]), np.zeros(0, np.int64), np.zeros(3, dtype=[("a", "i8")])]
+)
 def test_npy_that_is_not_lengths(tmp_path, array):
     np.save(tmp_path / "x.npy", array)
     refused(tmp_path / "x.npy", "expected integer lengths")
@@ -245,8 +256,10 @@ def test_symlink_to_a_good_file_is_followed(tmp_path):
     assert load_lengths(tmp_path / "link.csv").num_samples == 2
 
 
-@pytest.mark.parametrize("path,fragment", [("/proc/self/mem", "system file"), ("/proc/self/environ", "system file"),
-                                           ("/dev/zero", "character device")])
+@pytest.mark.parametrize(
+    "path,fragment",
+    [("/proc/self/mem", "system file"), ("/proc/self/environ", "system file"), ("/dev/zero", "character device")],
+)
 def test_system_files(path, fragment):
     if not os.path.exists(path):
         pytest.skip(f"no {path} here")
@@ -304,11 +317,18 @@ ABORTING_PARQUET = base64.b64decode(
 
 def test_parquet_footer_that_aborts_pyarrow_metadata(tmp_path):
     path = write(tmp_path, "abort.parquet", ABORTING_PARQUET)
-    code = ("import sys; from advisor.data.ingest import load_lengths; from advisor.errors import InputError\n"
-            "try:\n    load_lengths(sys.argv[1])\nexcept InputError as e:\n    print(e)")
+    code = (
+        "import sys; from advisor.data.ingest import load_lengths; from advisor.errors import InputError\n"
+        "try:\n    load_lengths(sys.argv[1])\nexcept InputError as e:\n    print(e)"
+    )
     # in a child: a regression would abort the test run itself, not fail one test
-    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parent.parent)
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert run.returncode == 0, run.stderr[-500:]
     assert "is not a readable Parquet file" in run.stdout
 
@@ -318,8 +338,11 @@ def test_parquet_footer_reader_agrees_with_pyarrow():
     pq.write_table(pa.table({"length": list(range(1, 5001)), "ids": [[1, 2]] * 5000}), buf, row_group_size=700)
     rows, chunks = column_chunks(buf.getvalue())
     meta = pq.ParquetFile(pa.BufferReader(buf.getvalue())).metadata
-    theirs = [(meta.row_group(g).column(c).num_values, meta.row_group(g).column(c).total_uncompressed_size)
-              for g in range(meta.num_row_groups) for c in range(meta.num_columns)]
+    theirs = [
+        (meta.row_group(g).column(c).num_values, meta.row_group(g).column(c).total_uncompressed_size)
+        for g in range(meta.num_row_groups)
+        for c in range(meta.num_columns)
+    ]
     assert rows == 5000 and [(c.num_values, c.uncompressed) for c in chunks] == theirs
 
 
@@ -328,8 +351,10 @@ def test_parquet_footer_that_lies(tmp_path):
     pq.write_table(pa.table({"length": [5, 6, 7]}), buf)
     data = buf.getvalue()
     refused(write(tmp_path, "lie.parquet", data[:-8] + (2**31).to_bytes(4, "little") + b"PAR1"), "footer")
-    refused(write(tmp_path, "nest.parquet", b"PAR1" + b"\x1c" * 100 + (100).to_bytes(4, "little") + b"PAR1"),
-            "is not a readable Parquet file")
+    refused(
+        write(tmp_path, "nest.parquet", b"PAR1" + b"\x1c" * 100 + (100).to_bytes(4, "little") + b"PAR1"),
+        "is not a readable Parquet file",
+    )
 
 
 def test_parquet_text_column_that_is_not_utf8(tmp_path):  # found by bench/fuzz_inputs.py
@@ -350,8 +375,9 @@ def mock_file(tmp_path, cfg, name="mock.json"):
     return write(tmp_path, name, cfg if isinstance(cfg, str) else json.dumps(cfg))
 
 
-@pytest.mark.parametrize("value,kind", [(5, "not a number (5)"), (["lens.csv"], "not a list"), (None, "not null"),
-                                        (True, "not true/false")])
+@pytest.mark.parametrize(
+    "value,kind", [(5, "not a number (5)"), (["lens.csv"], "not a list"), (None, "not null"), (True, "not true/false")]
+)
 def test_mock_path_that_is_not_a_string(tmp_path, value, kind):
     refused(mock_file(tmp_path, {"mode": "file", "path": value}), '"path"', kind)
 
@@ -376,19 +402,22 @@ def test_mock_path_to_a_sparse_8_gib_file(tmp_path):
     refused(mock_file(tmp_path, {"mode": "file", "path": "big.csv"}), "over the 1,024 MiB limit")
 
 
-@pytest.mark.parametrize("key,value,fragment", [
-    ("lognormal_sigma", 1e200, "outside 0..10"),
-    ("lognormal_sigma", -0.5, "outside 0..10"),
-    ("min_seq_len", True, "must be a number, not true/false"),
-    ("max_seq_len", False, "must be a number, not true/false"),
-    ("mean_seq_len", "1024", "must be a number, not a string"),
-    ("mean_seq_len", None, "must be a number, not null"),
-    ("lognormal_sigma", [1.1], "must be a number, not a list"),
-    ("max_seq_len", 2**40, "is not a sequence length"),
-    ("mean_seq_len", 0, "is not a sequence length"),
-    ("max_seq_len", 10**30, "is beyond any sequence length"),
-    ("min_seq_len", 0.5, "is below 1 token"),
-])
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("lognormal_sigma", 1e200, "outside 0..10"),
+        ("lognormal_sigma", -0.5, "outside 0..10"),
+        ("min_seq_len", True, "must be a number, not true/false"),
+        ("max_seq_len", False, "must be a number, not true/false"),
+        ("mean_seq_len", "1024", "must be a number, not a string"),
+        ("mean_seq_len", None, "must be a number, not null"),
+        ("lognormal_sigma", [1.1], "must be a number, not a list"),
+        ("max_seq_len", 2**40, "is not a sequence length"),
+        ("mean_seq_len", 0, "is not a sequence length"),
+        ("max_seq_len", 10**30, "is beyond any sequence length"),
+        ("min_seq_len", 0.5, "is below 1 token"),
+    ],
+)
 def test_mock_parameters_field_by_field(tmp_path, key, value, fragment):
     err = refused(mock_file(tmp_path, {**LOGNORMAL, key: value}), fragment)
     assert err.where == f'"{key}"'
@@ -465,10 +494,13 @@ def test_a_valid_but_enormous_histogram_is_refused_before_it_is_expanded(tmp_pat
 
     huge = tmp_path / "huge.csv"
     huge.write_text("length,count\n100,1000000000000\n300,5\n")
-    for argv in (["pack", str(huge), "--pack-size", "512"],
-                 ["estimate", str(ROOT / "sample_data" / "plans" / "llama8b_squad.yaml"), "--lengths", str(huge)]):
-        proc = subprocess.run([sys.executable, "-m", "advisor", *argv, "--quiet"], capture_output=True, text=True,
-                              timeout=120)
+    for argv in (
+        ["pack", str(huge), "--pack-size", "512"],
+        ["estimate", str(ROOT / "sample_data" / "plans" / "llama8b_squad.yaml"), "--lengths", str(huge)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "advisor", *argv, "--quiet"], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 2 and "too many to pack one by one" in proc.stderr, proc.stderr
 
 

@@ -88,8 +88,14 @@ def test_mock_config_file_mode_drops_header_line(tmp_path):
 
 
 def test_mock_config_distribution_mode_is_megatron_lms_draw(tmp_path):
-    cfg = {"mode": "distribution", "type": "lognormal", "min_seq_len": 100, "max_seq_len": 4096,
-           "mean_seq_len": 1024, "lognormal_sigma": 0.8}
+    cfg = {
+        "mode": "distribution",
+        "type": "lognormal",
+        "min_seq_len": 100,
+        "max_seq_len": 4096,
+        "mean_seq_len": 1024,
+        "lognormal_sigma": 0.8,
+    }
     hist = load_lengths(json.dumps(cfg), mock_samples=20000)
     # MockSFTLowLevelDataset: np.random.seed(0), then np.random.lognormal on the global RNG
     state = np.random.get_state()
@@ -112,27 +118,30 @@ def test_inline_json_list():
 
 
 # ---------------------------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("name,text,where,what", [
-    ("empty.csv", "", None, "is empty"),
-    ("blank.csv", "\n \n", None, "is empty"),
-    ("words.csv", "length\n12\nabc\n14\n", "line 3", "'abc' is not a number"),
-    ("neg.csv", "5\n-3\n", "line 2", "-3 is not a positive length"),
-    ("zero.csv", "length\n5\n\n0\n", "line 4", "0 is not a positive length"),
-    ("float.csv", "5\n12.5\n", "line 2", "is not a whole number of tokens"),
-    ("hist.csv", "length,count\n10,5\n20,-1\n", "line 3", "count -1 is negative"),
-    ("hist_len.csv", "length,count\n0,5\n", "line 2", "length 0 is not a positive length"),
-    ("a.json", "[1, \"x\", 3]", "item 2", "'x' is not a number"),
-    ("b.json", "[1, true]", "item 2", "is not a number"),
-    ("c.json", "[1, 2.5]", "item 2", "is not a whole number"),
-    ("d.json", "{\"a\": 1}", None, "not a Megatron-LM mock SFT config"),
-    ("e.json", "[{\"text\": \"hi\"}]", "item 1", "record has no length field"),
-    ("f.jsonl", "3\n{bad\n", "line 2", "is not valid JSON"),
-    ("g.jsonl", "3\n-4\n", "line 2", "-4 is not a positive length"),
-    ("h.json", "{\"mode\": \"distribution\", \"type\": \"uniform\"}", "\"type\"", "unsupported distribution"),
-    ("i.json", "{\"mode\": \"distribution\", \"type\": \"lognormal\"}", "\"mode\": \"distribution\"", "missing"),
-    ("j.json", "{\"mode\": \"nope\"}", "\"mode\"", "unknown mode"),
-    ("k.xyz", "hello", None, "unknown format"),
-])
+@pytest.mark.parametrize(
+    "name,text,where,what",
+    [
+        ("empty.csv", "", None, "is empty"),
+        ("blank.csv", "\n \n", None, "is empty"),
+        ("words.csv", "length\n12\nabc\n14\n", "line 3", "'abc' is not a number"),
+        ("neg.csv", "5\n-3\n", "line 2", "-3 is not a positive length"),
+        ("zero.csv", "length\n5\n\n0\n", "line 4", "0 is not a positive length"),
+        ("float.csv", "5\n12.5\n", "line 2", "is not a whole number of tokens"),
+        ("hist.csv", "length,count\n10,5\n20,-1\n", "line 3", "count -1 is negative"),
+        ("hist_len.csv", "length,count\n0,5\n", "line 2", "length 0 is not a positive length"),
+        ("a.json", "[1, \"x\", 3]", "item 2", "'x' is not a number"),
+        ("b.json", "[1, true]", "item 2", "is not a number"),
+        ("c.json", "[1, 2.5]", "item 2", "is not a whole number"),
+        ("d.json", "{\"a\": 1}", None, "not a Megatron-LM mock SFT config"),
+        ("e.json", "[{\"text\": \"hi\"}]", "item 1", "record has no length field"),
+        ("f.jsonl", "3\n{bad\n", "line 2", "is not valid JSON"),
+        ("g.jsonl", "3\n-4\n", "line 2", "-4 is not a positive length"),
+        ("h.json", "{\"mode\": \"distribution\", \"type\": \"uniform\"}", "\"type\"", "unsupported distribution"),
+        ("i.json", "{\"mode\": \"distribution\", \"type\": \"lognormal\"}", "\"mode\": \"distribution\"", "missing"),
+        ("j.json", "{\"mode\": \"nope\"}", "\"mode\"", "unknown mode"),
+        ("k.xyz", "hello", None, "unknown format"),
+    ],
+)
 def test_bad_input_gets_one_clear_message(tmp_path, name, text, where, what):
     path = write(tmp_path, name, text)
     with pytest.raises(InputError) as err:
@@ -164,8 +173,11 @@ def test_npy_float_and_object_arrays(tmp_path):
 
 
 def test_pickled_npy_with_a_foreign_object_is_refused_not_run(tmp_path):
-    np.save(tmp_path / "o.npy", np.array([{"input_ids": [1, 2], "seq_start_id": [0]}, Exception("x")], dtype=object),
-            allow_pickle=True)
+    np.save(
+        tmp_path / "o.npy",
+        np.array([{"input_ids": [1, 2], "seq_start_id": [0]}, Exception("x")], dtype=object),
+        allow_pickle=True,
+    )
     with pytest.raises(InputError, match="refers to builtins.Exception"):
         load_lengths(tmp_path / "o.npy")
 
@@ -179,8 +191,11 @@ def test_skip_mode_counts_what_it_leaves_out(tmp_path):
     hist = load_lengths(write(tmp_path, "l.csv", "length\n5\nx\n-1\n7\n2.5\n"), on_bad="skip")
     assert as_samples(hist) == [5, 7]
     reasons = {e.reason: (e.count, e.first_at) for e in hist.excluded}
-    assert reasons == {"length is not a number": (1, "line 3"), "length is not a positive length": (1, "line 4"),
-                       "length is not a whole number of tokens": (1, "line 6")}
+    assert reasons == {
+        "length is not a number": (1, "line 3"),
+        "length is not a positive length": (1, "line 4"),
+        "length is not a whole number of tokens": (1, "line 6"),
+    }
     assert hist.num_excluded == 3
 
 
@@ -191,15 +206,18 @@ def test_skip_mode_histogram_keeps_rows_aligned(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- found in review
-@pytest.mark.parametrize("name,text,where,what", [
-    ("nulls.json", "[5, null, 7]", "item 2", "length is missing (an empty cell, NA, NaN or null)"),
-    ("nulls.jsonl", '{"length": 5}\n{"length": null}\n', "line 2", "is missing"),
-    ("lists.json", '[{"length": [1, 2]}, {"length": 3}]', "item 1", "is not a number"),
-    ("late_bool.json", "[" + "5, " * 1200 + "true]", "item 1201", "True is not a number"),
-    ("spaces.csv", "seq_len\n5\n   \n7\nabc\n", "line 3", "is empty"),
-    ("ragged.csv", "seq_len\n5\n\n7\n8,9\n9\n", "line 5", "different number of fields"),
-    ("inf.csv", "5\ninf\n", "line 2", "is beyond any sequence length"),
-])
+@pytest.mark.parametrize(
+    "name,text,where,what",
+    [
+        ("nulls.json", "[5, null, 7]", "item 2", "length is missing (an empty cell, NA, NaN or null)"),
+        ("nulls.jsonl", '{"length": 5}\n{"length": null}\n', "line 2", "is missing"),
+        ("lists.json", '[{"length": [1, 2]}, {"length": 3}]', "item 1", "is not a number"),
+        ("late_bool.json", "[" + "5, " * 1200 + "true]", "item 1201", "True is not a number"),
+        ("spaces.csv", "seq_len\n5\n   \n7\nabc\n", "line 3", "is empty"),
+        ("ragged.csv", "seq_len\n5\n\n7\n8,9\n9\n", "line 5", "different number of fields"),
+        ("inf.csv", "5\ninf\n", "line 2", "is beyond any sequence length"),
+    ],
+)
 def test_review_findings_each_get_their_line(tmp_path, name, text, where, what):
     with pytest.raises(InputError) as err:
         load_lengths(write(tmp_path, name, text))
@@ -238,7 +256,9 @@ def test_packed_shards_of_different_int_widths(tmp_path):
     folder = tmp_path / "packed"
     folder.mkdir()
     i32 = pa.list_(pa.int32())
-    pq.write_table(pa.table({"input_ids": pa.array([[1, 2, 3]], i32), "seq_start_id": pa.array([[0]], i32)}),
-                   folder / "a.idx.parquet")
+    pq.write_table(
+        pa.table({"input_ids": pa.array([[1, 2, 3]], i32), "seq_start_id": pa.array([[0]], i32)}),
+        folder / "a.idx.parquet",
+    )
     pq.write_table(pa.table({"input_ids": [[1, 2, 3, 4]], "seq_start_id": [[0, 2]]}), folder / "b.idx.parquet")
     assert load_lengths(folder).packs.items.tolist() == [2, 1, 1]

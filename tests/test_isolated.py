@@ -40,23 +40,38 @@ def test_the_child_returns_what_the_server_would_have_computed():
 @pytest.mark.slow  # runs limited child processes to their limit
 def test_a_child_over_its_cpu_seconds_is_stopped_with_one_message():
     # 45,000 records: seconds of CPU to tokenize, more than the one second given
-    outcome = isolated.run("tokenize", ARGS, {"upload": SFT.read_bytes() * 150}, name="sft_sample.jsonl",
-                           limits=isolated.Limits(cpu_seconds=1, wall_seconds=120))
+    outcome = isolated.run(
+        "tokenize",
+        ARGS,
+        {"upload": SFT.read_bytes() * 150},
+        name="sft_sample.jsonl",
+        limits=isolated.Limits(cpu_seconds=1, wall_seconds=120),
+    )
     assert outcome.hist is None and "used its 1 CPU seconds" in outcome.error
     assert "python -m advisor tokenize --sample" in outcome.error
 
 
 def test_a_child_over_its_wall_clock_is_killed():
-    outcome = isolated.run("tokenize", ARGS, {"upload": SFT.read_bytes() * 150}, name="sft_sample.jsonl",
-                           limits=isolated.Limits(wall_seconds=0.3))
+    outcome = isolated.run(
+        "tokenize",
+        ARGS,
+        {"upload": SFT.read_bytes() * 150},
+        name="sft_sample.jsonl",
+        limits=isolated.Limits(wall_seconds=0.3),
+    )
     assert outcome.hist is None and "stopped after 0 s" in outcome.error
     assert not _children()
 
 
 @pytest.mark.slow  # runs limited child processes to their limit
 def test_a_child_without_memory_says_so():
-    outcome = isolated.run("tokenize", ARGS, {"upload": SFT.read_bytes()}, name="sft_sample.jsonl",
-                           limits=isolated.Limits(memory_bytes=64 << 20, wall_seconds=60))
+    outcome = isolated.run(
+        "tokenize",
+        ARGS,
+        {"upload": SFT.read_bytes()},
+        name="sft_sample.jsonl",
+        limits=isolated.Limits(memory_bytes=64 << 20, wall_seconds=60),
+    )
     assert outcome.hist is None and outcome.error.startswith(("sft_sample.jsonl", "ran out")), outcome.error
 
 
@@ -94,8 +109,10 @@ def test_a_looping_chat_template_costs_its_visitor_a_message(tmp_path):
     folder = tmp_path / "loopy"
     shutil.copytree(raw_data.BUNDLED / "tiny-bpe", folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    config["chat_template"] = ("{% for a in range(100000) %}{% for b in range(100000) %}{{ '' }}{% endfor %}"
-                               "{% endfor %}<|im_start|>assistant<|im_end|>")
+    config["chat_template"] = (
+        "{% for a in range(100000) %}{% for b in range(100000) %}{{ '' }}{% endfor %}"
+        "{% endfor %}<|im_start|>assistant<|im_end|>"
+    )
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     state: dict = {}

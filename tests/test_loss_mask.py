@@ -108,8 +108,9 @@ def test_the_loss_weighting_weighs_the_masked_tokens():
     """Answer-only loss on the chat-like sample: the figures follow the loss tokens, not the lengths, and say so."""
     hist = load_sample("chat-like (180k)")
     share = 0.3
-    masked = LengthHistogram(lengths=hist.lengths, counts=hist.counts, source=hist.source,
-                             loss_tokens=np.floor(share * (hist.lengths - 1)))
+    masked = LengthHistogram(
+        lengths=hist.lengths, counts=hist.counts, source=hist.source, loss_tokens=np.floor(share * (hist.lengths - 1))
+    )
     plan = default_plan("chat-like (180k)").changed({"training": {"calculate_per_token_loss": False}})
     full, answer = analyze(plan, hist).loss, analyze(plan, masked).loss
     assert not full.masked and answer.masked and answer.as_dict()["loss_mask"]
@@ -123,10 +124,12 @@ def test_the_loss_weighting_weighs_the_masked_tokens():
 def test_the_trial_measures_answer_only_loss_within_one_percent(per_token_loss):
     torch.set_num_threads(1)
     hist = load_sample("chat-like (180k)")
-    masked = LengthHistogram(lengths=hist.lengths, counts=hist.counts, source=hist.source,
-                             loss_tokens=np.floor(0.4 * (hist.lengths - 1)))
-    plan = default_plan("chat-like (180k)").changed({"training": {"seq_length": 8192, "calculate_per_token_loss":
-                                                                  per_token_loss}, "packing": {"pack_size": 8192}})
+    masked = LengthHistogram(
+        lengths=hist.lengths, counts=hist.counts, source=hist.source, loss_tokens=np.floor(0.4 * (hist.lengths - 1))
+    )
+    plan = default_plan("chat-like (180k)").changed(
+        {"training": {"seq_length": 8192, "calculate_per_token_loss": per_token_loss}, "packing": {"pack_size": 8192}}
+    )
     cfg = TrialConfig(device="cpu")
     check = check_loss_weighting(plan, setup(plan, masked, cfg), cfg)
     assert 0.35 < check.loss_share < 0.45
@@ -144,33 +147,59 @@ def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path):
     import sys
 
     out = tmp_path / "lengths.csv"
-    done = subprocess.run([sys.executable, "-m", "advisor", "tokenize", str(ROOT / "sample_data" / "raw" /
-                                                                          "chat_sample.jsonl"),
-                           "--tokenizer", TOKENIZER, "--format", "chat", "--loss-tokens", "-o", str(out), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "tokenize",
+            str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"),
+            "--tokenizer",
+            TOKENIZER,
+            "--format",
+            "chat",
+            "--loss-tokens",
+            "-o",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     assert out.read_text().startswith("sample_index,length,loss_tokens\n")
     hist = load_lengths(str(out))
-    job = TokenizeJob(data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"), tokenizer=TOKENIZER, fmt="chat",
-                      settings=ChatSettings(), loss_tokens=True)
+    job = TokenizeJob(
+        data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"),
+        tokenizer=TOKENIZER,
+        fmt="chat",
+        settings=ChatSettings(),
+        loss_tokens=True,
+    )
     direct = tokenize(job, workers=1).histogram()
     assert np.array_equal(hist.loss_tokens, direct.loss_tokens) and np.array_equal(hist.order, direct.order)
     assert __import__("json").loads(done.stdout)["loss_fraction"] == pytest.approx(direct.loss_fraction)
 
 
-@pytest.mark.parametrize(("rows", "said"), [
-    ("0,5,5\n", "line 2: loss_tokens 5 is above the 4 label positions of a length-5 sample"),
-    ("0,5,x\n", "line 2: loss_tokens 'x' is not a number"),
-    ("0,5,-1\n", "line 2: loss_tokens -1"),
-    ("0,5,99999999999999999999999\n", "line 2: loss_tokens 1e+23 is beyond any sequence length"),
-])
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        ("0,5,5\n", "line 2: loss_tokens 5 is above the 4 label positions of a length-5 sample"),
+        ("0,5,x\n", "line 2: loss_tokens 'x' is not a number"),
+        ("0,5,-1\n", "line 2: loss_tokens -1"),
+        ("0,5,99999999999999999999999\n", "line 2: loss_tokens 1e+23 is beyond any sequence length"),
+    ],
+)
 def test_a_bad_loss_tokens_cell_is_one_message_with_exit_code_2(tmp_path, rows, said):
     import subprocess
     import sys
 
     path = tmp_path / "l.csv"
     path.write_text("sample_index,length,loss_tokens\n" + rows)
-    done = subprocess.run([sys.executable, "-m", "advisor", "lengths", str(path)], capture_output=True, text=True,
-                          cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "lengths", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
     assert done.returncode == 2 and said in done.stderr, done.stderr
 
 
@@ -191,8 +220,13 @@ def test_the_bundled_answer_only_plan_reads_its_mask_as_tokenize_writes_it(tmp_p
     from advisor.data.tokenize.engine import lengths_csv
     from advisor.plan import load_plan
 
-    job = TokenizeJob(data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"), tokenizer=TOKENIZER, fmt="chat",
-                      settings=ChatSettings(), loss_tokens=True)
+    job = TokenizeJob(
+        data=str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"),
+        tokenizer=TOKENIZER,
+        fmt="chat",
+        settings=ChatSettings(),
+        loss_tokens=True,
+    )
     bundled = ROOT / "sample_data" / "raw" / "chat_sample_loss_tokens.csv"
     assert bundled.read_text() == lengths_csv(tokenize(job, workers=1))
     plan = load_plan(str(ROOT / "sample_data" / "plans" / "chat_sample_answer_only.yaml"))

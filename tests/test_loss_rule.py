@@ -30,12 +30,18 @@ def plans_and_data(draw):
     hist = LengthHistogram.from_samples([4 * j + 1 for j in lengths], loss=loss, source="random")
     cp, dp, mbs = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2]))
     mode = draw(st.sampled_from(["auto", "in-batch", "none"]))
-    raw = {"model": "llama3.1-8b",
-           "parallel": {"gpus": 2 * cp * dp, "tp": 2, "cp": cp, "sp": True},
-           "training": {"seq_length": seq, "micro_batch_size": mbs, "global_batch_samples": mbs * dp *
-                        draw(st.integers(1, 8)), "calculate_per_token_loss": draw(st.booleans()),
-                        "average_in_collective": draw(st.booleans())},
-           "packing": {"mode": mode, "seed": draw(st.integers(0, 100))}}
+    raw = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 2 * cp * dp, "tp": 2, "cp": cp, "sp": True},
+        "training": {
+            "seq_length": seq,
+            "micro_batch_size": mbs,
+            "global_batch_samples": mbs * dp * draw(st.integers(1, 8)),
+            "calculate_per_token_loss": draw(st.booleans()),
+            "average_in_collective": draw(st.booleans()),
+        },
+        "packing": {"mode": mode, "seed": draw(st.integers(0, 100))},
+    }
     try:
         return plan_from_dict(raw), hist
     except PlanError:
@@ -51,8 +57,9 @@ def _moved_by_megatron(plan, hist, packing) -> float:
     packed = oracle_weights(ps.packed, plan.per_token_loss, thd=True).sum(axis=1)
     same = np.zeros_like(packed)
     same[ps.same.sample_id] = oracle_weights(ps.same, plan.per_token_loss, thd=False).sum(axis=1)
-    moved = 0.5 * np.bincount(ps.packed.step_of_sample, weights=np.abs(packed - same[ps.packed.sample_id]),
-                              minlength=ps.packed.num_steps)
+    moved = 0.5 * np.bincount(
+        ps.packed.step_of_sample, weights=np.abs(packed - same[ps.packed.sample_id]), minlength=ps.packed.num_steps
+    )
     return float(moved.mean())
 
 

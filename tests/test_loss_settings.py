@@ -22,8 +22,9 @@ def test_defaults_are_megatrons_and_the_cp_rule_forces_per_token_loss():
     assert not plan.per_token_loss and plan.per_token_loss_forced is None
     cp = plan.changed({"parallel": {"cp": 2}, "training": {"average_in_collective": True}})
     assert cp.per_token_loss and not cp.average_in_collective  # the export writes MB's required pair
-    pretrain = plan.changed({"parallel": {"cp": 2}, "training": {"task": "pretrain", "global_batch_size": 64},
-                             "packing": {"mode": "none"}})
+    pretrain = plan.changed(
+        {"parallel": {"cp": 2}, "training": {"task": "pretrain", "global_batch_size": 64}, "packing": {"mode": "none"}}
+    )
     assert not pretrain.per_token_loss  # Megatron-Bridge asserts it for SFT data sets only
     online = plan.changed({"packing": {"mode": "online"}, "training": {"global_batch_size": 64}})
     assert online.per_token_loss and "online" in online.per_token_loss_forced
@@ -52,9 +53,16 @@ def test_megatron_lm_knows_both_flags():
 @pytest.fixture()
 def chat_plan(tmp_path):
     plan = tmp_path / "chat8k.yaml"
-    plan.write_text(yaml.safe_dump({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "sp": True},
-                                    "training": {"seq_length": 8192, "global_batch_samples": 128},
-                                    "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")}}))
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "model": "llama3.1-8b",
+                "parallel": {"gpus": 16, "tp": 2, "sp": True},
+                "training": {"seq_length": 8192, "global_batch_samples": 128},
+                "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")},
+            }
+        )
+    )
     return plan
 
 

@@ -48,9 +48,15 @@ def groupings(draw) -> tuple[Steps, int, bool]:
                 mbs.append(mb)
             mb_steps.append(step)
             mb += 1
-    steps = Steps(loss_start=np.array(starts, float), loss_end=np.array(ends, float), seq_length=np.array(lengths),
-                  micro_batch=np.array(mbs), step_of_micro_batch=np.array(mb_steps),
-                  micro_batches_per_step=np.array(per_step), cp=cp)
+    steps = Steps(
+        loss_start=np.array(starts, float),
+        loss_end=np.array(ends, float),
+        seq_length=np.array(lengths),
+        micro_batch=np.array(mbs),
+        step_of_micro_batch=np.array(mb_steps),
+        micro_batches_per_step=np.array(per_step),
+        cp=cp,
+    )
     return steps, dp, thd
 
 
@@ -80,9 +86,15 @@ def test_cp_weighs_the_ranks_means_not_the_tokens():
     """Answer-only loss at a sample's end: with CP 2 its 2 loss tokens sit on rank 0 (chunks 0 and 3), and without
     per-token loss each rank's mean counts 1/C: the 2 tokens weigh half as much as the other
     sample's 8, and rank 1's empty mean still counts, so the step's weights sum to 3/4. Per-token loss: 2/10, 8/10."""
-    s = Steps(loss_start=np.array([6.0, 0.0]), loss_end=np.array([8.0, 8.0]), seq_length=np.array([8, 8]),
-              micro_batch=np.array([0, 1]), step_of_micro_batch=np.array([0, 0]),
-              micro_batches_per_step=np.array([2]), cp=2)
+    s = Steps(
+        loss_start=np.array([6.0, 0.0]),
+        loss_end=np.array([8.0, 8.0]),
+        seq_length=np.array([8, 8]),
+        micro_batch=np.array([0, 1]),
+        step_of_micro_batch=np.array([0, 0]),
+        micro_batches_per_step=np.array([2]),
+        cp=2,
+    )
     biased, fair = weigh(s, False), weigh(s, True)
     assert biased.sample.tolist() == pytest.approx([0.25, 0.5])
     assert fair.sample.tolist() == pytest.approx([0.2, 0.8])
@@ -140,8 +152,13 @@ def test_objective_of_same_samples_is_the_curves_weighted_sum(chat):
 
 
 def test_no_packing_has_no_packed_run_and_no_finding():
-    plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_samples": 32},
-                           "packing": {"mode": "none"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "training": {"seq_length": 512, "global_batch_samples": 32},
+            "packing": {"mode": "none"},
+        }
+    )
     a = analyze(plan, LengthHistogram.from_samples(list(range(20, 500, 7)) * 3))
     assert a.loss.packed is None and not a.loss.depends_on_packing
     assert not [f for f in a.findings if f.id == "loss.per_token"]

@@ -22,47 +22,72 @@ def mb_memory():
     from tests.mb_reference import load_module
 
     vocab = load_module("megatron.training.vocab_utils", stubs={"megatron.training.utils": {"print_rank_0": print}})
-    return load_module("megatron.bridge.training.utils.theoretical_memory_utils", stubs={
-        "megatron.bridge.training.config": {"ConfigContainer": object},
-        "megatron.bridge.utils.vocab_utils": {"calculate_padded_vocab_size": vocab.calculate_padded_vocab_size},
-    })
+    return load_module(
+        "megatron.bridge.training.utils.theoretical_memory_utils",
+        stubs={
+            "megatron.bridge.training.config": {"ConfigContainer": object},
+            "megatron.bridge.utils.vocab_utils": {"calculate_padded_vocab_size": vocab.calculate_padded_vocab_size},
+        },
+    )
 
 
 def mb_config(plan):
     """The ConfigContainer fields Megatron-Bridge's estimator reads, filled from the plan."""
     m, p, t = plan.model, plan.parallel, plan.training
     model = types.SimpleNamespace(
-        hidden_size=m.hidden_size, num_layers=m.num_layers, num_attention_heads=m.num_attention_heads,
-        num_query_groups=m.num_query_groups, kv_channels=m.head_dim, ffn_hidden_size=m.ffn_hidden_size,
-        gated_linear_unit=m.gated_linear_unit, activation_func=F.silu if m.gated_linear_unit else F.gelu,
-        vocab_size=m.vocab_size, make_vocab_size_divisible_by=128, should_pad_vocab=True,
+        hidden_size=m.hidden_size,
+        num_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
+        kv_channels=m.head_dim,
+        ffn_hidden_size=m.ffn_hidden_size,
+        gated_linear_unit=m.gated_linear_unit,
+        activation_func=F.silu if m.gated_linear_unit else F.gelu,
+        vocab_size=m.vocab_size,
+        make_vocab_size_divisible_by=128,
+        should_pad_vocab=True,
         share_embeddings_and_output_weights=m.share_embeddings_and_output_weights,
-        num_moe_experts=m.num_moe_experts, moe_router_topk=m.moe_router_topk,
+        num_moe_experts=m.num_moe_experts,
+        moe_router_topk=m.moe_router_topk,
         moe_ffn_hidden_size=m.moe_ffn_hidden_size,
-        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size, moe_layer_freq=m.moe_layer_freq,
-        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp, context_parallel_size=p.cp,
-        expert_model_parallel_size=p.ep, expert_tensor_parallel_size=p.etp,
-        virtual_pipeline_model_parallel_size=p.vpp, seq_length=t.seq_length, sequence_parallel=p.sp,
+        moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+        moe_layer_freq=m.moe_layer_freq,
+        tensor_model_parallel_size=p.tp,
+        pipeline_model_parallel_size=p.pp,
+        context_parallel_size=p.cp,
+        expert_model_parallel_size=p.ep,
+        expert_tensor_parallel_size=p.etp,
+        virtual_pipeline_model_parallel_size=p.vpp,
+        seq_length=t.seq_length,
+        sequence_parallel=p.sp,
         recompute_granularity=t.recompute,
     )
-    return types.SimpleNamespace(model=model, train=types.SimpleNamespace(micro_batch_size=t.micro_batch_size),
-                                 optimizer=types.SimpleNamespace(use_distributed_optimizer=t.distributed_optimizer),
-                                 data_parallel_size=p.dp)
+    return types.SimpleNamespace(
+        model=model,
+        train=types.SimpleNamespace(micro_batch_size=t.micro_batch_size),
+        optimizer=types.SimpleNamespace(use_distributed_optimizer=t.distributed_optimizer),
+        data_parallel_size=p.dp,
+    )
 
 
 LAYOUTS = [
     ("llama3.1-8b", dict(gpus=8, tp=1), dict(seq_length=4096, global_batch_samples=64)),
     ("llama3.1-70b", dict(gpus=64, tp=8, pp=2, cp=2, sp=True), dict(seq_length=16384, global_batch_samples=64)),
     ("llama3.1-405b", dict(gpus=576, tp=8, pp=9, vpp=2, cp=2, sp=True), dict(seq_length=8192, global_batch_samples=64)),
-    ("qwen3-8b", dict(gpus=16, tp=2, cp=4, sp=True), dict(seq_length=32768, micro_batch_size=1, global_batch_samples=32,
-                                                       distributed_optimizer=False)),
+    (
+        "qwen3-8b",
+        dict(gpus=16, tp=2, cp=4, sp=True),
+        dict(seq_length=32768, micro_batch_size=1, global_batch_samples=32, distributed_optimizer=False),
+    ),
     ("qwen3-30b-a3b", dict(gpus=32, tp=2, pp=2, ep=8, sp=True), dict(seq_length=8192, global_batch_samples=64)),
     ("mixtral-8x7b", dict(gpus=64, tp=4, pp=4, ep=4, etp=1, sp=True), dict(seq_length=4096, global_batch_samples=128)),
     ("nemotron4-340b", dict(gpus=768, tp=8, pp=12, vpp=8, sp=True), dict(seq_length=4096, global_batch_samples=64)),
-    ("deepseek-v3", dict(gpus=128, tp=2, ep=64, etp=1, sp=True), dict(seq_length=4096,
-                                                                             global_batch_samples=1024)),
-    ("qwen3-32b", dict(gpus=16, tp=4, pp=4, sp=False), dict(seq_length=8192, micro_batch_size=2, task="pretrain",
-                                                           global_batch_samples=32, recompute="full")),
+    ("deepseek-v3", dict(gpus=128, tp=2, ep=64, etp=1, sp=True), dict(seq_length=4096, global_batch_samples=1024)),
+    (
+        "qwen3-32b",
+        dict(gpus=16, tp=4, pp=4, sp=False),
+        dict(seq_length=8192, micro_batch_size=2, task="pretrain", global_batch_samples=32, recompute="full"),
+    ),
 ]
 
 
@@ -92,8 +117,13 @@ def test_parameter_counts_match_published_sizes():
 
 
 def test_packing_changes_activation_memory_and_the_difference_is_explained():
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_samples": 64}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 8, "tp": 2, "cp": 2, "sp": True},
+            "training": {"seq_length": 8192, "global_batch_samples": 64},
+        }
+    )
     full = estimate_memory(plan, tokens_per_micro_batch=8192, num_microbatches=32)
     half = estimate_memory(plan, tokens_per_micro_batch=4096, num_microbatches=32)
     assert half.activations == pytest.approx(full.activations / 2)
@@ -136,7 +166,16 @@ def test_activation_formula_against_bytes_saved_for_backward():
     x = torch.randn(1, s, h, dtype=torch.bfloat16, requires_grad=True)
     total, out = saved_tensor_bytes(lambda: layer(x), layer.parameters())
     out.sum().backward()
-    plan = plan_from_dict({"model": {"hidden_size": h, "num_layers": 1, "num_attention_heads": heads,
-                                     "ffn_hidden_size": ffn, "vocab_size": 1000}})
+    plan = plan_from_dict(
+        {
+            "model": {
+                "hidden_size": h,
+                "num_layers": 1,
+                "num_attention_heads": heads,
+                "ffn_hidden_size": ffn,
+                "vocab_size": 1000,
+            }
+        }
+    )
     predicted = activation_bytes_per_token_per_layer(plan) * s
     assert 0.9 < total / predicted < 1.1, (total, predicted)

@@ -19,20 +19,34 @@ from tests.mlm_args_check import missing_reason
 REASON = missing_reason()
 # Megatron-LM's argument parser takes ~15 s to load
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
-LAYOUTS = {"llama3.1-405b": {"gpus": 64, "tp": 8, "pp": 2, "sp": True}, "nemotron4-340b": {"gpus": 64, "tp": 8,
-           "pp": 4, "sp": True}, "deepseek-v3": {"gpus": 64, "tp": 2, "ep": 8}, "grok1-314b": {"gpus": 64, "tp": 8,
-           "ep": 8, "sp": True}, "qwen3-30b-a3b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True},
-           "mixtral-8x7b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True}, "qwen3-235b-a22b": {"gpus": 64, "tp": 2,
-           "ep": 8, "sp": True, "pp": 2, "account_for_embedding_in_pipeline_split": True,
-           "account_for_loss_in_pipeline_split": True}, "gpt-oss-120b": {"gpus": 64, "ep": 8}}
+LAYOUTS = {
+    "llama3.1-405b": {"gpus": 64, "tp": 8, "pp": 2, "sp": True},
+    "nemotron4-340b": {"gpus": 64, "tp": 8, "pp": 4, "sp": True},
+    "deepseek-v3": {"gpus": 64, "tp": 2, "ep": 8},
+    "grok1-314b": {"gpus": 64, "tp": 8, "ep": 8, "sp": True},
+    "qwen3-30b-a3b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True},
+    "mixtral-8x7b": {"gpus": 16, "tp": 2, "ep": 8, "sp": True},
+    "qwen3-235b-a22b": {
+        "gpus": 64,
+        "tp": 2,
+        "ep": 8,
+        "sp": True,
+        "pp": 2,
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    },
+    "gpt-oss-120b": {"gpus": 64, "ep": 8},
+}
 
 
-PRECISIONS = [("fp8/tensorwise", {"precision": "fp8"}, {"tp": 2, "sp": True}),
-              ("fp8/delayed", {"precision": "fp8", "fp8_recipe": "delayed"}, {}),
-              ("fp8/blockwise", {"precision": "fp8", "fp8_recipe": "blockwise"}, {}),
-              ("mxfp8/fsdp", {"precision": "mxfp8"}, {"fsdp": True}),
-              ("mxfp8", {"precision": "mxfp8"}, {}),
-              ("nvfp4", {"precision": "nvfp4"}, {"tp": 2, "sp": True})]
+PRECISIONS = [
+    ("fp8/tensorwise", {"precision": "fp8"}, {"tp": 2, "sp": True}),
+    ("fp8/delayed", {"precision": "fp8", "fp8_recipe": "delayed"}, {}),
+    ("fp8/blockwise", {"precision": "fp8", "fp8_recipe": "blockwise"}, {}),
+    ("mxfp8/fsdp", {"precision": "mxfp8"}, {"fsdp": True}),
+    ("mxfp8", {"precision": "mxfp8"}, {}),
+    ("nvfp4", {"precision": "nvfp4"}, {"tp": 2, "sp": True}),
+]
 OWN_TOKENIZER = "/models/tokenizer"  # what a user sets where a preset names no Hugging Face repository
 
 
@@ -42,8 +56,9 @@ def shell_argv(text: str, tokenizer: str | None = None) -> list[str]:
     body = "".join(line for line in text.splitlines(True) if not line.startswith("#"))
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZER_MODEL"}
     env.update({"ARGS": body}, **({"TOKENIZER_MODEL": tokenizer} if tokenizer else {}))
-    proc = subprocess.run(["bash", "-c", 'eval "set -- $ARGS"; printf "%s\\0" "$@"'], env=env,
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["bash", "-c", 'eval "set -- $ARGS"; printf "%s\\0" "$@"'], env=env, capture_output=True, text=True, check=True
+    )
     return proc.stdout.split("\0")[:-1]
 
 
@@ -59,38 +74,91 @@ def plans() -> dict:
     out = {}
     for name in MODEL_PRESETS:
         layout = LAYOUTS.get(name, {"gpus": 16, "tp": 2, "sp": True})
-        out[name] = plan_from_dict({"model": name, "parallel": layout, "packing": {"mode": "none"},
-                                    "training": {"seq_length": 4096, "global_batch_samples": 256, "epochs": 1}})
+        out[name] = plan_from_dict(
+            {
+                "model": name,
+                "parallel": layout,
+                "packing": {"mode": "none"},
+                "training": {"seq_length": 4096, "global_batch_samples": 256, "epochs": 1},
+            }
+        )
     # the precisions and Megatron FSDP (Megatron-LM's parser does not look at the GPU: H100's 9.0 is stubbed in)
     for name, training, parallel in PRECISIONS:
-        out[name] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, **parallel},
-                                    "training": {"seq_length": 4096, "global_batch_samples": 256, **training},
-                                    "hardware": {"gpu": "B200"}})
+        out[name] = plan_from_dict(
+            {
+                "model": "llama3.1-8b",
+                "parallel": {"gpus": 16, **parallel},
+                "training": {"seq_length": 4096, "global_batch_samples": 256, **training},
+                "hardware": {"gpu": "B200"},
+            }
+        )
     # the reviewer's plan: Llama 3.1 8B chat SFT on 16 H100s, TP 2 + SP, offline packing, CP 2
     # the MoE dispatcher and EP overlap: flex with HybridEP, the all-to-all behind the other micro batch (VPP with PP)
     out["qwen3-30b-a3b/flex-overlap"] = plan_from_dict(
-        {"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "pp": 2, "vpp": 2, "ep": 8, "moe_a2a_overlap": True,
-                                                "moe_dispatcher": "flex_hybridep"},
-         "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"}})
+        {
+            "model": "qwen3-30b-a3b",
+            "parallel": {
+                "gpus": 16,
+                "pp": 2,
+                "vpp": 2,
+                "ep": 8,
+                "moe_a2a_overlap": True,
+                "moe_dispatcher": "flex_hybridep",
+            },
+            "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"},
+        }
+    )
     # DeepSeek-V3's 61 layers at PP 4 x VP 4: Megatron-Bridge's recipe layout, passed as Megatron-LM's own flag
     out["deepseek-v3/layout"] = plan_from_dict(
-        {"model": "deepseek-v3", "parallel": {"gpus": 64, "pp": 4, "vpp": 4, "ep": 8},
-         "training": {"seq_length": 4096, "global_batch_samples": 256}, "packing": {"mode": "none"}})
+        {
+            "model": "deepseek-v3",
+            "parallel": {"gpus": 64, "pp": 4, "vpp": 4, "ep": 8},
+            "training": {"seq_length": 4096, "global_batch_samples": 256},
+            "packing": {"mode": "none"},
+        }
+    )
     out["deepseek-v3/layout-mtp"] = plan_from_dict(
-        {"model": {"preset": "deepseek-v3", "mtp_num_layers": 1}, "parallel": {"gpus": 64, "pp": 8, "vpp": 2, "ep": 8},
-         "training": {"seq_length": 4096, "global_batch_samples": 256}, "packing": {"mode": "none"}})
-    out["llama3.1-8b/cp"] = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 2, "cp": 2,
-                                                                                 "sp": True},
-                                            "training": {"seq_length": 8192, "global_batch_samples": 128}})
+        {
+            "model": {"preset": "deepseek-v3", "mtp_num_layers": 1},
+            "parallel": {"gpus": 64, "pp": 8, "vpp": 2, "ep": 8},
+            "training": {"seq_length": 4096, "global_batch_samples": 256},
+            "packing": {"mode": "none"},
+        }
+    )
+    out["llama3.1-8b/cp"] = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "tp": 2, "cp": 2, "sp": True},
+            "training": {"seq_length": 8192, "global_batch_samples": 128},
+        }
+    )
     # activation offloading as Megatron-Bridge's GB200 FSDP recipe runs it: pp 1, no recompute
     out["llama3.1-8b/offload"] = plan_from_dict(
-        {"model": "llama3.1-8b", "parallel": {"gpus": 16, "fsdp": True}, "hardware": {"gpu": "GB200"},
-         "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "none",
-                      "cpu_offloading_num_layers": 20}})
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "fsdp": True},
+            "hardware": {"gpu": "GB200"},
+            "training": {
+                "seq_length": 8192,
+                "global_batch_samples": 128,
+                "recompute": "none",
+                "cpu_offloading_num_layers": 20,
+            },
+        }
+    )
     # block recompute, as Megatron-Bridge's H100 recipes set recompute_num_layers
     out["llama3.1-8b/block-recompute"] = plan_from_dict(
-        {"model": "llama3.1-8b", "parallel": {"gpus": 16, "pp": 2},
-         "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full", "recompute_num_layers": 5}})
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "pp": 2},
+            "training": {
+                "seq_length": 8192,
+                "global_batch_samples": 128,
+                "recompute": "full",
+                "recompute_num_layers": 5,
+            },
+        }
+    )
     return out
 
 
@@ -102,19 +170,33 @@ def parsed(tmp_path_factory):
     for p in cases.values():
         text = megatron_lm_args(p, num_samples=100_000)
         env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if MAX_CONNECTIONS in text else {}  # as the export asks
-        items.append({"argv": shell_argv(text, None if p.model.preset in HF_REPOS else OWN_TOKENIZER),
-                      "world_size": p.parallel.gpus, "env": env,
-                      "capability": divmod(round(p.hardware.table["compute_capability"] * 10), 10)})
+        items.append(
+            {
+                "argv": shell_argv(text, None if p.model.preset in HF_REPOS else OWN_TOKENIZER),
+                "world_size": p.parallel.gpus,
+                "env": env,
+                "capability": divmod(round(p.hardware.table["compute_capability"] * 10), 10),
+            }
+        )
     path = tmp_path_factory.mktemp("mlm") / "argv.json"
     path.write_text(json.dumps(items))
-    proc = subprocess.run([sys.executable, "-m", "tests.mlm_args_check", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.mlm_args_check", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True)), cases
 
 
-CASES = [*MODEL_PRESETS, *(name for name, _, _ in PRECISIONS), "llama3.1-8b/cp", "qwen3-30b-a3b/flex-overlap",
-         "deepseek-v3/layout", "deepseek-v3/layout-mtp", "llama3.1-8b/offload", "llama3.1-8b/block-recompute"]
+CASES = [
+    *MODEL_PRESETS,
+    *(name for name, _, _ in PRECISIONS),
+    "llama3.1-8b/cp",
+    "qwen3-30b-a3b/flex-overlap",
+    "deepseek-v3/layout",
+    "deepseek-v3/layout-mtp",
+    "llama3.1-8b/offload",
+    "llama3.1-8b/block-recompute",
+]
 
 
 def test_megatron_lm_recomputes_the_block_the_plan_names(parsed):
@@ -154,17 +236,28 @@ def test_megatron_lm_parses_the_presets_architecture(parsed, name):
     results, cases = parsed
     plan, out = cases[name], results[name]
     a, m = out["parsed"], plan.model
-    assert (a["num_layers"], a["hidden_size"], a["ffn_hidden_size"], a["num_attention_heads"], a["kv_channels"]) == \
-        (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.head_dim)
+    assert (a["num_layers"], a["hidden_size"], a["ffn_hidden_size"], a["num_attention_heads"], a["kv_channels"]) == (
+        m.num_layers,
+        m.hidden_size,
+        m.ffn_hidden_size,
+        m.num_attention_heads,
+        m.head_dim,
+    )
     assert a["group_query_attention"] is (m.query_groups != m.num_attention_heads)
     if a["group_query_attention"]:
         assert a["num_query_groups"] == m.query_groups
-    assert (a["normalization"], a["layernorm_epsilon"], a["layernorm_zero_centered_gamma"]) == \
-        (m.normalization, m.norm_epsilon, m.layernorm_zero_centered_gamma)
+    assert (a["normalization"], a["layernorm_epsilon"], a["layernorm_zero_centered_gamma"]) == (
+        m.normalization,
+        m.norm_epsilon,
+        m.layernorm_zero_centered_gamma,
+    )
     assert a["swiglu"] is (m.gated_linear_unit and m.activation == "silu")
     assert a["squared_relu"] is (m.activation == "squared_relu")
-    assert (a["add_bias_linear"], a["add_qkv_bias"], a["qk_layernorm"]) == (m.add_bias_linear, m.add_qkv_bias,
-                                                                           m.qk_layernorm)
+    assert (a["add_bias_linear"], a["add_qkv_bias"], a["qk_layernorm"]) == (
+        m.add_bias_linear,
+        m.add_qkv_bias,
+        m.qk_layernorm,
+    )
     assert a["position_embedding_type"] == m.position_embedding_type
     assert (a["rotary_base"], a["rotary_percent"]) == (m.rotary_base, m.rotary_percent)
     yarn = m.position_embedding_type == "yarn"  # YaRN's factor is --rotary-scaling-factor
@@ -175,17 +268,36 @@ def test_megatron_lm_parses_the_presets_architecture(parsed, name):
     assert a["untie_embeddings_and_output_weights"] is not m.share_embeddings_and_output_weights
     assert a["num_experts"] == m.num_moe_experts
     if m.num_moe_experts:
-        assert (a["moe_router_topk"], a["moe_ffn_hidden_size"], a["moe_shared_expert_intermediate_size"],
-                a["moe_layer_freq"], a["moe_router_score_function"], a["moe_router_enable_expert_bias"],
-                a["moe_router_num_groups"], a["moe_router_group_topk"], a["moe_router_topk_scaling_factor"]) == \
-            (m.moe_router_topk, m.moe_ffn_hidden_size, m.moe_shared_expert_intermediate_size, m.moe_layer_freq,
-             m.moe_router_score_function, m.moe_router_enable_expert_bias, m.moe_router_num_groups,
-             m.moe_router_group_topk, m.moe_router_topk_scaling_factor)
+        assert (
+            a["moe_router_topk"],
+            a["moe_ffn_hidden_size"],
+            a["moe_shared_expert_intermediate_size"],
+            a["moe_layer_freq"],
+            a["moe_router_score_function"],
+            a["moe_router_enable_expert_bias"],
+            a["moe_router_num_groups"],
+            a["moe_router_group_topk"],
+            a["moe_router_topk_scaling_factor"],
+        ) == (
+            m.moe_router_topk,
+            m.moe_ffn_hidden_size,
+            m.moe_shared_expert_intermediate_size,
+            m.moe_layer_freq,
+            m.moe_router_score_function,
+            m.moe_router_enable_expert_bias,
+            m.moe_router_num_groups,
+            m.moe_router_group_topk,
+            m.moe_router_topk_scaling_factor,
+        )
     assert (a["attention_dropout"], a["hidden_dropout"], a["bf16"]) == (0.0, 0.0, True)
     assert a["tokenizer_type"] == "HuggingFaceTokenizer"
     assert a["tokenizer_model"] == HF_REPOS.get(m.preset, OWN_TOKENIZER)
-    assert (a["tensor_model_parallel_size"], a["context_parallel_size"], a["seq_length"], a["sft"]) == \
-        (plan.parallel.tp, plan.parallel.cp, plan.training.seq_length, True)
+    assert (a["tensor_model_parallel_size"], a["context_parallel_size"], a["seq_length"], a["sft"]) == (
+        plan.parallel.tp,
+        plan.parallel.cp,
+        plan.training.seq_length,
+        True,
+    )
     if plan.training.epochs:  # ceil(1 epoch x 100,000 samples / 256 a step)
         assert a["train_iters"] == -(-100_000 // 256)
 

@@ -28,5 +28,9 @@ def test_the_notebook_runs_top_to_bottom():
     assert "packing factor n" in text and "loss parity" in text and "PackedSequenceSpecs" in text
     assert "loss weighting (calculate_per_token_loss=False" in text and "packing-invariant" in text
     assert "loss weighting, calculate_per_token_loss=True: step-0 objective packed/unpacked measured 1.0000" in text
-    assert any("application/vnd.plotly.v1+json" in o.get("data", {}) or "text/html" in o.get("data", {})
-               for c in nb.cells if c.cell_type == "code" for o in c.outputs)  # the figures were drawn
+    assert any(
+        "application/vnd.plotly.v1+json" in o.get("data", {}) or "text/html" in o.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )  # the figures were drawn

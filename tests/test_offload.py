@@ -15,27 +15,45 @@ from advisor.plan import PlanError, plan_from_dict
 
 # Megatron-Bridge's Llama 3 70B FP8 run on 64 GB200s (scripts/performance/configs/llama/llama3_workload_base_configs.py
 # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: FSDP, micro batch 2, 40 layers offloaded)
-RECIPE = {"model": "llama3.1-70b", "hardware": {"gpu": "GB200"}, "parallel": {"gpus": 64, "fsdp": True},
-          "training": {"task": "pretrain", "precision": "fp8", "seq_length": 8192, "micro_batch_size": 2,
-                       "global_batch_samples": 256, "recompute": "none", "cpu_offloading_num_layers": 40}}
-WORK = StepWork(tokens=2 * 8192, seqlen_squared_sum=2 * 8192.0 ** 2, micro_batches=2)
+RECIPE = {
+    "model": "llama3.1-70b",
+    "hardware": {"gpu": "GB200"},
+    "parallel": {"gpus": 64, "fsdp": True},
+    "training": {
+        "task": "pretrain",
+        "precision": "fp8",
+        "seq_length": 8192,
+        "micro_batch_size": 2,
+        "global_batch_samples": 256,
+        "recompute": "none",
+        "cpu_offloading_num_layers": 40,
+    },
+}
+WORK = StepWork(tokens=2 * 8192, seqlen_squared_sum=2 * 8192.0**2, micro_batches=2)
 
 
 def plan_with(layers: int, gpu: str = "GB200"):
-    return plan_from_dict({**RECIPE, "hardware": {"gpu": gpu},
-                           "training": {**RECIPE["training"], "cpu_offloading_num_layers": layers}})
+    return plan_from_dict(
+        {**RECIPE, "hardware": {"gpu": gpu}, "training": {**RECIPE["training"], "cpu_offloading_num_layers": layers}}
+    )
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"training": {"cpu_offloading_num_layers": 80}}, "must be below model.num_layers 80"),
-    ({"parallel": {"pp": 2}}, "needs parallel.pp 1, not 2"),
-    ({"training": {"recompute": "selective"}}, "needs training.recompute none, not selective"),
-    ({"training": {"recompute": "full"}}, "needs training.recompute none, not full"),
-    ({"training": {"cuda_graphs": True}}, "cannot run with training.cuda_graphs"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"training": {"cpu_offloading_num_layers": 80}}, "must be below model.num_layers 80"),
+        ({"parallel": {"pp": 2}}, "needs parallel.pp 1, not 2"),
+        ({"training": {"recompute": "selective"}}, "needs training.recompute none, not selective"),
+        ({"training": {"recompute": "full"}}, "needs training.recompute none, not full"),
+        ({"training": {"cuda_graphs": True}}, "cannot run with training.cuda_graphs"),
+    ],
+)
 def test_megatron_cores_rules_refuse_with_the_field_named(change, message):
-    raw = {**RECIPE, "parallel": {**RECIPE["parallel"], **change.get("parallel", {})},
-           "training": {**RECIPE["training"], **change.get("training", {})}}
+    raw = {
+        **RECIPE,
+        "parallel": {**RECIPE["parallel"], **change.get("parallel", {})},
+        "training": {**RECIPE["training"], **change.get("training", {})},
+    }
     with pytest.raises(PlanError) as e:
         plan_from_dict(raw)
     assert "training.cpu_offloading_num_layers" in str(e.value) and message in str(e.value)
@@ -105,20 +123,29 @@ def test_memory_fixes_offer_the_fewest_offloaded_layers_that_fit():
     n = offload[0].fix["training"]["cpu_offloading_num_layers"]
 
     def total(k):
-        return estimate_memory(plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": k}}),
-                               16384, 1, capacity_bytes=memory.capacity).total
+        return estimate_memory(
+            plan.changed({"training": {"recompute": "none", "cpu_offloading_num_layers": k}}),
+            16384,
+            1,
+            capacity_bytes=memory.capacity,
+        ).total
 
     assert total(n) <= memory.capacity < total(n - 1) and offload[0].total_bytes == total(n)
     piped = plan.changed({"parallel": {"pp": 2}})
     memory = estimate_memory(piped, 16384, 2, capacity_bytes=memory.capacity)
-    assert not any("cpu_offloading_num_layers" in f.fix.get("training", {})
-                   for f in fitting_fixes(piped, memory, lambda p: set(), most=10))
+    assert not any(
+        "cpu_offloading_num_layers" in f.fix.get("training", {})
+        for f in fitting_fixes(piped, memory, lambda p: set(), most=10)
+    )
 
 
 def test_the_ep_overlap_and_offloading_are_refused_together():
     """The overlapped EP schedule runs the layers outside TransformerBlock's offload context: nothing would move."""
-    raw = {"model": "qwen3-30b-a3b", "parallel": {"gpus": 8, "ep": 8, "moe_a2a_overlap": True},
-           "training": {"task": "pretrain", "recompute": "none", "cpu_offloading_num_layers": 8}}
+    raw = {
+        "model": "qwen3-30b-a3b",
+        "parallel": {"gpus": 8, "ep": 8, "moe_a2a_overlap": True},
+        "training": {"task": "pretrain", "recompute": "none", "cpu_offloading_num_layers": 8},
+    }
     with pytest.raises(PlanError, match="cannot run with parallel.moe_a2a_overlap"):
         plan_from_dict(raw)
     plan_from_dict({**raw, "parallel": {"gpus": 8, "ep": 8}})
@@ -136,8 +163,11 @@ def test_a_plan_that_offloads_too_few_is_offered_more_and_the_rest_replace_it():
     assert [f.fix["training"]["cpu_offloading_num_layers"] for f in offload] == [41]
     assert "the copies hide behind the compute" in offload[0].what
     for f in fixes:
-        if "recompute" in f.fix.get("training", {}) and f.fix["training"]["recompute"] != "none" or \
-                f.fix.get("parallel", {}).get("pp", 1) > 1:
+        if (
+            "recompute" in f.fix.get("training", {})
+            and f.fix["training"]["recompute"] != "none"
+            or f.fix.get("parallel", {}).get("pp", 1) > 1
+        ):
             assert f.fix["training"]["cpu_offloading_num_layers"] == 0 and "instead of CPU offloading" in f.what
             plan.changed(f.fix)  # a plan Megatron-Core accepts
     # over PCIe the same offer says what the copies cost
@@ -153,10 +183,15 @@ def test_block_recompute_rebuilds_the_first_layers_of_each_chunk():
     from advisor.model.memory import recomputed_share
 
     def plan(recompute, n=None):
-        return plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
-                               "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n}})
+        return plan_from_dict(
+            {
+                "model": "llama3.1-70b",
+                "parallel": {"gpus": 8, "pp": 4, "vpp": 5},
+                "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n},
+            }
+        )
 
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=8)
     none, full = plan("none"), plan("full")
     acts = {n: estimate_memory(plan("full", n), 4096, 8).activations for n in (1, 2, 3, 4)}
     times = {n: step_time(plan("full", n), work, EFFICIENCY).breakdown["recompute"] for n in (1, 2, 3, 4)}
@@ -175,15 +210,29 @@ def test_a_block_recompute_plan_is_checked_and_offered_every_layer():
     from advisor.advice.memory_fixes import fitting_fixes
     from advisor.advice.rules import check
 
-    long = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "pp": 2},
-                           "training": {"task": "pretrain", "seq_length": 16384, "recompute": "full",
-                                        "recompute_num_layers": 2}})
+    long = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 8, "pp": 2},
+            "training": {"task": "pretrain", "seq_length": 16384, "recompute": "full", "recompute_num_layers": 2},
+        }
+    )
     memory = estimate_memory(long, 16384, 2, capacity_bytes=long.hardware.capacity_gib * GIB)
     found = [f for f in check(long, None, memory) if f.id == "long_context.recompute"]
     assert found and (not found[0].fix or long.changed(found[0].fix).training.recompute_num_layers is None)
-    block = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
-                            "training": {"task": "pretrain", "seq_length": 8192, "micro_batch_size": 2,
-                                         "recompute": "full", "recompute_num_layers": 2}})
+    block = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 8},
+            "training": {
+                "task": "pretrain",
+                "seq_length": 8192,
+                "micro_batch_size": 2,
+                "recompute": "full",
+                "recompute_num_layers": 2,
+            },
+        }
+    )
     memory = estimate_memory(block, 16384, 1, capacity_bytes=block.hardware.capacity_gib * GIB)
     assert not memory.fits
     fixes = {f.what: f.fix for f in fitting_fixes(block, memory, lambda p: set(), most=10)}
@@ -199,8 +248,13 @@ def test_exports_write_the_recompute_the_plan_runs():
     from advisor.advice.exports import derived_settings, megatron_lm_args
 
     def settings(recompute, n=None):
-        plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "pp": 2},
-                               "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n}})
+        plan = plan_from_dict(
+            {
+                "model": "llama3.1-8b",
+                "parallel": {"gpus": 8, "pp": 2},
+                "training": {"task": "pretrain", "recompute": recompute, "recompute_num_layers": n},
+            }
+        )
         m = derived_settings(plan).model
         return (m["recompute_granularity"], m["recompute_method"], m["recompute_num_layers"]), megatron_lm_args(plan)
 

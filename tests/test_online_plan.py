@@ -23,13 +23,18 @@ CHAT = SAMPLE / "chat_like_hist.csv"
 
 
 def advisor(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
 def _plan(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
-           "training": {"seq_length": 16384, "global_batch_samples": 64}, "packing": {"mode": "online"}}
+    raw = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 8, "cp": 2},
+        "training": {"seq_length": 16384, "global_batch_samples": 64},
+        "packing": {"mode": "online"},
+    }
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields}
     return plan_from_dict(raw)
@@ -41,8 +46,9 @@ def test_schedule_json_lists_every_global_batch(tmp_path):
     rng = np.random.default_rng(0)
     values = rng.integers(50, 3000, 400)
     lengths.write_text("length\n" + "\n".join(map(str, values)) + "\n")
-    proc = advisor("schedule", lengths, "--seq-length", 4096, "--dp", 4, "--cp", 2, "--global-batch-size", 32,
-                   "--json", "--quiet")
+    proc = advisor(
+        "schedule", lengths, "--seq-length", 4096, "--dp", 4, "--cp", 2, "--global-batch-size", 32, "--json", "--quiet"
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["order"] == "file order" and len(out["global_batches"]) == 400 // 32
@@ -54,8 +60,8 @@ def test_schedule_json_lists_every_global_batch(tmp_path):
         assert sorted(firsts) == list(range(32 * k, 32 * (k + 1)))
         assert all(mb[2 * d] == mb[2 * d + 1] for mb in step["groups"] for d in range(4))  # a CP pair shares a pack
         # the FLOPs sums are over the padded lengths (multiples of 2 x CP) the scheduler packs
-        padded = -(-values[32 * k:32 * (k + 1)] // 4) * 4
-        assert step["seqlen_sum"] == padded.sum() and step["seqlen_squared_sum"] == (padded ** 2).sum()
+        padded = -(-values[32 * k : 32 * (k + 1)] // 4) * 4
+        assert step["seqlen_sum"] == padded.sum() and step["seqlen_squared_sum"] == (padded**2).sum()
     s = out["summary"]
     assert s["micro_batches_min"] <= s["micro_batches_mean"] <= s["micro_batches_max"] and s["straggler_factor"] >= 1
 
@@ -66,8 +72,24 @@ def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
     lengths.write_text("length\n" + "\n".join(["100"] * 64) + "\n")
     runs = {}
     for branch in ("main", "dev"):
-        proc = advisor("schedule", lengths, "--megatron-lm", branch, "--seq-length", 4096, "--dp", 4, "--cp", 1,
-                       "--global-batch-size", 8, "--json", "--quiet", "--dataset", "custom")
+        proc = advisor(
+            "schedule",
+            lengths,
+            "--megatron-lm",
+            branch,
+            "--seq-length",
+            4096,
+            "--dp",
+            4,
+            "--cp",
+            1,
+            "--global-batch-size",
+            8,
+            "--json",
+            "--quiet",
+            "--dataset",
+            "custom",
+        )
         assert proc.returncode == 0, proc.stderr
         runs[branch] = json.loads(proc.stdout)
     assert all(step["refused"] and "i > 0" in step["refused"] for step in runs["main"]["global_batches"])
@@ -75,11 +97,16 @@ def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
     assert all(step["refused"] is None and step["num_micro_batches"] == 1 for step in runs["dev"]["global_batches"])
 
 
-@pytest.mark.parametrize("args, message", slow_after([
-    (["--megatron-lm", "main", "--scheduler", "default_dynamic_cp"], "is not a scheduler of Megatron-LM main"),
-    (["--global-batch-size", "30"], "is not a multiple of micro_batch_size x dp"),
-    (["--dp", "0"], "must be from 1"),
-]))
+@pytest.mark.parametrize(
+    "args, message",
+    slow_after(
+        [
+            (["--megatron-lm", "main", "--scheduler", "default_dynamic_cp"], "is not a scheduler of Megatron-LM main"),
+            (["--global-batch-size", "30"], "is not a multiple of micro_batch_size x dp"),
+            (["--dp", "0"], "must be from 1"),
+        ]
+    ),
+)
 def test_bad_schedule_options_exit_2_with_one_message(args, message):
     base = {"--seq-length": "4096", "--dp": "4", "--cp": "2", "--global-batch-size": "32"}
     for flag, value in zip(args[::2], args[1::2], strict=True):
@@ -93,8 +120,9 @@ def test_bad_schedule_options_exit_2_with_one_message(args, message):
 def test_a_lengths_file_keeps_its_order_and_a_histogram_gets_the_exports_shuffle(tmp_path, chat):
     listed = tmp_path / "listed.csv"
     listed.write_text("length\n" + "\n".join(["4000"] * 16 + ["100"] * 16) + "\n")
-    proc = advisor("schedule", listed, "--seq-length", 4096, "--dp", 2, "--cp", 1, "--global-batch-size", 16,
-                   "--json", "--quiet")
+    proc = advisor(
+        "schedule", listed, "--seq-length", 4096, "--dp", 2, "--cp", 1, "--global-batch-size", 16, "--json", "--quiet"
+    )
     steps = json.loads(proc.stdout)["global_batches"]
     assert steps[0]["seqlen_sum"] == 16 * 4000 and steps[1]["seqlen_sum"] == 16 * 100  # file order, not shuffled
     plan = _plan()
@@ -104,8 +132,20 @@ def test_a_lengths_file_keeps_its_order_and_a_histogram_gets_the_exports_shuffle
     from advisor.advice.exports import mock_lengths_csv
 
     exported.write_text(mock_lengths_csv(chat, plan.packing_seed))
-    proc = advisor("schedule", exported, "--seq-length", 16384, "--dp", 4, "--cp", 2, "--global-batch-size", 64,
-                   "--json", "--quiet")
+    proc = advisor(
+        "schedule",
+        exported,
+        "--seq-length",
+        16384,
+        "--dp",
+        4,
+        "--cp",
+        2,
+        "--global-batch-size",
+        64,
+        "--json",
+        "--quiet",
+    )
     from_file = json.loads(proc.stdout)["summary"]
     simulated = schedule_of(plan, chat).summary  # what the plan's estimate used: the file Megatron-LM will read
     assert from_file["micro_batches_mean"] == simulated.micro_batches_mean
@@ -136,8 +176,14 @@ def test_online_exports(tmp_path, chat):
     assert refused.returncode == 2 and "use --force to export anyway" in refused.stderr
     args = advisor("export", path, "--format", "megatron-lm", "--quiet", "--force")  # the flags are what is tested
     assert args.returncode == 0, args.stderr
-    for flag in ("--sequence-packing-scheduler dp_balanced", "--max-seqlen-per-dp-cp-rank 12000",
-                 "--calculate-per-token-loss", "--sft", '--data-path "${DATA_PATH:?', "--global-batch-size 64"):
+    for flag in (
+        "--sequence-packing-scheduler dp_balanced",
+        "--max-seqlen-per-dp-cp-rank 12000",
+        "--calculate-per-token-loss",
+        "--sft",
+        '--data-path "${DATA_PATH:?',
+        "--global-batch-size 64",
+    ):
         assert flag in args.stdout
     assert "--mock-data" not in args.stdout  # the user's data unless mock lengths are asked for
     python = advisor("export", path, "--format", "python", "--quiet", "--force")
@@ -147,8 +193,7 @@ def test_online_exports(tmp_path, chat):
     main = advisor("export", path, "--format", "megatron-lm", "--quiet", "--force")
     assert main.returncode == 2 and "has no --sequence-packing-scheduler" in main.stderr
     findings = json.loads(advisor("recommend", path, "--json", "--quiet").stdout)["findings"]
-    assert any(f["id"] == "online.main_not_wired" and f["fix"] == {"packing": {"megatron_lm": "dev"}}
-               for f in findings)
+    assert any(f["id"] == "online.main_not_wired" and f["fix"] == {"packing": {"megatron_lm": "dev"}} for f in findings)
 
 
 def test_online_plans_are_checked_as_megatron_lm_checks_them():
@@ -161,14 +206,23 @@ def test_online_plans_are_checked_as_megatron_lm_checks_them():
 
 
 def test_the_comparison_names_a_winner_and_why(chat):
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
-                           "training": {"seq_length": 16384, "global_batch_samples": 128, "peft": "lora"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "cp": 2},
+            "training": {"seq_length": 16384, "global_batch_samples": 128, "peft": "lora"},
+        }
+    )
     c = compare_packing(plan, chat)
     ways = [r["way"] for r in c.rows()]
-    assert ways == ["offline (Megatron-Bridge)", "online dp_balanced (Megatron-LM dev)",
-                    "online dynamic CP (Megatron-LM dev)"]
-    best = max((r for r in c.rows() if r["fits"] and not r["refused_steps"]),
-               key=lambda r: r["tokens_per_second_per_gpu"])
+    assert ways == [
+        "offline (Megatron-Bridge)",
+        "online dp_balanced (Megatron-LM dev)",
+        "online dynamic CP (Megatron-LM dev)",
+    ]
+    best = max(
+        (r for r in c.rows() if r["fits"] and not r["refused_steps"]), key=lambda r: r["tokens_per_second_per_gpu"]
+    )
     assert c.recommended == best["way"] and "tokens/s/GPU over" in c.why
     offline, online = c.rows()[:2]
     assert online["straggler"] > offline["straggler"]  # packs dealt in arrival order against shuffled packs
@@ -188,7 +242,6 @@ def test_the_online_page_draws_and_sets_the_plan():
     assert not at.exception
 
 
-
 def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_samples_a_step():
     """Round 4 of issue 34: the page recommended dynamic CP and its button applied dp_balanced, and a plan
     counting packs would have kept the number as samples."""
@@ -197,8 +250,14 @@ def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_sam
     from tests.conftest import ROOT
 
     hist = load_lengths(ROOT / "sample_data" / "chat_like_hist.csv").scale_model(5_000)
-    plan = plan_from_dict({"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
-                           "training": {"seq_length": 8192, "global_batch_size": 16}})  # 16 packs
+    plan = plan_from_dict(
+        {
+            "version": 2,
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "cp": 2},
+            "training": {"seq_length": 8192, "global_batch_size": 16},
+        }
+    )  # 16 packs
     comparison = compare_packing(plan, hist)
     n = comparison.run("offline (Megatron-Bridge)").estimate.packing.packing_factor
     for run in comparison.runs:
@@ -207,5 +266,7 @@ def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_sam
         if used.packing_mode == "online":
             assert abs(used.requested_samples - 16 * n) <= used.dp  # the same samples, in Megatron-LM's unit
             assert used.packing.scheduler == run.plan.packing.scheduler
-    assert plan.changed(comparison.use(comparison.recommended)).packing == \
-        comparison.run(comparison.recommended).plan.packing
+    assert (
+        plan.changed(comparison.use(comparison.recommended)).packing
+        == comparison.run(comparison.recommended).plan.packing
+    )

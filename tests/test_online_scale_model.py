@@ -16,8 +16,13 @@ from tests.conftest import SAMPLE
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(40, 400), gbs=st.sampled_from([4, 8, 16]), budget=st.integers(1, 200), seed=st.integers(0, 99),
-       commit=st.sampled_from(["dev", "main"]))
+@given(
+    n=st.integers(40, 400),
+    gbs=st.sampled_from([4, 8, 16]),
+    budget=st.integers(1, 200),
+    seed=st.integers(0, 99),
+    commit=st.sampled_from(["dev", "main"]),
+)
 def test_each_simulated_step_is_the_full_runs_step(n, gbs, budget, seed, commit):
     lengths = np.random.default_rng(seed).integers(1, 700, n)
     cfg = OnlineConfig(commit=commit, dataset="custom", seq_length=512, global_batch_size=gbs, dp=2, cp=2)
@@ -45,8 +50,14 @@ def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
     about half the epoch's steps and the dashboard 2M samples' worth; step time and epoch length agree within the
     sampling error."""
     hist = load_lengths(SAMPLE / "wikipedia_bert_len512_hist.csv")
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2, "sp": True},
-                           "training": {"seq_length": 512, "global_batch_size": 128}, "packing": {"mode": "online"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 8, "tp": 2, "sp": True},
+            "training": {"seq_length": 512, "global_batch_size": 128},
+            "packing": {"mode": "online"},
+        }
+    )
     before = from_plan._SAMPLE_BUDGET[0]  # a dashboard test in this process may have set the server's budget
     try:
         from_plan.limit_samples(None)
@@ -64,9 +75,14 @@ def test_wikipedia_epoch_from_a_scale_model_keeps_its_step_time_and_length():
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(30, 600), seed=st.integers(0, 99), gbs=st.sampled_from([4, 8, 16]), cp=st.sampled_from([1, 2]),
-       setting=st.sampled_from([("dev", "mock_sft"), ("dev", "sft"), ("main", "sft"), ("dev", "custom")]),
-       budget=st.one_of(st.none(), st.integers(8, 300)))
+@given(
+    n=st.integers(30, 600),
+    seed=st.integers(0, 99),
+    gbs=st.sampled_from([4, 8, 16]),
+    cp=st.sampled_from([1, 2]),
+    setting=st.sampled_from([("dev", "mock_sft"), ("dev", "sft"), ("main", "sft"), ("dev", "custom")]),
+    budget=st.one_of(st.none(), st.integers(8, 300)),
+)
 def test_a_histograms_order_as_indices_schedules_as_the_lengths_themselves(n, seed, gbs, cp, setting, budget):
     """The dashboard schedules a histogram through its cached shuffled order (SampleOrder, indices into its distinct
     lengths); the command line, and every test against Megatron-LM's scheduler, through the lengths in that order."""
@@ -86,15 +102,24 @@ def test_a_histograms_order_as_indices_schedules_as_the_lengths_themselves(n, se
 
 
 def test_any_step_of_the_epoch_is_scheduled_exactly_alone(chat):
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "tp": 2},
-                           "training": {"seq_length": 4096, "global_batch_size": 16}, "packing": {"mode": "online"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 8, "tp": 2},
+            "training": {"seq_length": 4096, "global_batch_size": 16},
+            "packing": {"mode": "online"},
+        }
+    )
     full = schedule(from_plan.dataset_order(chat, plan.packing_seed), from_plan.online_config(plan))
     for k in (0, 7, full.summary.steps - 1):
         alone = from_plan.step_of(plan, chat, k)
         whole = full.step(k)
         assert alone.step == whole.step == k
-        assert (alone.samples, alone.num_micro_batches, alone.seqlen_sum) == (whole.samples, whole.num_micro_batches,
-                                                                             whole.seqlen_sum)
+        assert (alone.samples, alone.num_micro_batches, alone.seqlen_sum) == (
+            whole.samples,
+            whole.num_micro_batches,
+            whole.seqlen_sum,
+        )
         assert np.array_equal(alone.work, whole.work)
 
 
@@ -107,8 +132,11 @@ def test_the_epoch_intervals_cover_the_whole_epochs_figures(dataset, cp):
     lengths = np.minimum(np.random.default_rng(5).lognormal(6.0, 1.0, 60_000).astype(int) + 1, 8192)
     cfg = OnlineConfig(commit="dev", dataset=dataset, seq_length=8192, global_batch_size=32, dp=4, cp=cp)
     full = schedule(lengths, cfg)
-    truth = {"micro_batches_mean": full.summary.micro_batches_mean,
-             "straggler_factor": full.summary.straggler_factor, "padding_fraction": full.summary.padding_fraction}
+    truth = {
+        "micro_batches_mean": full.summary.micro_batches_mean,
+        "straggler_factor": full.summary.straggler_factor,
+        "padding_fraction": full.summary.padding_fraction,
+    }
     assert all(half == 0 for _, half in full.intervals().values())
     rng = np.random.default_rng(0)
     inside = dict.fromkeys(truth, 0)

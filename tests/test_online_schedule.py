@@ -43,6 +43,7 @@ class OracleHang(Exception):
 @contextlib.contextmanager
 def time_limit(seconds: float):
     """Interrupt the oracle after ``seconds`` (SIGALRM), keeping pytest-timeout's own alarm running afterwards."""
+
     def on_alarm(signum, frame):
         raise OracleHang()
 
@@ -106,8 +107,15 @@ def our_lists(groups, step: int = 0) -> list:
 # ---------------------------------------------------------------------------------------------- dp_balanced
 def _compare_dp_balanced(commit, lens, *, max_seqlen, dp, cp, mgs, max_num_seqs=None):
     want = oracle_dp_balanced(commit, lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs, max_num_seqs=max_num_seqs)
-    got = dp_balanced(np.asarray(lens)[None, :], cap=max_seqlen * cp, dp=dp, cp=cp, vpp_multiple=mgs, commit=commit,
-                      max_num_seqs=max_num_seqs)
+    got = dp_balanced(
+        np.asarray(lens)[None, :],
+        cap=max_seqlen * cp,
+        dp=dp,
+        cp=cp,
+        vpp_multiple=mgs,
+        commit=commit,
+        max_num_seqs=max_num_seqs,
+    )
     if want == "refused":
         assert got.refused[0]
         assert got.groups.mb_offsets[-1] == 0
@@ -129,19 +137,27 @@ def test_dp_balanced_matches_oracle_seeded():
         gbs = dp * int(rng.integers(1, 40))
         lens = draw_lengths(rng, gbs, int(max_seqlen * cp * rng.choice([0.25, 1.0, 1.2])))
         cap = int(rng.integers(1, 7)) if commit == "dev" and rng.random() < 0.3 else None
-        outcomes[_compare_dp_balanced(commit, lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs,
-                                      max_num_seqs=cap)] += 1
+        outcomes[
+            _compare_dp_balanced(commit, lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs, max_num_seqs=cap)
+        ] += 1
     assert outcomes["ok"] > 150 and outcomes["refused"] > 10, outcomes
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(commit=st.sampled_from(["main", "dev"]), dp=st.integers(1, 6), cp=st.integers(1, 3),
-       mgs=st.one_of(st.none(), st.integers(2, 4)), max_seqlen=st.integers(1, 40),
-       lens=st.lists(st.integers(1, 60), min_size=1, max_size=60), cap=st.one_of(st.none(), st.integers(1, 4)))
+@given(
+    commit=st.sampled_from(["main", "dev"]),
+    dp=st.integers(1, 6),
+    cp=st.integers(1, 3),
+    mgs=st.one_of(st.none(), st.integers(2, 4)),
+    max_seqlen=st.integers(1, 40),
+    lens=st.lists(st.integers(1, 60), min_size=1, max_size=60),
+    cap=st.one_of(st.none(), st.integers(1, 4)),
+)
 def test_dp_balanced_matches_oracle_hypothesis(commit, dp, cp, mgs, max_seqlen, lens, cap):
     lens = lens[: len(lens) // dp * dp] or [1] * dp
-    _compare_dp_balanced(commit, lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs,
-                         max_num_seqs=cap if commit == "dev" else None)
+    _compare_dp_balanced(
+        commit, lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs, max_num_seqs=cap if commit == "dev" else None
+    )
 
 
 def test_main_refuses_what_dev_accepts():
@@ -149,8 +165,10 @@ def test_main_refuses_what_dev_accepts():
     lens = [10, 10, 10, 10]
     assert oracle_dp_balanced("main", lens, max_seqlen=100, dp=2, cp=1, mgs=None) == "refused"
     assert oracle_dp_balanced("dev", lens, max_seqlen=100, dp=2, cp=1, mgs=None) != "refused"
-    runs = {c: schedule(lens, OnlineConfig(commit=c, dataset="custom", seq_length=100, global_batch_size=4, dp=2))
-            for c in ("main", "dev")}
+    runs = {
+        c: schedule(lens, OnlineConfig(commit=c, dataset="custom", seq_length=100, global_batch_size=4, dp=2))
+        for c in ("main", "dev")
+    }
     assert runs["main"].summary.refused_steps == 1 and runs["main"].num_micro_batches.tolist() == [0]
     assert "i > 0" in runs["main"].refusals[0].reason and "d98e8a64" in runs["main"].refusals[0].source
     assert runs["dev"].summary.refused_steps == 0 and runs["dev"].num_micro_batches.tolist() == [1]
@@ -164,7 +182,8 @@ def test_dynamic_cp_matches_oracle_seeded():
     outcomes = {"ok": 0, "refused": 0, "hangs": 0}
     for case in range(160):
         dp, cp = [(1, 1), (1, 2), (2, 2), (1, 4), (2, 4), (4, 2), (3, 2), (1, 6), (2, 3), (8, 1), (7, 2), (4, 4)][
-            case % 12]
+            case % 12
+        ]
         ranks = dp * cp
         min_cp = int(rng.choice([c for c in (1, 1, 2, 4, 3) if c <= ranks]))
         mgs = None if rng.random() < 0.6 else int(rng.integers(2, 5))
@@ -172,8 +191,9 @@ def test_dynamic_cp_matches_oracle_seeded():
         gbs = dp * int(rng.integers(1, 12))
         lens = draw_lengths(rng, gbs, int(max_seqlen * ranks * rng.choice([0.2, 0.5, 1.0, 1.2])))
         want = oracle_dynamic_cp(lens, max_seqlen=max_seqlen, dp=dp, cp=cp, mgs=mgs, min_cp=min_cp)
-        got = dynamic_cp(lens[None, :], dp=dp, cp=cp, max_seqlen_per_dp_cp_rank=max_seqlen, min_cp=min_cp,
-                         vpp_multiple=mgs)
+        got = dynamic_cp(
+            lens[None, :], dp=dp, cp=cp, max_seqlen_per_dp_cp_rank=max_seqlen, min_cp=min_cp, vpp_multiple=mgs
+        )
         if want in ("refused", "hangs"):
             assert got.reasons[0] is not None, (case, want)
             if want == "hangs":
@@ -196,8 +216,10 @@ def _compare_local_cp(sample_id_groups, groups, lens, ranks):
     import torch
 
     utils = oracle("dev").data_schedule_utils
-    samples = {i: {"original_seq_len": torch.tensor([int(s)]), "padded_seq_len": torch.tensor([int(s)])}
-               for i, s in enumerate(lens)}
+    samples = {
+        i: {"original_seq_len": torch.tensor([int(s)]), "padded_seq_len": torch.tensor([int(s)])}
+        for i, s in enumerate(lens)
+    }
     cp_of = {}
     for m in range(len(sample_id_groups)):
         g0, g1 = groups.group_offsets[m], groups.group_offsets[m + 1]
@@ -237,8 +259,13 @@ def _mock_dataset(sft, lengths, *, seq_length, cp, dp=1, tp=1, sp=False, dynamic
     ds = object.__new__(sft.MockSFTDataset)
     ds.dataset, ds.indices = low, np.arange(len(lengths))
     ds.config = types.SimpleNamespace(
-        tokenizer=types.SimpleNamespace(eod=0, pad=-1), sequence_length=seq_length, context_parallel_size=cp,
-        data_parallel_size=dp, sequence_parallel_size=tp * int(sp), dynamic_context_parallel=dynamic)
+        tokenizer=types.SimpleNamespace(eod=0, pad=-1),
+        sequence_length=seq_length,
+        context_parallel_size=cp,
+        data_parallel_size=dp,
+        sequence_parallel_size=tp * int(sp),
+        dynamic_context_parallel=dynamic,
+    )
     return ds
 
 
@@ -249,10 +276,16 @@ def _sft_dataset(sft, lengths, *, seq_length, cp, dp=1, tp=1, sp=False, dynamic=
     ds.indices = np.arange(len(lengths))
     tokenize = lambda conv, **kw: (np.arange(conv[0]["content"]) + 5, np.arange(conv[0]["content"]) + 5)  # noqa: E731
     ds.config = types.SimpleNamespace(
-        tokenizer=types.SimpleNamespace(eod=0, pad=1, tokenize_conversation=tokenize), sequence_length=seq_length,
-        context_parallel_size=cp, data_parallel_size=dp, sequence_parallel_size=tp * int(sp),
-        dynamic_context_parallel=dynamic, reset_position_ids=False, create_attention_mask=False,
-        reset_attention_mask=False)
+        tokenizer=types.SimpleNamespace(eod=0, pad=1, tokenize_conversation=tokenize),
+        sequence_length=seq_length,
+        context_parallel_size=cp,
+        data_parallel_size=dp,
+        sequence_parallel_size=tp * int(sp),
+        dynamic_context_parallel=dynamic,
+        reset_position_ids=False,
+        create_attention_mask=False,
+        reset_attention_mask=False,
+    )
     return ds
 
 
@@ -268,8 +301,9 @@ def test_padding_matches_sft_datasets(commit, dataset):
         lengths = rng.integers(0 if dataset == "mock_sft" else 1, seq_length + 30, 12)
         build = _mock_dataset if dataset == "mock_sft" else _sft_dataset
         ds = build(mod.sft_dataset, lengths, seq_length=seq_length, cp=cp, dp=dp, tp=tp, sp=sp, dynamic=dynamic)
-        divisor = padding_divisor(commit=commit, dataset=dataset, cp=cp, tp=tp, sequence_parallel=sp, dp=dp,
-                                  dynamic_cp=dynamic)
+        divisor = padding_divisor(
+            commit=commit, dataset=dataset, cp=cp, tp=tp, sequence_parallel=sp, dp=dp, dynamic_cp=dynamic
+        )
         if commit == "dev":
             assert ds._calculate_padding_divisor() == divisor
         unpacked = mod.data_schedule_utils._unpack_batch([ds[i] for i in range(len(lengths))])
@@ -281,8 +315,14 @@ def test_padding_matches_sft_datasets(commit, dataset):
 # ---------------------------------------------------------------------------------------------- lengths
 def test_mock_config_lengths_match_mock_low_level_dataset(tmp_path):
     sft = oracle("dev").sft_dataset
-    dist = {"mode": "distribution", "type": "lognormal", "min_seq_len": 100, "max_seq_len": 4096,
-            "mean_seq_len": 1500, "lognormal_sigma": 1.3}
+    dist = {
+        "mode": "distribution",
+        "type": "lognormal",
+        "min_seq_len": 100,
+        "max_seq_len": 4096,
+        "mean_seq_len": 1500,
+        "lognormal_sigma": 1.3,
+    }
     real = sft.MockSFTLowLevelDataset(**dist)
     ours = mock_config_lengths(dist, "cfg", size=1_000_000)
     assert real.size == ours.size and np.array_equal(real.sequence_lengths, ours)
@@ -315,10 +355,38 @@ RUNS = [  # (histogram, samples, commit, scheduler, dataset, seq_length, GBS, MB
     ("squad_v1.1_len384_hist.csv", 88641, "main", "dp_balanced", "custom", 384, 64, 1, 8, 2, 1, False, 2, 60),
     ("wikipedia_bert_len512_hist.csv", 40000, "dev", "dp_balanced", "mock_sft", 512, 128, 1, 4, 2, 2, True, 3, 60),
     ("wikipedia_bert_len512_hist.csv", 40000, "main", "dp_balanced", "custom", 512, 32, 1, 8, 1, 1, False, None, 60),
-    ("squad_v1.1_len384_hist.csv", 20000, "dev", "default_dynamic_cp", "mock_sft", 384, 64, 1, 4, 2, 1, False, None,
-     12),
-    ("wikipedia_bert_len512_hist.csv", 20000, "dev", "default_dynamic_cp", "mock_sft", 512, 64, 1, 4, 2, 1, False, 2,
-     10),
+    (
+        "squad_v1.1_len384_hist.csv",
+        20000,
+        "dev",
+        "default_dynamic_cp",
+        "mock_sft",
+        384,
+        64,
+        1,
+        4,
+        2,
+        1,
+        False,
+        None,
+        12,
+    ),
+    (
+        "wikipedia_bert_len512_hist.csv",
+        20000,
+        "dev",
+        "default_dynamic_cp",
+        "mock_sft",
+        512,
+        64,
+        1,
+        4,
+        2,
+        1,
+        False,
+        2,
+        10,
+    ),
 ]
 
 
@@ -327,10 +395,21 @@ def test_real_histograms_match_oracle(run):
     name, samples, commit, scheduler, dataset, seq, gbs, mbs, dp, cp, tp, sp, mgs, steps = run
     path = DATA / name if (DATA / name).is_file() else SAMPLE / name
     lengths = _scaled(path, samples)
-    cfg = OnlineConfig(commit=commit, scheduler=scheduler, dataset=dataset, seq_length=seq, global_batch_size=gbs,
-                       micro_batch_size=mbs, dp=dp, cp=cp, tp=tp, sequence_parallel=sp, pp=mgs or 1,
-                       vpp=2 if mgs else None, max_seqlen_per_dp_cp_rank=seq // cp if scheduler == "dp_balanced" else
-                       seq // 4)
+    cfg = OnlineConfig(
+        commit=commit,
+        scheduler=scheduler,
+        dataset=dataset,
+        seq_length=seq,
+        global_batch_size=gbs,
+        micro_batch_size=mbs,
+        dp=dp,
+        cp=cp,
+        tp=tp,
+        sequence_parallel=sp,
+        pp=mgs or 1,
+        vpp=2 if mgs else None,
+        max_seqlen_per_dp_cp_rank=seq // cp if scheduler == "dp_balanced" else seq // 4,
+    )
     result = schedule(lengths, cfg)
     refused = {r.step for r in result.refusals}
     for k in range(min(steps, result.summary.steps)):
@@ -338,14 +417,13 @@ def test_real_histograms_match_oracle(run):
         if scheduler == "dp_balanced":
             want = oracle_dp_balanced(commit, lens, max_seqlen=result.max_seqlen_per_dp_cp_rank, dp=dp, cp=cp, mgs=mgs)
         else:
-            want = oracle_dynamic_cp(lens, max_seqlen=result.max_seqlen_per_dp_cp_rank, dp=dp, cp=cp, mgs=mgs,
-                                     min_cp=1)
+            want = oracle_dynamic_cp(lens, max_seqlen=result.max_seqlen_per_dp_cp_rank, dp=dp, cp=cp, mgs=mgs, min_cp=1)
         if want in ("refused", "hangs"):
             assert k in refused
             continue
         assert k not in refused
         step = result.step(k)
-        assert [[list(ids) for ids in mb] for mb in step.global_ids] == [mb[:dp * cp] for mb in want]
+        assert [[list(ids) for ids in mb] for mb in step.global_ids] == [mb[: dp * cp] for mb in want]
         assert step.num_micro_batches == len(want) == result.num_micro_batches[k]
         assert step.samples[0][0] == tuple(int(result.sample_index[k][i]) for i in want[0][0])
 
@@ -370,18 +448,23 @@ def single_rank_torch(monkeypatch):
 
 def _custom_sample(torch, index: int, length: int) -> dict:
     """An already-unpacked sample (as VarlenDataset gives): tokens carry the sample's index, to trace it."""
-    return {"tokens": torch.full((length,), index, dtype=torch.int64),
-            "labels": torch.full((length,), index, dtype=torch.int64),
-            "loss_mask": torch.ones(length, dtype=torch.float32),
-            "position_ids": torch.arange(length, dtype=torch.int64),
-            "original_seq_len": torch.tensor([length], dtype=torch.int32),
-            "padded_seq_len": torch.tensor([length], dtype=torch.int32)}
+    return {
+        "tokens": torch.full((length,), index, dtype=torch.int64),
+        "labels": torch.full((length,), index, dtype=torch.int64),
+        "loss_mask": torch.ones(length, dtype=torch.float32),
+        "position_ids": torch.arange(length, dtype=torch.int64),
+        "original_seq_len": torch.tensor([length], dtype=torch.int32),
+        "padded_seq_len": torch.tensor([length], dtype=torch.int32),
+    }
 
 
 WRAPS = [  # commit, scheduler, dataset, CP, MBS, steps
-    ("main", "dp_balanced", "custom", 1, 1, 3), ("main", "dp_balanced", "custom", 1, 2, 3),
-    ("dev", "dp_balanced", "custom", 2, 2, 3), ("dev", "dp_balanced", "mock_sft", 4, 1, 3),
-    ("dev", "default_dynamic_cp", "custom", 4, 1, 3), ("dev", "default_dynamic_cp", "mock_sft", 2, 2, 2),
+    ("main", "dp_balanced", "custom", 1, 1, 3),
+    ("main", "dp_balanced", "custom", 1, 2, 3),
+    ("dev", "dp_balanced", "custom", 2, 2, 3),
+    ("dev", "dp_balanced", "mock_sft", 4, 1, 3),
+    ("dev", "default_dynamic_cp", "custom", 4, 1, 3),
+    ("dev", "default_dynamic_cp", "mock_sft", 2, 2, 2),
 ]
 
 
@@ -394,8 +477,16 @@ def test_wrap_data_iterator_matches(single_rank_torch, commit, scheduler, datase
     seq, gbs = 256, 16
     rng = np.random.default_rng(5 + cp + mbs)
     lengths = np.clip(rng.lognormal(np.log(70), 1.0, gbs * steps), 1, seq + 20).astype(np.int64)
-    cfg = OnlineConfig(commit=commit, scheduler=scheduler, dataset=dataset, seq_length=seq, global_batch_size=gbs,
-                       micro_batch_size=mbs, cp=cp, max_seqlen_per_dp_cp_rank=seq // cp + 8)
+    cfg = OnlineConfig(
+        commit=commit,
+        scheduler=scheduler,
+        dataset=dataset,
+        seq_length=seq,
+        global_batch_size=gbs,
+        micro_batch_size=mbs,
+        cp=cp,
+        max_seqlen_per_dp_cp_rank=seq // cp + 8,
+    )
     run = schedule(lengths, cfg)
     if dataset == "mock_sft":
         ds = _mock_dataset(mod.sft_dataset, lengths, seq_length=seq, cp=cp, dynamic=cfg.dynamic_cp)
@@ -403,14 +494,20 @@ def test_wrap_data_iterator_matches(single_rank_torch, commit, scheduler, datase
     else:
         items = [_custom_sample(torch, i, int(s)) for i, s in enumerate(lengths)]
     config = types.SimpleNamespace(
-        sequence_packing_scheduler=scheduler, max_seqlen_per_dp_cp_rank=run.max_seqlen_per_dp_cp_rank,
-        virtual_pipeline_model_parallel_size=None, microbatch_group_size_per_vp_stage=1,
-        pipeline_model_parallel_layout=None, mtp_num_layers=None, min_dynamic_context_parallel_size=1)
+        sequence_packing_scheduler=scheduler,
+        max_seqlen_per_dp_cp_rank=run.max_seqlen_per_dp_cp_rank,
+        virtual_pipeline_model_parallel_size=None,
+        microbatch_group_size_per_vp_stage=1,
+        pipeline_model_parallel_layout=None,
+        mtp_num_layers=None,
+        min_dynamic_context_parallel_size=1,
+    )
     for cp_rank in range(cp):
-        loader = iter([items[i:i + mbs] for i in range(0, len(items), mbs)])  # the identity collate: lists of MBS
+        loader = iter([items[i : i + mbs] for i in range(0, len(items), mbs)])  # the identity collate: lists of MBS
         for k in range(steps):
             it, nmb, total, squares = mod.data_schedule.wrap_data_iterator(
-                loader, config, gbs // mbs, pg_collection(cp=cp, cp_rank=cp_rank))
+                loader, config, gbs // mbs, pg_collection(cp=cp, cp_rank=cp_rank)
+            )
             assert (nmb, total, squares) == (run.num_micro_batches[k], run.seqlen_sum[k], run.seqlen_squared_sum[k])
             step = run.step(k)
             for m in range(nmb):
@@ -429,8 +526,12 @@ def test_wrap_data_iterator_matches(single_rank_torch, commit, scheduler, datase
 # ---------------------------------------------------------------------------------------------- the engine alone
 def test_summary_and_loads():
     lengths = np.array([100, 10, 10, 10, 90, 90, 5, 5] * 4)
-    run = schedule(lengths, OnlineConfig(commit="dev", dataset="custom", seq_length=128, global_batch_size=8, dp=2,
-                                         max_seqlen_per_dp_cp_rank=128))
+    run = schedule(
+        lengths,
+        OnlineConfig(
+            commit="dev", dataset="custom", seq_length=128, global_batch_size=8, dp=2, max_seqlen_per_dp_cp_rank=128
+        ),
+    )
     s = run.summary
     assert (s.steps, s.refused_steps, s.samples, s.unused_samples) == (4, 0, 32, 0)
     assert s.padding_fraction == 0.0 and s.padded_tokens == s.real_tokens == int(lengths.sum())
@@ -452,25 +553,47 @@ def test_padding_counts_and_overlong_warning():
 
 
 def test_checks_follow_megatron_rules():
-    issues = check(OnlineConfig(commit="dev", dataset="mock_sft", scheduler="default_dynamic_cp", seq_length=4096,
-                                global_batch_size=8, dp=2, cp=2, min_dynamic_cp=8, te_version="2.8.1",
-                                num_moe_experts=8, calculate_per_token_loss=False)).findings
+    issues = check(
+        OnlineConfig(
+            commit="dev",
+            dataset="mock_sft",
+            scheduler="default_dynamic_cp",
+            seq_length=4096,
+            global_batch_size=8,
+            dp=2,
+            cp=2,
+            min_dynamic_cp=8,
+            te_version="2.8.1",
+            num_moe_experts=8,
+            calculate_per_token_loss=False,
+        )
+    ).findings
     errors = {i.id for i in issues if i.severity == "error"}
-    assert errors == {"packing.te_version", "packing.moe_dispatcher", "packing.min_dynamic_cp",
-                      "packing.dynamic_cp_loss"}
+    assert errors == {
+        "packing.te_version",
+        "packing.moe_dispatcher",
+        "packing.min_dynamic_cp",
+        "packing.dynamic_cp_loss",
+    }
     assert all(i.source.endswith("(dev d48bd6be)") for i in issues)
-    main = check(OnlineConfig(commit="main", dataset="custom", seq_length=4096, global_batch_size=8, micro_batch_size=2,
-                              cp=2))
+    main = check(
+        OnlineConfig(commit="main", dataset="custom", seq_length=4096, global_batch_size=8, micro_batch_size=2, cp=2)
+    )
     assert main.max_seqlen_per_dp_cp_rank == 2048
     assert {i.id for i in main.findings} >= {"packing.main_not_wired", "packing.mbs_main", "packing.max_seqlen_default"}
 
 
-@pytest.mark.parametrize("kwargs,where", [
-    ({"commit": "main", "scheduler": "default_dynamic_cp"}, "scheduler"),
-    ({"commit": "main", "dataset": "mock_sft"}, "dataset"),
-    ({"dp": 0}, "dp"), ({"global_batch_size": 6, "dp": 4}, "global_batch_size"),
-    ({"commit": "main", "max_num_seqs": 4}, "max_num_seqs"), ({"seq_length": True}, "seq_length"),
-])
+@pytest.mark.parametrize(
+    "kwargs,where",
+    [
+        ({"commit": "main", "scheduler": "default_dynamic_cp"}, "scheduler"),
+        ({"commit": "main", "dataset": "mock_sft"}, "dataset"),
+        ({"dp": 0}, "dp"),
+        ({"global_batch_size": 6, "dp": 4}, "global_batch_size"),
+        ({"commit": "main", "max_num_seqs": 4}, "max_num_seqs"),
+        ({"seq_length": True}, "seq_length"),
+    ],
+)
 def test_bad_config_names_the_argument(kwargs, where):
     base = {"commit": "dev", "dataset": "custom", "seq_length": 64, "global_batch_size": 8}
     with pytest.raises(InputError) as e:

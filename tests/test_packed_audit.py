@@ -35,8 +35,9 @@ def rows_of(packs: list[list[int]]) -> list[dict]:
 
 def parquet_bytes(rows: list[dict], width: pa.DataType | None = None) -> bytes:
     width = width or pa.int32()  # Megatron-Bridge writes list<int32>
-    table = pa.table({k: pa.array([r[k] for r in rows], pa.list_(width)) for k in ("input_ids", "loss_mask",
-                                                                                     "seq_start_id")})
+    table = pa.table(
+        {k: pa.array([r[k] for r in rows], pa.list_(width)) for k in ("input_ids", "loss_mask", "seq_start_id")}
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
@@ -134,8 +135,12 @@ DAMAGE = {
 
 
 @settings(max_examples=40, deadline=None)
-@given(packs=st.lists(st.lists(st.integers(4, 50), min_size=1, max_size=4), min_size=1, max_size=8),
-       damage=st.sampled_from(sorted(DAMAGE)), fmt=st.sampled_from(["parquet", "npy"]), data=st.data())
+@given(
+    packs=st.lists(st.lists(st.integers(4, 50), min_size=1, max_size=4), min_size=1, max_size=8),
+    damage=st.sampled_from(sorted(DAMAGE)),
+    fmt=st.sampled_from(["parquet", "npy"]),
+    data=st.data(),
+)
 def test_a_damaged_pack_is_one_error_naming_it(packs, damage, fmt, data):
     rows = rows_of(packs)
     bad = data.draw(st.integers(0, len(rows) - 1), label="damaged pack")
@@ -152,25 +157,40 @@ def test_a_sequence_over_the_maximum_length_names_its_pack():
     rows = rows_of([[10, 10], [5, 40, 5], [3]])
     with pytest.raises(InputError) as err:
         read_packed_parquet([parquet_bytes(rows)], "p.parquet", max_length=32)
-    assert err.value.where == "pack 1" and "a sequence of 40 tokens, over the maximum sequence length 32" \
-        in err.value.what
+    assert (
+        err.value.where == "pack 1" and "a sequence of 40 tokens, over the maximum sequence length 32" in err.value.what
+    )
     with pytest.raises(InputError) as err:
         read_packed_npy(npy_bytes(rows), "p.npy", max_length=32)
     assert err.value.where == "pack 1"
 
 
-@pytest.mark.parametrize("columns,where,fragment", [
-    ({"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([[0.0]])}, "column 'seq_start_id'",
-     "not integers"),
-    ({"input_ids": pa.array([[1, 2], [3]]), "seq_start_id": pa.array([[0], None])}, "pack 1",
-     "has no seq_start_id (null)"),
-    ({"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([[0, None]])}, "column 'seq_start_id'",
-     "holds null entries"),
-    ({"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([0])}, "column 'seq_start_id'",
-     "not a list per pack"),
-    ({"input_ids": pa.array([], pa.list_(pa.int64())), "seq_start_id": pa.array([], pa.list_(pa.int64()))}, None,
-     "packed data set has no rows"),
-])
+@pytest.mark.parametrize(
+    "columns,where,fragment",
+    [
+        ({"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([[0.0]])}, "column 'seq_start_id'", "not integers"),
+        (
+            {"input_ids": pa.array([[1, 2], [3]]), "seq_start_id": pa.array([[0], None])},
+            "pack 1",
+            "has no seq_start_id (null)",
+        ),
+        (
+            {"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([[0, None]])},
+            "column 'seq_start_id'",
+            "holds null entries",
+        ),
+        (
+            {"input_ids": pa.array([[1, 2]]), "seq_start_id": pa.array([0])},
+            "column 'seq_start_id'",
+            "not a list per pack",
+        ),
+        (
+            {"input_ids": pa.array([], pa.list_(pa.int64())), "seq_start_id": pa.array([], pa.list_(pa.int64()))},
+            None,
+            "packed data set has no rows",
+        ),
+    ],
+)
 def test_malformed_parquet_columns_are_one_error_naming_the_place(columns, where, fragment):
     buf = io.BytesIO()
     pq.write_table(pa.table(columns), buf)
@@ -187,12 +207,15 @@ def test_a_folder_with_a_shard_that_is_not_packed_names_the_shard(tmp_path):
     assert err.value.where == "shard 1" and "no seq_start_id" in err.value.what
 
 
-@pytest.mark.parametrize("rows,where,fragment", [
-    ([{"input_ids": [1, 2]}], "pack 0", "is not a dict with input_ids and seq_start_id"),
-    ([{"input_ids": [1, 2, 3], "seq_start_id": [0]}, [1, 2]], "pack 1", "is not a dict"),
-    ([{"input_ids": [1, 2, 3], "seq_start_id": ["0"]}], "pack 0", "must be lists of integers"),
-    ([], None, "packed data set has no rows"),
-])
+@pytest.mark.parametrize(
+    "rows,where,fragment",
+    [
+        ([{"input_ids": [1, 2]}], "pack 0", "is not a dict with input_ids and seq_start_id"),
+        ([{"input_ids": [1, 2, 3], "seq_start_id": [0]}, [1, 2]], "pack 1", "is not a dict"),
+        ([{"input_ids": [1, 2, 3], "seq_start_id": ["0"]}], "pack 0", "must be lists of integers"),
+        ([], None, "packed data set has no rows"),
+    ],
+)
 def test_malformed_legacy_rows_are_one_error_naming_the_place(rows, where, fragment):
     with pytest.raises(InputError) as err:
         read_packed_npy(npy_bytes(rows), "p.npy")

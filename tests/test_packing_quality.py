@@ -15,8 +15,9 @@ from advisor.packing.offline import pack
 from tests.conftest import scaled
 
 
-@pytest.mark.parametrize("algorithm", [a if a != "column_generation" else pytest.param(a, marks=pytest.mark.slow)
-                                       for a in ALGORITHMS])  # column generation solves LPs: seconds
+@pytest.mark.parametrize(
+    "algorithm", [a if a != "column_generation" else pytest.param(a, marks=pytest.mark.slow) for a in ALGORITHMS]
+)  # column generation solves LPs: seconds
 def test_every_algorithm_keeps_every_sample_and_respects_the_pack_size(algorithm):
     rng = np.random.default_rng(3)
     counts = np.bincount(rng.integers(0, 300, 5000), minlength=301)

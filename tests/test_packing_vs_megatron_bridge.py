@@ -72,9 +72,16 @@ def _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, m
     """Megatron-Bridge's own prepare_gpt_sft_packed_data, end to end, writing its .npy and metadata files."""
     out, meta = tmp_path / "training.npy", tmp_path / "metadata.jsonl"
     mb_offline.prepare_gpt_sft_packed_data(
-        input_path=tmp_path, output_path=out, output_metadata_path=meta, packed_sequence_size=pack_size,
-        tokenizer=FakeTokenizer(eos_id=0), max_seq_length=max_seq_length, seed=seed,
-        packing_algorithm=algorithm, pad_seq_to_mult=mult, num_tokenizer_workers=1,
+        input_path=tmp_path,
+        output_path=out,
+        output_metadata_path=meta,
+        packed_sequence_size=pack_size,
+        tokenizer=FakeTokenizer(eos_id=0),
+        max_seq_length=max_seq_length,
+        seed=seed,
+        packing_algorithm=algorithm,
+        pad_seq_to_mult=mult,
+        num_tokenizer_workers=1,
         dataset_builder=fake_sft_builder(lengths),
     )
     return out, json.loads(meta.read_text())[-1]
@@ -89,8 +96,9 @@ def test_full_pipeline_with_padding_and_truncation(mb_offline, tmp_path, mult, a
     lengths = np.concatenate([rng.integers(1, 400, 1500), rng.integers(990, 1300, 60), [1, 2, 3]])
     out, metadata = _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, mult, algorithm, 77)
     hist = LengthHistogram.from_samples(lengths, source="generated")
-    cfg = PackingConfig(pack_size=pack_size, algorithm=algorithm, seed=77, pad_seq_to_mult=mult,
-                        max_seq_length=max_seq_length)
+    cfg = PackingConfig(
+        pack_size=pack_size, algorithm=algorithm, seed=77, pad_seq_to_mult=mult, max_seq_length=max_seq_length
+    )
     ours = pack(hist, cfg)
     assert ours.metadata == metadata
     written = load_lengths(out).packs  # Megatron-Bridge's packed file, read back by the advisor's auditor
@@ -119,8 +127,10 @@ def test_skip_mode_drops_and_counts_overlong(squad):
 
 
 def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_path):
-    rows = [{"input_ids": list(range(10)), "loss_mask": [1] * 10, "seq_start_id": [0, 4, 7]},
-            {"input_ids": list(range(5)), "loss_mask": [1] * 5, "seq_start_id": [0]}]
+    rows = [
+        {"input_ids": list(range(10)), "loss_mask": [1] * 10, "seq_start_id": [0, 4, 7]},
+        {"input_ids": list(range(5)), "loss_mask": [1] * 5, "seq_start_id": [0]},
+    ]
     path = tmp_path / "training_16.idx.parquet"
     mb_parquet.write_packed_parquet(rows, path)
     hist = load_lengths(path)
@@ -140,8 +150,11 @@ def _cases():
     rng = np.random.default_rng(22)
     yield "uniform", 512, rng.integers(1, 513, 3000)
     yield "heavy tail at the cap", 512, np.minimum(rng.lognormal(np.log(128), 1.2, 3000).astype(int) + 1, 512)
-    yield "wikipedia-like (a quarter at the cap)", 640, np.where(rng.random(3000) < 0.25, 511,
-                                                                  rng.integers(4, 512, 3000))
+    yield (
+        "wikipedia-like (a quarter at the cap)",
+        640,
+        np.where(rng.random(3000) < 0.25, 511, rng.integers(4, 512, 3000)),
+    )
     yield "zeros and whole packs", 64, rng.choice([0, 0, 1, 31, 32, 33, 64], 3000)
     yield "one length", 100, np.full(2000, 37)
     yield "tiny packs", 2, rng.integers(0, 3, 500)
@@ -151,8 +164,9 @@ def _cases():
 
 
 @pytest.mark.parametrize("name, pack_size, items", slow_after(list(_cases()), fast=3))
-def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_algorithms, name, pack_size, items,
-                                                                         monkeypatch):
+def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(
+    mb_algorithms, name, pack_size, items, monkeypatch
+):
     """Bins and each bin's items in the order Megatron-Bridge's own first_fit puts them, with the kernel cut into
     chunks of 97 items (its state carried across), and each bin's sums as the packs give them."""
     from advisor.packing import first_fit as ff
@@ -168,8 +182,12 @@ def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(mb_alg
     assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
     assert fit.work.tolist() == [sum(s * s for s in p) for p in theirs]
     assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
-    fit_codes = ff.first_fit(np.argsort(np.argsort(items, kind="stable"), kind="stable").astype(np.int32),
-                             pack_size, table=np.sort(items), bins=False)  # the same items through a table
+    fit_codes = ff.first_fit(
+        np.argsort(np.argsort(items, kind="stable"), kind="stable").astype(np.int32),
+        pack_size,
+        table=np.sort(items),
+        bins=False,
+    )  # the same items through a table
     assert fit_codes.count == fit.count and fit_codes.fill.tolist() == fit.fill.tolist()
 
 

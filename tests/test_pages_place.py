@@ -17,8 +17,13 @@ def raw_text_calls(source: str) -> list[str]:
     """``x.caption(...)`` and its kin whose text is not a literal string."""
     out = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TEXT_CALLS \
-                and node.args and not isinstance(node.args[0], ast.Constant):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in TEXT_CALLS
+            and node.args
+            and not isinstance(node.args[0], ast.Constant)
+        ):
             out.append(f"line {node.lineno}: .{node.func.attr}({ast.unparse(node.args[0])[:60]})")
     return out
 
@@ -30,4 +35,6 @@ def test_a_page_shows_computed_text_only_through_the_frame(page):
 
 def test_the_check_sees_a_computed_caption_and_passes_a_literal_one():
     assert raw_text_calls("st.caption(views.note(plan))\nst.caption('mine')\nb.info(f'{x}')\n") == [
-        "line 1: .caption(views.note(plan))", "line 3: .info(f'{x}')"]
+        "line 1: .caption(views.note(plan))",
+        "line 3: .info(f'{x}')",
+    ]

@@ -23,9 +23,13 @@ from tests.conftest import ROOT, SAMPLE
 
 
 def _sft(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8},
-           "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"},
-           "packing": {"pack_size": 4096}, "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")}}
+    raw = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_samples": 256, "recompute": "none"},
+        "packing": {"pack_size": 4096},
+        "data": {"lengths": str(SAMPLE / "chat_like_hist.csv")},
+    }
     for section, fields in over.items():
         raw[section] = {**raw.get(section, {}), **fields}
     return plan_from_dict(raw)
@@ -34,8 +38,12 @@ def _sft(**over):
 def _estimate_json(plan, tmp_path, name):
     path = tmp_path / f"{name}.yaml"
     path.write_text(dump_plan(plan))
-    proc = subprocess.run([sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["time"]
 
@@ -114,20 +122,30 @@ def test_an_explicit_mfu_keeps_the_fixed_utilisation_formula(chat):
 def test_a_data_parallel_group_with_one_rank_per_node_waits_on_one_nic():
     """TP 8 leaves each DP group one rank per node: its ring crosses the nodes on that rank's rail alone, so a
     short step cannot hide the gradient reduce-scatter (1B parameters a GPU in FP32 over one 50 GB/s NIC)."""
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 4096, "global_batch_samples": 2, "recompute": "none"}})
-    t = step_time(plan, StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "tp": 8, "sp": True},
+            "training": {"seq_length": 4096, "global_batch_samples": 2, "recompute": "none"},
+        }
+    )
+    t = step_time(plan, StepWork(tokens=1024, seqlen_squared_sum=1024.0**2, micro_batches=1), EFFICIENCY)
     assert t.breakdown["dp_comm"] > 0.2 * t.step_seconds
-    one_node = step_time(plan.changed({"parallel": {"gpus": 8}, "training": {"global_batch_samples": 1}}),
-                         StepWork(tokens=1024, seqlen_squared_sum=1024.0 ** 2, micro_batches=1), EFFICIENCY)
+    one_node = step_time(
+        plan.changed({"parallel": {"gpus": 8}, "training": {"global_batch_samples": 1}}),
+        StepWork(tokens=1024, seqlen_squared_sum=1024.0**2, micro_batches=1),
+        EFFICIENCY,
+    )
     assert one_node.breakdown["dp_comm"] == 0.0  # no data parallelism at all
 
 
 def test_full_nodes_scale_flat_at_fixed_work_per_gpu(chat):
     """A DP group holding all 8 GPUs of each node uses all 8 rails (NCCL builds one ring per rail): from 8 to 32
     GPUs at fixed work per GPU the step stays within 1 % (it rose 21 % when every cross-node ring paid one NIC)."""
-    steps = [estimate(_sft(parallel={"gpus": g}, training={"global_batch_samples": 32 * g}), chat).time.step_seconds
-             for g in (8, 16, 32)]
+    steps = [
+        estimate(_sft(parallel={"gpus": g}, training={"global_batch_samples": 32 * g}), chat).time.step_seconds
+        for g in (8, 16, 32)
+    ]
     assert max(steps) / min(steps) < 1.01
 
 
@@ -145,21 +163,28 @@ NCCL_BUS_BANDWIDTH = [
 @pytest.mark.parametrize("gpu,ranks,stride,published", NCCL_BUS_BANDWIDTH)
 def test_collective_bandwidth_matches_published_nccl_tests(gpu, ranks, stride, published):
     from advisor.model.perf.hardware import gpu_of
+
     g = gpu_of(plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": gpu}}))
     assert g.ring(ranks, stride).bandwidth == pytest.approx(published, rel=0.03)
 
 
 def test_an_nvl72_rack_keeps_64_ranks_on_nvlink():
     from advisor.model.perf.hardware import gpu_of
+
     g = gpu_of(plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "GB200"}}))
     assert g.ring(64, 1) is g.nvlink and g.ring(72 * 2, 1).name.startswith("network")
     assert g.ring(64, 1).bandwidth == pytest.approx(900e9 * 0.82)
 
 
 def test_the_bubble_is_pp_minus_one_over_vpp_micro_batches():
-    plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 32, "tp": 4, "pp": 4, "sp": True},
-                           "training": {"global_batch_samples": 64, "seq_length": 4096}})
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-70b",
+            "parallel": {"gpus": 32, "tp": 4, "pp": 4, "sp": True},
+            "training": {"global_batch_samples": 64, "seq_length": 4096},
+        }
+    )
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=16)
     plain = step_time(plan, work, EFFICIENCY)
     inter = step_time(plan.changed({"parallel": {"vpp": 5}}), work, EFFICIENCY)
     assert inter.breakdown["pp_bubble"] == pytest.approx(plain.breakdown["pp_bubble"] / 5, rel=1e-9)
@@ -167,19 +192,36 @@ def test_the_bubble_is_pp_minus_one_over_vpp_micro_batches():
     assert plain.breakdown["pp_bubble"] == pytest.approx(3 * plain.stage_seconds, rel=0.1)
 
 
-_LAYOUTS = st.fixed_dictionaries({
-    "model": st.sampled_from(["llama3.1-8b", "llama3.1-70b", "qwen3-8b"]),
-    "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4]), "cp": st.sampled_from([1, 2]),
-    "dp": st.sampled_from([1, 2, 4]), "sp": st.booleans(), "seq": st.sampled_from([2048, 4096, 16384]),
-    "m": st.integers(1, 32), "fill": st.floats(0.2, 1.0)})
+_LAYOUTS = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(["llama3.1-8b", "llama3.1-70b", "qwen3-8b"]),
+        "tp": st.sampled_from([1, 2, 4, 8]),
+        "pp": st.sampled_from([1, 2, 4]),
+        "cp": st.sampled_from([1, 2]),
+        "dp": st.sampled_from([1, 2, 4]),
+        "sp": st.booleans(),
+        "seq": st.sampled_from([2048, 4096, 16384]),
+        "m": st.integers(1, 32),
+        "fill": st.floats(0.2, 1.0),
+    }
+)
 
 
 def _layout(d):
     sp = d["sp"] and d["tp"] > 1
-    plan = plan_from_dict({"model": d["model"],
-                           "parallel": {"gpus": d["tp"] * d["pp"] * d["cp"] * d["dp"], "tp": d["tp"], "pp": d["pp"],
-                                        "cp": d["cp"], "sp": sp},
-                           "training": {"seq_length": d["seq"], "recompute": "none"}})
+    plan = plan_from_dict(
+        {
+            "model": d["model"],
+            "parallel": {
+                "gpus": d["tp"] * d["pp"] * d["cp"] * d["dp"],
+                "tp": d["tp"],
+                "pp": d["pp"],
+                "cp": d["cp"],
+                "sp": sp,
+            },
+            "training": {"seq_length": d["seq"], "recompute": "none"},
+        }
+    )
     # a pack of sequences a quarter of the pack long, filled to `fill`
     tokens = d["seq"] * d["fill"]
     work = StepWork(tokens=tokens, seqlen_squared_sum=tokens * d["seq"] / 4, micro_batches=d["m"])
@@ -201,15 +243,20 @@ def test_rules_every_layout_keeps(d):
     # adds, so the step may stay the same (never shrink)
     full, selective = changed("training", recompute="full"), changed("training", recompute="selective")
     assert full >= selective * (1 - 1e-12) and selective >= base * (1 - 1e-12)  # equal up to rounding at most
-    redo = {r: step_time(plan.changed({"training": {"recompute": r}}), work, EFFICIENCY).breakdown["recompute"]
-            for r in ("full", "selective")}
+    redo = {
+        r: step_time(plan.changed({"training": {"recompute": r}}), work, EFFICIENCY).breakdown["recompute"]
+        for r in ("full", "selective")
+    }
     assert redo["full"] > redo["selective"] > 0
     assert changed("hardware", gpu="B200") < base  # more FLOP/s, more bandwidth everywhere
     assert changed("hardware", gpu="A100-80GB") > base
     if plan.parallel.sp:
         assert changed("parallel", tp_comm_overlap=True) <= base * (1 + 1e-12)
-    twice = step_time(plan, StepWork(tokens=work.tokens, seqlen_squared_sum=work.seqlen_squared_sum,
-                                     micro_batches=2 * work.micro_batches), EFFICIENCY).step_seconds
+    twice = step_time(
+        plan,
+        StepWork(tokens=work.tokens, seqlen_squared_sum=work.seqlen_squared_sum, micro_batches=2 * work.micro_batches),
+        EFFICIENCY,
+    ).step_seconds
     assert base < twice <= 2 * base  # the bubble, the sync and the optimizer are paid once per step
 
 
@@ -224,9 +271,13 @@ def test_the_trial_prediction_uses_the_trial_model_on_its_gpu():
 
 
 def _moe(**parallel):
-    return plan_from_dict({"model": "qwen3-30b-a3b", "parallel": {"gpus": 16, "sp": parallel.get("tp", 1) > 1,
-                                                                  **parallel},
-                           "training": {"seq_length": 4096, "recompute": "none"}})
+    return plan_from_dict(
+        {
+            "model": "qwen3-30b-a3b",
+            "parallel": {"gpus": 16, "sp": parallel.get("tp", 1) > 1, **parallel},
+            "training": {"seq_length": 4096, "recompute": "none"},
+        }
+    )
 
 
 def test_experts_see_the_tokens_the_dispatcher_routes_to_them():
@@ -248,17 +299,18 @@ def test_experts_see_the_tokens_the_dispatcher_routes_to_them():
 def test_a2a_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
     """overlap_moe_expert_parallel_comm: each dispatch and combine runs behind a block of the other micro batch, so
     the exposed all-to-all shrinks and nothing else changes; never below zero, never above the plain one."""
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=8)
     plain = step_time(_moe(tp=1, ep=16), work, EFFICIENCY).breakdown
     over = step_time(_moe(tp=1, ep=16, moe_a2a_overlap=True), work, EFFICIENCY).breakdown
     assert plain["moe_all_to_all"] > 0 and 0 <= over["moe_all_to_all"] < plain["moe_all_to_all"]
-    assert {k: v for k, v in over.items() if k != "moe_all_to_all"} == \
-        {k: v for k, v in plain.items() if k != "moe_all_to_all"}
+    assert {k: v for k, v in over.items() if k != "moe_all_to_all"} == {
+        k: v for k, v in plain.items() if k != "moe_all_to_all"
+    }
 
 
 def test_the_flex_dispatcher_permutes_while_it_sends():
     """DeepEP and HybridEP write the received tokens in expert order: no separate permutation pass over HBM."""
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=8)
     plain = step_time(_moe(tp=1, ep=8), work, EFFICIENCY).breakdown
     flex = step_time(_moe(tp=1, ep=8, moe_dispatcher="flex_hybridep"), work, EFFICIENCY).breakdown
     assert flex["memory_bound"] < plain["memory_bound"]
@@ -266,7 +318,7 @@ def test_the_flex_dispatcher_permutes_while_it_sends():
 
 
 def test_grouped_experts_share_the_waves_so_ep_does_not_win_by_artefact():
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=8)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=8)
     ep1 = step_time(_moe(tp=1, ep=1), work, EFFICIENCY).breakdown["gemm"]
     ep8 = step_time(_moe(tp=1, ep=8), work, EFFICIENCY).breakdown["gemm"]
     # the same expert FLOPs per GPU (EP brings other ranks' tokens to fewer experts), one grouped kernel each way
@@ -275,9 +327,12 @@ def test_grouped_experts_share_the_waves_so_ep_does_not_win_by_artefact():
 
 def test_context_parallel_splits_attention_without_a_penalty():
     base = {"model": "llama3.1-8b", "training": {"seq_length": 16384, "recompute": "none"}}
-    work = StepWork(tokens=16384, seqlen_squared_sum=8 * 2048.0 ** 2, micro_batches=4)
-    per_gpu = [step_time(plan_from_dict({**base, "parallel": {"gpus": cp, "cp": cp}}), work,
-                         EFFICIENCY).breakdown["attention"] * cp for cp in (1, 2, 4, 8)]
+    work = StepWork(tokens=16384, seqlen_squared_sum=8 * 2048.0**2, micro_batches=4)
+    per_gpu = [
+        step_time(plan_from_dict({**base, "parallel": {"gpus": cp, "cp": cp}}), work, EFFICIENCY).breakdown["attention"]
+        * cp
+        for cp in (1, 2, 4, 8)
+    ]
     assert max(per_gpu) == pytest.approx(min(per_gpu), rel=1e-9)  # the same work, split CP ways
 
 
@@ -285,17 +340,23 @@ def test_lora_adapters_are_sharded_by_tp_like_their_layers():
     from advisor.model.perf.gemms import layer_gemms
 
     def adapter_flops(tp):
-        plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": tp, "tp": tp, "sp": tp > 1},
-                               "training": {"peft": "lora"}})
+        plan = plan_from_dict(
+            {"model": "llama3.1-70b", "parallel": {"gpus": tp, "tp": tp, "sp": tp > 1}, "training": {"peft": "lora"}}
+        )
         return sum(g.flops() for g in layer_gemms(plan, 4096, moe=False) if "lora" in g.name)
 
     assert adapter_flops(8) == pytest.approx(adapter_flops(1) / 8)
 
 
-@pytest.mark.parametrize(("precision", "gpu", "peak_key"), [("fp8", "H100-80GB", "fp8_tflops"),
-                                                             ("mxfp8", "B200", "fp8_tflops"),
-                                                             ("nvfp4", "GB300", "fp4_tflops"),
-                                                             ("bf16", "B200", "bf16_tflops")])
+@pytest.mark.parametrize(
+    ("precision", "gpu", "peak_key"),
+    [
+        ("fp8", "H100-80GB", "fp8_tflops"),
+        ("mxfp8", "B200", "fp8_tflops"),
+        ("nvfp4", "GB300", "fp4_tflops"),
+        ("bf16", "B200", "bf16_tflops"),
+    ],
+)
 def test_mfu_is_of_the_peak_the_linear_layers_run_at(chat, precision, gpu, peak_key):
     """NVIDIA publishes FP8 runs' MFU against the FP8 peak (dgxc-benchmarking): so does the estimate, in both
     directions (the model's MFU, and a fixed MFU's step time)."""
@@ -319,8 +380,10 @@ def test_a_given_bf16_peak_scales_the_other_precisions_peaks():
     row = GPU_PRESETS["B200"]
     assert capped.hardware.table["fp8_tflops"] == pytest.approx(row["fp8_tflops"] * 1800 / row["bf16_tflops"])
     assert capped.hardware.table["fp4_tflops"] == pytest.approx(row["fp4_tflops"] * 1800 / row["bf16_tflops"])
-    assert plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "B200"}}).hardware.table["fp8_tflops"] == \
-        row["fp8_tflops"]
+    assert (
+        plan_from_dict({"model": "llama3.1-8b", "hardware": {"gpu": "B200"}}).hardware.table["fp8_tflops"]
+        == row["fp8_tflops"]
+    )
 
 
 def test_a_fixed_mfu_cannot_rank_precisions(chat):
@@ -337,8 +400,13 @@ def test_lora_adapts_only_its_targets_experts_included():
     from advisor.model.perf.gemms import layer_gemms
 
     def adapters(model, targets, moe):
-        plan = plan_from_dict({"model": model, "parallel": {"gpus": 8, "ep": 8 if moe else 1},
-                               "training": {"peft": "lora", "lora_targets": targets}})
+        plan = plan_from_dict(
+            {
+                "model": model,
+                "parallel": {"gpus": 8, "ep": 8 if moe else 1},
+                "training": {"peft": "lora", "lora_targets": targets},
+            }
+        )
         return {g.name for g in layer_gemms(plan, 4096, moe=moe) if g.name.endswith(("_lora_a", "_lora_b"))}, plan
 
     names, qkv = adapters("llama3.1-8b", ["linear_qkv"], False)
@@ -346,10 +414,11 @@ def test_lora_adapts_only_its_targets_experts_included():
     names, _ = adapters("qwen3-30b-a3b", ["linear_fc1"], True)
     assert names == {"expert_fc1_lora_a", "expert_fc1_lora_b"}
     _, every = adapters("llama3.1-8b", ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], False)
-    assert every == plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
-                                    "training": {"peft": "lora"}})  # Megatron-Bridge's default targets
+    assert every == plan_from_dict(
+        {"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"peft": "lora"}}
+    )  # Megatron-Bridge's default targets
     assert 0 < lora_parameters(qkv) < lora_parameters(every)
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=4)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=4)
     assert step_time(qkv, work, EFFICIENCY).step_seconds < step_time(every, work, EFFICIENCY).step_seconds
     with pytest.raises(PlanError, match="lists a layer twice"):
         plan_from_dict({"model": "llama3.1-8b", "training": {"peft": "lora", "lora_targets": ["linear_qkv"] * 2}})
@@ -364,17 +433,24 @@ def test_lora_parameters_count_shared_experts_and_dense_layers_of_moe_models():
     from advisor.model.parameters import moe_layer_pattern
 
     def params(**model):
-        return lora_parameters(plan_from_dict({"model": {"preset": "deepseek-v3", **model},
-                                               "parallel": {"gpus": 64, "ep": 8},
-                                               "training": {"peft": "lora", "lora_targets": ["linear_fc2"]}}))
+        return lora_parameters(
+            plan_from_dict(
+                {
+                    "model": {"preset": "deepseek-v3", **model},
+                    "parallel": {"gpus": 64, "ep": 8},
+                    "training": {"peft": "lora", "lora_targets": ["linear_fc2"]},
+                }
+            )
+        )
 
     plan = plan_from_dict({"model": "deepseek-v3", "parallel": {"gpus": 64, "ep": 8}})
     m, moe_layers = plan.model, sum(moe_layer_pattern(plan.model))
     dense_layers = m.num_layers - moe_layers
     assert dense_layers == 3
     # fc2's adapter: r (in + out) = r (width + h), per layer by its kind
-    expected = 32 * (dense_layers * (m.ffn_hidden_size + m.hidden_size)
-                     + moe_layers * (m.moe_ffn_hidden_size + m.hidden_size
-                                     + m.moe_shared_expert_intermediate_size + m.hidden_size))
+    expected = 32 * (
+        dense_layers * (m.ffn_hidden_size + m.hidden_size)
+        + moe_layers * (m.moe_ffn_hidden_size + m.hidden_size + m.moe_shared_expert_intermediate_size + m.hidden_size)
+    )
     assert params() == expected
     assert params(moe_shared_expert_intermediate_size=None) < expected

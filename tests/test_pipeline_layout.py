@@ -30,10 +30,15 @@ LETTERS = "EtmL"
 def mcore():
     """Megatron-Core 0.19.2's PipelineParallelLayerLayout, its pipeline state stubbed with the vpp asked for."""
     state = {"vpp": None}
-    module = load_module("megatron.core.transformer.pipeline_parallel_layer_layout", stubs={
-        "megatron.core.parallel_state": {
-            "get_virtual_pipeline_model_parallel_world_size": lambda: state["vpp"],
-            "get_pipeline_model_parallel_rank": lambda: 0}})
+    module = load_module(
+        "megatron.core.transformer.pipeline_parallel_layer_layout",
+        stubs={
+            "megatron.core.parallel_state": {
+                "get_virtual_pipeline_model_parallel_world_size": lambda: state["vpp"],
+                "get_pipeline_model_parallel_rank": lambda: 0,
+            }
+        },
+    )
     module.state = state
     return module
 
@@ -44,10 +49,16 @@ def _names(stages) -> tuple:
 
 stage_text = st.text(alphabet=LETTERS, min_size=0, max_size=5)
 layout_text = st.lists(
-    st.one_of(stage_text, st.tuples(stage_text, st.integers(1, 4)).map(lambda x: f"{x[0][:1] or 't'}*{x[1]}"),
-              st.tuples(st.lists(stage_text, min_size=1, max_size=3), st.integers(1, 3)).map(
-                  lambda x: "(" + "|".join(x[0]) + "|)*" + str(x[1]))),
-    min_size=1, max_size=6).map(lambda parts: ",".join(parts[:-1]) + "|".join(parts[-1:]))
+    st.one_of(
+        stage_text,
+        st.tuples(stage_text, st.integers(1, 4)).map(lambda x: f"{x[0][:1] or 't'}*{x[1]}"),
+        st.tuples(st.lists(stage_text, min_size=1, max_size=3), st.integers(1, 3)).map(
+            lambda x: "(" + "|".join(x[0]) + "|)*" + str(x[1])
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+).map(lambda parts: ",".join(parts[:-1]) + "|".join(parts[-1:]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,8 +76,9 @@ def test_unknown_letters_are_refused_as_megatron_core_refuses_them(mcore, text):
         parse_layout(text)
 
 
-stages_lists = st.lists(st.lists(st.sampled_from(["embedding", "decoder", "mtp", "loss"]), max_size=4),
-                        min_size=1, max_size=12)
+stages_lists = st.lists(
+    st.lists(st.sampled_from(["embedding", "decoder", "mtp", "loss"]), max_size=4), min_size=1, max_size=12
+)
 
 
 @st.composite
@@ -101,8 +113,10 @@ def _mutated(draw_data, stages: list, num_layers: int, mtp: int):
             stages[i].insert(j, stages[k].pop(0) if stages[k] else item)
     elif kind == "add":
         k = draw_data.draw(st.integers(0, len(stages) - 1))
-        stages[k].insert(draw_data.draw(st.integers(0, len(stages[k]))),
-                         draw_data.draw(st.sampled_from(["embedding", "decoder", "mtp", "loss"])))
+        stages[k].insert(
+            draw_data.draw(st.integers(0, len(stages[k]))),
+            draw_data.draw(st.sampled_from(["embedding", "decoder", "mtp", "loss"])),
+        )
     elif kind == "layers":
         num_layers = max(0, num_layers + draw_data.draw(st.sampled_from([-1, 1])))
     elif kind == "mtp":
@@ -149,8 +163,9 @@ def test_each_rank_holds_the_layers_megatron_core_builds_there(mcore, layout):
     theirs = mcore.PipelineParallelLayerLayout([list(s) for s in stages], pp)
     mcore.state["vpp"] = vpp if vpp > 1 else None
     for r, rank in enumerate(rank_layers(parse_layout([list(s) for s in stages]), pp)):
-        assert list(rank.decoders) == [i for v in range(vpp)
-                                       for i in theirs.get_layer_id_list(mcore.LayerType.decoder, v, r)]
+        assert list(rank.decoders) == [
+            i for v in range(vpp) for i in theirs.get_layer_id_list(mcore.LayerType.decoder, v, r)
+        ]
         assert rank.mtp == sum(theirs.get_num_layers_to_build(mcore.LayerType.mtp, v, r) for v in range(vpp))
         # GPTModel builds the embedding on the first rank (pre_process) and the output layer and loss on the last
         assert (rank.embedding, rank.loss) == (r == 0, r == pp - 1)
@@ -169,8 +184,9 @@ def test_recipe_layouts_are_megatron_bridges():
     """Every pipeline either recipe is asked for: the same layout, or none where Bridge has none (Kimi-K2's
     recipe raises, DeepSeek-V3's leaves the layout alone)."""
     kimi = load_function("megatron/bridge/recipes/kimi/h100/kimi_k2.py", "_get_kimi_k2_pipeline_layout")
-    deepseek = load_function("megatron/bridge/recipes/deepseek/h100/deepseek_v3.py",
-                             "set_deepseek_v3_pipeline_model_parallel_layout")
+    deepseek = load_function(
+        "megatron/bridge/recipes/deepseek/h100/deepseek_v3.py", "set_deepseek_v3_pipeline_model_parallel_layout"
+    )
     known = 0
     for pp in (1, 2, 3, 4, 8, 16, 32):
         for vp in (1, 2, 3, 4, 8):
@@ -180,20 +196,28 @@ def test_recipe_layouts_are_megatron_bridges():
                 theirs = None
             assert recipe_layout("kimi-k2", pp, vp if vp > 1 else None, 0) == theirs, (pp, vp)
             for mtp in (0, 1):
-                cfg = types.SimpleNamespace(pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vp,
-                                            mtp_num_layers=mtp, pipeline_model_parallel_layout=None)
+                cfg = types.SimpleNamespace(
+                    pipeline_model_parallel_size=pp,
+                    virtual_pipeline_model_parallel_size=vp,
+                    mtp_num_layers=mtp,
+                    pipeline_model_parallel_layout=None,
+                )
                 deepseek(cfg)
-                assert recipe_layout("deepseek-v3", pp, vp if vp > 1 else None, mtp) == \
-                    cfg.pipeline_model_parallel_layout, (pp, vp, mtp)
+                assert (
+                    recipe_layout("deepseek-v3", pp, vp if vp > 1 else None, mtp) == cfg.pipeline_model_parallel_layout
+                ), (pp, vp, mtp)
                 known += cfg.pipeline_model_parallel_layout is not None
     assert known == 2 * len(RECIPE_LAYOUTS["deepseek-v3"])
     assert recipe_layout("llama3.1-8b", 4, None, 0) is None
 
 
-DEEPSEEK = {"model": "deepseek-v3", "hardware": {"gpu": "GB200"},
-            "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64, "moe_dispatcher": "flex_hybridep"},
-            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
-            "packing": {"mode": "none"}}
+DEEPSEEK = {
+    "model": "deepseek-v3",
+    "hardware": {"gpu": "GB200"},
+    "parallel": {"gpus": 256, "pp": 4, "vpp": 4, "ep": 64, "moe_dispatcher": "flex_hybridep"},
+    "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 2048},
+    "packing": {"mode": "none"},
+}
 
 
 def test_deepseek_at_megatron_bridges_published_pipelines_is_accepted():
@@ -213,35 +237,54 @@ def test_deepseek_at_megatron_bridges_published_pipelines_is_accepted():
 
 def test_a_layout_is_checked_and_every_problem_named():
     with pytest.raises(PlanError) as e:
-        plan_from_dict({**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "pipeline_layout": "Et*4|(t*4|)*14L",
-                                                 "account_for_loss_in_pipeline_split": True}})
+        plan_from_dict(
+            {
+                **DEEPSEEK,
+                "parallel": {
+                    **DEEPSEEK["parallel"],
+                    "pipeline_layout": "Et*4|(t*4|)*14L",
+                    "account_for_loss_in_pipeline_split": True,
+                },
+            }
+        )
     text = str(e.value)
     assert "parallel.pipeline_layout has 60 decoder layers (t), the model 61" in text
     assert "set account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split false" in text
     with pytest.raises(PlanError, match="invalid layer character 'x'"):
         plan_from_dict({**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "pipeline_layout": "Ex|L"}})
     with pytest.raises(PlanError, match="set vpp to 2"):
-        plan_from_dict({**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "pp": 8, "ep": 32,
-                                                 "pipeline_layout": "Et*4|(t*4|)*14tL"}})
+        plan_from_dict(
+            {**DEEPSEEK, "parallel": {**DEEPSEEK["parallel"], "pp": 8, "ep": 32, "pipeline_layout": "Et*4|(t*4|)*14tL"}}
+        )
 
 
 def _even_and_by_layout(parallel: dict, layout: str, model: str = "llama3.1-8b"):
-    base = {"model": model, "parallel": parallel, "packing": {"mode": "none"},
-            "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 64}}
+    base = {
+        "model": model,
+        "parallel": parallel,
+        "packing": {"mode": "none"},
+        "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 64},
+    }
     return plan_from_dict(base), plan_from_dict({**base, "parallel": {**parallel, "pipeline_layout": layout}})
 
 
-@pytest.mark.parametrize("parallel,layout", [
-    ({"gpus": 8, "pp": 4}, "Et*8|t*8|t*8|t*8L"),
-    ({"gpus": 16, "pp": 4, "tp": 2, "sp": True}, "Et*8|t*8|t*8|t*8L"),
-    ({"gpus": 8, "pp": 2, "account_for_embedding_in_pipeline_split": False}, [["embedding"] + ["decoder"] * 16,
-                                                                              ["decoder"] * 16 + ["loss"]]),
-])
+@pytest.mark.parametrize(
+    "parallel,layout",
+    [
+        ({"gpus": 8, "pp": 4}, "Et*8|t*8|t*8|t*8L"),
+        ({"gpus": 16, "pp": 4, "tp": 2, "sp": True}, "Et*8|t*8|t*8|t*8L"),
+        (
+            {"gpus": 8, "pp": 2, "account_for_embedding_in_pipeline_split": False},
+            [["embedding"] + ["decoder"] * 16, ["decoder"] * 16 + ["loss"]],
+        ),
+    ],
+)
 def test_the_even_split_written_as_a_layout_times_and_weighs_the_same(parallel, layout):
     even, written = _even_and_by_layout(parallel, layout)
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=16)
     assert step_time(written, work, EFFICIENCY).step_seconds == pytest.approx(
-        step_time(even, work, EFFICIENCY).step_seconds, rel=1e-12)
+        step_time(even, work, EFFICIENCY).step_seconds, rel=1e-12
+    )
     a, b = estimate_memory(even, 4096, 16), estimate_memory(written, 4096, 16)
     assert b.total == pytest.approx(a.total, rel=1e-4)  # the final norm's few parameters aside
     assert b.stage == a.stage
@@ -251,7 +294,7 @@ def test_a_heavier_rank_is_the_slowest_and_the_fullest():
     even, eleven = _even_and_by_layout({"gpus": 8, "pp": 4}, "Et*5|t*11|t*8|t*8L")
     _, moved = _even_and_by_layout({"gpus": 8, "pp": 4}, "Et*5|t*8|t*11|t*8L")
     _, twelve = _even_and_by_layout({"gpus": 8, "pp": 4}, "Et*4|t*12|t*8|t*8L")
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=16)
     times = [step_time(p, work, EFFICIENCY) for p in (even, eleven, moved, twelve)]
     assert times[1].stage_seconds == pytest.approx(times[2].stage_seconds, rel=1e-12)  # where it is does not matter
     assert times[3].stage_seconds == pytest.approx(times[1].stage_seconds * 12 / 11, rel=1e-9)  # layer by layer
@@ -272,9 +315,19 @@ def test_exports_carry_the_layout(tmp_path):
     assert "--pipeline-model-parallel-layout 'Et*4|" in args
     assert "--num-layers-per-virtual-pipeline-stage" not in args  # Megatron-LM takes one or the other
     # no layout here (the embedding and the loss counted as layers): the recipe's own layout is taken off
-    split = plan_from_dict({**DEEPSEEK, "parallel": {"gpus": 288, "pp": 9, "ep": 32, "vpp": 7,
-                                                     "account_for_embedding_in_pipeline_split": True,
-                                                     "account_for_loss_in_pipeline_split": True}})
+    split = plan_from_dict(
+        {
+            **DEEPSEEK,
+            "parallel": {
+                "gpus": 288,
+                "pp": 9,
+                "ep": 32,
+                "vpp": 7,
+                "account_for_embedding_in_pipeline_split": True,
+                "account_for_loss_in_pipeline_split": True,
+            },
+        }
+    )
     assert split.pipeline_stages is None
     assert "model.pipeline_model_parallel_layout=null" in overrides(split)
 
@@ -291,20 +344,24 @@ def test_the_layout_fields_are_the_bridges(version, tmp_path):
 
 def test_a_changed_preset_gets_no_recipe_layout():
     """The recipe's layout is for its own 61 layers: a 64-layer DeepSeek-V3 splits evenly."""
-    plan = plan_from_dict({**DEEPSEEK, "model": {"preset": "deepseek-v3", "num_layers": 64,
-                                                 "moe_layer_freq": [0] * 3 + [1] * 61}})
+    plan = plan_from_dict(
+        {**DEEPSEEK, "model": {"preset": "deepseek-v3", "num_layers": 64, "moe_layer_freq": [0] * 3 + [1] * 61}}
+    )
     assert plan.pipeline_stages is None
 
 
 def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout():
     """Without a layout Megatron-Core builds the MTP layers on the last stage; written out, the same layout."""
-    base = {"model": {"preset": "llama3.1-8b", "mtp_num_layers": 1}, "packing": {"mode": "none"},
-            "parallel": {"gpus": 8, "pp": 4}, "training": {"task": "pretrain", "seq_length": 4096,
-                                                             "global_batch_samples": 64}}
+    base = {
+        "model": {"preset": "llama3.1-8b", "mtp_num_layers": 1},
+        "packing": {"mode": "none"},
+        "parallel": {"gpus": 8, "pp": 4},
+        "training": {"task": "pretrain", "seq_length": 4096, "global_batch_samples": 64},
+    }
     even = plan_from_dict(base)
     written = plan_from_dict({**base, "parallel": {"gpus": 8, "pp": 4, "pipeline_layout": "Et*8|t*8|t*8|t*8mL"}})
     without = plan_from_dict({**base, "model": "llama3.1-8b"})
-    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0 ** 2, micro_batches=16)
+    work = StepWork(tokens=4096, seqlen_squared_sum=4096.0**2, micro_batches=16)
     a, b, c = (step_time(p, work, EFFICIENCY) for p in (even, written, without))
     assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-12)
     assert a.stage_seconds > c.stage_seconds  # one more layer and output layer on the slowest stage
@@ -312,7 +369,8 @@ def test_an_mtp_layer_costs_the_same_on_the_last_stage_with_or_without_a_layout(
     assert (m_even.stage, m_even.total) == (m_written.stage, pytest.approx(m_written.total, rel=1e-4))
     one = {**base, "parallel": {"gpus": 8}}  # one stage: the MTP layer's logits beside the model's
     assert estimate_memory(plan_from_dict(one), 4096, 16).logits == pytest.approx(
-        2 * estimate_memory(plan_from_dict({**one, "model": "llama3.1-8b"}), 4096, 16).logits)
+        2 * estimate_memory(plan_from_dict({**one, "model": "llama3.1-8b"}), 4096, 16).logits
+    )
 
 
 @pytest.mark.parametrize("text", ["(t*99999|)*99999", "t*999999999", "E" + "(t*999|)*999" * 3 + "L"])
@@ -340,8 +398,9 @@ def test_the_estimate_says_which_layout_placed_the_layers(tmp_path):
     lengths = str(SAMPLE / "wikipedia_bert_len512_hist.csv")
     run = [sys.executable, "-m", "advisor", "estimate", str(path), "--lengths", lengths]
     text = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, check=True).stdout
-    assert "(Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4): decoder layers per rank 16, 16, 16, 13" \
-        in text
+    assert (
+        "(Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4): decoder layers per rank 16, 16, 16, 13" in text
+    )
     out = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, cwd=ROOT, check=True).stdout)
     assert out["pipeline_layout"]["layers_per_rank"] == [16, 16, 16, 13]
     assert parse_layout(out["pipeline_layout"]["layout"]) == plan_from_dict(DEEPSEEK).pipeline_stages

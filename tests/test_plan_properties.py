@@ -41,9 +41,17 @@ def plans(draw) -> Plan:
     layers = draw(st.integers(1, 6)) * pp * (vpp or 1) * 2
     model: str | dict = name
     if draw(st.booleans()) and not preset.moe_layer_freq or isinstance(preset.moe_layer_freq, int):
-        overrides = draw(st.fixed_dictionaries({}, optional={
-            "num_layers": st.just(layers), "vocab_size": st.integers(1000, 200_000),
-            "window_size": st.sampled_from([None, 4096]), "mtp_num_layers": st.sampled_from([0, 1])}))
+        overrides = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "num_layers": st.just(layers),
+                    "vocab_size": st.integers(1000, 200_000),
+                    "window_size": st.sampled_from([None, 4096]),
+                    "mtp_num_layers": st.sampled_from([0, 1]),
+                },
+            )
+        )
         model = {"preset": name, **overrides} if overrides else name
     task = draw(st.sampled_from(["llm-sft", "vlm-sft", "pretrain"]))
     mode = draw(st.sampled_from(["auto", "offline", "in-batch", "none"]))
@@ -51,14 +59,30 @@ def plans(draw) -> Plan:
     seq = draw(st.sampled_from([512, 1024, 2048, 4096]))
     raw = {
         "model": model,
-        "parallel": {"gpus": tp * pp * cp * dp, "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "sp": tp > 1 and
-                     draw(st.booleans()), "cp_comm_type": draw(st.sampled_from(["p2p", "all_gather"]))},
-        "training": {"task": task, "seq_length": seq, "micro_batch_size": mbs,
-                     "global_batch_samples": mbs * dp * draw(st.integers(1, 16)),
-                     "recompute": draw(st.sampled_from(["none", "selective", "full"])),
-                     "peft": draw(st.sampled_from(["none", "lora"])), "cuda_graphs": draw(st.booleans())},
-        "packing": {"mode": mode, "pack_size": draw(st.sampled_from([None, seq, seq * 2])),
-                    "pad_seq_to_mult": draw(st.sampled_from([None, 1, 8])), "seed": draw(st.integers(0, 2**32 - 1))},
+        "parallel": {
+            "gpus": tp * pp * cp * dp,
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "vpp": vpp,
+            "sp": tp > 1 and draw(st.booleans()),
+            "cp_comm_type": draw(st.sampled_from(["p2p", "all_gather"])),
+        },
+        "training": {
+            "task": task,
+            "seq_length": seq,
+            "micro_batch_size": mbs,
+            "global_batch_samples": mbs * dp * draw(st.integers(1, 16)),
+            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+            "peft": draw(st.sampled_from(["none", "lora"])),
+            "cuda_graphs": draw(st.booleans()),
+        },
+        "packing": {
+            "mode": mode,
+            "pack_size": draw(st.sampled_from([None, seq, seq * 2])),
+            "pad_seq_to_mult": draw(st.sampled_from([None, 1, 8])),
+            "seed": draw(st.integers(0, 2**32 - 1)),
+        },
         "data": {"lengths": draw(st.sampled_from([None, "lengths.csv", "/data/l.parquet"]))},
         "hardware": {"gpu": draw(st.sampled_from(["H100-80GB", "A100-40GB", "B200"]))},
     }
@@ -113,9 +137,11 @@ def test_every_search_candidate_keeps_the_baselines_model(plan):
         assert candidate.plan.training.seq_length == plan.training.seq_length  # the step's work: test_search.py
 
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
-                                                                                  max_size=4), max_leaves=30)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=30,
+)
 
 
 @st.composite
@@ -167,7 +193,9 @@ def test_schema_lists_every_section_and_documents_every_field():
 def test_yaml_alias_bomb_and_deep_nesting_are_refused_fast():
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9))
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(9)
+    )
     try:
         parse_plan_text(bomb, "bomb.yaml")
         raise AssertionError("an alias bomb was accepted")
@@ -195,8 +223,10 @@ def test_a_plan_file_uploaded_to_the_dashboard_is_the_plan_field_by_field(plan):
     assert state["plan"].data.format == plan.data.format
 
 
-@pytest.mark.parametrize("name", ["chat_sample_answer_only.yaml", "llama8b_chat_8k.yaml",
-                                  "llama8b_chat_8k_per_token.yaml", "llama8b_squad.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    ["chat_sample_answer_only.yaml", "llama8b_chat_8k.yaml", "llama8b_chat_8k_per_token.yaml", "llama8b_squad.yaml"],
+)
 def test_each_bundled_plan_through_the_upload_and_the_link_is_the_file(name):
     from advisor.plan import load_plan
     from advisor.ui import state as ui

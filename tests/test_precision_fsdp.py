@@ -14,13 +14,25 @@ from advisor.model.perf.calibration import EFFICIENCY
 from advisor.model.perf.step import StepWork, step_time, windowed_layer_share
 from advisor.plan import PlanError, plan_from_dict
 
-WORK = StepWork(tokens=8192, seqlen_squared_sum=8192.0 ** 2, micro_batches=8)
+WORK = StepWork(tokens=8192, seqlen_squared_sum=8192.0**2, micro_batches=8)
 
 
 def _plan(model="llama3.1-8b", gpu="H100-80GB", **training):
-    return plan_from_dict({"model": model, "parallel": {"gpus": 8}, "hardware": {"gpu": gpu},
-                           "training": {"task": "pretrain", "seq_length": 8192, "global_batch_samples": 64,
-                                        "recompute": "none", **training}, "packing": {"mode": "none"}})
+    return plan_from_dict(
+        {
+            "model": model,
+            "parallel": {"gpus": 8},
+            "hardware": {"gpu": gpu},
+            "training": {
+                "task": "pretrain",
+                "seq_length": 8192,
+                "global_batch_samples": 64,
+                "recompute": "none",
+                **training,
+            },
+            "packing": {"mode": "none"},
+        }
+    )
 
 
 @pytest.mark.parametrize("precision,gpu", [("mxfp8", "H100-80GB"), ("nvfp4", "H200-141GB"), ("fp8", "A100-80GB")])
@@ -46,12 +58,15 @@ def test_fp8_gains_less_than_its_peak_on_h100():
 
 
 def test_the_recipes_cost_what_their_casts_move():
-    times = {r: step_time(_plan(precision="fp8", fp8_recipe=r), WORK, EFFICIENCY).breakdown["quantize"]
-             for r in ("tensorwise", "delayed", "blockwise")}
+    times = {
+        r: step_time(_plan(precision="fp8", fp8_recipe=r), WORK, EFFICIENCY).breakdown["quantize"]
+        for r in ("tensorwise", "delayed", "blockwise")
+    }
     # current scaling reads each tensor twice (its amax, then the cast); delayed scaling once
     assert times["tensorwise"] > times["blockwise"] > times["delayed"]
-    blackwell = {p: step_time(_plan(gpu="B200", precision=p), WORK, EFFICIENCY).step_seconds
-                 for p in ("bf16", "mxfp8", "nvfp4")}
+    blackwell = {
+        p: step_time(_plan(gpu="B200", precision=p), WORK, EFFICIENCY).step_seconds for p in ("bf16", "mxfp8", "nvfp4")
+    }
     assert blackwell["bf16"] > blackwell["mxfp8"] > blackwell["nvfp4"]
 
 
@@ -75,9 +90,15 @@ def test_gradients_take_the_ddp_buffers_dtype():
 
 
 def test_fsdp_shards_weights_and_gradients_over_dp_and_keeps_two_layers_whole():
-    plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 64},
-                           "training": {"task": "pretrain", "global_batch_samples": 128, "grad_reduce_in_fp32": False},
-                           "packing": {"mode": "none"}, "hardware": {"gpu": "GB200"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-70b",
+            "parallel": {"gpus": 64},
+            "training": {"task": "pretrain", "global_batch_samples": 128, "grad_reduce_in_fp32": False},
+            "packing": {"mode": "none"},
+            "hardware": {"gpu": "GB200"},
+        }
+    )
     ddp = estimate_memory(plan, 4096, 2)
     fsdp = estimate_memory(plan.changed({"parallel": {"fsdp": True}}), 4096, 2)
     layer = count_parameters(plan.model).dense_by_layer[0]
@@ -88,14 +109,25 @@ def test_fsdp_shards_weights_and_gradients_over_dp_and_keeps_two_layers_whole():
 
 
 def test_fsdp_hides_its_gathers_on_nvlink_and_not_on_one_slow_link():
-    plan = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 64, "fsdp": True},
-                           "training": {"task": "pretrain", "global_batch_samples": 128, "seq_length": 8192,
-                                        "recompute": "none", "grad_reduce_in_fp32": False},
-                           "packing": {"mode": "none"}, "hardware": {"gpu": "GB200"}})
-    work = StepWork(tokens=8192, seqlen_squared_sum=8192.0 ** 2, micro_batches=2)
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-70b",
+            "parallel": {"gpus": 64, "fsdp": True},
+            "training": {
+                "task": "pretrain",
+                "global_batch_samples": 128,
+                "seq_length": 8192,
+                "recompute": "none",
+                "grad_reduce_in_fp32": False,
+            },
+            "packing": {"mode": "none"},
+            "hardware": {"gpu": "GB200"},
+        }
+    )
+    work = StepWork(tokens=8192, seqlen_squared_sum=8192.0**2, micro_batches=2)
     rack = step_time(plan, work, EFFICIENCY).breakdown
     assert rack["fsdp_comm"] == 0.0 and rack["dp_comm"] < 0.01 * sum(rack.values())
-    short = StepWork(tokens=256, seqlen_squared_sum=256.0 ** 2, micro_batches=2)  # too little compute to hide 1.7 GB
+    short = StepWork(tokens=256, seqlen_squared_sum=256.0**2, micro_batches=2)  # too little compute to hide 1.7 GB
     h100 = step_time(plan.changed({"hardware": {"gpu": "H100-80GB"}}), short, EFFICIENCY).breakdown
     assert h100["fsdp_comm"] > 0.3 * sum(h100.values())
 
@@ -121,8 +153,14 @@ def test_new_presets_have_their_published_sizes():
 
 
 def test_precision_rules():
-    odd = plan_from_dict({"model": {"preset": "llama3.1-8b", "ffn_hidden_size": 14344}, "hardware": {"gpu": "B200"},
-                          "training": {"precision": "mxfp8"}, "parallel": {"gpus": 8}})
+    odd = plan_from_dict(
+        {
+            "model": {"preset": "llama3.1-8b", "ffn_hidden_size": 14344},
+            "hardware": {"gpu": "B200"},
+            "training": {"precision": "mxfp8"},
+            "parallel": {"gpus": 8},
+        }
+    )
     found = {f.id: f for f in check(odd)}
     assert found["precision.divisibility"].severity == "error" and "14344" in found["precision.divisibility"].message
     assert "precision.divisibility" not in {f.id for f in check(odd.changed(found["precision.divisibility"].fix))}

@@ -35,8 +35,13 @@ from advisor.vocabulary import Algorithm
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "sample_data" / "raw"
 TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
-ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first",
-              "column_generation")
+ALGORITHMS = (
+    "first_fit_shuffle",
+    "first_fit_decreasing",
+    "best_fit_decreasing",
+    "shortest_pack_first",
+    "column_generation",
+)
 
 
 def chat_job(data: Path | str = RAW / "chat_sample.jsonl", **kw) -> TokenizeJob:
@@ -56,9 +61,14 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stored=st.lists(st.integers(0, 70), min_size=1, max_size=120), pack_size=st.integers(8, 64),
-       multiple=st.sampled_from([1, 1, 2, 4]), algorithm=st.sampled_from(ALGORITHMS),
-       mask_kind=st.sampled_from(["answer_start", "loss_mask"]), seed=st.integers(0, 2**31 - 1))
+@given(
+    stored=st.lists(st.integers(0, 70), min_size=1, max_size=120),
+    pack_size=st.integers(8, 64),
+    multiple=st.sampled_from([1, 1, 2, 4]),
+    algorithm=st.sampled_from(ALGORITHMS),
+    mask_kind=st.sampled_from(["answer_start", "loss_mask"]),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_every_record_once_in_packs_that_fit(stored, pack_size, multiple, algorithm: Algorithm, mask_kind, seed):
     """For any lengths: each record left in is in exactly one slot, with its own tokens (cut or padded to its
     target), no pack is longer than the pack size, seq_start_id marks the records, and the mask is the record's
@@ -74,20 +84,22 @@ def test_every_record_once_in_packs_that_fit(stored, pack_size, multiple, algori
     kept = np.flatnonzero(runtime.kept)
     if kept.size == 0:
         return
-    packing = pack(LengthHistogram.from_samples(runtime.runtime[kept] + 1),
-                   PackingConfig(pack_size=pack_size, algorithm=algorithm, seed=seed, pad_seq_to_mult=multiple,
-                                 overlong="skip"))
+    packing = pack(
+        LengthHistogram.from_samples(runtime.runtime[kept] + 1),
+        PackingConfig(pack_size=pack_size, algorithm=algorithm, seed=seed, pad_seq_to_mult=multiple, overlong="skip"),
+    )
     slots = assign_slots(runtime.runtime, packing, seed, algorithm == "first_fit_shuffle")
     assert Counter(slots.tolist()) == Counter(kept.tolist())  # every record once
-    rows = build_rows(ids, mask, offsets[:-1], stored, slots, runtime.target[slots], packing.offsets, pad_id=0,
-                      mask_kind=mask_kind)
+    rows = build_rows(
+        ids, mask, offsets[:-1], stored, slots, runtime.target[slots], packing.offsets, pad_id=0, mask_kind=mask_kind
+    )
     assert rows.offsets.size - 1 == packing.num_packs
     # a pack's runtime tokens (each record one shorter: labels are the shifted input) fit the pack
     assert (np.diff(rows.offsets) - np.diff(rows.start_offsets) <= pack_size).all()
     for p in range(packing.num_packs):
-        row_ids = rows.ids[rows.offsets[p]:rows.offsets[p + 1]]
-        row_mask = rows.mask[rows.offsets[p]:rows.offsets[p + 1]]
-        starts = rows.seq_start[rows.start_offsets[p]:rows.start_offsets[p + 1]].tolist()
+        row_ids = rows.ids[rows.offsets[p] : rows.offsets[p + 1]]
+        row_mask = rows.mask[rows.offsets[p] : rows.offsets[p + 1]]
+        starts = rows.seq_start[rows.start_offsets[p] : rows.start_offsets[p + 1]].tolist()
         assert starts[0] == 0 and starts == sorted(starts) and starts[-1] < row_ids.size
         bounds = starts + [row_ids.size]
         for k, slot in enumerate(range(packing.offsets[p], packing.offsets[p + 1])):
@@ -95,10 +107,14 @@ def test_every_record_once_in_packs_that_fit(stored, pack_size, multiple, algori
             a, b = bounds[k], bounds[k + 1]
             assert b - a == runtime.target[r] == packing.items[slot] + 1
             keep = min(stored[r], b - a)
-            assert row_ids[a:a + keep].tolist() == ids[offsets[r]:offsets[r] + keep].tolist()
-            assert (row_ids[a + keep:b] == 0).all()
-            own = np.concatenate([mask[offsets[r]:offsets[r] + keep],
-                                  np.full(b - a - keep, 1 if mask_kind == "answer_start" else 0, np.int8)])
+            assert row_ids[a : a + keep].tolist() == ids[offsets[r] : offsets[r] + keep].tolist()
+            assert (row_ids[a + keep : b] == 0).all()
+            own = np.concatenate(
+                [
+                    mask[offsets[r] : offsets[r] + keep],
+                    np.full(b - a - keep, 1 if mask_kind == "answer_start" else 0, np.int8),
+                ]
+            )
             expect = np.concatenate([own[1:], [0]]) if mask_kind == "loss_mask" else own
             assert row_mask[a:b].tolist() == expect.tolist()
 
@@ -131,16 +147,21 @@ def test_ray_writes_the_same_bytes_as_the_local_engine(tmp_path):
     pytest.importorskip("ray")
     options = dict(pack_size=1024, rows_per_file=50, workers=2)
     local = prepare(str(tmp_path / "local"), PrepareOptions(**options), train=chat_job(), validation=sft_job())
-    remote = prepare(str(tmp_path / "ray"), PrepareOptions(engine="ray", **options), train=chat_job(),
-                     validation=sft_job())
+    remote = prepare(
+        str(tmp_path / "ray"), PrepareOptions(engine="ray", **options), train=chat_job(), validation=sft_job()
+    )
     assert files(tmp_path / "local") == files(tmp_path / "ray")
     assert len(local.splits[0].files) > 1 and remote.files == local.files
 
 
 def test_progress_reports_fractions_up_to_one(tmp_path):
     seen: list[tuple[str, float]] = []
-    prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1), train=sft_job(),
-            progress=lambda what, done: seen.append((what, done)))
+    prepare(
+        str(tmp_path / "out"),
+        PrepareOptions(pack_size=2048, workers=1),
+        train=sft_job(),
+        progress=lambda what, done: seen.append((what, done)),
+    )
     fractions = [f for _, f in seen]
     assert all(0.0 <= f <= 1.0 for f in fractions) and fractions[-1] == 1.0
     assert any("packing" in what for what, _ in seen) and any("wrote" in what for what, _ in seen)
@@ -150,13 +171,18 @@ def test_progress_reports_fractions_up_to_one(tmp_path):
 
 
 def test_a_repack_from_the_cache_equals_a_fresh_prepare(tmp_path):
-    prepare(str(tmp_path / "first"), PrepareOptions(pack_size=2048, workers=1), train=chat_job(),
-            validation=chat_job())
-    again = prepare(str(tmp_path / "repacked"), PrepareOptions(pack_size=1024, algorithm="column_generation",
-                                                              pad_seq_to_mult=4), from_cache=str(tmp_path / "first"))
-    fresh = prepare(str(tmp_path / "fresh"), PrepareOptions(pack_size=1024, algorithm="column_generation",
-                                                           pad_seq_to_mult=4, workers=1),
-                    train=chat_job(), validation=chat_job())
+    prepare(str(tmp_path / "first"), PrepareOptions(pack_size=2048, workers=1), train=chat_job(), validation=chat_job())
+    again = prepare(
+        str(tmp_path / "repacked"),
+        PrepareOptions(pack_size=1024, algorithm="column_generation", pad_seq_to_mult=4),
+        from_cache=str(tmp_path / "first"),
+    )
+    fresh = prepare(
+        str(tmp_path / "fresh"),
+        PrepareOptions(pack_size=1024, algorithm="column_generation", pad_seq_to_mult=4, workers=1),
+        train=chat_job(),
+        validation=chat_job(),
+    )
     assert files(tmp_path / "repacked") == files(tmp_path / "fresh")
     assert again.tokenize_seconds == 0 and fresh.tokenize_seconds > 0
     assert [s.records_read for s in again.splits] == [300, 300]
@@ -180,8 +206,9 @@ def test_sft_records_cut_for_another_length_are_not_repacked(tmp_path):
     prepare(str(tmp_path / "out"), PrepareOptions(pack_size=512, workers=1), train=sft_job())
     with pytest.raises(InputError, match="cut to 512 tokens when they were tokenized.*cut to 256"):
         prepare(str(tmp_path / "other"), PrepareOptions(pack_size=256), from_cache=str(tmp_path / "out"))
-    prepare(str(tmp_path / "same"), PrepareOptions(pack_size=1024, max_seq_length=512),
-            from_cache=str(tmp_path / "out"))  # a larger pack of the same records: allowed
+    prepare(
+        str(tmp_path / "same"), PrepareOptions(pack_size=1024, max_seq_length=512), from_cache=str(tmp_path / "out")
+    )  # a larger pack of the same records: allowed
     assert not (tmp_path / "other").exists()
 
 
@@ -264,9 +291,11 @@ def test_a_failure_leaves_nothing_half_written(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["data", "kept"] and os.listdir(tmp_path / "kept") == []
     with pytest.raises(InputError, match="inside the input folder"):
         prepare(str(data / "out"), PrepareOptions(pack_size=2048), train=sft_job(data))
-    result = prepare(str(tmp_path / "out"), PrepareOptions(pack_size=2048, workers=1),
-                     train=TokenizeJob(data=str(data / "a.jsonl"), tokenizer=TOKENIZER, on_bad="skip",
-                                       settings=SftSettings()))
+    result = prepare(
+        str(tmp_path / "out"),
+        PrepareOptions(pack_size=2048, workers=1),
+        train=TokenizeJob(data=str(data / "a.jsonl"), tokenizer=TOKENIZER, on_bad="skip", settings=SftSettings()),
+    )
     assert result.splits[0].records_read == 301 and result.splits[0].packed == 300
     assert result.splits[0].excluded[0]["count"] == 1
 
@@ -331,19 +360,31 @@ TAMPERED = {
     "unknown field": (lambda c: _tamper_meta(c, run="rm -rf /"), r"meta\.json, run: Extra inputs"),
     "tokens disagree": (lambda c: _tamper_meta(c, tokens=5), r"do not fit together or with its meta\.json"),
     "ids a FIFO": (lambda c: ((c / "ids.npy").unlink(), os.mkfifo(c / "ids.npy")), r"ids\.npy: not a regular file"),
-    "meta a symlink": (lambda c: ((c / "meta.json").rename(c / "m"), (c / "meta.json").symlink_to(c / "m")),
-                       r"meta\.json: not a regular file"),
+    "meta a symlink": (
+        lambda c: ((c / "meta.json").rename(c / "m"), (c / "meta.json").symlink_to(c / "m")),
+        r"meta\.json: not a regular file",
+    ),
     "sparse 400M records": (_sparse_offsets, r"offsets\.npy: claims 400,000,000 records"),
-    "ids cut short": (lambda c: os.truncate(c / "ids.npy", os.path.getsize(c / "ids.npy") - 4),
-                      r"ids\.npy: its header says"),
-    "offsets not monotone": (lambda c: _rewrite(c, "offsets", lambda a: a.__setitem__(2, a[1] - 1)),
-                             r"offsets\.npy: not a running total"),
-    "mask of 7": (lambda c: _rewrite(c, "mask", lambda a: a.__setitem__(slice(None), 7)),
-                  r"mask\.npy: holds the loss mask value 7"),
-    "negative id": (lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), -3)),
-                    r"ids\.npy: holds the token id -3"),
-    "id beyond the vocabulary": (lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), 1 << 30)),
-                                 r"ids\.npy: holds the token id 1,073,741,824, outside the tokenizer.s ids, \[0, "),
+    "ids cut short": (
+        lambda c: os.truncate(c / "ids.npy", os.path.getsize(c / "ids.npy") - 4),
+        r"ids\.npy: its header says",
+    ),
+    "offsets not monotone": (
+        lambda c: _rewrite(c, "offsets", lambda a: a.__setitem__(2, a[1] - 1)),
+        r"offsets\.npy: not a running total",
+    ),
+    "mask of 7": (
+        lambda c: _rewrite(c, "mask", lambda a: a.__setitem__(slice(None), 7)),
+        r"mask\.npy: holds the loss mask value 7",
+    ),
+    "negative id": (
+        lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), -3)),
+        r"ids\.npy: holds the token id -3",
+    ),
+    "id beyond the vocabulary": (
+        lambda c: _rewrite(c, "ids", lambda a: a.__setitem__(slice(None), 1 << 30)),
+        r"ids\.npy: holds the token id 1,073,741,824, outside the tokenizer.s ids, \[0, ",
+    ),
 }
 
 
@@ -390,22 +431,36 @@ def _longer_first_pack(folder: Path, split: str = "training") -> None:
 
 
 PREPARED_TAMPERED = {  # name: (what is done to a prepared folder, the one message reading it back gives)
-    "a training pack past the pack size": (_longer_first_pack, r"out, pack 0: is filled to 1,034 tokens, over the "
-                                                               r"pack size 1,024 its file names say"),
-    "a validation pack past the pack size": (lambda f: _longer_first_pack(f, "validation"),
-                                             r"validation_1024\.idx\.parquet, pack 0: is filled to 1,034 tokens"),
-    "metadata not JSON": (lambda f: (f / "1024_metadata.jsonl").write_text("{garbage"),
-                          r"1024_metadata\.jsonl: is not JSON"),
-    "metadata of another pack size": (lambda f: _edit_metadata(f, pack_size=4096),
-                                      r"entry 1: pack_size is 4,096, but the file is named for 1,024"),
-    "metadata with a negative factor": (lambda f: _edit_metadata(f, packing_factor=-2.5),
-                                        r"entry 1: packing_factor: input should be greater than 0"),
-    "metadata under the packs' sequences": (lambda f: _edit_metadata(f, every=True, max_samples_per_bin=1),
-                                            r"1024_metadata\.jsonl: says max_samples_per_bin 1, but a training pack "
-                                            r"holds \d+ sequences"),
-    "training files of two pack sizes": (lambda f: shutil.copy(f / "training_1024.idx.parquet",
-                                                               f / "training_2048.idx.parquet"),
-                                         r"holds training files of pack sizes 1,024, 2,048"),
+    "a training pack past the pack size": (
+        _longer_first_pack,
+        r"out, pack 0: is filled to 1,034 tokens, over the "
+        r"pack size 1,024 its file names say",
+    ),
+    "a validation pack past the pack size": (
+        lambda f: _longer_first_pack(f, "validation"),
+        r"validation_1024\.idx\.parquet, pack 0: is filled to 1,034 tokens",
+    ),
+    "metadata not JSON": (
+        lambda f: (f / "1024_metadata.jsonl").write_text("{garbage"),
+        r"1024_metadata\.jsonl: is not JSON",
+    ),
+    "metadata of another pack size": (
+        lambda f: _edit_metadata(f, pack_size=4096),
+        r"entry 1: pack_size is 4,096, but the file is named for 1,024",
+    ),
+    "metadata with a negative factor": (
+        lambda f: _edit_metadata(f, packing_factor=-2.5),
+        r"entry 1: packing_factor: input should be greater than 0",
+    ),
+    "metadata under the packs' sequences": (
+        lambda f: _edit_metadata(f, every=True, max_samples_per_bin=1),
+        r"1024_metadata\.jsonl: says max_samples_per_bin 1, but a training pack "
+        r"holds \d+ sequences",
+    ),
+    "training files of two pack sizes": (
+        lambda f: shutil.copy(f / "training_1024.idx.parquet", f / "training_2048.idx.parquet"),
+        r"holds training files of pack sizes 1,024, 2,048",
+    ),
 }
 
 

@@ -41,8 +41,13 @@ SOURCES = {"sft": "sft_sample.jsonl", "chat": "chat_sample.jsonl"}
 # SFT: 232 of 300 records cut by the dataset; chat: 15 longer than the pack. "prompt_completion": the SFT sample
 # through Bridge's prompt-completion preprocessing; "legacy": generated conversations in the <extra_id_*> format
 PACK = {"sft": 256, "chat": 1024, "prompt_completion": 256, "legacy": 512}
-PC_OPTIONS = dict(prompt_column="input", completion_column="output", prompt_template="Question: {prompt}\nAnswer:",
-                  separator=" ", add_bos=True)
+PC_OPTIONS = dict(
+    prompt_column="input",
+    completion_column="output",
+    prompt_template="Question: {prompt}\nAnswer:",
+    separator=" ",
+    add_bos=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +59,29 @@ def mb(tmp_path_factory):
     real = m.offline.tokenize_dataset
     memo: dict = {}
 
-    def tokenize_once(path, tokenizer, max_seq_length, seed, dataset_kwargs=None, pad_seq_to_mult=1,
-                      num_tokenizer_workers=-1, *, dataset_builder):
+    def tokenize_once(
+        path,
+        tokenizer,
+        max_seq_length,
+        seed,
+        dataset_kwargs=None,
+        pad_seq_to_mult=1,
+        num_tokenizer_workers=-1,
+        *,
+        dataset_builder,
+    ):
         key = (Path(path).read_bytes(), max_seq_length, pad_seq_to_mult, repr(sorted((dataset_kwargs or {}).items())))
         if key not in memo:
-            memo[key] = real(path, tokenizer, max_seq_length, seed, dataset_kwargs, pad_seq_to_mult,
-                             num_tokenizer_workers, dataset_builder=dataset_builder)
+            memo[key] = real(
+                path,
+                tokenizer,
+                max_seq_length,
+                seed,
+                dataset_kwargs,
+                pad_seq_to_mult,
+                num_tokenizer_workers,
+                dataset_builder=dataset_builder,
+            )
         return memo[key]
 
     m.offline.tokenize_dataset = tokenize_once  # prepare_gpt_sft_packed_data looks it up in its module
@@ -98,8 +120,20 @@ def data(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: int = 1,
-               loss_mode: str = "assistant", validation: bool = False, pack_size: int | None = None) -> Path:
+def mb_prepare(
+    mb,
+    mb_tok,
+    data: dict,
+    folder: Path,
+    fmt: str,
+    *,
+    algorithm: str,
+    seed: int,
+    pad: int = 1,
+    loss_mode: str = "assistant",
+    validation: bool = False,
+    pack_size: int | None = None,
+) -> Path:
     """Bridge's folder: what ``GPTSFTDatasetBuilder.prepare_packed_data`` writes (training, then validation, the
     metadata appended), through the real ``prepare_gpt_sft_packed_data``."""
     size = pack_size or PACK[fmt]
@@ -108,20 +142,43 @@ def mb_prepare(mb, mb_tok, data: dict, folder: Path, fmt: str, *, algorithm: str
     if fmt == "legacy":
         kwargs = {"chat": True, "use_hf_tokenizer_chat_template": False}
     if fmt == "prompt_completion":
-        kwargs = {"prompt_completion_config": mb.sft.sft_processing.PromptCompletionSFTPreprocessingConfig(
-            **PC_OPTIONS, loss_mode=loss_mode)}
+        kwargs = {
+            "prompt_completion_config": mb.sft.sft_processing.PromptCompletionSFTPreprocessingConfig(
+                **PC_OPTIONS, loss_mode=loss_mode
+            )
+        }
     key = "sft" if fmt == "prompt_completion" else fmt
-    for split, source in (("training", data[key]), ("validation", data[f"{key}-val"]))[:1 + validation]:
+    for split, source in (("training", data[key]), ("validation", data[f"{key}-val"]))[: 1 + validation]:
         mb.offline.prepare_gpt_sft_packed_data(
-            input_path=source, output_path=folder / f"{split}_{size}.idx.parquet",
-            output_metadata_path=folder / f"{size}_metadata.jsonl", packed_sequence_size=size, tokenizer=mb_tok,
-            max_seq_length=size, seed=seed, packing_algorithm=algorithm, dataset_kwargs=dict(kwargs),
-            pad_seq_to_mult=pad, num_tokenizer_workers=1, dataset_builder=mb.build_split)
+            input_path=source,
+            output_path=folder / f"{split}_{size}.idx.parquet",
+            output_metadata_path=folder / f"{size}_metadata.jsonl",
+            packed_sequence_size=size,
+            tokenizer=mb_tok,
+            max_seq_length=size,
+            seed=seed,
+            packing_algorithm=algorithm,
+            dataset_kwargs=dict(kwargs),
+            pad_seq_to_mult=pad,
+            num_tokenizer_workers=1,
+            dataset_builder=mb.build_split,
+        )
     return folder
 
 
-def ours(data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: int = 1, loss_mode: str = "assistant",
-         validation: bool = False, pack_size: int | None = None, **options):
+def ours(
+    data: dict,
+    folder: Path,
+    fmt: str,
+    *,
+    algorithm: str,
+    seed: int,
+    pad: int = 1,
+    loss_mode: str = "assistant",
+    validation: bool = False,
+    pack_size: int | None = None,
+    **options,
+):
     settings = ChatSettings(loss_mode=loss_mode) if fmt == "chat" else SftSettings()
     source, pack_size = fmt, pack_size or PACK[fmt]
     if fmt == "legacy":
@@ -129,11 +186,18 @@ def ours(data: dict, folder: Path, fmt: str, *, algorithm: str, seed: int, pad: 
     if fmt == "prompt_completion":
         settings = SftSettings(prompt_completion=PromptCompletion(**PC_OPTIONS, loss_mode=loss_mode))
         fmt = source = "sft"
-    jobs = {split: TokenizeJob(data=str(data[key]), tokenizer=str(TOKENIZER), fmt=fmt, settings=settings)
-            for split, key in (("train", source), ("validation", f"{source}-val"))[:1 + validation]}
+    jobs = {
+        split: TokenizeJob(data=str(data[key]), tokenizer=str(TOKENIZER), fmt=fmt, settings=settings)
+        for split, key in (("train", source), ("validation", f"{source}-val"))[: 1 + validation]
+    }
     options.setdefault("workers", 1)
-    return prepare(str(folder), PrepareOptions(pack_size=pack_size or PACK[fmt], algorithm=algorithm, seed=seed,
-                                               pad_seq_to_mult=pad, **options), **jobs)
+    return prepare(
+        str(folder),
+        PrepareOptions(
+            pack_size=pack_size or PACK[fmt], algorithm=algorithm, seed=seed, pad_seq_to_mult=pad, **options
+        ),
+        **jobs,
+    )
 
 
 FURTHER = pytest.mark.slow  # the further cases of a parametrized check: the full suite runs them
@@ -154,11 +218,29 @@ CASES = [  # (format, algorithm, seed, pad_seq_to_mult, loss mode, validation sp
 
 @pytest.mark.parametrize(("fmt", "algorithm", "seed", "pad", "loss_mode", "validation"), CASES)
 def test_identical_to_megatron_bridge(mb, mb_tok, data, tmp_path, fmt, algorithm, seed, pad, loss_mode, validation):
-    theirs = mb_prepare(mb, mb_tok, data, tmp_path / "mb", fmt, algorithm=algorithm, seed=seed, pad=pad,
-                        loss_mode=loss_mode, validation=validation)
+    theirs = mb_prepare(
+        mb,
+        mb_tok,
+        data,
+        tmp_path / "mb",
+        fmt,
+        algorithm=algorithm,
+        seed=seed,
+        pad=pad,
+        loss_mode=loss_mode,
+        validation=validation,
+    )
     state = np.random.get_state()[1].copy()
-    result = ours(data, tmp_path / "ours", fmt, algorithm=algorithm, seed=seed, pad=pad, loss_mode=loss_mode,
-                  validation=validation)
+    result = ours(
+        data,
+        tmp_path / "ours",
+        fmt,
+        algorithm=algorithm,
+        seed=seed,
+        pad=pad,
+        loss_mode=loss_mode,
+        validation=validation,
+    )
     assert np.array_equal(np.random.get_state()[1], state), "the caller's global RNG must be left alone"
     names = sorted(p.name for p in theirs.iterdir() if not p.name.endswith(".idx.info"))
     assert sorted(result.files) == names
@@ -194,8 +276,10 @@ def test_better_packers_same_sequences_fewer_packs(mb, mb_tok, data, tmp_path, f
     if algorithm == "column_generation":
         assert len(rows) == result.splits[0].lower_bound  # optimal here: the LP bound is met
     # the metadata Bridge's own create_packing_strategy computes from these packs (handed to it as an algorithm)
-    bins = [[b - a - 1 for a, b in zip(r["seq_start_id"], r["seq_start_id"][1:] + [len(r["input_ids"])],
-                                      strict=True)] for r in rows]
+    bins = [
+        [b - a - 1 for a, b in zip(r["seq_start_id"], r["seq_start_id"][1:] + [len(r["input_ids"])], strict=True)]
+        for r in rows
+    ]
     hist = np.bincount([x for b in bins for x in b], minlength=pack_size + 1).tolist()
     mb.algorithms.advisor_packs = lambda seqlens, size: bins
     try:
@@ -224,15 +308,17 @@ def _sequences(rows: list[dict]) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize("fmt", [pytest.param("sft", marks=FURTHER), "chat",
-                                 pytest.param("prompt_completion", marks=FURTHER)])
+@pytest.mark.parametrize(
+    "fmt", [pytest.param("sft", marks=FURTHER), "chat", pytest.param("prompt_completion", marks=FURTHER)]
+)
 def test_megatron_bridge_reads_and_collates_every_folder(mb, mb_tok, data, tmp_path, fmt):
     """Bridge's builder reads the advisor's files (one file; numbered shards by glob; column generation's packs)
     and collates every pack; the batches train on exactly the tokens Bridge's own preparation trains on."""
     size = PACK[fmt]
     mode = "completion" if fmt == "prompt_completion" else "assistant"
-    theirs = mb_prepare(mb, mb_tok, data, tmp_path / "mb", fmt, algorithm="first_fit_shuffle", seed=1234,
-                        loss_mode=mode)
+    theirs = mb_prepare(
+        mb, mb_tok, data, tmp_path / "mb", fmt, algorithm="first_fit_shuffle", seed=1234, loss_mode=mode
+    )
     single = tmp_path / "single"
     ours(data, single, fmt, algorithm="first_fit_shuffle", seed=1234, loss_mode=mode)
     sharded = tmp_path / "sharded"
@@ -245,8 +331,10 @@ def test_megatron_bridge_reads_and_collates_every_folder(mb, mb_tok, data, tmp_p
         totals = _collated(ds)
         assert totals["loss_tokens"] == expected["loss_tokens"] and totals["tokens"] == expected["tokens"], spec
         assert totals["max_seqlen"] <= size
-    assert len(oracle.reader(str(sharded / f"training_{size}_*.idx.parquet"), mb_tok, size, fmt=fmt)) \
+    assert (
+        len(oracle.reader(str(sharded / f"training_{size}_*.idx.parquet"), mb_tok, size, fmt=fmt))
         == got.splits[0].packs
+    )
     # the advisor's own reading of the folder (the loss weighting's loss tokens) counts what Bridge's collate trains on
     for folder in (single, sharded, theirs):
         hist = load_lengths(str(folder))

@@ -14,8 +14,10 @@ from advisor import processes
 def test_the_processes_carrying_an_owner_entry_are_found_and_only_they():
     entry = f"{processes._RAY_OWNER}=test-{os.getpid()}"
     # a child that starts a grandchild, both inheriting the entry; and a bystander without it
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); " \
-           "time.sleep(30)"
+    code = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+        "time.sleep(30)"
+    )
     env = {**os.environ, processes._RAY_OWNER: entry.split("=", 1)[1]}
     child = subprocess.Popen([sys.executable, "-c", code], env=env)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])

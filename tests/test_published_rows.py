@@ -28,8 +28,14 @@ def test_both_tables_are_whole():
     assert {row["precision"] for _, row in ROWS} == {"bf16", "fp8", "mxfp8", "nvfp4"}
 
 
-@pytest.mark.parametrize("table,row", ROWS, ids=[f"{n[:3]}-{r.get('release', '')}-{r['model']}-{r.get('system', '')}"
-                                                  f"-{r['precision']}-{r['gpus']}" for n, r in ROWS])
+@pytest.mark.parametrize(
+    "table,row",
+    ROWS,
+    ids=[
+        f"{n[:3]}-{r.get('release', '')}-{r['model']}-{r.get('system', '')}-{r['precision']}-{r['gpus']}"
+        for n, r in ROWS
+    ],
+)
 def test_estimate_answers_for_every_published_row(table, row):
     plan = plan_of_row(row, table)
     p = plan.parallel
@@ -49,8 +55,12 @@ DOCUMENTED = {"median": 0.078, "p90": 0.207, "max": 0.605}  # docs/step-time.md,
 
 
 def test_the_errors_over_every_published_row_are_the_documented_ones():
-    errors = np.array([abs(estimate(plan_of_row(row, table), CORPUS).time.step_seconds / float(row["step_seconds"])
-                           - 1) for table, row in ROWS])
+    errors = np.array(
+        [
+            abs(estimate(plan_of_row(row, table), CORPUS).time.step_seconds / float(row["step_seconds"]) - 1)
+            for table, row in ROWS
+        ]
+    )
     assert np.median(errors) <= DOCUMENTED["median"] + 5e-4
     assert np.percentile(errors, 90) <= DOCUMENTED["p90"] + 5e-4
     assert errors.max() <= DOCUMENTED["max"] + 5e-4

@@ -40,14 +40,15 @@ from advisor.ui import raw_data
 from advisor.ui import state as ui
 
 GOOD = b'{"input": "hello there", "output": "world"}\n'
-CHAT_GOOD = (b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n')
+CHAT_GOOD = b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
 TINY = raw_data.tokenizer_choices("")["tiny-bpe"]
 
 
 def run(path, fmt="sft", on_bad="skip", sample=None):
     settings = ChatSettings() if fmt == "chat" else SftSettings()
-    return tokenize(TokenizeJob(data=str(path), tokenizer=TINY, fmt=fmt, settings=settings, on_bad=on_bad),
-                    workers=1, sample=sample)
+    return tokenize(
+        TokenizeJob(data=str(path), tokenizer=TINY, fmt=fmt, settings=settings, on_bad=on_bad), workers=1, sample=sample
+    )
 
 
 def reasons(result) -> dict[str, tuple[int, str]]:
@@ -70,8 +71,9 @@ def test_an_over_long_gzip_line_is_one_bad_record_at_its_line_and_a_bomb_stops_a
     path.write_bytes(_one_line_gzip(40, os.urandom(1 << 19).hex().encode()))  # 40 MB of text, 2:1 compressed
     got = run(path)
     assert got.lengths.size == 2
-    assert reasons(got) == {"records left out: is 40.0 MB, over the 4 MB a record may have here":
-                            (1, "long.jsonl.gz, line 2")}
+    assert reasons(got) == {
+        "records left out: is 40.0 MB, over the 4 MB a record may have here": (1, "long.jsonl.gz, line 2")
+    }
     sampled = run(path, sample=2)  # --sample counts the records first: the same bounded read
     assert sampled.total_records == 3
     with pytest.raises(InputError, match=r"long.jsonl.gz, line 2: is 40.0 MB, over the 4 MB"):
@@ -79,31 +81,42 @@ def test_an_over_long_gzip_line_is_one_bad_record_at_its_line_and_a_bomb_stops_a
     bomb = tmp_path / "bomb.jsonl.gz"
     bomb.write_bytes(_one_line_gzip(400, b"a" * (1 << 20), 9))  # 400 MB of one letter in 400 kB
     got = run(bomb)
-    (reason, where), = reasons(got).items()
+    ((reason, where),) = reasons(got).items()
     assert got.lengths.size == 1 and where == (1, "bomb.jsonl.gz, line 2")
-    assert re.fullmatch(r"records left out: decompresses to over \d+ MB \(over 250 times the file's size, or the "
-                        r"limit: a decompression bomb\?\); the rest is not read", reason)
+    assert re.fullmatch(
+        r"records left out: decompresses to over \d+ MB \(over 250 times the file's size, or the "
+        r"limit: a decompression bomb\?\); the rest is not read",
+        reason,
+    )
 
 
 def test_a_small_zstd_bomb_is_refused_whole_before_a_record_is_parsed_and_a_cut_stream_ends_with_one_message(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     import zstandard
 
     import advisor.data.tokenize.records as records
 
     c = zstandard.ZstdCompressor(level=3).compressobj()
     chunk = b"b" * (1 << 20)
-    data = c.compress(GOOD + b'{"input": "') + b"".join(c.compress(chunk) for _ in range(400)) + \
-        c.compress(b'"}\n' + GOOD) + c.flush()
+    data = (
+        c.compress(GOOD + b'{"input": "')
+        + b"".join(c.compress(chunk) for _ in range(400))
+        + c.compress(b'"}\n' + GOOD)
+        + c.flush()
+    )
     (tmp_path / "bomb.jsonl.zst").write_bytes(data)
     # 4M short records in a few kB (the round-4 case): each a cheap record, together 25 s to parse to the limit
     (tmp_path / "many.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(GOOD * 4_000_000))
     parsed = []
     monkeypatch.setattr(records, "parse_record", lambda line: parsed.append(line))  # never reached
     for name in ("bomb.jsonl.zst", "many.jsonl.zst"):
-        with pytest.raises(InputError, match=rf"^{name}: no record could be tokenized \(1 records left out: "
-                           r"decompresses to over 64 MB \(over 250 times .* bomb\?\); not read, first at "
-                           rf"{name}, line 1\)"):
+        with pytest.raises(
+            InputError,
+            match=rf"^{name}: no record could be tokenized \(1 records left out: "
+            r"decompresses to over 64 MB \(over 250 times .* bomb\?\); not read, first at "
+            rf"{name}, line 1\)",
+        ):
             run(tmp_path / name)
         with pytest.raises(InputError, match=rf"^{name}, line 1: decompresses to over 64 MB"):
             run(tmp_path / name, on_bad="error")  # the file named once, not as its own folder
@@ -115,8 +128,7 @@ def test_a_small_zstd_bomb_is_refused_whole_before_a_record_is_parsed_and_a_cut_
     whole = zstandard.ZstdCompressor().compress(GOOD * 20_000)
     for cut in (5, len(whole) // 3, len(whole) - 3):
         (tmp_path / "cut.jsonl.zst").write_bytes(whole[:cut])
-        rows = [r for recs, _, bad in iter_records(plan_shards([str(tmp_path / "cut.jsonl.zst")])[0])
-                for r in bad]
+        rows = [r for recs, _, bad in iter_records(plan_shards([str(tmp_path / "cut.jsonl.zst")])[0]) for r in bad]
         assert len(rows) == 1 and "ends inside a frame (the file is truncated" in rows[0].reason, cut
 
 
@@ -126,7 +138,7 @@ def test_lines_are_read_in_bounded_pieces_whatever_the_cuts():
     def check(pieces, max_line, read_size):
         # no spaces, tabs or CRs: a line of only those is blank, and counted as such however long it is
         data = b"".join(pieces).translate(bytes.maketrans(b" \t\r", b"..."))
-        stream = [data[i:i + read_size] for i in range(0, len(data), read_size)]
+        stream = [data[i : i + read_size] for i in range(0, len(data), read_size)]
         reads = iter(stream)
         got = []
         for item in bounded_lines(lambda n: next(reads, b""), max_line):
@@ -163,35 +175,48 @@ def _split_nl(data: bytes, max_line: int):
 # ------------------------------------------------------------------------------------- one text decoder
 def test_lone_surrogates_and_invalid_bytes_are_bad_records_at_their_place(tmp_path):
     path = tmp_path / "sur.jsonl"
-    path.write_bytes(GOOD + b'{"input": "a\\ud800b", "output": "x"}\n' + b'{"input": "\\ud83d\\ude00", "output": "y"}\n'
-                     + b'{"input": "\xff", "output": "z"}\n' + GOOD)
+    path.write_bytes(
+        GOOD
+        + b'{"input": "a\\ud800b", "output": "x"}\n'
+        + b'{"input": "\\ud83d\\ude00", "output": "y"}\n'
+        + b'{"input": "\xff", "output": "z"}\n'
+        + GOOD
+    )
     got = run(path)
     assert got.lengths.size == 3 and got.sample_index.tolist() == [0, 2, 4]  # a valid pair is one character
     assert reasons(got) == {
         "records left out: holds a lone surrogate (\\ud800) in input: not UTF-8 text": (1, "sur.jsonl, line 2"),
-        "records left out: is not UTF-8 text (byte 11 of the line)": (1, "sur.jsonl, line 4")}
+        "records left out: is not UTF-8 text (byte 11 of the line)": (1, "sur.jsonl, line 4"),
+    }
     with pytest.raises(InputError, match=r"sur.jsonl, line 2: holds a lone surrogate"):
         run(path, on_bad="error")
     chat = tmp_path / "chat.jsonl"
-    chat.write_bytes(CHAT_GOOD + b'{"messages": [{"role": "user", "content": "\\udc00"}, '
-                     b'{"role": "assistant", "content": "x"}]}\n')
+    chat.write_bytes(
+        CHAT_GOOD + b'{"messages": [{"role": "user", "content": "\\udc00"}, {"role": "assistant", "content": "x"}]}\n'
+    )
     got = run(chat, fmt="chat")
     assert got.lengths.size == 1
-    assert reasons(got) == {"records left out: holds a lone surrogate (\\udc00) in messages[0].content: not UTF-8 "
-                            "text": (1, "chat.jsonl, line 2")}
+    assert reasons(got) == {
+        "records left out: holds a lone surrogate (\\udc00) in messages[0].content: not UTF-8 text": (
+            1,
+            "chat.jsonl, line 2",
+        )
+    }
 
 
 def test_parquet_and_arrow_binary_values_pass_the_same_decoder(tmp_path):
-    table = pa.table({"input": pa.array([b"good", b"\xff\xfe", "caf\u00e9".encode()], pa.binary()),
-                      "output": ["a", "b", "c"]})
+    table = pa.table(
+        {"input": pa.array([b"good", b"\xff\xfe", "caf\u00e9".encode()], pa.binary()), "output": ["a", "b", "c"]}
+    )
     pq.write_table(table, tmp_path / "b.parquet")
     with pa.ipc.new_stream(str(tmp_path / "b.arrow"), table.schema) as w:
         w.write_table(table)
     for name in ("b.parquet", "b.arrow"):
         got = run(tmp_path / name)
         assert got.sample_index.tolist() == [0, 2], name
-        assert reasons(got) == {"records left out: is not UTF-8 text in input (byte 0 of the value: 0xff)":
-                                (1, f"{name}, row 2")}
+        assert reasons(got) == {
+            "records left out: is not UTF-8 text in input (byte 0 of the value: 0xff)": (1, f"{name}, row 2")
+        }
 
 
 def test_the_decoder_agrees_with_utf8_on_any_string():
@@ -232,8 +257,11 @@ def test_parquet_list_and_dictionary_bombs_are_refused_on_the_command_line_path(
     # a writer that records no decoded string sizes: the bomb is caught while reading, as dictionaries
     from advisor.data import parquet_footer
 
-    monkeypatch.setattr(parquet_footer.RowGroup, "decoded_estimate",
-                        lambda g: sum(max(8 * c.num_values, c.uncompressed) for c in g.chunks))
+    monkeypatch.setattr(
+        parquet_footer.RowGroup,
+        "decoded_estimate",
+        lambda g: sum(max(8 * c.num_values, c.uncompressed) for c in g.chunks),
+    )
     monkeypatch.setattr("advisor.data.tokenize.records.MIN_BOMB_BYTES", 8 << 20)  # less text to tokenize first
     got = run(tmp_path / "dict.parquet")
     (reason, (count, where)), (unread, (rest, next_row)) = reasons(got).items()

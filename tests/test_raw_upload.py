@@ -40,8 +40,9 @@ def test_a_chat_upload_becomes_the_data_in_file_order():
 
 def test_an_upload_past_the_mask_budget_says_its_loss_mask_was_not_read(monkeypatch):
     monkeypatch.setattr(raw_data, "MAX_MASKED_RECORDS", 10)
-    hist = raw_data._tokenized(CHAT.read_bytes(), ".jsonl", "c.jsonl", str(raw_data.tokenizer_choices("")["tiny-bpe"]),
-                               "chat", 4096, None)
+    hist = raw_data._tokenized(
+        CHAT.read_bytes(), ".jsonl", "c.jsonl", str(raw_data.tokenizer_choices("")["tiny-bpe"]), "chat", 4096, None
+    )
     assert hist.loss_tokens is None and any("loss mask not read: 300 records, over the 10" in n for n in hist.notes)
 
 
@@ -62,8 +63,9 @@ def test_parquet_uploads_and_operator_folders(tmp_path):
     (operator / "ours").symlink_to(raw_data.BUNDLED / "tiny-bpe")
     assert set(raw_data.tokenizer_choices(str(operator))) == {"tiny-bpe", "ours"}
     state = _state()
-    assert raw_data.use_raw_upload(state, (tmp_path / "sft.parquet").read_bytes(), "sft.parquet", "ours", "sft",
-                                   512, env=str(operator))
+    assert raw_data.use_raw_upload(
+        state, (tmp_path / "sft.parquet").read_bytes(), "sft.parquet", "ours", "sft", 512, env=str(operator)
+    )
     assert state["hist"].num_samples == 300 and state["hist"].lengths.max() <= 512
     assert state["plan"].data.format == "sft"
 
@@ -109,21 +111,31 @@ def test_prompt_completion_and_legacy_chat_uploads(choice):
     from tests.test_tokenize_exact import legacy_records
 
     if choice.startswith("sft"):
-        records = [{"prompt": f"Question {k}: what is {k} plus {k}?", "completion": f"It is {2 * k}."}
-                   for k in range(40)]
+        records = [
+            {"prompt": f"Question {k}: what is {k} plus {k}?", "completion": f"It is {2 * k}."} for k in range(40)
+        ]
     else:
         records = [r for r in legacy_records(seed=4, n=40)[:40]]
     data = "".join(json.dumps(r) + "\n" for r in records).encode()
     state = _state()
-    assert raw_data.use_raw_upload(state, data, "mine.jsonl", "tiny-bpe", choice, 4096, env=""), \
-        state.get("upload_error")
+    assert raw_data.use_raw_upload(state, data, "mine.jsonl", "tiny-bpe", choice, 4096, env=""), state.get(
+        "upload_error"
+    )
     tokenizer = str(raw_data.tokenizer_choices("")["tiny-bpe"])
     with tempfile.TemporaryDirectory() as folder:
         path = f"{folder}/d.jsonl"
         open(path, "wb").write(data)
-        expected = tokenize(TokenizeJob(data=path, tokenizer=tokenizer, fmt=raw_data.FORMATS[choice],
-                                        settings=raw_data.settings_of(choice, 4096), on_bad="skip",
-                                        loss_tokens=True), workers=1)
+        expected = tokenize(
+            TokenizeJob(
+                data=path,
+                tokenizer=tokenizer,
+                fmt=raw_data.FORMATS[choice],
+                settings=raw_data.settings_of(choice, 4096),
+                on_bad="skip",
+                loss_tokens=True,
+            ),
+            workers=1,
+        )
     hist = state["hist"]
     assert hist.order.tolist() == expected.lengths.tolist() and hist.num_samples >= 25
     assert hist.loss_tokens is not None and 0.0 < hist.loss_fraction < 1.0

@@ -36,12 +36,15 @@ def test_a_closed_port_is_one_message_at_once(data, capsys):
     port = _closed_port()
     assert _run(data, "--engine", "ray", "--ray-address", f"ray://127.0.0.1:{port}") == 2
     err = capsys.readouterr().err
-    assert err == (f"error: --ray-address ray://127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (Connection "
-                   "refused); start the head with `ray start --head` (client port 10001) or check the address\n")
+    assert err == (
+        f"error: --ray-address ray://127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (Connection "
+        "refused); start the head with `ray start --head` (client port 10001) or check the address\n"
+    )
 
 
-@pytest.mark.parametrize("address", ["ray://", "ray://host", "ray://host:0", "ray://host:99999", "host:10001",
-                                     "ray://:10001", "ray://h:1x"])
+@pytest.mark.parametrize(
+    "address", ["ray://", "ray://host", "ray://host:0", "ray://host:99999", "host:10001", "ray://:10001", "ray://h:1x"]
+)
 def test_malformed_addresses_are_refused_by_form(data, address, capsys):
     assert _run(data, "--engine", "ray", "--ray-address", address) == 2
     assert "give ray://HOST:PORT" in capsys.readouterr().err

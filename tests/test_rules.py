@@ -14,8 +14,11 @@ from advisor.plan import PlanError, plan_from_dict
 
 
 def plan(**over):
-    raw = {"model": "llama3.1-8b", "parallel": {"gpus": 8},
-           "training": {"seq_length": 4096, "global_batch_samples": 64}}
+    raw = {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 8},
+        "training": {"seq_length": 4096, "global_batch_samples": 64},
+    }
     for section, fields in over.items():
         base = raw.get(section)
         raw[section] = {**base, **fields} if isinstance(base, dict) else fields
@@ -33,8 +36,9 @@ def find(findings, fid):
 def test_packing_mode_by_task():
     assert "packing.mode" not in ids(check(plan()))
     assert find(check(plan(packing={"mode": "none"})), "packing.mode").severity == "warning"
-    vlm = check(plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1},
-                     packing={"mode": "offline"}))
+    vlm = check(
+        plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1}, packing={"mode": "offline"})
+    )
     assert find(vlm, "packing.mode").severity == "error"
     vlm_ok = plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 4})
     assert "packing.mode" not in ids(check(vlm_ok))
@@ -42,12 +46,22 @@ def test_packing_mode_by_task():
     assert "packing.pretrain" not in ids(check(plan(training={"task": "pretrain"})))
 
 
-@pytest.mark.parametrize("mbs, batch, equivalent", [
-    (2, {"global_batch_samples": 64}, "training.micro_batch_size 1, packing.pack_size 8192"),
-    (2, {"global_batch_samples": None, "global_batch_size": 64},
-     "training.micro_batch_size 1, packing.pack_size 8192, training.global_batch_size 32 (packs)"),
-    (4, {"global_batch_samples": None, "global_batch_size": 64},
-     "training.micro_batch_size 1, packing.pack_size 16384, training.global_batch_size 16 (packs)")])
+@pytest.mark.parametrize(
+    "mbs, batch, equivalent",
+    [
+        (2, {"global_batch_samples": 64}, "training.micro_batch_size 1, packing.pack_size 8192"),
+        (
+            2,
+            {"global_batch_samples": None, "global_batch_size": 64},
+            "training.micro_batch_size 1, packing.pack_size 8192, training.global_batch_size 32 (packs)",
+        ),
+        (
+            4,
+            {"global_batch_samples": None, "global_batch_size": 64},
+            "training.micro_batch_size 1, packing.pack_size 16384, training.global_batch_size 16 (packs)",
+        ),
+    ],
+)
 def test_offline_packing_refuses_micro_batches_of_packs_and_names_bridges_equivalent(mbs, batch, equivalent):
     """Round 4 of issue 34: micro batch 2 under offline packing was accepted and exported as 1. Megatron-Bridge
     refuses it (ConfigContainer.validate) and prints the equivalent; the plan does the same, and the equivalent it
@@ -56,7 +70,8 @@ def test_offline_packing_refuses_micro_batches_of_packs_and_names_bridges_equiva
         plan(training={"micro_batch_size": mbs, **batch})
     assert f"training.micro_batch_size {mbs} under offline packing" in str(e.value) and equivalent in str(e.value)
     fixed = plan(training={"micro_batch_size": 1, **batch}).changed(
-        {"packing": {"pack_size": 4096 * mbs}, "training": {"seq_length": 4096 * mbs}})
+        {"packing": {"pack_size": 4096 * mbs}, "training": {"seq_length": 4096 * mbs}}
+    )
     if batch.get("global_batch_size"):  # in packs: the equivalent's pack tokens a step equal the refused plan's
         fixed = fixed.changed({"training": {"global_batch_size": 64 // mbs}})
         assert fixed.pack_size * fixed.training.global_batch_size == 4096 * 64
@@ -105,8 +120,18 @@ def test_cp_divisibility_on_both_sides():
     assert "cp.seq_length" not in ids(check(plan(training={"seq_length": 4098})))  # CP = 1: no rule
 
 
-@pytest.mark.parametrize("tp,cp,sp,expected", [(1, 1, False, 1), (1, 2, False, 4), (2, 2, False, 4),
-                                                (2, 2, True, 4), (4, 2, True, 8), (4, 3, True, 12), (8, 1, True, 8)])
+@pytest.mark.parametrize(
+    "tp,cp,sp,expected",
+    [
+        (1, 1, False, 1),
+        (1, 2, False, 4),
+        (2, 2, False, 4),
+        (2, 2, True, 4),
+        (4, 2, True, 8),
+        (4, 3, True, 12),
+        (8, 1, True, 8),
+    ],
+)
 def test_padding_multiple_is_the_lcm(tp, cp, sp, expected):
     p = plan(parallel={"gpus": tp * cp * 2, "tp": tp, "cp": cp, "sp": sp})
     assert p.collate_padding_multiple == expected
@@ -138,8 +163,9 @@ def test_sliding_window_needs_a2a_or_all_gather():
     model = {"preset": "llama3.1-8b", "window_size": 4096}
     bad = check(plan(model=model, parallel={"gpus": 8, "cp": 2}))
     assert find(bad, "cp.sliding_window").severity == "error"
-    assert "cp.sliding_window" not in ids(check(plan(model=model, parallel={"gpus": 8, "cp": 2,
-                                                                           "cp_comm_type": "all_gather"})))
+    assert "cp.sliding_window" not in ids(
+        check(plan(model=model, parallel={"gpus": 8, "cp": 2, "cp_comm_type": "all_gather"}))
+    )
 
 
 def test_hierarchical_cp_advice_for_large_cp():
@@ -191,8 +217,17 @@ def test_the_straggler_warning_says_the_modelled_factor_the_step_time_carries(ch
 
     hist = chat.scale_model(20_000)
     for gpus, batch in ((16, 16), (64, 64)):
-        a = analyze(plan_from_dict({"version": 2, "model": "llama3.1-8b", "parallel": {"gpus": gpus},
-                                    "training": {"seq_length": 8192, "global_batch_size": batch}}), hist)
+        a = analyze(
+            plan_from_dict(
+                {
+                    "version": 2,
+                    "model": "llama3.1-8b",
+                    "parallel": {"gpus": gpus},
+                    "training": {"seq_length": 8192, "global_batch_size": batch},
+                }
+            ),
+            hist,
+        )
         factor = a.estimate.time.straggler_factor
         found = [f for f in a.findings if f.id == "data.stragglers"]
         assert bool(found) == (factor >= 1.05), factor
@@ -208,15 +243,20 @@ def test_fixed_length_with_pp_or_ep():
 
 def test_mtp_and_model_families():
     assert find(check(plan(model={"preset": "llama3.1-8b", "mtp_num_layers": 1})), "compat.mtp").severity == "error"
-    assert "compat.mtp" not in ids(check(plan(model={"preset": "llama3.1-8b", "mtp_num_layers": 1},
-                                              packing={"mode": "none"})))
+    assert "compat.mtp" not in ids(
+        check(plan(model={"preset": "llama3.1-8b", "mtp_num_layers": 1}, packing={"mode": "none"}))
+    )
     assert "compat.family" in ids(check(plan(model={"preset": "llama3.1-8b", "family": "qwen3-omni"})))
 
 
 def test_errors_come_first_and_each_has_a_source():
-    findings = check(plan(model="qwen2.5-vl-7b", training={"task": "vlm-sft", "micro_batch_size": 1,
-                                                           "global_batch_samples": 64,
-                                    "cuda_graphs": True}, parallel={"gpus": 8, "cp": 2}))
+    findings = check(
+        plan(
+            model="qwen2.5-vl-7b",
+            training={"task": "vlm-sft", "micro_batch_size": 1, "global_batch_samples": 64, "cuda_graphs": True},
+            parallel={"gpus": 8, "cp": 2},
+        )
+    )
     severities = [f.severity for f in findings]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
     assert all(f.source and f.reason and f.message for f in findings)
@@ -225,9 +265,15 @@ def test_errors_come_first_and_each_has_a_source():
 # ---------------------------------------------------------------------------------------------- memory
 def long_context_plan(**parallel):
     """The issue's plan: Llama 3.1 8B on 16 H100s at 128k, TP 1, CP 8, on the bundled long-context sample."""
-    return plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8, **parallel},
-                           "training": {"seq_length": 131072, "global_batch_samples": 64},
-                           "packing": {"mode": "offline", "pack_size": 131072}, "hardware": {"gpu": "H100-80GB"}})
+    return plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "tp": 1, "cp": 8, **parallel},
+            "training": {"seq_length": 131072, "global_batch_samples": 64},
+            "packing": {"mode": "offline", "pack_size": 131072},
+            "hardware": {"gpu": "H100-80GB"},
+        }
+    )
 
 
 def test_a_plan_that_does_not_fit_is_an_error_whose_fixes_fit(long_context):
@@ -267,8 +313,14 @@ def test_memory_boundary_is_the_gpus_capacity(long_context):
 def test_no_fitting_change_is_an_error_without_a_fix(squad):
     from advisor.analysis import analyze
 
-    p = plan_from_dict({"model": "llama3.1-70b", "parallel": {"gpus": 1},
-                        "training": {"seq_length": 384, "global_batch_samples": 8}, "hardware": {"gpu": "A100-40GB"}})
+    p = plan_from_dict(
+        {
+            "model": "llama3.1-70b",
+            "parallel": {"gpus": 1},
+            "training": {"seq_length": 384, "global_batch_samples": 8},
+            "hardware": {"gpu": "A100-40GB"},
+        }
+    )
     (f,) = [f for f in analyze(p, squad).findings if f.id.startswith("memory.")]
     assert f.severity == "error" and not f.fix and "no change of recompute, CP, TP, PP or pack size" in f.message
 
@@ -280,23 +332,37 @@ def test_full_recompute_is_not_undone_where_selective_overflows(long_context):
     f = find(analyze(full, long_context).findings, "long_context.recompute")
     assert not f.fix and "does not fit" in f.reason
     roomy = long_context_plan(gpus=64, cp=32).changed({"training": {"recompute": "full"}})
-    assert find(analyze(roomy, long_context).findings, "long_context.recompute").fix == \
-        {"training": {"recompute": "selective"}}
+    assert find(analyze(roomy, long_context).findings, "long_context.recompute").fix == {
+        "training": {"recompute": "selective"}
+    }
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(model=st.sampled_from(["llama3.1-8b", "llama3.1-70b"]), seq=st.sampled_from([32768, 65536, 131072]),
-       tp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2]),
-       recompute=st.sampled_from(["none", "selective"]), fmt=st.sampled_from(["sft", "chat"]))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    model=st.sampled_from(["llama3.1-8b", "llama3.1-70b"]),
+    seq=st.sampled_from([32768, 65536, 131072]),
+    tp=st.sampled_from([1, 2]),
+    cp=st.sampled_from([1, 2, 4, 8]),
+    dp=st.sampled_from([1, 2]),
+    recompute=st.sampled_from(["none", "selective"]),
+    fmt=st.sampled_from(["sft", "chat"]),
+)
 def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model, seq, tp, cp, dp, recompute, fmt):
     """Long-context layouts on the long-context sample: whenever a plan does not fit, each fix offered makes it fit
     (the full estimate, not the rule's bound), keeps seq_length and the samples per step, and is a fixed point."""
     from advisor.analysis import analyze
 
-    p = plan_from_dict({"model": model, "parallel": {"gpus": tp * cp * dp, "tp": tp, "cp": cp, "sp": tp > 1},
-                        "training": {"seq_length": seq, "global_batch_samples": 32, "recompute": recompute},
-                        "packing": {"mode": "offline"}, "data": {"format": fmt}})
+    p = plan_from_dict(
+        {
+            "model": model,
+            "parallel": {"gpus": tp * cp * dp, "tp": tp, "cp": cp, "sp": tp > 1},
+            "training": {"seq_length": seq, "global_batch_samples": 32, "recompute": recompute},
+            "packing": {"mode": "offline"},
+            "data": {"format": fmt},
+        }
+    )
     a = analyze(p, long_context)
     memory = [f for f in a.findings if f.id.startswith("memory.")]
     assert bool(memory) == (not a.estimate.memory.fits)

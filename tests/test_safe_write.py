@@ -116,8 +116,9 @@ def test_folder_must_be_new_or_empty_unless_forced(tmp_path):
     message = _refused(check_output_folder, str(out), names=["trial.json"])
     assert message.endswith("out: is a folder that is not empty; pass --force to write into it")
     (out / "trial.json").symlink_to(tmp_path / "elsewhere")
-    assert "trial.json: is a symlink; not followed" in _refused(check_output_folder, str(out), force=True,
-                                                                 names=["trial.json"])
+    assert "trial.json: is a symlink; not followed" in _refused(
+        check_output_folder, str(out), force=True, names=["trial.json"]
+    )
     assert make_folder(str(tmp_path / "new" / "deeper")) == str(tmp_path / "new" / "deeper")
     assert (tmp_path / "new" / "deeper").is_dir() and (out / "notes.txt").read_bytes() == b"mine\n"
     (tmp_path / "file").write_text("x")
@@ -163,16 +164,29 @@ def test_export_lengths_csv_existing_needs_force(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.strip().endswith("lengths.csv: exists; pass --force to overwrite it") and "--lengths-csv" in err
     assert target.read_bytes() == b"original\n"
-    assert main(["export", str(PLAN), "--format", "megatron-lm", "--lengths-csv", str(target), "--force",
-                 "--quiet"]) == 0
+    assert (
+        main(["export", str(PLAN), "--format", "megatron-lm", "--lengths-csv", str(target), "--force", "--quiet"]) == 0
+    )
     assert target.read_text().splitlines()[0] == "length"
 
 
 def test_export_never_overwrites_its_own_lengths_file(tmp_path, capsys):
     lengths = tmp_path / "in.csv"
     lengths.write_bytes(SQUAD.read_bytes())
-    code = main(["export", str(PLAN), "--lengths", str(lengths), "--format", "megatron-lm", "--lengths-csv",
-                 str(lengths), "--force", "--quiet"])
+    code = main(
+        [
+            "export",
+            str(PLAN),
+            "--lengths",
+            str(lengths),
+            "--format",
+            "megatron-lm",
+            "--lengths-csv",
+            str(lengths),
+            "--force",
+            "--quiet",
+        ]
+    )
     assert code == 2 and "is the input" in capsys.readouterr().err
     assert lengths.read_bytes() == SQUAD.read_bytes()
 
@@ -200,12 +214,16 @@ def test_tokenize_output_refusals_come_before_the_work(tmp_path, capsys):
     victim = tmp_path / "victim"
     victim.write_bytes(b"v\n")
     (tmp_path / "link.csv").symlink_to(victim)
-    cases = [(existing, [], "lengths.csv: exists; pass --force to overwrite it"),
-             (data, ["--force"], "is the input"), (tmp_path / "link.csv", ["--force"], "is a symlink; not followed"),
-             ("/dev/null", ["--force"], "/dev/null: a system folder; not written")]
+    cases = [
+        (existing, [], "lengths.csv: exists; pass --force to overwrite it"),
+        (data, ["--force"], "is the input"),
+        (tmp_path / "link.csv", ["--force"], "is a symlink; not followed"),
+        ("/dev/null", ["--force"], "/dev/null: a system folder; not written"),
+    ]
     for target, extra, expected in cases:
-        code = main(["tokenize", str(data), "--tokenizer", str(tmp_path / "none"), "-o", str(target), *extra,
-                     "--quiet"])
+        code = main(
+            ["tokenize", str(data), "--tokenizer", str(tmp_path / "none"), "-o", str(target), *extra, "--quiet"]
+        )
         err = capsys.readouterr().err
         assert code == 2 and expected in err and err.startswith("error: -o "), err
     assert existing.read_bytes() == b"old\n" and victim.read_bytes() == b"v\n"

@@ -91,9 +91,14 @@ def test_many_gpus_and_short_sequences_compare_at_the_work_the_plan_runs(gpus, s
     than 128 samples. Held to 128, the search could only shrink DP with CP 16-32 on short sequences and
     recommended layouts 80-95 % slower; it now holds the work the plan really runs, and recommends only faster."""
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": gpus, "tp": 2, "sp": True},
-                           "training": {"seq_length": seq_length, "global_batch_samples": 128},
-                           "packing": {"mode": "offline", "pack_size": seq_length}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": gpus, "tp": 2, "sp": True},
+            "training": {"seq_length": seq_length, "global_batch_samples": 128},
+            "packing": {"mode": "offline", "pack_size": seq_length},
+        }
+    )
     result = search(plan, squad, top=5)
     base = result.baseline
     assert base.global_batch_packs == plan.dp and base.effective_samples_per_step > 128 * 1.05
@@ -109,9 +114,14 @@ def test_many_gpus_and_short_sequences_compare_at_the_work_the_plan_runs(gpus, s
 
 def test_recommended_is_never_slower_than_a_viable_plan():
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 256, "tp": 4, "sp": True},
-                           "training": {"seq_length": 512, "global_batch_samples": 128},
-                           "packing": {"mode": "offline", "pack_size": 512}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 256, "tp": 4, "sp": True},
+            "training": {"seq_length": 512, "global_batch_samples": 128},
+            "packing": {"mode": "offline", "pack_size": 512},
+        }
+    )
     result = search(plan, squad, top=50)
     slower = tuple(c for c in result.best if c.tokens_per_second_per_gpu < result.baseline.tokens_per_second_per_gpu)
     assert slower and result.baseline.viable, "this plan has slower candidates to test with"
@@ -130,8 +140,14 @@ def test_the_search_keeps_only_its_best_candidates_alive():
     from advisor.model.estimate import estimate
 
     squad = load_lengths(str(ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"))
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 64, "tp": 2},
-                           "training": {"seq_length": 512, "global_batch_samples": 256}, "packing": {"mode": "online"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 64, "tp": 2},
+            "training": {"seq_length": 512, "global_batch_samples": 256},
+            "packing": {"mode": "online"},
+        }
+    )
     made, peak = [], [0]
 
     def estimator(p):  # counts the estimates still held while the search runs (its peak memory)
@@ -177,11 +193,20 @@ def _layout_rules_hold(c, plan, hist):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gpus=st.integers(1, 64), model=st.sampled_from(["llama3.1-8b", "qwen3-8b"]),
-       seq_length=st.sampled_from([1024, 2048, 4096]), batch=st.sampled_from([16, 64, 256]))
+@given(
+    gpus=st.integers(1, 64),
+    model=st.sampled_from(["llama3.1-8b", "qwen3-8b"]),
+    seq_length=st.sampled_from([1024, 2048, 4096]),
+    batch=st.sampled_from([16, 64, 256]),
+)
 def test_every_candidate_is_a_layout_megatron_accepts_on_the_same_gpus(gpus, model, seq_length, batch):
-    plan = plan_from_dict({"model": model, "parallel": {"gpus": gpus},
-                           "training": {"seq_length": seq_length, "global_batch_samples": batch}})
+    plan = plan_from_dict(
+        {
+            "model": model,
+            "parallel": {"gpus": gpus},
+            "training": {"seq_length": seq_length, "global_batch_samples": batch},
+        }
+    )
     result = search(plan, SMALL, top=100)
     for c in result.best:
         _layout_rules_hold(c, plan, SMALL)
@@ -202,13 +227,19 @@ def test_candidates_are_ranked_by_the_tokens_per_second_their_estimate_predicts(
         packing = again.packing
         real_per_pack = packing.metrics.real_tokens / packing.num_packs
         assert again.time.tokens_per_second_per_gpu == pytest.approx(
-            c.global_batch_packs * real_per_pack / again.time.step_seconds / c.plan.parallel.gpus, rel=1e-9)
+            c.global_batch_packs * real_per_pack / again.time.step_seconds / c.plan.parallel.gpus, rel=1e-9
+        )
 
 
 def test_candidates_over_memory_are_evaluated_counted_and_never_returned(chat):
     """Qwen3 32B at 8k on 16 GPUs: most layouts need more than 80 GiB; the viable ones are exactly the returned."""
-    plan = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"}})
+    plan = plan_from_dict(
+        {
+            "model": "qwen3-32b",
+            "parallel": {"gpus": 16, "tp": 8, "sp": True},
+            "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"},
+        }
+    )
     seen, estimator = _recording(chat)
     result = search(plan, chat, top=100, estimator=estimator)
     assert seen[0].plan == plan and result.evaluated == len(seen) - 1  # every candidate counted once
@@ -219,17 +250,26 @@ def test_candidates_over_memory_are_evaluated_counted_and_never_returned(chat):
     assert result.baseline.global_batch_packs > plan.dp  # so the search holds the 128 samples asked for
     target = 128
     cut = result.baseline.estimate.packing.runtime
-    viable = {_layout(e.plan) for e in seen[1:] if e.memory.total <= e.memory.capacity
-              and not [f for f in check(e.plan, e.packing, e.memory) if f.severity == "error"]
-              and e.packing.runtime.tokens_truncated + e.packing.runtime.tokens_skipped
-              <= cut.tokens_truncated + cut.tokens_skipped
-              and abs(e.plan.effective_samples_per_step(e.packing.packing_factor) / target - 1) <= BATCH_TOLERANCE}
+    viable = {
+        _layout(e.plan)
+        for e in seen[1:]
+        if e.memory.total <= e.memory.capacity
+        and not [f for f in check(e.plan, e.packing, e.memory) if f.severity == "error"]
+        and e.packing.runtime.tokens_truncated + e.packing.runtime.tokens_skipped
+        <= cut.tokens_truncated + cut.tokens_skipped
+        and abs(e.plan.effective_samples_per_step(e.packing.packing_factor) / target - 1) <= BATCH_TOLERANCE
+    }
     assert viable and returned == viable
 
 
 def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_changes(chat):
-    fits = plan_from_dict({"model": "qwen3-32b", "parallel": {"gpus": 16, "tp": 8, "sp": True},
-                           "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"}})
+    fits = plan_from_dict(
+        {
+            "model": "qwen3-32b",
+            "parallel": {"gpus": 16, "tp": 8, "sp": True},
+            "training": {"seq_length": 8192, "global_batch_samples": 128, "recompute": "full"},
+        }
+    )
     over = fits.changed({"parallel": {"tp": 4}, "training": {"recompute": "selective"}})
     for plan in (fits, over):
         result = search(plan, chat, top=10)
@@ -238,8 +278,11 @@ def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_ch
         p = plan.parallel
         for c in result.best:
             q = c.plan.parallel
-            for label, old, new in (("TP", p.tp, q.tp), ("CP", p.cp, q.cp), ("pack size", plan.pack_size,
-                                                                              c.plan.pack_size)):
+            for label, old, new in (
+                ("TP", p.tp, q.tp),
+                ("CP", p.cp, q.cp),
+                ("pack size", plan.pack_size, c.plan.pack_size),
+            ):
                 assert (f"{label} {old}->{new}" in c.why) == (old != new), (label, c.why)
     # the plan that fits is the baseline as it is; the one that does not is explained and never recommended
     assert search(fits, chat).baseline.why == "your plan"
@@ -251,8 +294,10 @@ def test_the_users_own_layout_is_the_baseline_and_each_candidate_says_what_it_ch
 def test_precision_gpu_and_fsdp_stay_fixed_unless_freed(chat):
     plan = _plan(hardware={"gpu": "B200"})
     fixed = search(plan, chat, top=20)
-    assert all((c.plan.hardware.gpu, c.plan.training.precision, c.plan.parallel.fsdp) == ("B200", "bf16", False)
-               for c in fixed.best)
+    assert all(
+        (c.plan.hardware.gpu, c.plan.training.precision, c.plan.parallel.fsdp) == ("B200", "bf16", False)
+        for c in fixed.best
+    )
     freed = search(plan, chat, top=40, vary={"precision", "fsdp"})
     precisions = {c.plan.training.precision for c in freed.best}
     assert {"fp8", "mxfp8", "nvfp4"} & precisions and all(c.plan.hardware.gpu == "B200" for c in freed.best)

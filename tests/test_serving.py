@@ -37,8 +37,13 @@ def test_readme_start_command_binds_loopback_only():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # the README's command is `streamlit run app.py`; only the port is given here (config.toml sets the rest)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 90
         while time.time() < deadline:

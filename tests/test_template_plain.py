@@ -35,48 +35,61 @@ QWEN_LIKE = (
     "{%- set tool_call = tool_call.function if tool_call.function else tool_call %}"
     "{{- '\\n<tool_call>\\n' }}{{- tool_call.arguments|tojson }}{{- '\\n</tool_call>' }}{%- endfor %}{%- endif %}"
     "{{- '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-REAL = {p.stem: p.read_text(encoding="utf-8")
-        for p in sorted((Path(__file__).parent / "fixtures" / "chat_templates").glob("*.jinja"))}
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+REAL = {
+    p.stem: p.read_text(encoding="utf-8")
+    for p in sorted((Path(__file__).parent / "fixtures" / "chat_templates").glob("*.jinja"))
+}
 # the real templates that pass (the others use |list of a variable, tojson of one into itself, macros...)
-REAL_PLAIN = ("Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B", "deepseek-ai-DeepSeek-V3.1", "google-gemma-2-2b-it",
-              "ibm-granite-granite-3.3-2B-Instruct", "meta-llama-Llama-3.1-8B-Instruct",
-              "microsoft-Phi-3.5-mini-instruct")
-REAL_LIKE = {"bundled (Llama 3.1 style)": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE, "qwen-like": QWEN_LIKE,
-             **{name: REAL[name] for name in REAL_PLAIN}}
+REAL_PLAIN = (
+    "Qwen-Qwen2.5-7B-Instruct",
+    "Qwen-Qwen3-0.6B",
+    "deepseek-ai-DeepSeek-V3.1",
+    "google-gemma-2-2b-it",
+    "ibm-granite-granite-3.3-2B-Instruct",
+    "meta-llama-Llama-3.1-8B-Instruct",
+    "microsoft-Phi-3.5-mini-instruct",
+)
+REAL_LIKE = {
+    "bundled (Llama 3.1 style)": CHAT_TEMPLATE,
+    "plain": PLAIN_TEMPLATE,
+    "qwen-like": QWEN_LIKE,
+    **{name: REAL[name] for name in REAL_PLAIN},
+}
 
 # blow-ups with none of *, **, %, range or macros: only the growth rule can see them
 GROWTH = {
     "doubling by +": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s + ns.s %}"
-                     "{% endfor %}{{ ns.s }}",
+    "{% endfor %}{{ ns.s }}",
     "doubling through a second name": "{% set ns = namespace(s='ab') %}{% for m in messages %}"
-                                      "{% set t = ns.s %}{% set ns.s = t + ns.s %}{% endfor %}",
+    "{% set t = ns.s %}{% set ns.s = t + ns.s %}{% endfor %}",
     "repr growth by tojson": "{% set ns = namespace(s='\\\\') %}{% for m in messages %}{% set ns.s = ns.s|tojson %}"
-                             "{% endfor %}{{ ns.s }}",
+    "{% endfor %}{{ ns.s }}",
     "repr growth by ~ and split": "{% set ns = namespace(s='a b') %}{% for m in messages %}"
-                                  "{% set ns.s = (ns.s ~ '').split() %}{% endfor %}{{ ns.s }}",
+    "{% set ns.s = (ns.s ~ '').split() %}{% endfor %}{{ ns.s }}",
     "nested references": "{% set ns = namespace(s='x') %}{% for m in messages %}{% set ns.s = [ns.s, ns.s] %}"
-                         "{% endfor %}{{ ns.s }}",
+    "{% endfor %}{{ ns.s }}",
     "a loop over itself": "{% set ns = namespace(l=[1]) %}{% for m in messages %}{% for x in ns.l %}"
-                          "{% set ns.l = ns.l + [x] %}{% endfor %}{% endfor %}{{ ns.l|length }}",
+    "{% set ns.l = ns.l + [x] %}{% endfor %}{% endfor %}{{ ns.l|length }}",
     "default of itself": "{% set ns = namespace(s='ab') %}{% for m in messages %}"
-                         "{% set ns.s = ns.s|default('') + ns.s|default('') %}{% endfor %}",
+    "{% set ns.s = ns.s|default('') + ns.s|default('') %}{% endfor %}",
     "string filter": "{% set ns = namespace(s=['\\\\']) %}{% for m in messages %}{% set ns.s = ns.s|string %}"
-                     "{% endfor %}",
+    "{% endfor %}",
     "join of itself": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s|join(ns.s) %}"
-                      "{% endfor %}",
+    "{% endfor %}",
     "map of a filter": "{{ messages|map('tojson')|list }}",
     "a wide join": "{{ messages|map(attribute='content')|join(messages[0].content) }}",
     "a block set": "{% set x %}{% for m in messages %}{{ m.content }}{% endfor %}{% endset %}{{ x }}",
     # found by review: copies in one expression, loops over written lists, loop variables
     "many copies in one expression": "{% set c = messages[0].content %}{{ ([" + ",".join(["c"] * 200) + "]|join)"
-                                     "|length }}",
+    "|length }}",
     "map with a variable default": "{% for m in messages %}{{ (m.content|list|map(attribute='z', "
-                                   "default=m.content)|join)|length }}{% endfor %}",
+    "default=m.content)|join)|length }}{% endfor %}",
     "a loop over a written list": "{% for a in [messages[0].content] %}{% for b in [[a, a]] %}{% for c in [[b, b]] %}"
-                                  "{{ c|tojson }}{% endfor %}{% endfor %}{% endfor %}",
+    "{{ c|tojson }}{% endfor %}{% endfor %}{% endfor %}",
     "previtem": "{% set ns = namespace(s='ab') %}{% for m in messages %}{% for x in ns.s.split() %}"
-                "{% set ns.s = loop.previtem + x %}{% endfor %}{% endfor %}",
+    "{% set ns.s = loop.previtem + x %}{% endfor %}{% endfor %}",
     "% of text": "{{ messages[0].content % 2 }}",
     "a long replacement": "{{ messages[0].content|replace('a', 'aa') }}",
 }
@@ -150,13 +163,17 @@ def _off_main_thread(fn):
 
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
-MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool"]),
-                                 "content": st.one_of(TEXT, st.none())})
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.one_of(TEXT, st.none())}
+)
 
 
 @settings(max_examples=60, deadline=None)
-@given(conversation=st.lists(MESSAGE, min_size=1, max_size=6), tools=st.sampled_from([None, TOOLS]),
-       name=st.sampled_from(sorted(REAL_LIKE)))
+@given(
+    conversation=st.lists(MESSAGE, min_size=1, max_size=6),
+    tools=st.sampled_from([None, TOOLS]),
+    name=st.sampled_from(sorted(REAL_LIKE)),
+)
 def test_plain_renders_equal_the_boxed_ones(conversation, tools, name):
     """The same text (or the same error) with and without the hooks, for every prefix of the conversation."""
     template = REAL_LIKE[name]
@@ -193,8 +210,10 @@ def test_the_output_cap_stops_a_plain_template():
 
 @pytest.mark.slow  # waits for its deadline
 def test_the_deadline_stops_a_plain_template():
-    template = ("{% for a in messages %}{% for b in messages %}{% for c in messages %}{% if a == c %}{% endif %}"
-                "{% endfor %}{% endfor %}{% endfor %}")
+    template = (
+        "{% for a in messages %}{% for b in messages %}{% for c in messages %}{% if a == c %}{% endif %}"
+        "{% endfor %}{% endfor %}{% endfor %}"
+    )
     assert plain_ok(template)
     with pytest.raises(TemplateLimit, match="over 0.5 s"):
         render_chat(template, [{"role": "user", "content": "x"}] * 2000, seconds=0.5)

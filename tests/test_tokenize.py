@@ -30,8 +30,10 @@ from advisor.packing.sampling import max_bootstraps, sample_estimate
 from tests.conftest import ROOT
 from tests.tokenizer_fixture import build_tokenizer
 
-WORDS = ("packing sequence model token data train long short answer question the a of to in is on why how "
-         "überlänge naïve 数据 🙂").split()
+WORDS = (
+    "packing sequence model token data train long short answer question the a of to in is on why how "
+    "überlänge naïve 数据 🙂"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,10 @@ def _chat_records(n, seed=0):
     for i in range(n):
         msgs = [{"role": "system", "content": "answer briefly"}] if i % 3 == 0 else []
         for _ in range(rng.integers(1, 4)):
-            msgs += [{"role": "user", "content": _text(rng, 2, 40)},
-                     {"role": "assistant", "content": _text(rng, 2, 60)}]
+            msgs += [
+                {"role": "user", "content": _text(rng, 2, 40)},
+                {"role": "assistant", "content": _text(rng, 2, 60)},
+            ]
         out.append({"messages": msgs})
     return out
 
@@ -66,8 +70,9 @@ def _jsonl(path, records):
 
 
 def advisor(*args):
-    return subprocess.run([sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
 
 
 @pytest.mark.slow  # tokenizes whole files, a second or more
@@ -96,8 +101,9 @@ def test_every_layout_of_the_same_records_gives_the_same_lengths(tok, tmp_path):
         f.writelines(json.dumps(r) + "\n" for r in records)
     import zstandard
 
-    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(
-        "".join(json.dumps(r) + "\n" for r in records).encode()))
+    (tmp_path / "c.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress("".join(json.dumps(r) + "\n" for r in records).encode())
+    )
     table = pa.Table.from_pylist(records)
     pq.write_table(table, tmp_path / "c.parquet", row_group_size=64)
     shards = tmp_path / "shards"
@@ -110,8 +116,9 @@ def test_every_layout_of_the_same_records_gives_the_same_lengths(tok, tmp_path):
     with pa.ipc.new_stream(str(saved / "data-00000-of-00001.arrow"), table.schema) as w:
         w.write_table(table, max_chunksize=50)
     for data in ("plain.jsonl", "c.jsonl.gz", "c.jsonl.zst", "c.parquet", "shards", "saved", "shards/part-*.jsonl"):
-        got = tokenize(TokenizeJob(data=str(tmp_path / data), tokenizer=tok, fmt="chat", settings=ChatSettings()),
-                       workers=2)
+        got = tokenize(
+            TokenizeJob(data=str(tmp_path / data), tokenizer=tok, fmt="chat", settings=ChatSettings()), workers=2
+        )
         assert got.lengths.tolist() == expected.tolist(), data
 
 
@@ -133,8 +140,11 @@ def test_ray_engine_equals_the_local_one_byte_for_byte(tok, tmp_path, monkeypatc
     assert 17 not in local.sample_index.tolist() and local.sample_index.size == 799
     hopeless = _jsonl(tmp_path / "none.jsonl", [{"input": "no label"}] * 5)
     with pytest.raises(InputError, match="no record could be tokenized"):  # not Ray's empty groupby
-        tokenize(TokenizeJob(data=str(hopeless), tokenizer=tok, settings=SftSettings(), on_bad="skip"),
-                 engine="ray", workers=1)
+        tokenize(
+            TokenizeJob(data=str(hopeless), tokenizer=tok, settings=SftSettings(), on_bad="skip"),
+            engine="ray",
+            workers=1,
+        )
 
 
 @pytest.mark.slow  # tokenizes whole files, a second or more
@@ -153,14 +163,21 @@ def test_the_command_writes_a_lengths_file_every_other_command_reads(tok, tmp_pa
     assert packed.returncode == 0 and json.loads(packed.stdout)["num_sequences"] == 400
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: p.write_text('{"input": "a", "output": "b"}\n{"input": "a", \n'), "line 2: is not valid JSON"),
-    (lambda p: p.write_bytes(b'{"input": "a", "output": "b"}\n{"input": "\xff\xfe", "output": "b"}\n'),
-     "line 2: is not UTF-8 text"),
-    (lambda p: p.write_text('{"input": "a"}\n{"input": "b"}\n{"input": "c", "output": "d"}\n'),
-     "2 record(s) cannot be tokenized"),
-    (lambda p: p.write_text(""), "holds no records"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p.write_text('{"input": "a", "output": "b"}\n{"input": "a", \n'), "line 2: is not valid JSON"),
+        (
+            lambda p: p.write_bytes(b'{"input": "a", "output": "b"}\n{"input": "\xff\xfe", "output": "b"}\n'),
+            "line 2: is not UTF-8 text",
+        ),
+        (
+            lambda p: p.write_text('{"input": "a"}\n{"input": "b"}\n{"input": "c", "output": "d"}\n'),
+            "2 record(s) cannot be tokenized",
+        ),
+        (lambda p: p.write_text(""), "holds no records"),
+    ],
+)
 def test_bad_data_gets_one_message_with_its_place(tok, tmp_path, make, message):
     data = tmp_path / "bad.jsonl"
     make(data)
@@ -171,8 +188,9 @@ def test_bad_data_gets_one_message_with_its_place(tok, tmp_path, make, message):
 
 def test_skip_counts_what_it_leaves_out_with_the_first_place(tok, tmp_path):
     data = tmp_path / "mixed.jsonl"
-    data.write_text('{"input": "a", "output": "b"}\nnot json\n{"input": "c"}\n{"input": "e", "output": "f"}\n'
-                    '{"input": "g"}\n')
+    data.write_text(
+        '{"input": "a", "output": "b"}\nnot json\n{"input": "c"}\n{"input": "e", "output": "f"}\n{"input": "g"}\n'
+    )
     proc = advisor("tokenize", data, "--tokenizer", tok, "--on-bad", "skip", "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -196,9 +214,13 @@ def test_tokenizers_are_local_folders_only(tok, tmp_path):
 
 @pytest.mark.slow  # tokenizes whole files, a second or more
 def test_a_chat_template_that_raises_names_the_record(tok, tmp_path):
-    data = _jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"},
-                                                       {"role": "assistant", "content": "yo"}]},
-                                         {"messages": [{"role": "narrator", "content": "once"}]}])
+    data = _jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+            {"messages": [{"role": "narrator", "content": "once"}]},
+        ],
+    )
     proc = advisor("tokenize", data, "--tokenizer", tok, "--format", "chat", "--quiet")
     assert proc.returncode == 2 and "line 2" in proc.stderr and "Unknown role narrator" in proc.stderr
 
@@ -214,8 +236,20 @@ def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     assert a.sample_index.tolist() == b.sample_index.tolist() and a.sample_index.max() < 3000
     full = tokenize(job)
     assert a.lengths.tolist() == full.lengths[a.sample_index].tolist()  # the same lengths as the full run
-    proc = advisor("tokenize", data, "--tokenizer", tok, "--max-seq-length", 512, "--sample", 1000,
-                   "--bootstraps", 30, "--json", "--quiet")
+    proc = advisor(
+        "tokenize",
+        data,
+        "--tokenizer",
+        tok,
+        "--max-seq-length",
+        512,
+        "--sample",
+        1000,
+        "--bootstraps",
+        30,
+        "--json",
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     est = json.loads(proc.stdout)["sample_estimate"]
     assert est["sample_size"] == 1000 and est["total"] == 3000
@@ -227,8 +261,7 @@ def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     assert deciles.min() > 25 and deciles.max() < 75
 
 
-def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_default_lowered_with_a_note(tok,
-                                                                                                        tmp_path):
+def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_default_lowered_with_a_note(tok, tmp_path):
     """Round 4: --bootstraps 10000 at a 4M pack size ran eleven minutes. The bound is the replicates' packing work
     (``max_bootstraps``); a value typed past it is refused, the default is lowered and says so."""
     data = _jsonl(tmp_path / "sft.jsonl", _sft_records(300, seed=2))
@@ -237,7 +270,8 @@ def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_def
     most = max_bootstraps(50, 300, MAX_PACK)
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         f"error: --bootstraps: 10,000 replicates at pack size {MAX_PACK:,} over 300 records: at most {most:,} here "
-        "(each packs 300 records over arrays of pack-size length; more would take over half a minute)"]
+        "(each packs 300 records over arrays of pack-size length; more would take over half a minute)"
+    ]
     lowered = advisor(*common, "--json")
     assert lowered.returncode == 0, lowered.stderr
     out = json.loads(lowered.stdout)
@@ -257,8 +291,9 @@ def test_sample_intervals_cover_the_true_efficiency_in_95_percent_of_200_trials(
         full = np.clip(rng.lognormal(np.log(600), 0.9, 30_000).astype(int), 16, 8192)
         result = pack(LengthHistogram.from_samples(full, source="trial"), cfg)
         truth = 100 * float(result.per_pack[0].sum()) / result.num_packs / cfg.pack_size
-        est = sample_estimate(full[rng.choice(full.size, 3000, replace=False)], full.size, cfg, bootstraps=50,
-                              seed=trial)
+        est = sample_estimate(
+            full[rng.choice(full.size, 3000, replace=False)], full.size, cfg, bootstraps=50, seed=trial
+        )
         covered += est.efficiency.covers(truth)
     assert covered >= 190, covered
 

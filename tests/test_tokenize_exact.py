@@ -49,9 +49,15 @@ def sp_model(tmp_path_factory) -> Path:
 
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS.read_text(encoding="utf-8").splitlines()), model_writer=model,
-        vocab_size=800, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0, byte_fallback=True,
-        minloglevel=2)
+        sentence_iterator=iter(CORPUS.read_text(encoding="utf-8").splitlines()),
+        model_writer=model,
+        vocab_size=800,
+        hard_vocab_limit=False,
+        model_type="bpe",
+        character_coverage=1.0,
+        byte_fallback=True,
+        minloglevel=2,
+    )
     path = tmp_path_factory.mktemp("sp") / "tokenizer.model"
     path.write_bytes(model.getvalue())
     return path
@@ -74,8 +80,9 @@ def mb_tok(mb, folders):
         key = (variant, include_special_tokens, chat_template)
         if key not in cache:
             path = folders[variant] if variant in folders else Path(variant)
-            cache[key] = oracle.build_mb_tokenizer(path, include_special_tokens=include_special_tokens,
-                                                   chat_template=chat_template)
+            cache[key] = oracle.build_mb_tokenizer(
+                path, include_special_tokens=include_special_tokens, chat_template=chat_template
+            )
         return cache[key]
 
     return get
@@ -95,7 +102,8 @@ def assert_same(mb_out: list, ours: tuple[np.ndarray, list[RecordProblem]], what
     for i, expected in enumerate(mb_out):
         if isinstance(expected, BaseException):
             assert lengths[i] == -1 and i in flagged, (
-                f"{what}, record {i}: Bridge raised {type(expected).__name__}: {expected}; advisor gave {lengths[i]}")
+                f"{what}, record {i}: Bridge raised {type(expected).__name__}: {expected}; advisor gave {lengths[i]}"
+            )
         else:
             assert i not in flagged, f"{what}, record {i}: advisor flagged {problems}, Bridge gave {expected}"
             assert lengths[i] == expected, f"{what}, record {i}: advisor {lengths[i]} != Bridge {expected}"
@@ -134,12 +142,20 @@ def sft_records(seed: int, n: int, max_words: int = 120) -> list[dict]:
 SFT_CASES = {
     "defaults": dict(),
     "bos_sep_no_eos_left": dict(add_bos=True, add_sep=True, add_eos=False, truncation_method="left"),
-    "three_fields": dict(prompt_template="Context: {context}\n\nQuestion: {question}\n\nAnswer: {answer}",
-                         label_key="answer", truncation_field="context,question"),
-    "escaped_no_field_right": dict(prompt_template="Q: {question}\\nA:{answer}", label_key="answer",
-                                   truncation_field=None),
-    "escaped_no_field_left": dict(prompt_template="Q: {question}\\nA:{answer}", label_key="answer",
-                                  truncation_field=None, truncation_method="left"),
+    "three_fields": dict(
+        prompt_template="Context: {context}\n\nQuestion: {question}\n\nAnswer: {answer}",
+        label_key="answer",
+        truncation_field="context,question",
+    ),
+    "escaped_no_field_right": dict(
+        prompt_template="Q: {question}\\nA:{answer}", label_key="answer", truncation_field=None
+    ),
+    "escaped_no_field_left": dict(
+        prompt_template="Q: {question}\\nA:{answer}",
+        label_key="answer",
+        truncation_field=None,
+        truncation_method="left",
+    ),
     "legacy_context_name": dict(prompt_template="{input}\n### {output}", truncation_field="context"),
     "virtual_generate_right": dict(virtual_tokens=3, tokens_to_generate=20, add_bos=True),
     "generate_left": dict(tokens_to_generate=40, truncation_method="left", add_sep=True),
@@ -150,8 +166,13 @@ SFT_CASES = {
 
 
 def _mb_kwargs(case: dict, max_seq_length: int, tok) -> dict:
-    kwargs = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
-              "max_seq_length": max_seq_length, **case}
+    kwargs = {
+        "prompt_template": "{input} {output}",
+        "label_key": "output",
+        "truncation_field": "input",
+        "max_seq_length": max_seq_length,
+        **case,
+    }
     if kwargs.get("add_sep"):
         kwargs["sep_id"] = tok.eos_id  # the legacy path adds GPTSFTDataset's own sep_id (None unless given)
     return kwargs
@@ -172,8 +193,9 @@ def test_sft_prompt_template_lengths_match_megatron_bridge(mb_tok, folders, work
     tok = load_tokenizer(folders[variant], include_special_tokens=include_special)
     ours = sft_lengths(records, tok, SftSettings(**kwargs))
     assert_same(expected, ours, f"{case}/{variant}/special={include_special}")
-    assert any(isinstance(x, int) and x == max_seq_length for x in expected) or case == "is_test", \
+    assert any(isinstance(x, int) and x == max_seq_length for x in expected) or case == "is_test", (
         "some records must have been truncated to the limit"
+    )
 
 
 @pytest.mark.slow  # loads transformers' tokenizer classes
@@ -209,8 +231,14 @@ def test_sft_sentencepiece_lengths_match_megatron_bridge(mb_tok, sp_model, work)
 
 
 def test_sft_missing_fields_name_the_keys_and_records(mb_tok, folders, work):
-    records = [{"input": "Q one", "output": "A one"}, {"input": "no answer"}, {"output": "no question"}, {},
-               {"input": "fine", "output": "fine", "extra": 1}, {"input": None, "output": "x"}]
+    records = [
+        {"input": "Q one", "output": "A one"},
+        {"input": "no answer"},
+        {"output": "no question"},
+        {},
+        {"input": "fine", "output": "fine", "extra": 1},
+        {"input": None, "output": "x"},
+    ]
     expected = oracle.mb_lengths(records, mb_tok(), work, **_mb_kwargs({}, 64, None))
     lengths, problems = sft_lengths(records, load_tokenizer(folders["bos"]), SftSettings(max_seq_length=64))
     assert_same(expected, (lengths, problems), "missing fields")
@@ -225,8 +253,11 @@ def test_sft_missing_fields_name_the_keys_and_records(mb_tok, folders, work):
 
 def test_sft_settings_refused_like_megatron_bridge(mb_tok, work):
     path = oracle.write_jsonl([{"input": "a", "output": "b"}], work)
-    for bad in (dict(prompt_template="{output} {input}"), dict(truncation_field="question"),
-                dict(prompt_template="{input} {answer}")):
+    for bad in (
+        dict(prompt_template="{output} {input}"),
+        dict(truncation_field="question"),
+        dict(prompt_template="{input} {answer}"),
+    ):
         with pytest.raises(AssertionError):
             oracle.mb_dataset(path, mb_tok(), **_mb_kwargs(bad, 64, None))
         with pytest.raises(InputError, match="SftSettings"):
@@ -235,8 +266,10 @@ def test_sft_settings_refused_like_megatron_bridge(mb_tok, work):
 
 @pytest.mark.slow  # long fuzzing
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=60), min_size=2, max_size=2),
-       st.sampled_from(sorted(SFT_CASES)))
+@given(
+    st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=60), min_size=2, max_size=2),
+    st.sampled_from(sorted(SFT_CASES)),
+)
 def test_sft_any_text_matches_megatron_bridge(mb_tok, folders, work, pair, case):
     """Arbitrary Unicode (control characters, lone spaces, emoji) through Bridge's own _process_example."""
     mb_tokenizer = mb_tok("bos")
@@ -267,13 +300,26 @@ def _cached_dataset(work: Path, mb_tokenizer, case: str, kwargs: dict):
 
 PC_CASES = {
     "defaults": (dict(), dict()),
-    "columns_bos_sep_left": (dict(prompt_column="input", completion_column="output", separator=" ", add_bos=True,
-                                  add_sep=True, truncation_method="left",
-                                  prompt_template="Question: {prompt}\nAnswer:"), dict()),
-    "newline_keep_spaces": (dict(separator="\n", strip_whitespace=False), dict(tokens_to_generate=10,
-                                                                                virtual_tokens=2)),
-    "no_eos_right_generate": (dict(add_eos=False, prompt_column="question", completion_column="answer"),
-                              dict(tokens_to_generate=30)),
+    "columns_bos_sep_left": (
+        dict(
+            prompt_column="input",
+            completion_column="output",
+            separator=" ",
+            add_bos=True,
+            add_sep=True,
+            truncation_method="left",
+            prompt_template="Question: {prompt}\nAnswer:",
+        ),
+        dict(),
+    ),
+    "newline_keep_spaces": (
+        dict(separator="\n", strip_whitespace=False),
+        dict(tokens_to_generate=10, virtual_tokens=2),
+    ),
+    "no_eos_right_generate": (
+        dict(add_eos=False, prompt_column="question", completion_column="answer"),
+        dict(tokens_to_generate=30),
+    ),
     "is_test": (dict(prompt_column="input", completion_column="output"), dict(is_test=True)),
 }
 
@@ -302,10 +348,12 @@ def test_prompt_completion_lengths_match_megatron_bridge(mb, mb_tok, folders, wo
     records = pc_records(seed=len(case), n=60)
     max_seq_length = 80
     config = mb.sft_processing.PromptCompletionSFTPreprocessingConfig(**pc_kwargs)
-    expected = oracle.mb_lengths(records, mb_tok(), work, prompt_completion_config=config,
-                                 max_seq_length=max_seq_length, **dataset_kwargs)
-    settings_ = SftSettings(prompt_completion=PromptCompletion(**pc_kwargs), max_seq_length=max_seq_length,
-                            **dataset_kwargs)
+    expected = oracle.mb_lengths(
+        records, mb_tok(), work, prompt_completion_config=config, max_seq_length=max_seq_length, **dataset_kwargs
+    )
+    settings_ = SftSettings(
+        prompt_completion=PromptCompletion(**pc_kwargs), max_seq_length=max_seq_length, **dataset_kwargs
+    )
     assert_same(expected, sft_lengths(records, load_tokenizer(folders["bos"]), settings_), case)
     assert sum(isinstance(x, BaseException) for x in expected) >= 2, "bad rows must be among the records"
 
@@ -323,10 +371,16 @@ def test_prompt_completion_ids_and_masks_match_megatron_bridge(mb, mb_tok, folde
             if isinstance(rec.get(key), str):
                 rec[key] += " <|start_header_id|> x"
     config = mb.sft_processing.PromptCompletionSFTPreprocessingConfig(**pc_kwargs, loss_mode=loss_mode)
-    theirs = oracle.mb_dataset(oracle.write_jsonl(records, work), mb_tok(), prompt_completion_config=config,
-                               max_seq_length=80, **dataset_kwargs)
-    settings_ = SftSettings(prompt_completion=PromptCompletion(**pc_kwargs, loss_mode=loss_mode), max_seq_length=80,
-                            **dataset_kwargs)
+    theirs = oracle.mb_dataset(
+        oracle.write_jsonl(records, work),
+        mb_tok(),
+        prompt_completion_config=config,
+        max_seq_length=80,
+        **dataset_kwargs,
+    )
+    settings_ = SftSettings(
+        prompt_completion=PromptCompletion(**pc_kwargs, loss_mode=loss_mode), max_seq_length=80, **dataset_kwargs
+    )
     batch, lengths, problems = sft_tokens(records, load_tokenizer(folders["bos"]), settings_)
     flagged, built, skipped_seen = {p.index for p in problems}, 0, False
     for i in range(len(records)):
@@ -340,7 +394,7 @@ def test_prompt_completion_ids_and_masks_match_megatron_bridge(mb, mb_tok, folde
         mask = [int(x) for x in item["loss_mask"]]
         assert batch.mask[a:b].tolist() == mask, i
         built += 1
-        skipped_seen |= any(m == 0 for m in mask[item["answer_start_idx"]:])
+        skipped_seen |= any(m == 0 for m in mask[item["answer_start_idx"] :])
     assert built >= 40 and len(flagged) == len(records) - built
     assert skipped_seen, "a pad-like token masked inside a completion must be among the records"
 
@@ -348,10 +402,17 @@ def test_prompt_completion_ids_and_masks_match_megatron_bridge(mb, mb_tok, folde
 # ---------------------------------------------------------------- chat: the tokenizer's chat template
 
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}},
-         {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
+]
 
 
 def chat_records(seed: int, n: int) -> list[dict]:
@@ -367,8 +428,10 @@ def chat_records(seed: int, n: int) -> list[dict]:
         for _ in range(rng.randint(1, 4)):
             turns.append({"role": "user", "content": text(rng, 60)})
             if rng.random() < 0.2:
-                call = {"type": "function", "function": {"name": "get_weather",
-                                                         "arguments": {"city": rng.choice(WORDS)}}}
+                call = {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": rng.choice(WORDS)}},
+                }
                 turns.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 turns.append({"role": "tool", "content": json.dumps({"temp": rng.randint(-10, 30)})})
             turns.append({"role": "assistant", "content": text(rng, 80)})
@@ -381,17 +444,25 @@ def chat_records(seed: int, n: int) -> list[dict]:
         else:
             names = rng.choice([("human", "gpt"), ("User", "Assistant"), ("user", "assistant")])
             plain = [t for t in turns if t["role"] in ("user", "assistant") and t["content"] is not None]
-            rec = {"conversations": [{"from": names[t["role"] == "assistant"], "value": t["content"]}
-                                     for t in plain]}
+            rec = {"conversations": [{"from": names[t["role"] == "assistant"], "value": t["content"]} for t in plain]}
             if rng.random() < 0.5:
                 rec["system"] = text(rng, 20)
         records.append(rec)
-    bad = [{"messages": [{"role": "user", "content": "no answer"}]},  # no assistant turn
-           {"messages": [{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}]},  # template raises
-           {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": []}]},  # no content
-           {"messages": []}, {"text": "not a chat"}, {"messages": "hello"},
-           {"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "late"},
-                         {"role": "assistant", "content": "b"}]}]
+    bad = [
+        {"messages": [{"role": "user", "content": "no answer"}]},  # no assistant turn
+        {"messages": [{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}]},  # template raises
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": []}]},  # no content
+        {"messages": []},
+        {"text": "not a chat"},
+        {"messages": "hello"},
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "system", "content": "late"},
+                {"role": "assistant", "content": "b"},
+            ]
+        },
+    ]
     for rec in bad:
         records.insert(rng.randrange(len(records) + 1), rec)
     return records
@@ -400,8 +471,9 @@ def chat_records(seed: int, n: int) -> list[dict]:
 @pytest.mark.parametrize("loss_mode", slow_after(["assistant", "last_turn", "full"]))
 def test_chat_template_lengths_match_megatron_bridge(mb_tok, folders, work, loss_mode):
     records = chat_records(seed=11, n=80)
-    expected = oracle.mb_lengths(records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True,
-                                 loss_mode=loss_mode, max_seq_length=64)
+    expected = oracle.mb_lengths(
+        records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True, loss_mode=loss_mode, max_seq_length=64
+    )
     ours = chat_lengths(records, load_tokenizer(folders["bos"]), ChatSettings(loss_mode=loss_mode))
     assert_same(expected, ours, f"chat/{loss_mode}")
     assert max(x for x in expected if isinstance(x, int)) > 64, "no truncation in the example: collate_fn cuts"
@@ -412,8 +484,9 @@ def test_chat_tool_schemas_of_the_data_set(mb_tok, folders, work):
     """Dataset-level tool_schemas (a JSON string, as offline packing passes them) fill in for records without."""
     records = chat_records(seed=5, n=40)
     schemas = json.dumps(TOOLS)
-    expected = oracle.mb_lengths(records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True,
-                                 tool_schemas=schemas)
+    expected = oracle.mb_lengths(
+        records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True, tool_schemas=schemas
+    )
     ours = chat_lengths(records, load_tokenizer(folders["bos"]), ChatSettings(tool_schemas=schemas))
     assert_same(expected, ours, "tool_schemas")
 
@@ -421,7 +494,8 @@ def test_chat_tool_schemas_of_the_data_set(mb_tok, folders, work):
 GENERATION_TEMPLATE = (
     "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
     "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|eot_id|>{% endgeneration %}"
-    "{% else %}{{ m['content'] }}<|eot_id|>{% endif %}\n{% endfor %}")
+    "{% else %}{{ m['content'] }}<|eot_id|>{% endif %}\n{% endfor %}"
+)
 PLAIN_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
 
 
@@ -430,8 +504,13 @@ PLAIN_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{
 def test_chat_template_override(mb_tok, folders, work):
     """TokenizerConfig.chat_template replaces the tokenizer's; a {% generation %} block needs no assistant turn."""
     records = chat_records(seed=3, n=40)
-    expected = oracle.mb_lengths(records, mb_tok("plain", chat_template=GENERATION_TEMPLATE), work, chat=True,
-                                 use_hf_tokenizer_chat_template=True)
+    expected = oracle.mb_lengths(
+        records,
+        mb_tok("plain", chat_template=GENERATION_TEMPLATE),
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+    )
     ours = chat_lengths(records, load_tokenizer(folders["plain"]), ChatSettings(chat_template=GENERATION_TEMPLATE))
     assert_same(expected, ours, "generation template")
     lone_user = records.index({"messages": [{"role": "user", "content": "no answer"}]})
@@ -442,33 +521,53 @@ def test_chat_template_without_mask_markers(mb_tok, folders, work):
     """No {% generation %} block and no turn markers Bridge knows: every record fails unless the loss is full."""
     records = chat_records(seed=4, n=12)
     tok = load_tokenizer(folders["bos"])
-    expected = oracle.mb_lengths(records, mb_tok("bos", chat_template=PLAIN_TEMPLATE), work, chat=True,
-                                 use_hf_tokenizer_chat_template=True)
+    expected = oracle.mb_lengths(
+        records, mb_tok("bos", chat_template=PLAIN_TEMPLATE), work, chat=True, use_hf_tokenizer_chat_template=True
+    )
     assert all(isinstance(x, BaseException) for x in expected)
     with pytest.raises(InputError, match="cannot build the 'assistant' loss mask"):
         chat_lengths(records, tok, ChatSettings(chat_template=PLAIN_TEMPLATE))
-    expected = oracle.mb_lengths(records, mb_tok("bos", chat_template=PLAIN_TEMPLATE), work, chat=True,
-                                 use_hf_tokenizer_chat_template=True, loss_mode="full")
-    assert_same(expected, chat_lengths(records, tok, ChatSettings(chat_template=PLAIN_TEMPLATE, loss_mode="full")),
-                "plain template, full loss")
+    expected = oracle.mb_lengths(
+        records,
+        mb_tok("bos", chat_template=PLAIN_TEMPLATE),
+        work,
+        chat=True,
+        use_hf_tokenizer_chat_template=True,
+        loss_mode="full",
+    )
+    assert_same(
+        expected,
+        chat_lengths(records, tok, ChatSettings(chat_template=PLAIN_TEMPLATE, loss_mode="full")),
+        "plain template, full loss",
+    )
 
 
 def test_chat_template_that_raises_is_a_record_problem(mb_tok, folders, work):
-    records = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
-               {"messages": [{"role": "narrator", "content": "once"}, {"role": "assistant", "content": "yo"}]}]
+    records = [
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+        {"messages": [{"role": "narrator", "content": "once"}, {"role": "assistant", "content": "yo"}]},
+    ]
     expected = oracle.mb_lengths(records, mb_tok(), work, chat=True, use_hf_tokenizer_chat_template=True)
     lengths, problems = chat_lengths(records, load_tokenizer(folders["bos"]))
     assert_same(expected, (lengths, problems), "raising template")
     assert "Unknown role narrator" in str(expected[1])
-    assert problems == [RecordProblem(1, "the chat template failed: Unknown role narrator: use system (first), "
-                                         "user, assistant, tool")]
+    assert problems == [
+        RecordProblem(1, "the chat template failed: Unknown role narrator: use system (first), user, assistant, tool")
+    ]
 
 
 @pytest.mark.slow  # long fuzzing
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", "tool"]),
-                          st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)),
-                min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["system", "user", "assistant", "tool"]),
+            st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_chat_any_text_matches_megatron_bridge(mb_tok, folders, work, turns):
     dataset = _cached_chat_dataset(work, mb_tok())
     record = {"messages": [{"role": r, "content": c} for r, c in turns]}
@@ -506,13 +605,15 @@ def legacy_records(seed: int, n: int) -> list[dict]:
             for t in turns:
                 t["label"] = "quality:" + str(rng.randint(0, 9))
         records.append(rec)
-    records += [{"system": "", "conversations": [{"from": "User", "value": "only the user"}]},  # all masked
-                {"system": "s", "conversations": [{"from": "Assistant", "value": "a"}]},  # mask role User absent
-                {"conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": "b"}]},  # no system
-                {"system": "s", "messages": [{"role": "user", "content": "a"}]},
-                {"system": "s", "type": "SUMMARY", "conversations": [{"from": "User", "value": "a"}]},
-                {"system": None, "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": ""}]},
-                {"system": "s", "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": 3}]}]
+    records += [
+        {"system": "", "conversations": [{"from": "User", "value": "only the user"}]},  # all masked
+        {"system": "s", "conversations": [{"from": "Assistant", "value": "a"}]},  # mask role User absent
+        {"conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": "b"}]},  # no system
+        {"system": "s", "messages": [{"role": "user", "content": "a"}]},
+        {"system": "s", "type": "SUMMARY", "conversations": [{"from": "User", "value": "a"}]},
+        {"system": None, "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": ""}]},
+        {"system": "s", "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": 3}]},
+    ]
     return records
 
 
@@ -547,12 +648,15 @@ def test_folder_missing_a_file_names_it(folders, tmp_path, missing):
     assert "missing" in str(e.value)
 
 
-@pytest.mark.parametrize("broken,content,message", [
-    ("tokenizer.json", b'{"model": {"type": "BPE"', "the tokenizers library cannot read it"),
-    ("tokenizer.json", b"\x00\xff", "the tokenizers library cannot read it"),
-    ("tokenizer_config.json", b"{bos_token: <s>}", "not valid JSON"),
-    ("tokenizer_config.json", b'["a list"]', "must hold a JSON object"),
-])
+@pytest.mark.parametrize(
+    "broken,content,message",
+    [
+        ("tokenizer.json", b'{"model": {"type": "BPE"', "the tokenizers library cannot read it"),
+        ("tokenizer.json", b"\x00\xff", "the tokenizers library cannot read it"),
+        ("tokenizer_config.json", b"{bos_token: <s>}", "not valid JSON"),
+        ("tokenizer_config.json", b'["a list"]', "must hold a JSON object"),
+    ],
+)
 def test_broken_file_is_named(folders, tmp_path, broken, content, message):
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).write_bytes(content if name == broken else (folders["bos"] / name).read_bytes())
@@ -577,8 +681,11 @@ def test_no_chat_template_and_sentencepiece_chat_are_refused(tmp_path, sp_model)
     with pytest.raises(InputError, match="need a Hugging Face tokenizer folder"):
         chat_lengths(record, load_tokenizer(sp_model))
     with pytest.raises(InputError, match="cannot encode with a SentencePiece model"):
-        sft_lengths([{"prompt": "a", "completion": "b"}], load_tokenizer(sp_model),
-                    SftSettings(prompt_completion=PromptCompletion()))
+        sft_lengths(
+            [{"prompt": "a", "completion": "b"}],
+            load_tokenizer(sp_model),
+            SftSettings(prompt_completion=PromptCompletion()),
+        )
 
 
 def test_tokenizer_pickles_with_its_encoder(folders, sp_model):

@@ -26,13 +26,29 @@ from tests.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
 USER = {"role": "user", "content": "Hello there"}
 CHATS = [
     [{"role": "system", "content": "Be brief."}, USER, {"role": "assistant", "content": "Hi ~ {{ x }} %s"}],
-    [USER, {"role": "assistant", "content": None, "reasoning": "think",
-            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
-     {"role": "tool", "content": {"result": [1, 2]}}, {"role": "assistant", "content": "done"}],
+    [
+        USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning": "think",
+            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+        {"role": "tool", "content": {"result": [1, 2]}},
+        {"role": "assistant", "content": "done"},
+    ],
     [{"role": "user", "content": "é ✓ \U0001f600 " * 20}, {"role": "assistant", "content": "  padded  "}],
 ]
-TOOLS = [{"type": "function", "function": {"name": "f", "description": "d",
-                                           "parameters": {"type": "object", "properties": {"a": {"type": "int"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "description": "d",
+            "parameters": {"type": "object", "properties": {"a": {"type": "int"}}},
+        },
+    }
+]
 FEATURES_TEMPLATE = (  # the Jinja features real templates use: tojson, loop vars, macros, namespace, ~, %, format
     "{{ bos_token }}{% macro show(m) %}[{{ m.role|upper }}]{% endmacro %}{% set ns = namespace(n=0) %}"
     "{% for m in messages %}{{ show(m) }}{{ loop.index }}/{{ loop.length }}{% if loop.last %}!{% endif %}"
@@ -42,7 +58,8 @@ FEATURES_TEMPLATE = (  # the Jinja features real templates use: tojson, loop var
     "{{ tools|tojson if tools else '' }}{{ messages|map(attribute='role')|join(', ') }}{{ 'x'|center(7) }}"
     "{% for k, v in {'a': 1}.items() %}{{ k ~ v }}{% endfor %}{{ dict(a=1)|tojson }}{{ range(3)|list }}"
     "{% set block %}<b>{{ messages|length }}</b>{% endset %}{{ block }}{% filter upper %}up & <i>{% endfilter %}"
-    "{% autoescape true %}<p>{{ '<x>' }}{{ '&' ~ '<' }}</p>{% endautoescape %}{% raw %}{{ raw }}{% endraw %}")
+    "{% autoescape true %}<p>{{ '<x>' }}{{ '&' ~ '<' }}</p>{% endautoescape %}{% raw %}{{ raw }}{% endraw %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +83,11 @@ def _folder(base: Path, tmp: Path, name: str, **config_changes) -> Path:
 
 
 # ------------------------------------------------------------------------------------- byte-identical
-@pytest.mark.parametrize("template", [CHAT_TEMPLATE, GENERATION_TEMPLATE, PLAIN_TEMPLATE, FEATURES_TEMPLATE],
-                         ids=["llama3-like", "generation", "plain", "features"])
+@pytest.mark.parametrize(
+    "template",
+    [CHAT_TEMPLATE, GENERATION_TEMPLATE, PLAIN_TEMPLATE, FEATURES_TEMPLATE],
+    ids=["llama3-like", "generation", "plain", "features"],
+)
 @pytest.mark.parametrize("tools", [None, TOOLS], ids=["no-tools", "tools"])
 def test_boxed_rendering_equals_apply_chat_template(hf, template, tools):
     for chat in CHATS:
@@ -89,32 +109,54 @@ ATTACKS = {
     "string product": ("{{ 'a' * 10**9 }}", "a string of 1,000,000,000 characters"),
     "range product": ("{{ (range(100000)|list) * 100000 }}", "a list of 10,000,000,000 items"),
     "huge power": ("{{ 7 ** 1000000 }}", "an integer of over"),
-    "nested loops": ("{% set x = range(100000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}",
-                     "loop iterations"),
-    "strftime loop": ("{% for i in range(100000) %}{% for j in range(100000) %}{{ strftime_now('%Y') }}"
-                      "{% endfor %}{% endfor %}", "over"),  # its output cap or its deadline, whichever comes first
+    "nested loops": (
+        "{% set x = range(100000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}",
+        "loop iterations",
+    ),
+    "strftime loop": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ strftime_now('%Y') }}{% endfor %}{% endfor %}",
+        "over",
+    ),  # its output cap or its deadline, whichever comes first
     "lipsum": ("{{ lipsum(10**8) }}", "lipsum(n=100,000,000)"),
-    "macro fan-out": ("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}"
-                      "{{ f(60) }}", "over"),
+    "macro fan-out": (
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(60) }}",
+        "over",
+    ),
     "tojson indent": ("{{ messages|tojson(indent=10**8) }}", "tojson indent"),
-    "concat doubling": ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
-                        "{% endfor %}", "a string of"),
-    "list of references": ("{% set ns = namespace(s=['x' * 1000]) %}{% for i in range(64) %}"
-                           "{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}", "a string of"),
-    "block set": ("{% set ns = namespace(s='') %}{% set ns.s %}{% for i in range(100000) %}" + "x" * 5000
-                  + "{% endfor %}{% endset %}", "more than its total allowance"),
-    "macro body": ("{% macro f() %}{% for i in range(100000) %}{{ messages[0].content * 500 }}{% endfor %}"
-                   "{% endmacro %}{% set y = f() %}", "more than its total allowance"),
+    "concat doubling": (
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "a string of",
+    ),
+    "list of references": (
+        "{% set ns = namespace(s=['x' * 1000]) %}{% for i in range(64) %}"
+        "{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}",
+        "a string of",
+    ),
+    "block set": (
+        "{% set ns = namespace(s='') %}{% set ns.s %}{% for i in range(100000) %}"
+        + "x" * 5000
+        + "{% endfor %}{% endset %}",
+        "more than its total allowance",
+    ),
+    "macro body": (
+        "{% macro f() %}{% for i in range(100000) %}{{ messages[0].content * 500 }}{% endfor %}"
+        "{% endmacro %}{% set y = f() %}",
+        "more than its total allowance",
+    ),
     "format width": ("{{ '{:>999999999}'.format('a') }}", "a field width"),
     "percent width": ("{{ '%999999999s' % 'a' }}", "a field width"),
     "padding method": ("{{ 'a'.ljust(10**9) }}", "a string of 1,000,000,000"),
     "center filter": ("{{ 'a'|center(10**9) }}", "a string of 1,000,000,000"),
     "replace filter": ("{{ ('a' * 100000)|replace('a', 'b' * 100000) }}", "a string of"),
     "join filter": ("{{ (['x' * 100000] * 10000)|join }}", "a string of"),
-    "join of a lazy select": ("{{ dict.fromkeys(range(100000), messages[0].content * 50).values()|select|join }}",
-                              "a string of"),
-    "str.join of a view": ("{{ ''.join(dict.fromkeys(range(100000), messages[0].content * 50).values()) }}",
-                           "a string of"),
+    "join of a lazy select": (
+        "{{ dict.fromkeys(range(100000), messages[0].content * 50).values()|select|join }}",
+        "a string of",
+    ),
+    "str.join of a view": (
+        "{{ ''.join(dict.fromkeys(range(100000), messages[0].content * 50).values()) }}",
+        "a string of",
+    ),
     "slice filter": ("{{ [1]|slice(10**9)|list }}", "a list of 1,000,000,000"),
     "translate": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) }}", "a string of"),
 }
@@ -125,8 +167,9 @@ ATTACKS = {
 def test_a_template_past_its_limits_is_one_records_problem(tok_folder, name):
     template, fragment = ATTACKS[name]
     records = [{"messages": [USER, {"role": "assistant", "content": "x"}]}] * 2
-    lengths, problems = chat_lengths(records, load_tokenizer(tok_folder),
-                                     ChatSettings(chat_template=template, loss_mode="full"))
+    lengths, problems = chat_lengths(
+        records, load_tokenizer(tok_folder), ChatSettings(chat_template=template, loss_mode="full")
+    )
     assert lengths.tolist() == [-1, -1] and [p.index for p in problems] == [0, 1]
     assert problems[0].reason.startswith("the chat template exceeded its limits (")
     assert fragment in problems[0].reason
@@ -136,8 +179,9 @@ def test_a_template_past_its_limits_is_one_records_problem(tok_folder, name):
 def test_a_template_out_of_time_record_after_record_is_not_rendered_again(tok_folder):
     template = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}{{ messages }}"
     records = [{"messages": [USER]}] * 6
-    lengths, problems = chat_lengths(records, load_tokenizer(tok_folder),
-                                     ChatSettings(chat_template=template, loss_mode="full"))
+    lengths, problems = chat_lengths(
+        records, load_tokenizer(tok_folder), ChatSettings(chat_template=template, loss_mode="full")
+    )
     assert lengths.tolist() == [-1] * 6
     assert [p.reason for p in problems[:3]] == [problems[0].reason] * 3
     assert "over 1,000,000 loop iterations" in problems[0].reason
@@ -147,9 +191,11 @@ def test_a_template_out_of_time_record_after_record_is_not_rendered_again(tok_fo
 
 def test_recursion_and_template_errors_stay_ordinary_record_problems(tok_folder):
     tok = load_tokenizer(tok_folder)
-    for template, fragment in [("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"),
-                               ("{{ raise_exception('no tools here') }}", "no tools here"),
-                               ("{{ foo.bar }}", "'foo' is undefined")]:
+    for template, fragment in [
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"),
+        ("{{ raise_exception('no tools here') }}", "no tools here"),
+        ("{{ foo.bar }}", "'foo' is undefined"),
+    ]:
         _, problems = chat_lengths([{"messages": [USER]}], tok, ChatSettings(chat_template=template, loss_mode="full"))
         assert problems[0].reason.startswith("the chat template failed:") and fragment in problems[0].reason
 
@@ -184,8 +230,9 @@ def test_the_alarm_stops_a_loop_no_hook_sees_on_the_main_thread():
     # renders that end at their deadline, whether a hook or the alarm saw it first, leave no alarm behind
     for seconds in (0.05, 0.1, 0.15, 0.2):
         with pytest.raises(TemplateLimit, match="over"):
-            render_chat("{% for a in range(100000) %}{% for b in range(9) %}{% endfor %}{% endfor %}", [USER],
-                        seconds=seconds)
+            render_chat(
+                "{% for a in range(100000) %}{% for b in range(9) %}{% endfor %}{% endfor %}", [USER], seconds=seconds
+            )
         assert signal.getsignal(signal.SIGALRM) is before
         assert signal.getitimer(signal.ITIMER_REAL)[1] != 0.05
     time.sleep(0.2)  # a stray repeating alarm would raise here
@@ -199,8 +246,10 @@ def test_a_chat_template_setting_is_text_of_bounded_size():
 
 
 # ------------------------------------------------------------------------------------- named templates
-NAMED = [{"name": "default", "template": "D{% for m in messages %}{{ m.content }}{% endfor %}"},
-         {"name": "tool_use", "template": "T{{ tools|length }}{% for m in messages %}{{ m.content }}{% endfor %}"}]
+NAMED = [
+    {"name": "default", "template": "D{% for m in messages %}{{ m.content }}{% endfor %}"},
+    {"name": "tool_use", "template": "T{{ tools|length }}{% for m in messages %}{{ m.content }}{% endfor %}"},
+]
 
 
 def test_named_templates_pick_default_or_tool_use_as_transformers(tok_folder, tmp_path):
@@ -211,21 +260,26 @@ def test_named_templates_pick_default_or_tool_use_as_transformers(tok_folder, tm
     plain, with_tools = {"messages": [USER]}, {"messages": [USER], "tools": TOOLS}
     lengths, problems = chat_lengths([plain, with_tools], tok, ChatSettings(loss_mode="full"))
     assert problems == []
-    texts = [hf.apply_chat_template([USER], tokenize=False), hf.apply_chat_template([USER], tools=TOOLS,
-                                                                                   tokenize=False)]
+    texts = [
+        hf.apply_chat_template([USER], tokenize=False),
+        hf.apply_chat_template([USER], tools=TOOLS, tokenize=False),
+    ]
     assert texts[0].startswith("D") and texts[1].startswith("T1")
     assert lengths.tolist() == [len(hf(t, add_special_tokens=False).input_ids) for t in texts]
 
 
-@pytest.mark.parametrize("value, where, fragment", [
-    ([{"name": "rag", "template": "R"}], "chat_template", "none is named 'default' (names: rag)"),
-    ([{"template": "x"}], "chat_template[0]", 'must be {"name": ..., "template": ...}'),
-    ([{"name": ["a"], "template": "x"}], "chat_template[0]", 'must be {"name": ..., "template": ...}'),
-    ([{"name": "default", "template": 5}], "chat_template[0].template", "must be a Jinja template"),
-    (["x"], "chat_template[0]", 'must be {"name"'),
-    (5, "chat_template", "must be a template or a list of named templates"),
-    (NAMED + [NAMED[0]], "chat_template[2]", "a second template named 'default'"),
-])
+@pytest.mark.parametrize(
+    "value, where, fragment",
+    [
+        ([{"name": "rag", "template": "R"}], "chat_template", "none is named 'default' (names: rag)"),
+        ([{"template": "x"}], "chat_template[0]", 'must be {"name": ..., "template": ...}'),
+        ([{"name": ["a"], "template": "x"}], "chat_template[0]", 'must be {"name": ..., "template": ...}'),
+        ([{"name": "default", "template": 5}], "chat_template[0].template", "must be a Jinja template"),
+        (["x"], "chat_template[0]", 'must be {"name"'),
+        (5, "chat_template", "must be a template or a list of named templates"),
+        (NAMED + [NAMED[0]], "chat_template[2]", "a second template named 'default'"),
+    ],
+)
 def test_bad_named_templates_are_one_message(tok_folder, tmp_path, value, where, fragment):
     folder = _folder(tok_folder, tmp_path, "bad-named", chat_template=value)
     with pytest.raises(InputError) as e:
@@ -234,27 +288,36 @@ def test_bad_named_templates_are_one_message(tok_folder, tmp_path, value, where,
 
 
 # -------------------------------------------------------------------------------------- folder checks
-@pytest.mark.parametrize("changes, where, fragment", [
-    ({"split_special_tokens": "yes"}, "split_special_tokens", "must be true or false, not 'yes'"),
-    ({"add_bos_token": {"a": 1}}, "add_bos_token", "must be true or false"),
-    ({"bos_token": {"content": "<s>", "lstrip": {"x": 1}}}, "bos_token.lstrip", "must be true or false"),
-    ({"eos_token": {"content": 7}}, "eos_token.content", "must be the token's text"),
-    ({"pad_token": ["a"]}, "pad_token", "must be a token's text or an AddedToken object"),
-    ({"additional_special_tokens": [f"<t{i}>" for i in range(folder_mod.MAX_SPECIAL_TOKENS + 1)]},
-     "additional_special_tokens", "special tokens; at most"),
-    ({"extra_special_tokens": {"__class__": "<x>"}}, "extra_special_tokens.'__class__'", "names must look like"),
-    ({"additional_special_tokens": ["x" * 5000]}, "additional_special_tokens[0]", "a special token of 5,000"),
-    ({"added_tokens_decoder": {str(i): {"content": f"<a{i}>"} for i in range(folder_mod.MAX_ADDED_TOKENS + 1)}},
-     "added_tokens_decoder", "added tokens; at most"),
-    ({"added_tokens_decoder": {"x": {"content": "<a>"}}}, "added_tokens_decoder.'x'", "keys must be token ids"),
-    ({"tokenizer_class": "EvilTokenizer"}, "tokenizer_class", "not a tokenizer class transformers ships"),
-    ({"tokenizer_class": "os.system"}, "tokenizer_class", "must be the name of a transformers tokenizer class"),
-    ({"trust_remote_code": True}, "trust_remote_code", "must be false or absent"),
-    ({"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}, "auto_map", "names Python code"),
-    ({"model_max_length": "big"}, "model_max_length", "must be a number"),
-    ({"padding_side": 3}, "padding_side", "must be 'left' or 'right'"),
-    ({"chat_template": "{{ '" + "x" * tpl.MAX_TEMPLATE_CHARS + "' }}"}, "chat_template", "a template of 524,296"),
-])
+@pytest.mark.parametrize(
+    "changes, where, fragment",
+    [
+        ({"split_special_tokens": "yes"}, "split_special_tokens", "must be true or false, not 'yes'"),
+        ({"add_bos_token": {"a": 1}}, "add_bos_token", "must be true or false"),
+        ({"bos_token": {"content": "<s>", "lstrip": {"x": 1}}}, "bos_token.lstrip", "must be true or false"),
+        ({"eos_token": {"content": 7}}, "eos_token.content", "must be the token's text"),
+        ({"pad_token": ["a"]}, "pad_token", "must be a token's text or an AddedToken object"),
+        (
+            {"additional_special_tokens": [f"<t{i}>" for i in range(folder_mod.MAX_SPECIAL_TOKENS + 1)]},
+            "additional_special_tokens",
+            "special tokens; at most",
+        ),
+        ({"extra_special_tokens": {"__class__": "<x>"}}, "extra_special_tokens.'__class__'", "names must look like"),
+        ({"additional_special_tokens": ["x" * 5000]}, "additional_special_tokens[0]", "a special token of 5,000"),
+        (
+            {"added_tokens_decoder": {str(i): {"content": f"<a{i}>"} for i in range(folder_mod.MAX_ADDED_TOKENS + 1)}},
+            "added_tokens_decoder",
+            "added tokens; at most",
+        ),
+        ({"added_tokens_decoder": {"x": {"content": "<a>"}}}, "added_tokens_decoder.'x'", "keys must be token ids"),
+        ({"tokenizer_class": "EvilTokenizer"}, "tokenizer_class", "not a tokenizer class transformers ships"),
+        ({"tokenizer_class": "os.system"}, "tokenizer_class", "must be the name of a transformers tokenizer class"),
+        ({"trust_remote_code": True}, "trust_remote_code", "must be false or absent"),
+        ({"auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}, "auto_map", "names Python code"),
+        ({"model_max_length": "big"}, "model_max_length", "must be a number"),
+        ({"padding_side": 3}, "padding_side", "must be 'left' or 'right'"),
+        ({"chat_template": "{{ '" + "x" * tpl.MAX_TEMPLATE_CHARS + "' }}"}, "chat_template", "a template of 524,296"),
+    ],
+)
 def test_bad_config_fields_are_named(tok_folder, tmp_path, changes, where, fragment):
     folder = _folder(tok_folder, tmp_path, "bad", **changes)
     for use_transformers in (False, True):
@@ -356,8 +419,11 @@ def test_native_turns_only_panics_into_input_errors():
     def boom(exc):
         raise exc
 
-    with pytest.raises(TokenizerPanic, match=r"t.json: the tokenizers library crashed while encoding \(a Rust panic: "
-                                             r"called unwrap\)"):
+    with pytest.raises(
+        TokenizerPanic,
+        match=r"t.json: the tokenizers library crashed while encoding \(a Rust panic: "
+        r"called unwrap\)",
+    ):
         native("t.json", "encoding", boom, panic("called unwrap"))
     for exc in (KeyboardInterrupt(), SystemExit(3), ValueError("plain")):
         with pytest.raises(type(exc)):
@@ -419,8 +485,7 @@ def test_generation_spans_are_not_mixed_between_threads():
     independent review: 40 of 40 tracked renders got foreign spans)."""
     from advisor.data.tokenize.template import render_prefixes
 
-    template = ("{% for m in messages %}{{ m.role }}: {% generation %}{{ m.content }}{% endgeneration %}\n"
-                "{% endfor %}")
+    template = "{% for m in messages %}{{ m.role }}: {% generation %}{{ m.content }}{% endgeneration %}\n{% endfor %}"
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}] * 15
     alone: list = []
     render_prefixes(template, messages, [len(messages)], track=alone)

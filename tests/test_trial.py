@@ -22,8 +22,14 @@ from advisor.trial.config import TrialConfig, cli_arguments
 from advisor.trial.run import ParityError, make_packs, run_trial
 from tests.conftest import ROOT, SAMPLE, open_page
 
-PLAN = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8},
-                       "training": {"seq_length": 2048, "global_batch_samples": 64}, "packing": {"pack_size": 2048}})
+PLAN = plan_from_dict(
+    {
+        "model": "llama3.1-8b",
+        "parallel": {"gpus": 8},
+        "training": {"seq_length": 2048, "global_batch_samples": 64},
+        "packing": {"pack_size": 2048},
+    }
+)
 SMALL = TrialConfig(steps=3, warmup=1, pack_size=256, packs_per_step=2, micro_batch_size=4)
 
 
@@ -93,8 +99,9 @@ def test_the_cli_prints_the_numbers_the_page_tables(skewed, tmp_path, capsys):
     from advisor.ui import trial_view
 
     lengths = tmp_path / "lengths.csv"
-    lengths.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(skewed.lengths, skewed.counts,
-                                                                                strict=True)))
+    lengths.write_text(
+        "length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(skewed.lengths, skewed.counts, strict=True))
+    )
     plan = tmp_path / "plan.yaml"
     plan.write_text(dump_plan(PLAN.changed({"data": {"lengths": str(lengths)}})))
     assert main(["trial", str(plan), *cli_arguments(SMALL), "--out", str(tmp_path / "out"), "--quiet"]) == 0
@@ -103,8 +110,14 @@ def test_the_cli_prints_the_numbers_the_page_tables(skewed, tmp_path, capsys):
     speed, memory = trial_view.results_tables(out)
     for row in speed.to_dict("records"):
         line = next(x for x in text.splitlines() if x.strip().startswith(row["way"] + " "))
-        assert _numbers(line) == [row["steps"], row["median tokens/s"], row["min tokens/s"], row["max tokens/s"],
-                                  row["IQR tokens/s"], row["median step s"]]
+        assert _numbers(line) == [
+            row["steps"],
+            row["median tokens/s"],
+            row["min tokens/s"],
+            row["max tokens/s"],
+            row["IQR tokens/s"],
+            row["median step s"],
+        ]
     speedup, warnings, note = trial_view.speed_notes(out)
     assert f"speed-up packed/padded (median tokens/s): {speedup}" in text
     assert all(f"warning: {w}" in text for w in warnings) and warnings  # 3 steps: at least "too few"
@@ -132,8 +145,12 @@ def test_a_tight_sample_calls_the_speed_up_without_a_warning(n, ratio, base, see
 
 
 @settings(max_examples=60, deadline=None)
-@given(fast=st.lists(st.floats(1.0, 1.1), min_size=3, max_size=20), slow=st.floats(3.0, 10.0),
-       ratio=st.floats(1.0, 3.0), data=st.data())
+@given(
+    fast=st.lists(st.floats(1.0, 1.1), min_size=3, max_size=20),
+    slow=st.floats(3.0, 10.0),
+    ratio=st.floats(1.0, 3.0),
+    data=st.data(),
+)
 def test_a_noisy_sample_warns(fast, slow, ratio, data):
     """About half the steps are 3-10x slower (another process took the cores): the spread is past any call."""
     k = len(fast)
@@ -156,8 +173,7 @@ def test_the_same_speeds_in_another_order_cannot_be_called(padded, data):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(1.0, 100.0)), min_size=1, max_size=30),
-       st.floats(1e-3, 1e3))
+@given(st.lists(st.tuples(st.floats(1.0, 100.0), st.floats(1.0, 100.0)), min_size=1, max_size=30), st.floats(1e-3, 1e3))
 def test_the_speed_up_does_not_depend_on_the_unit(pairs, c):
     x, y = [p[0] for p in pairs], [p[1] for p in pairs]
     a, b = stats.speedup(x, y), stats.speedup([c * v for v in x], [c * v for v in y])
@@ -180,8 +196,17 @@ def test_the_job_runs_the_command_line_with_the_same_settings_and_the_exact_hist
     from advisor.trial.config import from_cli
     from advisor.trial.jobs import write_lengths
 
-    cfg = TrialConfig(steps=7, warmup=3, device="cpu", scale="medium", seed=11, pack_size=320, packs_per_step=3,
-                      micro_batch_size=5, threads=1)
+    cfg = TrialConfig(
+        steps=7,
+        warmup=3,
+        device="cpu",
+        scale="medium",
+        seed=11,
+        pack_size=320,
+        packs_per_step=3,
+        micro_batch_size=5,
+        threads=1,
+    )
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml", *cli_arguments(cfg)])) == cfg
     assert from_cli(build_parser().parse_args(["trial", "plan.yaml"])) == TrialConfig()  # one set of defaults
     big = LengthHistogram.from_samples(np.repeat([3, 500, 70_001], [16_000_000, 300_001, 1]), source="big")
@@ -205,8 +230,9 @@ def test_an_older_trial_json_is_refused_with_one_message(result):
         read_results(json.dumps(bad).encode(), "bad.json")
 
 
-@pytest.mark.parametrize("algorithm", ["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing",
-                                       "shortest_pack_first"])
+@pytest.mark.parametrize(
+    "algorithm", ["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first"]
+)
 def test_make_packs_packs_every_sample_once_with_the_plans_algorithm(algorithm):
     from advisor.packing.algorithms import ALGORITHMS
 
@@ -215,15 +241,20 @@ def test_make_packs_packs_every_sample_once_with_the_plans_algorithm(algorithm):
     assert sorted(i for p in packs for i in p) == list(range(300))
     assert all(sum(lengths[i] for i in p) <= 256 for p in packs)
     offsets, items = ALGORITHMS[algorithm](np.bincount(lengths, minlength=257), 256, 5)
-    assert [sorted(lengths[i] for i in p) for p in packs] == [sorted(items[a:b].tolist()) for a, b in
-                                                              zip(offsets[:-1], offsets[1:], strict=True)]
+    assert [sorted(lengths[i] for i in p) for p in packs] == [
+        sorted(items[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+    ]
 
 
 @pytest.mark.slow  # a real training run
 def test_a_broken_mask_is_caught(skewed):
     with pytest.raises(ParityError, match="let samples see each other"):
-        run_trial(PLAN, skewed, TrialConfig(steps=1, pack_size=256, packs_per_step=1, break_mask=True),
-                  progress=lambda m: None)
+        run_trial(
+            PLAN,
+            skewed,
+            TrialConfig(steps=1, pack_size=256, packs_per_step=1, break_mask=True),
+            progress=lambda m: None,
+        )
 
 
 @pytest.mark.slow  # a real training run
@@ -234,9 +265,25 @@ def test_two_runs_with_the_same_seed_give_the_same_losses(skewed, result):
 
 @pytest.mark.slow
 def test_cli_json_and_out_folder(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "advisor", "trial", str(SAMPLE / "plans" / "llama8b_squad.yaml"),
-                           "--steps", "1", "--pack-size", "256", "--json", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "trial",
+            str(SAMPLE / "plans" / "llama8b_squad.yaml"),
+            "--steps",
+            "1",
+            "--pack-size",
+            "256",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     for key in ("device", "steps", "speedup"):
@@ -257,11 +304,34 @@ def test_two_ranks_with_torchrun_and_gloo():
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
-                           "127.0.0.1", "--master-port", port, "-m", "advisor", "trial",
-                           str(SAMPLE / "plans" / "llama8b_squad.yaml"),
-                           "--steps", "1", "--pack-size", "256", "--json", "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            "-m",
+            "advisor",
+            "trial",
+            str(SAMPLE / "plans" / "llama8b_squad.yaml"),
+            "--steps",
+            "1",
+            "--pack-size",
+            "256",
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     d = out["distributed"]
@@ -321,8 +391,9 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
 
     at = open_page("pages/4_Trial.py", timeout=120)
     assert not at.exception
-    at.file_uploader(key="trial_upload").set_value(("trial.json", json.dumps(result.to_dict()).encode(),
-                                                    "application/json")).run()
+    at.file_uploader(key="trial_upload").set_value(
+        ("trial.json", json.dumps(result.to_dict()).encode(), "application/json")
+    ).run()
     assert not at.exception and len(at.dataframe) == 3  # speed, measured against predicted, loss at step 0
     loss = at.dataframe[2].value
     assert list(loss["setting"]) == ["calculate_per_token_loss=False (the plan)", "calculate_per_token_loss=True"]
@@ -341,11 +412,35 @@ def test_a_trial_over_its_memory_says_so_in_one_line():
     """The dashboard gives each trial --memory-gib 2: past it the trial stops with one message, exit 2."""
     from tests.conftest import ROOT
 
-    run = subprocess.run([sys.executable, "-m", "advisor", "trial", "sample_data/plans/llama8b_squad.yaml",
-                          "--model-scale", "medium", "--pack-size", "8192", "--packs-per-step", "16", "--steps", "1",
-                          "--warmup", "1", "--memory-gib", "1", "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "trial",
+            "sample_data/plans/llama8b_squad.yaml",
+            "--model-scale",
+            "medium",
+            "--pack-size",
+            "8192",
+            "--packs-per-step",
+            "16",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--memory-gib",
+            "1",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert run.stderr.strip().splitlines() == ["error: the trial ran out of its 1 GiB (--memory-gib): a smaller "
-                                               "--pack-size, --packs-per-step, --micro-batch-size or --model-scale "
-                                               "fits"]
+    assert run.stderr.strip().splitlines() == [
+        "error: the trial ran out of its 1 GiB (--memory-gib): a smaller "
+        "--pack-size, --packs-per-step, --micro-batch-size or --model-scale "
+        "fits"
+    ]

@@ -19,16 +19,24 @@ from tests.loss_oracle import oracle_weights
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=6), st.booleans(),
-       st.integers(0, 2**31 - 1))
+@given(
+    st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=4), min_size=1, max_size=6),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+)
 def test_the_trials_reduction_is_megatron_cores(micro_batches, per_token_loss, seed):
     """reduce_step over each micro batch's (loss sum, tokens) equals sum(weight x loss) with every weight taken from
     masked_next_token_loss and forward_step_calc_loss."""
     flat = [n for mb in micro_batches for n in mb]
-    steps = Steps(loss_start=np.zeros(len(flat)), loss_end=np.array(flat, float), seq_length=np.array(flat),
-                  micro_batch=np.repeat(np.arange(len(micro_batches)), [len(m) for m in micro_batches]),
-                  step_of_micro_batch=np.zeros(len(micro_batches), dtype=np.int64),
-                  micro_batches_per_step=np.array([len(micro_batches)]), cp=1)
+    steps = Steps(
+        loss_start=np.zeros(len(flat)),
+        loss_end=np.array(flat, float),
+        seq_length=np.array(flat),
+        micro_batch=np.repeat(np.arange(len(micro_batches)), [len(m) for m in micro_batches]),
+        step_of_micro_batch=np.zeros(len(micro_batches), dtype=np.int64),
+        micro_batches_per_step=np.array([len(micro_batches)]),
+        cp=1,
+    )
     rng = np.random.default_rng(seed)
     losses = [rng.random(n) * 5 for n in flat]  # per-token losses of each sample
     weights = oracle_weights(steps, per_token_loss)[:, 0] / np.array(flat)  # each token's weight
@@ -46,8 +54,9 @@ def test_the_trials_reduction_is_megatron_cores(micro_batches, per_token_loss, s
 @pytest.mark.parametrize("per_token_loss", [False, True])
 def test_measured_step0_ratio_within_one_percent_of_the_prediction(sample, per_token_loss):
     torch.set_num_threads(1)
-    plan = default_plan(sample).changed({"training": {"seq_length": 8192, "calculate_per_token_loss": per_token_loss},
-                                         "packing": {"pack_size": 8192}})
+    plan = default_plan(sample).changed(
+        {"training": {"seq_length": 8192, "calculate_per_token_loss": per_token_loss}, "packing": {"pack_size": 8192}}
+    )
     cfg = TrialConfig(device="cpu")
     check = check_loss_weighting(plan, setup(plan, load_sample(sample), cfg), cfg)
     rows = {r.per_token_loss: r for r in check.rows}

@@ -16,8 +16,14 @@ from advisor.ui.text import ZWSP, plain
 from tests.conftest import ROOT
 
 # what Markdown or Streamlit would turn into something other than text, in the source
-MARKUP = [re.compile(r"(?<!\\)\]\("), re.compile(r"(?<!\\)<[a-z/!]"), re.compile(r"(?<!\\)\*\*"),
-          re.compile(r"(?<!\\)_(?<!\\)_"), re.compile(r"(?<!\\):[a-z]+(?<!\\)\["), re.compile(r"(?<!\\)!\[")]
+MARKUP = [
+    re.compile(r"(?<!\\)\]\("),
+    re.compile(r"(?<!\\)<[a-z/!]"),
+    re.compile(r"(?<!\\)\*\*"),
+    re.compile(r"(?<!\\)_(?<!\\)_"),
+    re.compile(r"(?<!\\):[a-z]+(?<!\\)\["),
+    re.compile(r"(?<!\\)!\["),
+]
 # GitHub's autolink literals, found after the escapes are resolved (why escaping alone did not stop them)
 AUTOLINK = [re.compile(r"(?i)https?://"), re.compile(r"(?i)www\."), re.compile(r"[\w.+-]@[\w-]+\.\w")]
 
@@ -32,10 +38,22 @@ def _unescaped(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text).replace(ZWSP, "")
 
 
-ATTACKS = ["[click](http://evil.example)", "![img](https://evil.example/x.png)", "<a href='x'>y</a>",
-           "<script>alert(1)</script>", "www.evil.example", "HTTPS://EVIL.EXAMPLE", "mail me@evil.example",
-           "**bold** __under__ ~~gone~~", ":red[alarm] :material/warning:", "[x][1]\n\n[1]: http://evil.example",
-           "&#91;x&#93;(http://e)", "\u202eevil\u202c", "# heading\n===", "`code` $x^2$"]
+ATTACKS = [
+    "[click](http://evil.example)",
+    "![img](https://evil.example/x.png)",
+    "<a href='x'>y</a>",
+    "<script>alert(1)</script>",
+    "www.evil.example",
+    "HTTPS://EVIL.EXAMPLE",
+    "mail me@evil.example",
+    "**bold** __under__ ~~gone~~",
+    ":red[alarm] :material/warning:",
+    "[x][1]\n\n[1]: http://evil.example",
+    "&#91;x&#93;(http://e)",
+    "\u202eevil\u202c",
+    "# heading\n===",
+    "`code` $x^2$",
+]
 
 
 def test_each_attack_is_inert_and_reads_the_same():
@@ -64,13 +82,21 @@ def test_a_crafted_share_link_renders_no_link_markup():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["plan"] = _link({"model": "[x](http://e.vil)<b>**", "parallel": {"gpus": 8},
-                                     "training": {"seq_length": 512, "global_batch_samples": 8}})
+    at.query_params["plan"] = _link(
+        {
+            "model": "[x](http://e.vil)<b>**",
+            "parallel": {"gpus": 8},
+            "training": {"seq_length": 512, "global_batch_samples": 8},
+        }
+    )
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     texts = [e.value for e in at.error]
     assert texts and any("e.vil" in _unescaped(t) for t in texts), texts  # the message names the bad value
-    rendered = [str(getattr(e, "value", "")) for kind in ("error", "warning", "info", "markdown", "caption")
-                for e in getattr(at, kind)]
+    rendered = [
+        str(getattr(e, "value", ""))
+        for kind in ("error", "warning", "info", "markdown", "caption")
+        for e in getattr(at, kind)
+    ]
     for text in rendered:
         assert not _live(text), (text, _live(text))

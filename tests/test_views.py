@@ -140,9 +140,14 @@ def squad_n(squad) -> float:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(samples=st.integers(1, 1 << 16), dp=st.sampled_from([1, 2, 3, 4, 8, 16, 64, 512]))
 def test_the_global_batch_example_is_the_nearest_multiple_of_dp(squad_n, samples, dp):
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": dp},
-                           "training": {"seq_length": 384, "global_batch_samples": samples},
-                           "packing": {"pack_size": 384}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": dp},
+            "training": {"seq_length": 384, "global_batch_samples": samples},
+            "packing": {"pack_size": 384},
+        }
+    )
     text = views.global_batch_example_text(plan, squad_n)
     tail = text.split("Megatron-Bridge global_batch_size ")[1]
     packs, shown_dp, trained = _numbers(tail)
@@ -166,11 +171,17 @@ def test_the_global_batch_example_of_plans_that_count_packs_or_do_not_pack(squad
     assert "no division by n" in text and f"({vlm.requested_samples:,} samples per step)" in text
 
 
-@pytest.mark.parametrize("tp,cp,sp", [(1, 1, False), (2, 1, True), (1, 2, False), (2, 2, True), (4, 2, True),
-                                      (2, 4, False), (8, 4, True)])
+@pytest.mark.parametrize(
+    "tp,cp,sp", [(1, 1, False), (2, 1, True), (1, 2, False), (2, 2, True), (4, 2, True), (2, 4, False), (8, 4, True)]
+)
 def test_the_cp_example_pads_to_the_plans_multiple_and_cuts_equal_chunks(tp, cp, sp):
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 64, "tp": tp, "cp": cp, "sp": sp},
-                           "training": {"seq_length": 8192}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 64, "tp": tp, "cp": cp, "sp": sp},
+            "training": {"seq_length": 8192},
+        }
+    )
     text = views.cp_example_text(plan)
     multiple = plan.pad_seq_to_mult
     if cp == 1:  # no CP: nothing is split, so the recipes pad nothing
@@ -184,9 +195,15 @@ def test_the_cp_example_pads_to_the_plans_multiple_and_cuts_equal_chunks(tp, cp,
 
 
 def test_the_memory_banner_states_the_estimate(long_context):
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
-                           "training": {"seq_length": 131072, "global_batch_samples": 64},
-                           "packing": {"mode": "offline", "pack_size": 131072}, "hardware": {"gpu": "H100-80GB"}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "tp": 1, "cp": 8},
+            "training": {"seq_length": 131072, "global_batch_samples": 64},
+            "packing": {"mode": "offline", "pack_size": 131072},
+            "hardware": {"gpu": "H100-80GB"},
+        }
+    )
     est = estimate(plan, long_context)
     assert not est.memory.fits
     text = views.memory_error_text(est)
@@ -198,10 +215,18 @@ def test_the_memory_banner_states_the_estimate(long_context):
 # ---------------------------------------------------------------------------------------------- advice
 def _findings_pool(squad, long_context):
     """Real findings: the default plan, a 128k plan that does not fit, a plan with a wrong micro batch."""
-    big = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "tp": 1, "cp": 8},
-                          "training": {"seq_length": 131072, "global_batch_samples": 64}})
-    plans = [(default_plan(), squad), (big, long_context),
-             (default_plan("VLM-like (100k)").changed({"training": {"micro_batch_size": 1}}), squad)]
+    big = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "tp": 1, "cp": 8},
+            "training": {"seq_length": 131072, "global_batch_samples": 64},
+        }
+    )
+    plans = [
+        (default_plan(), squad),
+        (big, long_context),
+        (default_plan("VLM-like (100k)").changed({"training": {"micro_batch_size": 1}}), squad),
+    ]
     return [f for plan, hist in plans for f in analyze(plan, hist).findings]
 
 
@@ -223,8 +248,13 @@ def test_by_severity_partitions_without_loss(squad, long_context):
 
 def test_the_candidates_table_shows_the_searchs_figures(chat):
     hist = chat.scale_model(20_000)
-    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16},
-                           "training": {"seq_length": 8192, "global_batch_samples": 128}})
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16},
+            "training": {"seq_length": 8192, "global_batch_samples": 128},
+        }
+    )
     result = search(plan, hist, top=5)
     table = views.candidates_table(result)
     assert table.plan.tolist() == ["yours"] + [f"#{i + 1}" for i in range(len(result.best))]
@@ -306,8 +336,10 @@ def test_the_sweeps_baselines_skip_overlong_chat_samples_as_the_packs_do():
     counts = runtime_lengths(kept, PackingConfig(pack_size=1024)).counts
     assert padded.packing_efficiency == pytest.approx(pad_to_sequence_length(counts, 1024).efficiency)
     truncated = views.packing_sweep(hist, [1024], ["first_fit_decreasing"], overlong="truncate")
-    assert truncated[truncated.algorithm == "no packing: pad to sequence length"].iloc[0].packing_efficiency > \
-        padded.packing_efficiency  # the two cut samples fill their rows
+    assert (
+        truncated[truncated.algorithm == "no packing: pad to sequence length"].iloc[0].packing_efficiency
+        > padded.packing_efficiency
+    )  # the two cut samples fill their rows
 
 
 def test_the_loss_caption_names_the_scale_model_once_when_the_step_is_beyond_what_is_drawn(squad):

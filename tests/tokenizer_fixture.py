@@ -74,8 +74,14 @@ CHAT_TEMPLATE = """{{- bos_token }}
 """
 
 
-def build_tokenizer(folder: Path, *, bos_in_post_processor: bool = True, vocab_size: int = 1000,
-                    chat_template: str | None = CHAT_TEMPLATE, config_extra: dict | None = None) -> Path:
+def build_tokenizer(
+    folder: Path,
+    *,
+    bos_in_post_processor: bool = True,
+    vocab_size: int = 1000,
+    chat_template: str | None = CHAT_TEMPLATE,
+    config_extra: dict | None = None,
+) -> Path:
     """Train the fixture tokenizer and write it into ``folder`` (created if needed); return ``folder``.
 
     ``bos_in_post_processor`` makes every ``encode(..., add_special_tokens=True)`` start with ``<|begin_of_text|>``
@@ -87,14 +93,19 @@ def build_tokenizer(folder: Path, *, bos_in_post_processor: bool = True, vocab_s
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS.read_text(encoding="utf-8").splitlines(keepends=True), trainer=trainer)
     byte_level = processors.ByteLevel(trim_offsets=False)
     if bos_in_post_processor:
         bos_id = tok.token_to_id(BOS)
-        template = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1",
-                                                 special_tokens=[(BOS, bos_id)])
+        template = processors.TemplateProcessing(
+            single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1", special_tokens=[(BOS, bos_id)]
+        )
         tok.post_processor = processors.Sequence([byte_level, template])
     else:
         tok.post_processor = byte_level

@@ -33,12 +33,22 @@ class PackingRun:
         else:
             n = e.plan.micro_batches_per_step(e.packing.packing_factor if e.packing is not None else None)
             per_step = (n, float(n), n)
-        return {"way": self.label, "micro_batches_min": per_step[0], "micro_batches_mean": per_step[1],
-                "micro_batches_max": per_step[2], "padding": padding, "straggler": t.straggler_factor,
-                "step_seconds": t.step_seconds, "tokens_per_second_per_gpu": t.tokens_per_second_per_gpu,
-                "flops_per_step": e.flops.model_per_step, "mfu": t.mfu, "epoch_hours": t.epoch_seconds / 3600,
-                "refused_steps": e.online.summary.refused_steps if e.online is not None else 0,
-                "memory_gib": e.memory.total / 2**30, "fits": e.memory.fits}
+        return {
+            "way": self.label,
+            "micro_batches_min": per_step[0],
+            "micro_batches_mean": per_step[1],
+            "micro_batches_max": per_step[2],
+            "padding": padding,
+            "straggler": t.straggler_factor,
+            "step_seconds": t.step_seconds,
+            "tokens_per_second_per_gpu": t.tokens_per_second_per_gpu,
+            "flops_per_step": e.flops.model_per_step,
+            "mfu": t.mfu,
+            "epoch_hours": t.epoch_seconds / 3600,
+            "refused_steps": e.online.summary.refused_steps if e.online is not None else 0,
+            "memory_gib": e.memory.total / 2**30,
+            "fits": e.memory.fits,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,9 +68,14 @@ class PackingComparison:
         its mode counts (so "use" applies exactly the run the table shows, the recommended one by default)."""
         chosen = self.run(label).plan
         t = chosen.training
-        return {"packing": chosen.packing.model_dump(),
-                "training": {"micro_batch_size": t.micro_batch_size, "global_batch_size": t.global_batch_size,
-                             "global_batch_samples": t.global_batch_samples}}
+        return {
+            "packing": chosen.packing.model_dump(),
+            "training": {
+                "micro_batch_size": t.micro_batch_size,
+                "global_batch_size": t.global_batch_size,
+                "global_batch_samples": t.global_batch_samples,
+            },
+        }
 
 
 def _twin(plan: Plan, mode: str, samples: int | None = None, **packing) -> Plan:
@@ -73,8 +88,9 @@ def _twin(plan: Plan, mode: str, samples: int | None = None, **packing) -> Plan:
     return plan.changed({"packing": {"mode": mode, **packing}, "training": training})
 
 
-def compare_packing(plan: Plan, hist: LengthHistogram, *, megatron_lm: str = "dev",
-                    max_seqlen_per_dp_cp_rank: int | None = None) -> PackingComparison:
+def compare_packing(
+    plan: Plan, hist: LengthHistogram, *, megatron_lm: str = "dev", max_seqlen_per_dp_cp_rank: int | None = None
+) -> PackingComparison:
     """Offline (Megatron-Bridge, packs of seq_length) against online dp_balanced (Megatron-LM, dev unless
     ``megatron_lm`` says main, with the given per-rank buffer), and dev's dynamic CP where the layout has data
     parallelism to borrow ranks from.
@@ -91,14 +107,24 @@ def compare_packing(plan: Plan, hist: LengthHistogram, *, megatron_lm: str = "de
     offline_run = PackingRun(label="offline (Megatron-Bridge)", plan=offline, estimate=estimate(offline, hist))
     n = offline_run.estimate.packing.packing_factor if offline_run.estimate.packing is not None else None
     samples = round(offline.effective_samples_per_step(n) or 0) or None  # the same samples a step, every way
-    online = _twin(plan, "online", samples, megatron_lm=megatron_lm, scheduler="dp_balanced",
-                   max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank)
-    runs = [offline_run,
-            PackingRun(label=f"online dp_balanced (Megatron-LM {megatron_lm})", plan=online,
-                       estimate=estimate(online, hist))]
+    online = _twin(
+        plan,
+        "online",
+        samples,
+        megatron_lm=megatron_lm,
+        scheduler="dp_balanced",
+        max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank,
+    )
+    runs = [
+        offline_run,
+        PackingRun(
+            label=f"online dp_balanced (Megatron-LM {megatron_lm})", plan=online, estimate=estimate(online, hist)
+        ),
+    ]
     if plan.parallel.cp > 1 and plan.parallel.dp > 1:
-        dyn = _twin(plan, "online", samples, megatron_lm="dev", scheduler="default_dynamic_cp",
-                    max_seqlen_per_dp_cp_rank=None)
+        dyn = _twin(
+            plan, "online", samples, megatron_lm="dev", scheduler="default_dynamic_cp", max_seqlen_per_dp_cp_rank=None
+        )
         runs.append(PackingRun(label="online dynamic CP (Megatron-LM dev)", plan=dyn, estimate=estimate(dyn, hist)))
     return _verdict(tuple(runs))
 
@@ -113,8 +139,11 @@ def _verdict(runs: tuple[PackingRun, ...]) -> PackingComparison:
     others = [rows[r.label] for r in runs if r is not best]
     reasons = []
     for o in others:
-        gain = b["tokens_per_second_per_gpu"] / o["tokens_per_second_per_gpu"] - 1 if o["tokens_per_second_per_gpu"] \
+        gain = (
+            b["tokens_per_second_per_gpu"] / o["tokens_per_second_per_gpu"] - 1
+            if o["tokens_per_second_per_gpu"]
             else float("inf")
+        )
         bits = [f"{gain:+.0%} tokens/s/GPU over {o['way']}"]
         if o["straggler"] > b["straggler"] * 1.02:
             bits.append(f"its ranks wait x{o['straggler']:.2f} for the heaviest (x{b['straggler']:.2f} here)")
@@ -125,7 +154,10 @@ def _verdict(runs: tuple[PackingRun, ...]) -> PackingComparison:
         if not o["fits"]:
             bits.append("it does not fit in memory")
         reasons.append("; ".join(bits))
-    note = ("" if best.estimate.online is None else
-            " Online packing needs no preprocessing pass and sees each global batch's lengths only, so it cannot "
-            "balance work across steps; offline packing needs the data tokenized and packed before training.")
+    note = (
+        ""
+        if best.estimate.online is None
+        else " Online packing needs no preprocessing pass and sees each global batch's lengths only, so it cannot "
+        "balance work across steps; offline packing needs the data tokenized and packed before training."
+    )
     return PackingComparison(runs=runs, recommended=best.label, why=". ".join(reasons) + "." + note)

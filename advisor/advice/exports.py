@@ -69,14 +69,37 @@ class Settings:
 # Plan model fields that are Megatron provider / TransformerConfig fields of the same name (checked against the wheels
 # by tests/snippet_check.py); RENAMED ones have another name there. activation (a callable there) and mrope_section
 # (not a GPTModelProvider field) are left to the recipe.
-ARCHITECTURE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-                       "kv_channels", "gated_linear_unit", "normalization", "share_embeddings_and_output_weights",
-                       "vocab_size", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-                       "moe_shared_expert_intermediate_size", "moe_layer_freq", "position_embedding_type",
-                       "rotary_base", "rotary_percent", "norm_epsilon", "layernorm_zero_centered_gamma", "qk_layernorm",
-                       "add_bias_linear", "add_qkv_bias", "moe_router_score_function",
-                       "moe_router_enable_expert_bias", "moe_router_num_groups", "moe_router_group_topk",
-                       "moe_router_topk_scaling_factor", "mtp_num_layers")
+ARCHITECTURE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "gated_linear_unit",
+    "normalization",
+    "share_embeddings_and_output_weights",
+    "vocab_size",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "position_embedding_type",
+    "rotary_base",
+    "rotary_percent",
+    "norm_epsilon",
+    "layernorm_zero_centered_gamma",
+    "qk_layernorm",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "moe_router_score_function",
+    "moe_router_enable_expert_bias",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "moe_router_topk_scaling_factor",
+    "mtp_num_layers",
+)
 RENAMED = {"norm_epsilon": "layernorm_epsilon"}  # megatron/core/transformer/transformer_config.py
 
 
@@ -112,8 +135,14 @@ def recompute_method(plan: Plan) -> tuple[str | None, int | None]:
     return ("uniform", 1) if t.recompute_num_layers is None else ("block", t.recompute_num_layers)
 
 
-def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
-                     num_samples: int | None = None, num_packs: int | None = None) -> Settings:
+def derived_settings(
+    plan: Plan,
+    version: str = DEFAULT_MB_VERSION,
+    packing_factor: float | None = None,
+    *,
+    num_samples: int | None = None,
+    num_packs: int | None = None,
+) -> Settings:
     """What the plan and its rules set: layout, loss and DDP settings under CP, batch sizes, packing, CUDA graphs.
     Nothing else: the recipe keeps its packing seed unless the plan sets one, and its train_iters unless the plan
     gives epochs and the data's size (``num_samples``, and ``num_packs`` with offline packing) is known.
@@ -125,15 +154,25 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     mode = plan.packing_mode
     _version(version)
     if mode == "online":
-        raise ValueError("online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
-                         "has no such option: export --format megatron-lm")
+        raise ValueError(
+            "online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
+            "has no such option: export --format megatron-lm"
+        )
     if mode == "offline" and not packing_factor and plan.batch_in_packs is None:
-        raise ValueError("offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
-                         "packing factor; give the lengths (--lengths or the plan's data.lengths)")
+        raise ValueError(
+            "offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
+            "packing factor; give the lengths (--lengths or the plan's data.lengths)"
+        )
     sft = t.task != "pretrain"
-    model = {"tensor_model_parallel_size": p.tp, "pipeline_model_parallel_size": p.pp,
-             "context_parallel_size": p.cp, "expert_model_parallel_size": p.ep,
-             "expert_tensor_parallel_size": p.etp, "sequence_parallel": p.sp, "seq_length": t.seq_length}
+    model = {
+        "tensor_model_parallel_size": p.tp,
+        "pipeline_model_parallel_size": p.pp,
+        "context_parallel_size": p.cp,
+        "expert_model_parallel_size": p.ep,
+        "expert_tensor_parallel_size": p.etp,
+        "sequence_parallel": p.sp,
+        "seq_length": t.seq_length,
+    }
     if p.vpp is not None:
         model["virtual_pipeline_model_parallel_size"] = p.vpp
     for flag in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
@@ -154,8 +193,9 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
         if p.moe_dispatcher == "alltoall":
             model["moe_token_dispatcher_type"] = "alltoall"
         else:
-            model.update(moe_token_dispatcher_type="flex",
-                         moe_flex_dispatcher_backend=p.moe_dispatcher.removeprefix("flex_"))
+            model.update(
+                moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=p.moe_dispatcher.removeprefix("flex_")
+            )
     comm_overlap = {}
     if p.moe_a2a_overlap:  # as Megatron-Bridge's performance scripts turn it on (utils/overrides.py
         # _set_moe_a2a_overlap_overrides): on the comm-overlap config, which sets the model's at setup
@@ -176,16 +216,21 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     model["recompute_method"], model["recompute_num_layers"] = recompute_method(plan)
     if t.cpu_offloading_num_layers:  # activations only, as Megatron-Bridge's GB200/GB300 perf recipes set it
         # and no CUDA graphs, which Megatron-Core refuses beside it (a recipe may have set some)
-        model.update(cpu_offloading=True, cpu_offloading_num_layers=t.cpu_offloading_num_layers,
-                     cpu_offloading_weights=False, cuda_graph_impl="none")
+        model.update(
+            cpu_offloading=True,
+            cpu_offloading_num_layers=t.cpu_offloading_num_layers,
+            cpu_offloading_weights=False,
+            cuda_graph_impl="none",
+        )
     ddp = {"use_distributed_optimizer": t.distributed_optimizer}
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
     elif plan.average_in_collective:
         ddp["average_in_collective"] = True
-    train = {"micro_batch_size": t.micro_batch_size,  # 1 under offline packing: the plan refuses any other
-             "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else
-             plan.requested_samples}
+    train = {
+        "micro_batch_size": t.micro_batch_size,  # 1 under offline packing: the plan refuses any other
+        "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else plan.requested_samples,
+    }
     if mode == "offline" and not num_packs and num_samples:
         num_packs = round(num_samples / packing_factor)
     iters = train_iters(t.epochs, num_packs if mode == "offline" else num_samples, train["global_batch_size"])
@@ -224,10 +269,19 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
     if mixed is not None and not t.grad_reduce_in_fp32:
         mixed["grad_reduce_in_fp32"] = False
     peft = t.lora_rank if t.peft == "lora" else None if t.task == "pretrain" else "off"
-    return Settings(model=model, train=train, dataset=dataset, ddp=ddp, specs=specs, mode=mode,
-                    comm_overlap=comm_overlap, mixed_precision=mixed,
-                    precision_recipe=num.mb_recipe if num.quantized else None, peft=peft,
-                    lora_targets=list(t.lora_targets) if t.peft == "lora" else None)
+    return Settings(
+        model=model,
+        train=train,
+        dataset=dataset,
+        ddp=ddp,
+        specs=specs,
+        mode=mode,
+        comm_overlap=comm_overlap,
+        mixed_precision=mixed,
+        precision_recipe=num.mb_recipe if num.quantized else None,
+        peft=peft,
+        lora_targets=list(t.lora_targets) if t.peft == "lora" else None,
+    )
 
 
 # The MixedPrecisionConfig fields each of Megatron-Bridge's recipes sets (training/mixed_precision.py, 0.3.1 to 0.6.2):
@@ -236,13 +290,27 @@ def derived_settings(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_fact
 # otherwise; Megatron-Bridge's performance recipes (perf_recipes/_common.py _perf_precision) turn that off, and the
 # advisor's estimate runs every layer in FP8, so the export does too.
 RECIPE_FIELDS: dict[str, dict] = {
-    "fp8 tensorwise": {"fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True,
-                       "first_last_layers_bf16": False},
-    "fp8 delayed": {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0, "fp8_amax_history_len": 1024,
-                    "fp8_amax_compute_algo": "max", "fp8_param_gather": True},
+    "fp8 tensorwise": {
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+        "fp8_param_gather": True,
+        "first_last_layers_bf16": False,
+    },
+    "fp8 delayed": {
+        "fp8": "hybrid",
+        "fp8_recipe": "delayed",
+        "fp8_margin": 0,
+        "fp8_amax_history_len": 1024,
+        "fp8_amax_compute_algo": "max",
+        "fp8_param_gather": True,
+    },
     "fp8 blockwise": {"fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
-    "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True,
-              "reuse_grad_buf_for_mxfp8_param_ag": True},
+    "mxfp8": {
+        "fp8": "e4m3",
+        "fp8_recipe": "mxfp8",
+        "fp8_param_gather": True,
+        "reuse_grad_buf_for_mxfp8_param_ag": True,
+    },
     "nvfp4": {"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp8_param_gather": False, "fp4_param_gather": True},
 }
 
@@ -251,16 +319,25 @@ def _py(value) -> str:
     return repr(value)
 
 
-def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
-                   num_samples: int | None = None, num_packs: int | None = None) -> str:
+def python_snippet(
+    plan: Plan,
+    version: str = DEFAULT_MB_VERSION,
+    packing_factor: float | None = None,
+    *,
+    num_samples: int | None = None,
+    num_packs: int | None = None,
+) -> str:
     """Python that edits a recipe's ``ConfigContainer`` named ``cfg``, importing what it uses. Every value is
     written with ``repr`` and the model name only in a comment, so no plan text can become code. The packing
     specs are set field by field on the recipe's own object, so its other fields (tokenizer name, paths, workers)
     stay; the object is created only where the recipe has none."""
     s = derived_settings(plan, version, packing_factor, num_samples=num_samples, num_packs=num_packs)
     new = new_packing_api(version)
-    lines = [f"# Sequence packing advisor: settings for Megatron-Bridge {version}, model {_comment(plan.model_name)}, "
-             f"{plan.parallel.gpus} GPUs.", "# Apply to the ConfigContainer your recipe returns (cfg = recipe(...))."]
+    lines = [
+        f"# Sequence packing advisor: settings for Megatron-Bridge {version}, model {_comment(plan.model_name)}, "
+        f"{plan.parallel.gpus} GPUs.",
+        "# Apply to the ConfigContainer your recipe returns (cfg = recipe(...)).",
+    ]
     if s.specs is not None:
         module = "megatron.bridge.data.packing" if new else "megatron.bridge.data.datasets.packed_sequence"
         lines.append(f"from {module} import PackedSequenceSpecs")
@@ -270,8 +347,9 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
     for section, values in (("model", s.model), ("train", s.train), ("ddp", s.ddp), ("dataset", s.dataset)):
         for name, value in values.items():
             if name == "dataset_kwargs":
-                lines.append("cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), "
-                             "'pad_to_max_length': True}")
+                lines.append(
+                    "cfg.dataset.dataset_kwargs = {**(cfg.dataset.dataset_kwargs or {}), 'pad_to_max_length': True}"
+                )
                 continue
             line = f"cfg.{section}.{name} = {_py(value)}"
             if section == "train" and name == "global_batch_size":  # the batch in both units, as every output says
@@ -282,15 +360,20 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
         lines += [f"if {target} is None:  # the recipe packs nothing yet", f"    {target} = PackedSequenceSpecs()"]
         lines += [f"{target}.{k} = {_py(v)}" for k, v in s.specs.items()]
     if s.comm_overlap:
-        lines += ["if cfg.comm_overlap is None:  # the recipe has no comm-overlap config yet",
-                  "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
-                  f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})"]
+        lines += [
+            "if cfg.comm_overlap is None:  # the recipe has no comm-overlap config yet",
+            "    from megatron.bridge.training.comm_overlap import CommOverlapConfig",
+            f"    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={_py(plan.parallel.tp_comm_overlap)})",
+        ]
         lines += [f"cfg.comm_overlap.{k} = {_py(v)}" for k, v in s.comm_overlap.items()]
     if isinstance(s.peft, int):  # a full fine-tuning recipe gets Megatron-Bridge's LoRA, on the plan's targets
-        lines += ["from megatron.bridge.peft.lora import LoRA",
-                  "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
-                  "    cfg.peft = LoRA()", f"cfg.peft.dim = {_py(s.peft)}",
-                  f"cfg.peft.target_modules = {_py(s.lora_targets)}"]
+        lines += [
+            "from megatron.bridge.peft.lora import LoRA",
+            "if cfg.peft is None:  # the plan trains LoRA adapters; the recipe fine-tunes every weight",
+            "    cfg.peft = LoRA()",
+            f"cfg.peft.dim = {_py(s.peft)}",
+            f"cfg.peft.target_modules = {_py(s.lora_targets)}",
+        ]
     elif s.peft == "off":
         lines.append("cfg.peft = None  # the plan fine-tunes every weight (no LoRA adapters)")
     if plan.training.epochs and "train_iters" not in s.train:
@@ -298,12 +381,17 @@ def python_snippet(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor
     if s.mixed_precision is not None:
         lines.append(f"cfg.mixed_precision = get_mixed_precision_config({_py(s.precision_recipe)})")
         recipe = RECIPE_FIELDS[numerics_of(plan).name]
-        lines += [f"cfg.mixed_precision.{k} = {_py(v)}" for k, v in s.mixed_precision.items()
-                  if k not in recipe or k == "first_last_layers_bf16"]
+        lines += [
+            f"cfg.mixed_precision.{k} = {_py(v)}"
+            for k, v in s.mixed_precision.items()
+            if k not in recipe or k == "first_last_layers_bf16"
+        ]
     elif not plan.training.grad_reduce_in_fp32:
         # MixedPrecisionConfig.setup copies its grad_reduce_in_fp32 onto cfg.ddp, so cfg.ddp alone would be undone
-        lines += ["# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
-                  "# 'bf16_mixed' first through get_mixed_precision_config) set grad_reduce_in_fp32 = False"]
+        lines += [
+            "# the plan reduces gradients in BF16: on the recipe's MixedPrecisionConfig (a name such as",
+            "# 'bf16_mixed' first through get_mixed_precision_config) set grad_reduce_in_fp32 = False",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -311,8 +399,14 @@ def _comment(text: str) -> str:
     return repr(text)[1:-1].replace("\n", " ")
 
 
-def overrides(plan: Plan, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None, *,
-              num_samples: int | None = None, num_packs: int | None = None) -> str:
+def overrides(
+    plan: Plan,
+    version: str = DEFAULT_MB_VERSION,
+    packing_factor: float | None = None,
+    *,
+    num_samples: int | None = None,
+    num_packs: int | None = None,
+) -> str:
     """The same settings as OmegaConf dotlist overrides for Megatron-Bridge recipe scripts, one per line (each sets
     one field, so the recipe's other packing-spec fields stay; the recipe must have the specs object, and for a LoRA
     plan its LoRA: a recipe made with peft="lora")."""
@@ -376,13 +470,22 @@ def mlm_architecture(plan: Plan) -> list[str]:
     """
     m = plan.model
     if m.gated_linear_unit and m.activation not in ("silu", "quick_gelu"):
-        raise ValueError(f"model.activation {m.activation} with gated_linear_unit: Megatron-LM has only --swiglu "
-                         "and --quick-geglu among gated MLPs")
+        raise ValueError(
+            f"model.activation {m.activation} with gated_linear_unit: Megatron-LM has only --swiglu "
+            "and --quick-geglu among gated MLPs"
+        )
     if not m.gated_linear_unit and m.activation == "silu":
-        raise ValueError("model.activation silu without gated_linear_unit: Megatron-LM has no plain SiLU MLP "
-                         "(--swiglu, --squared-relu, or GELU by default)")
-    args = [f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}", f"--ffn-hidden-size {m.ffn_hidden_size}",
-            f"--num-attention-heads {m.num_attention_heads}", f"--kv-channels {m.head_dim}"]
+        raise ValueError(
+            "model.activation silu without gated_linear_unit: Megatron-LM has no plain SiLU MLP "
+            "(--swiglu, --squared-relu, or GELU by default)"
+        )
+    args = [
+        f"--num-layers {m.num_layers}",
+        f"--hidden-size {m.hidden_size}",
+        f"--ffn-hidden-size {m.ffn_hidden_size}",
+        f"--num-attention-heads {m.num_attention_heads}",
+        f"--kv-channels {m.head_dim}",
+    ]
     if m.query_groups != m.num_attention_heads:
         args += ["--group-query-attention", f"--num-query-groups {m.query_groups}"]
     if m.mtp_num_layers:
@@ -392,8 +495,9 @@ def mlm_architecture(plan: Plan) -> list[str]:
         args.append("--apply-layernorm-1p")
     if m.qk_layernorm:
         args.append("--qk-layernorm")
-    args.append({"silu": "--swiglu", "squared_relu": "--squared-relu", "gelu": "", "quick_gelu": "--quick-geglu"}
-                [m.activation])
+    args.append(
+        {"silu": "--swiglu", "squared_relu": "--squared-relu", "gelu": "", "quick_gelu": "--quick-geglu"}[m.activation]
+    )
     if not m.add_bias_linear:
         args.append("--disable-bias-linear")
     if m.add_qkv_bias:
@@ -425,8 +529,9 @@ def mlm_architecture(plan: Plan) -> list[str]:
             args.append(f"--moe-shared-expert-intermediate-size {m.moe_shared_expert_intermediate_size}")
         if m.moe_layer_freq != 1:
             freq = m.moe_layer_freq
-            args.append("--moe-layer-freq " + (shlex.quote(str(freq).replace(" ", "")) if isinstance(freq, list)
-                                               else str(freq)))
+            args.append(
+                "--moe-layer-freq " + (shlex.quote(str(freq).replace(" ", "")) if isinstance(freq, list) else str(freq))
+            )
         if m.moe_router_score_function != "softmax":
             args.append(f"--moe-router-score-function {m.moe_router_score_function}")
         if m.moe_router_enable_expert_bias:
@@ -437,8 +542,13 @@ def mlm_architecture(plan: Plan) -> list[str]:
             args.append(f"--moe-router-group-topk {m.moe_router_group_topk}")
         if m.moe_router_topk_scaling_factor:
             args.append(_flag("moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor))
-    args += ["--attention-dropout 0", "--hidden-dropout 0", "--bf16", "--tokenizer-type HuggingFaceTokenizer",
-             f"--tokenizer-model {_tokenizer_placeholder(m.preset)}"]
+    args += [
+        "--attention-dropout 0",
+        "--hidden-dropout 0",
+        "--bf16",
+        "--tokenizer-type HuggingFaceTokenizer",
+        f"--tokenizer-model {_tokenizer_placeholder(m.preset)}",
+    ]
     return [a for a in args if a]
 
 
@@ -459,11 +569,14 @@ def mlm_precision(plan: Plan) -> list[str]:
     sharded = plan.training.distributed_optimizer or plan.parallel.fsdp
     if "fp4" in f:
         return [f"--fp4-format {f['fp4']}", f"--fp4-recipe {f['fp4_recipe']}"] + (
-            ["--fp4-param-gather"] if sharded and f["fp4_param_gather"] else [])
+            ["--fp4-param-gather"] if sharded and f["fp4_param_gather"] else []
+        )
     args = [f"--fp8-format {f['fp8']}", f"--fp8-recipe {f['fp8_recipe']}"]
     if "fp8_amax_history_len" in f:
-        args += [f"--fp8-amax-history-len {f['fp8_amax_history_len']}",
-                 f"--fp8-amax-compute-algo {f['fp8_amax_compute_algo']}"]
+        args += [
+            f"--fp8-amax-history-len {f['fp8_amax_history_len']}",
+            f"--fp8-amax-compute-algo {f['fp8_amax_compute_algo']}",
+        ]
     if sharded and f["fp8_param_gather"]:
         args.append("--fp8-param-gather")
         if f.get("reuse_grad_buf_for_mxfp8_param_ag") and not plan.parallel.fsdp:
@@ -479,8 +592,9 @@ def _tokenizer_placeholder(preset: str | None) -> str:
     return '"${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the tokenizer path or Hugging Face name}"'
 
 
-def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples: int | None = None,
-                     packing_factor: float | None = None) -> str:
+def megatron_lm_args(
+    plan: Plan, mock_lengths: str | None = None, *, num_samples: int | None = None, packing_factor: float | None = None
+) -> str:
     """Megatron-LM arguments for the same layout and packing, training the plan's model (``mlm_architecture``) on
     the user's data: SFT reads ``--data-path`` (a JSONL of ``{"messages": [...]}``, dev's
     ``megatron/training/datasets/sft_dataset.py`` SFTLowLevelDataset), left as a required shell parameter. Only with
@@ -492,36 +606,52 @@ def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples
     """
     p, t, k = plan.parallel, plan.training, plan.packing
     if plan.packing_mode == "online" and k.megatron_lm == "main":
-        raise ValueError("Megatron-LM main d98e8a64 has no --sequence-packing-scheduler (its training loop never "
-                         "calls the scheduler): set packing.megatron_lm to dev")
+        raise ValueError(
+            "Megatron-LM main d98e8a64 has no --sequence-packing-scheduler (its training loop never "
+            "calls the scheduler): set packing.megatron_lm to dev"
+        )
     mbs = 1 if plan.packing_mode == "offline" else t.micro_batch_size
     # Megatron-LM's global batch counts samples (its online packing too) and must divide by micro batch x DP
     # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
     unit = mbs * p.dp
     # a plan counting Megatron-Bridge's packs trains on packs x n samples: Megatron-LM counts those
-    asked = plan.requested_samples or round(plan.effective_samples_per_step(packing_factor) or
-                                            plan.training.global_batch_size)
+    asked = plan.requested_samples or round(
+        plan.effective_samples_per_step(packing_factor) or plan.training.global_batch_size
+    )
     gbs = max(unit, round(asked / unit) * unit)
-    head = [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"] \
-        if gbs != asked else []
+    head = (
+        [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"]
+        if gbs != asked
+        else []
+    )
     if t.peft == "lora":  # the plan's estimate is LoRA's; say so rather than hand over a silently different run
-        head.append("# LoRA: Megatron-LM's pretrain_gpt.py has no LoRA; these arguments train every weight (the "
-                    "advisor's estimate is for LoRA: use the Megatron-Bridge export for it)")
+        head.append(
+            "# LoRA: Megatron-LM's pretrain_gpt.py has no LoRA; these arguments train every weight (the "
+            "advisor's estimate is for LoRA: use the Megatron-Bridge export for it)"
+        )
     blackwell = plan.hardware.table["compute_capability"] >= 10
     if (p.tp > 1 or p.cp > 1) and not blackwell and not p.fsdp:  # validate_args asserts it below Blackwell
         head.append(f"# {MAX_CONNECTIONS}: Megatron-LM refuses TP or CP > 1 without it (before Blackwell)")
-    args = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
-            f"--context-parallel-size {p.cp}", f"--expert-model-parallel-size {p.ep}",
-            f"--micro-batch-size {mbs}", f"--global-batch-size {gbs}", f"--seq-length {t.seq_length}",
-            f"--max-position-embeddings {t.seq_length}", *mlm_architecture(plan)]
+    args = [
+        f"--tensor-model-parallel-size {p.tp}",
+        f"--pipeline-model-parallel-size {p.pp}",
+        f"--context-parallel-size {p.cp}",
+        f"--expert-model-parallel-size {p.ep}",
+        f"--micro-batch-size {mbs}",
+        f"--global-batch-size {gbs}",
+        f"--seq-length {t.seq_length}",
+        f"--max-position-embeddings {t.seq_length}",
+        *mlm_architecture(plan),
+    ]
     iters = train_iters(t.epochs, num_samples, gbs)  # Megatron-LM's global batch counts samples in every mode
     if iters is not None:
         args.append(f"--train-iters {iters}")
     if plan.pipeline_stages is not None:  # sets the virtual pipeline itself (arguments.py: one or the other)
         args.append(f"--pipeline-model-parallel-layout '{layout_string(plan.pipeline_stages)}'")
     elif p.vpp:
-        args.append(f"--num-layers-per-virtual-pipeline-stage "
-                    f"{(plan.model.num_layers + p.pipeline_slots) // (p.pp * p.vpp)}")
+        args.append(
+            f"--num-layers-per-virtual-pipeline-stage {(plan.model.num_layers + p.pipeline_slots) // (p.pp * p.vpp)}"
+        )
     if p.account_for_embedding_in_pipeline_split:
         args.append("--account-for-embedding-in-pipeline-split")
     if p.account_for_loss_in_pipeline_split:
@@ -534,8 +664,10 @@ def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples
         if p.moe_dispatcher == "alltoall":
             args.append("--moe-token-dispatcher-type alltoall")
         else:
-            args += ["--moe-token-dispatcher-type flex",
-                     f"--moe-flex-dispatcher-backend {p.moe_dispatcher.removeprefix('flex_')}"]
+            args += [
+                "--moe-token-dispatcher-type flex",
+                f"--moe-flex-dispatcher-backend {p.moe_dispatcher.removeprefix('flex_')}",
+            ]
     if p.moe_a2a_overlap:  # Megatron-Bridge's performance recipes add --delay-wgrad-compute (TE >= 2.8 with
         # --overlap-grad-reduce): left to the user
         args.append("--overlap-moe-expert-parallel-comm")
@@ -560,8 +692,11 @@ def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples
     if t.distributed_optimizer:
         args.append("--use-distributed-optimizer")
     if p.fsdp:  # Megatron FSDP asserts the fsdp_dtensor checkpoint format; ZeRO-3 as Megatron-Bridge's recipes run it
-        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
-                 "--ckpt-format fsdp_dtensor"]
+        args += [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy optim_grads_params",
+            "--ckpt-format fsdp_dtensor",
+        ]
     args += mlm_precision(plan)
     if not t.grad_reduce_in_fp32:
         args.append("--grad-reduce-in-bf16")
@@ -574,26 +709,39 @@ def megatron_lm_args(plan: Plan, mock_lengths: str | None = None, *, num_samples
         if "--calculate-per-token-loss" not in args:
             args.append("--calculate-per-token-loss")  # dynamic CP asserts it; packed THD loss is per token
     if mock_lengths is not None and t.task == "pretrain":
-        raise ValueError("mock lengths (--lengths-csv) are Megatron-LM's mock SFT data: a pre-training plan reads "
-                         "--data-path, or Megatron-LM's own --mock-data")
+        raise ValueError(
+            "mock lengths (--lengths-csv) are Megatron-LM's mock SFT data: a pre-training plan reads "
+            "--data-path, or Megatron-LM's own --mock-data"
+        )
     if mock_lengths is not None:
         mock = json.dumps({"mode": "file", "path": mock_lengths})
-        head.append(f"# mock data, as asked: Megatron-LM's mock SFT samples of your lengths, read from {mock_lengths} "
-                    "(written beside these arguments); drop --mock-data and give --data-path to train on your data")
+        head.append(
+            f"# mock data, as asked: Megatron-LM's mock SFT samples of your lengths, read from {mock_lengths} "
+            "(written beside these arguments); drop --mock-data and give --data-path to train on your data"
+        )
         args += ["--sft", "--mock-data", f"--sft-mock-dataset-config-json {shlex.quote(mock)}"]
     elif t.task != "pretrain":
-        head.append("# DATA_PATH: your SFT data, a JSONL of {\"messages\": [{\"role\": ..., \"content\": ...}]} per "
-                    "line (Megatron-LM's SFTDataset); the launch stops until it is set")
+        head.append(
+            "# DATA_PATH: your SFT data, a JSONL of {\"messages\": [{\"role\": ..., \"content\": ...}]} per "
+            "line (Megatron-LM's SFTDataset); the launch stops until it is set"
+        )
         args += ["--sft", '--data-path "${DATA_PATH:?set DATA_PATH to your SFT JSONL (messages per line)}"']
     else:
-        head.append("# DATA_PATH: your pre-training data's prefix (a Megatron indexed dataset, preprocess_data.py); "
-                    "the launch stops until it is set")
+        head.append(
+            "# DATA_PATH: your pre-training data's prefix (a Megatron indexed dataset, preprocess_data.py); "
+            "the launch stops until it is set"
+        )
         args.append('--data-path "${DATA_PATH:?set DATA_PATH to your indexed dataset prefix}"')
     return "".join(line + "\n" for line in head) + " \\\n  ".join(args) + "\n"
 
 
-def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str = "meta-llama/Llama-3.1-8B",
-                 dataset_root: str = "<dataset_root>", packing_factor: float | None = 1.0) -> str:
+def packed_paths(
+    plan: Plan,
+    version: str = DEFAULT_MB_VERSION,
+    tokenizer: str = "meta-llama/Llama-3.1-8B",
+    dataset_root: str = "<dataset_root>",
+    packing_factor: float | None = 1.0,
+) -> str:
     """Where Megatron-Bridge writes the packed files and metadata, by version (the layout changed twice).
 
     0.3.x: ``packed/{tokenizer}_pad_seq_to_mult{N}/training_{size}.npy``; 0.4-0.5: Parquet ``.idx.parquet``;
@@ -603,10 +751,14 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
     if s.specs is None:
         return "No offline packing in this plan: Megatron-Bridge writes no packed files.\n"
     if "packed_train_data_path" in s.specs:
-        return ("The plan's data is a prepared folder; Megatron-Bridge trains on it as it is:\n"
-                + "".join(f"{k}: {v}\n" for k, v in s.specs.items() if k.startswith("packed_") and k.endswith("path")))
-    prepare = ("Or write them yourself, faster and packed as the plan says (then point data.lengths at OUT):\n  "
-               + prepare_command(plan) + "\n")
+        return "The plan's data is a prepared folder; Megatron-Bridge trains on it as it is:\n" + "".join(
+            f"{k}: {v}\n" for k, v in s.specs.items() if k.startswith("packed_") and k.endswith("path")
+        )
+    prepare = (
+        "Or write them yourself, faster and packed as the plan says (then point data.lengths at OUT):\n  "
+        + prepare_command(plan)
+        + "\n"
+    )
     size, mult = s.specs["packed_sequence_size"], s.specs["pad_seq_to_mult"]
     name = tokenizer.replace("/", "--")
     major, minor = _version(version)
@@ -618,12 +770,19 @@ def packed_paths(plan: Plan, version: str = DEFAULT_MB_VERSION, tokenizer: str =
     else:
         folder, ext = f"{name}_pad_seq_to_mult{mult}", ".npy"
     base = f"{dataset_root}/packed/{folder}"
-    return (f"tokenizer_model_name = {tokenizer!r}  (set it on the PackedSequenceSpecs so the folder name is stable)\n"
-            f"train:    {base}/training_{size}{ext}\n"
-            f"val:      {base}/validation_{size}{ext}\n"
-            f"metadata: {base}/{size}_metadata.jsonl  (one JSON list, one dict per split)\n"
-            + ("<fingerprint> is the first 12 hex digits of a hash of the dataset settings "
-               "(data/builders/gpt_sft.py _packing_fingerprint).\n" if (major, minor) >= (0, 6) else "") + prepare)
+    return (
+        f"tokenizer_model_name = {tokenizer!r}  (set it on the PackedSequenceSpecs so the folder name is stable)\n"
+        f"train:    {base}/training_{size}{ext}\n"
+        f"val:      {base}/validation_{size}{ext}\n"
+        f"metadata: {base}/{size}_metadata.jsonl  (one JSON list, one dict per split)\n"
+        + (
+            "<fingerprint> is the first 12 hex digits of a hash of the dataset settings "
+            "(data/builders/gpt_sft.py _packing_fingerprint).\n"
+            if (major, minor) >= (0, 6)
+            else ""
+        )
+        + prepare
+    )
 
 
 def prepare_command(plan: Plan, data: str = "DATA.jsonl", tokenizer: str = "TOKENIZER_DIR", out: str = "OUT") -> str:
@@ -636,34 +795,55 @@ def prepare_command(plan: Plan, data: str = "DATA.jsonl", tokenizer: str = "TOKE
 --algorithm first_fit_shuffle --seed 5678 -o OUT'
     """
     k = plan.packing
-    parts = ["python -m advisor prepare", shlex.quote(data), "--tokenizer", shlex.quote(tokenizer),
-             "--format", plan.data.format, "--pack-size", str(plan.pack_size), "--algorithm", k.algorithm,
-             "--seed", str(plan.packing_seed)]
+    parts = [
+        "python -m advisor prepare",
+        shlex.quote(data),
+        "--tokenizer",
+        shlex.quote(tokenizer),
+        "--format",
+        plan.data.format,
+        "--pack-size",
+        str(plan.pack_size),
+        "--algorithm",
+        k.algorithm,
+        "--seed",
+        str(plan.packing_seed),
+    ]
     if plan.pad_seq_to_mult > 1:
         parts += ["--pad-seq-to-mult", str(plan.pad_seq_to_mult)]
     return " ".join(parts + ["-o", shlex.quote(out)])
 
 
-def markdown_report(plan: Plan, findings: list, est=None, search_result=None,
-                    packing_factor: float | None = None) -> str:
+def markdown_report(
+    plan: Plan, findings: list, est=None, search_result=None, packing_factor: float | None = None
+) -> str:
     """Findings and estimates in one page for a review."""
     p, t = plan.parallel, plan.training
-    lines = [f"# Packing plan: {_comment(plan.model_name)}", "",
-             f"- Layout: {p.gpus} x {plan.hardware.gpu}, TP {p.tp}, PP {p.pp}, CP {p.cp}, EP {p.ep}, DP {p.dp}, "
-             f"SP {'on' if p.sp else 'off'}",
-             f"- Training: {t.task}, seq_length {t.seq_length}, micro batch {t.micro_batch_size}, global batch "
-             f"{plan.batch_text(packing_factor)}, recompute {t.recompute}", f"- Packing: {plan.packing_mode}", ""]
+    lines = [
+        f"# Packing plan: {_comment(plan.model_name)}",
+        "",
+        f"- Layout: {p.gpus} x {plan.hardware.gpu}, TP {p.tp}, PP {p.pp}, CP {p.cp}, EP {p.ep}, DP {p.dp}, "
+        f"SP {'on' if p.sp else 'off'}",
+        f"- Training: {t.task}, seq_length {t.seq_length}, micro batch {t.micro_batch_size}, global batch "
+        f"{plan.batch_text(packing_factor)}, recompute {t.recompute}",
+        f"- Packing: {plan.packing_mode}",
+        "",
+    ]
     if est is not None:
         m, f, tm = est.memory, est.flops, est.time
         lines += ["## Estimates", "", "| component | GiB |", "| --- | ---: |"]
         lines += [f"| {k} | {v / 2**30:.2f} |" for k, v in m.breakdown.items()]
-        lines += [f"| **total** ({'fits' if m.fits else 'does not fit'} in {m.capacity / 2**30:.1f}) | "
-                  f"**{m.total / 2**30:.2f}** |", "",
-                  f"Megatron-Bridge's own estimate: {m.megatron_bridge.total_bytes / 2**30:.2f} GiB.", "",
-                  f"- Step {tm.step_seconds:.3f} s, {tm.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, "
-                  f"straggler x{tm.straggler_factor:.2f}, epoch {tm.epoch_seconds / 3600:.2f} h",
-                  f"- FLOPs per step {f.model_per_step:.3e} on real tokens, {f.padding_waste:.1%} spent on padding",
-                  ""]
+        lines += [
+            f"| **total** ({'fits' if m.fits else 'does not fit'} in {m.capacity / 2**30:.1f}) | "
+            f"**{m.total / 2**30:.2f}** |",
+            "",
+            f"Megatron-Bridge's own estimate: {m.megatron_bridge.total_bytes / 2**30:.2f} GiB.",
+            "",
+            f"- Step {tm.step_seconds:.3f} s, {tm.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, "
+            f"straggler x{tm.straggler_factor:.2f}, epoch {tm.epoch_seconds / 3600:.2f} h",
+            f"- FLOPs per step {f.model_per_step:.3e} on real tokens, {f.padding_waste:.1%} spent on padding",
+            "",
+        ]
         if est.packing is not None:
             lines += ["Megatron-Bridge packing metadata:", "", "```json", json.dumps(est.packing.metadata), "```", ""]
     lines += ["## Findings", ""]
@@ -672,22 +852,40 @@ def markdown_report(plan: Plan, findings: list, est=None, search_result=None,
     for fd in findings:
         lines.append(f"- **{fd.severity}** `{fd.id}`: {fd.message}. {fd.reason} _Source: {fd.source}_")
     if search_result is not None and search_result.best:
-        lines += ["", "## Best candidates", "", "| plan | TP | CP | pack size | packs/step | ≈ samples/step | GiB | "
-                  "tokens/s/GPU | why |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for label, c in [("yours", search_result.baseline)] + [(f"#{i + 1}", c) for i, c in
-                                                                enumerate(search_result.best)]:
+        lines += [
+            "",
+            "## Best candidates",
+            "",
+            "| plan | TP | CP | pack size | packs/step | ≈ samples/step | GiB | tokens/s/GPU | why |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for label, c in [("yours", search_result.baseline)] + [
+            (f"#{i + 1}", c) for i, c in enumerate(search_result.best)
+        ]:
             s = c.summary()
             gib = f"{s['memory_gib']:.1f}" if s["memory_gib"] is not None else "-"
             eff = s["effective_samples_per_step"]
             eff = f"{eff:,.0f}" if eff is not None else "-"
-            lines.append(f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size']} | {s['global_batch_packs'] or '-'} | "
-                         f"{eff} | {gib} | {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |")
+            lines.append(
+                f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size']} | {s['global_batch_packs'] or '-'} | "
+                f"{eff} | {gib} | {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
-def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_factor: float | None = None,
-           findings=None, est=None, search_result=None, *, num_samples: int | None = None,
-           num_packs: int | None = None, mock_lengths: str | None = None) -> str:
+def export(
+    plan: Plan,
+    fmt: str,
+    version: str = DEFAULT_MB_VERSION,
+    packing_factor: float | None = None,
+    findings=None,
+    est=None,
+    search_result=None,
+    *,
+    num_samples: int | None = None,
+    num_packs: int | None = None,
+    mock_lengths: str | None = None,
+) -> str:
     """One export of the plan as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n;
     the data's size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters.
     ``mock_lengths``: the Megatron-LM export trains on mock data of the lengths written to that file (else on
@@ -697,8 +895,9 @@ def export(plan: Plan, fmt: str, version: str = DEFAULT_MB_VERSION, packing_fact
     renderers: dict[ExportFormat, Callable[[], str]] = {
         "python": lambda: python_snippet(plan, version, packing_factor, **size),
         "overrides": lambda: overrides(plan, version, packing_factor, **size),
-        "megatron-lm": lambda: megatron_lm_args(plan, mock_lengths, num_samples=num_samples,
-                                                packing_factor=packing_factor),
+        "megatron-lm": lambda: megatron_lm_args(
+            plan, mock_lengths, num_samples=num_samples, packing_factor=packing_factor
+        ),
         "paths": lambda: packed_paths(plan, version, packing_factor=packing_factor or 1.0),
         "plan": lambda: dump_plan(plan),
         "markdown": lambda: markdown_report(plan, findings or [], est, search_result, packing_factor),

@@ -37,8 +37,12 @@ def _fixed_length(plan: Plan) -> bool:
 
 def tokens_bound(plan: Plan, changed: Plan, memory: MemoryEstimate) -> int | None:
     """The most tokens a micro batch of ``changed`` can hold on a DP rank (None: not bounded here)."""
-    same = (changed.pack_size == plan.pack_size and changed.pad_seq_to_mult == plan.pad_seq_to_mult
-            and changed.parallel.cp == plan.parallel.cp and _fixed_length(changed) == _fixed_length(plan))
+    same = (
+        changed.pack_size == plan.pack_size
+        and changed.pad_seq_to_mult == plan.pad_seq_to_mult
+        and changed.parallel.cp == plan.parallel.cp
+        and _fixed_length(changed) == _fixed_length(plan)
+    )
     if same:
         return memory.tokens_per_micro_batch
     mode = changed.packing_mode
@@ -59,8 +63,7 @@ def _parallel_change(plan: Plan, **sizes: int) -> dict:
         change["parallel"]["sp"] = True
     if "cp" in sizes and p.cp_comm_type == "a2a+p2p" and p.hierarchical_cp_sizes:
         a2a = p.hierarchical_cp_sizes[0]
-        change["parallel"]["hierarchical_cp_sizes"] = [a2a, sizes["cp"] // a2a] if sizes["cp"] % a2a == 0 \
-            else None
+        change["parallel"]["hierarchical_cp_sizes"] = [a2a, sizes["cp"] // a2a] if sizes["cp"] % a2a == 0 else None
     mult = plan.packing.pad_seq_to_mult
     if mult is not None:
         tp, cp = sizes.get("tp", p.tp), sizes.get("cp", p.cp)
@@ -80,8 +83,9 @@ def _merge(a: dict, b: dict) -> dict:
 
 def _no_block(plan: Plan, change: dict) -> dict:
     """``change`` with the plan's block recompute size dropped, where it has one (it belongs to the block method)."""
-    return _merge(change, {"training": {"recompute_num_layers": None}}) if plan.training.recompute_num_layers \
-        else change
+    return (
+        _merge(change, {"training": {"recompute_num_layers": None}}) if plan.training.recompute_num_layers else change
+    )
 
 
 def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
@@ -103,8 +107,12 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
 
     def fits(n: int) -> bool:
         p = changed(n)
-        return p is not None and estimate_memory(p, memory.tokens_per_micro_batch, 1, overhead_bytes=memory.overhead,
-                                                 capacity_bytes=memory.capacity).fits
+        return (
+            p is not None
+            and estimate_memory(
+                p, memory.tokens_per_micro_batch, 1, overhead_bytes=memory.overhead, capacity_bytes=memory.capacity
+            ).fits
+        )
 
     if not fits(layers - 1):
         return None
@@ -113,21 +121,30 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     tokens = memory.tokens_per_micro_batch
-    t = step_time(changed(lo), StepWork(tokens=tokens, seqlen_squared_sum=float(tokens) ** 2, micro_batches=1),
-                  EFFICIENCY)
+    t = step_time(
+        changed(lo), StepWork(tokens=tokens, seqlen_squared_sum=float(tokens) ** 2, micro_batches=1), EFFICIENCY
+    )
     exposed = t.breakdown["offload"]
-    cost = (f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "
-            f"{plan.hardware.gpu}'s host link" if exposed > 0 else "the copies hide behind the compute")
-    return change(lo), (f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no "
-                        f"recompute; {cost})")
+    cost = (
+        f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "
+        f"{plan.hardware.gpu}'s host link"
+        if exposed > 0
+        else "the copies hide behind the compute"
+    )
+    return change(lo), (
+        f"offload {lo} of {layers} layers' activations to host memory (CPU offloading, no recompute; {cost})"
+    )
 
 
 def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
     """(change, description) in the order tried."""
     p, t = plan.parallel, plan.training
     # recompute and PP cannot run beside CPU offloading (Megatron-Core): they replace it
-    instead = ({"training": {"cpu_offloading_num_layers": 0}}, " instead of CPU offloading") \
-        if t.cpu_offloading_num_layers else ({}, "")
+    instead = (
+        ({"training": {"cpu_offloading_num_layers": 0}}, " instead of CPU offloading")
+        if t.cpu_offloading_num_layers
+        else ({}, "")
+    )
     # full recompute of every layer: from none or selective, or from the block method's first N layers a chunk
     every = t.recompute != "full" or t.recompute_num_layers is not None
     recompute = _merge(_no_block(plan, {"training": {"recompute": "full"}}), instead[0]) if every else None
@@ -157,8 +174,9 @@ def _candidates(plan: Plan, memory: MemoryEstimate | None = None):
             size //= 2
 
 
-def fitting_fixes(plan: Plan, memory: MemoryEstimate, errors_of: Callable[[Plan], set[str]],
-                  most: int = MAX_FIXES) -> list[MemoryFix]:
+def fitting_fixes(
+    plan: Plan, memory: MemoryEstimate, errors_of: Callable[[Plan], set[str]], most: int = MAX_FIXES
+) -> list[MemoryFix]:
     """The first ``most`` changes under which the plan fits, each bringing no rule error the plan did not have."""
     before = errors_of(plan)
     out: list[MemoryFix] = []
@@ -174,8 +192,9 @@ def fitting_fixes(plan: Plan, memory: MemoryEstimate, errors_of: Callable[[Plan]
         tokens = tokens_bound(plan, changed, memory)
         if tokens is None:
             continue
-        bound = estimate_memory(changed, tokens, changed.parallel.pp, overhead_bytes=memory.overhead,
-                                capacity_bytes=memory.capacity)
+        bound = estimate_memory(
+            changed, tokens, changed.parallel.pp, overhead_bytes=memory.overhead, capacity_bytes=memory.capacity
+        )
         if not bound.fits or errors_of(changed) - before:
             continue
         out.append(MemoryFix(fix=change, what=what, total_bytes=bound.total))
@@ -188,5 +207,7 @@ def describe(memory: MemoryEstimate, plan: Plan) -> str:
     """'plan needs 133.3 GiB per GPU of 79.6 GiB on H100-80GB (activations 68.1 GiB, ...)'."""
     parts = sorted(memory.breakdown.items(), key=lambda kv: -kv[1])
     largest = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in parts[:3] if v > 0)
-    return (f"plan needs {memory.total / GIB:.1f} GiB per GPU of {memory.capacity / GIB:.1f} GiB on "
-            f"{plan.hardware.gpu} ({largest} GiB)")
+    return (
+        f"plan needs {memory.total / GIB:.1f} GiB per GPU of {memory.capacity / GIB:.1f} GiB on "
+        f"{plan.hardware.gpu} ({largest} GiB)"
+    )

@@ -37,10 +37,14 @@ def _batch(plan: Plan, micro_batch_size: int, packing: PackingResult | None = No
     counts samples) it divides with this DP, so the fix is valid. A plan counting packs keeps the samples those
     packs held (packs x n), so leaving offline packing keeps the work."""
     unit = micro_batch_size * plan.dp
-    samples = plan.effective_samples_per_step(_factor(packing)) or plan.requested_samples or \
-        plan.training.global_batch_size
-    return {"micro_batch_size": micro_batch_size, "global_batch_size": max(unit, round(samples / unit) * unit),
-            "global_batch_samples": None}
+    samples = (
+        plan.effective_samples_per_step(_factor(packing)) or plan.requested_samples or plan.training.global_batch_size
+    )
+    return {
+        "micro_batch_size": micro_batch_size,
+        "global_batch_size": max(unit, round(samples / unit) * unit),
+        "global_batch_samples": None,
+    }
 
 
 def _factor(packing: PackingResult | None) -> float | None:
@@ -52,33 +56,62 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
     t, mode = plan.training, plan.packing_mode
     out = []
     if t.task == "llm-sft" and mode not in ("offline", "online"):
-        out.append(Finding(
-            id="packing.mode", severity="warning", message=f"LLM SFT with packing '{mode}': use offline packing",
-            reason="Offline packing packs the tokenized data set once before training and keeps micro batch size 1 "
-                   "with THD attention; it is Megatron-Bridge's packing path for text SFT.",
-            source="Megatron-Bridge 0.6.2 data/packing/offline.py; docs sft_peft/packed_sequence",
-            fix={"packing": {"mode": "offline", **({"pack_size": None} if plan.packing.pack_size is not None
-                                                   and plan.packing.pack_size > t.seq_length else {})},
-                 "training": {"micro_batch_size": 1}}))
+        out.append(
+            Finding(
+                id="packing.mode",
+                severity="warning",
+                message=f"LLM SFT with packing '{mode}': use offline packing",
+                reason="Offline packing packs the tokenized data set once before training and keeps micro batch size 1 "
+                "with THD attention; it is Megatron-Bridge's packing path for text SFT.",
+                source="Megatron-Bridge 0.6.2 data/packing/offline.py; docs sft_peft/packed_sequence",
+                fix={
+                    "packing": {
+                        "mode": "offline",
+                        **(
+                            {"pack_size": None}
+                            if plan.packing.pack_size is not None and plan.packing.pack_size > t.seq_length
+                            else {}
+                        ),
+                    },
+                    "training": {"micro_batch_size": 1},
+                },
+            )
+        )
     if t.task == "vlm-sft" and mode == "offline":
-        out.append(Finding(
-            id="packing.mode", severity="error", message="VLM SFT cannot use offline packing: use in-batch packing",
-            reason="Image and video samples are not pre-tokenized to a packable file; Megatron-Bridge packs VLM "
-                   "micro batches in the collate step instead (enable_in_batch_packing).",
-            source="Megatron-Bridge 0.6.2 data/packing/in_batch.py",
-            fix={"packing": {"mode": "in-batch"}, "training": _batch(plan, max(2, t.micro_batch_size), packing)}))
+        out.append(
+            Finding(
+                id="packing.mode",
+                severity="error",
+                message="VLM SFT cannot use offline packing: use in-batch packing",
+                reason="Image and video samples are not pre-tokenized to a packable file; Megatron-Bridge packs VLM "
+                "micro batches in the collate step instead (enable_in_batch_packing).",
+                source="Megatron-Bridge 0.6.2 data/packing/in_batch.py",
+                fix={"packing": {"mode": "in-batch"}, "training": _batch(plan, max(2, t.micro_batch_size), packing)},
+            )
+        )
     if mode == "in-batch" and t.micro_batch_size < 2:
-        out.append(Finding(
-            id="packing.in_batch_mbs", severity="error", message="in-batch packing needs micro_batch_size >= 2",
-            reason="In-batch packing concatenates the sequences of one micro batch; with one there is nothing to "
-                   "pack (ConfigContainer.validate raises).",
-            source=MB_CONFIG, fix={"training": _batch(plan, 2)}))
+        out.append(
+            Finding(
+                id="packing.in_batch_mbs",
+                severity="error",
+                message="in-batch packing needs micro_batch_size >= 2",
+                reason="In-batch packing concatenates the sequences of one micro batch; with one there is nothing to "
+                "pack (ConfigContainer.validate raises).",
+                source=MB_CONFIG,
+                fix={"training": _batch(plan, 2)},
+            )
+        )
     if t.task == "pretrain" and mode != "none":
-        out.append(Finding(
-            id="packing.pretrain", severity="warning", message="pre-training needs no packing",
-            reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
-            source="Megatron-LM megatron/core/datasets/gpt_dataset.py",
-            fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size, packing)}))
+        out.append(
+            Finding(
+                id="packing.pretrain",
+                severity="warning",
+                message="pre-training needs no packing",
+                reason="The GPT pre-training dataset already concatenates documents into full seq_length rows.",
+                source="Megatron-LM megatron/core/datasets/gpt_dataset.py",
+                fix={"packing": {"mode": "none"}, "training": _batch(plan, t.micro_batch_size, packing)},
+            )
+        )
     if mode == "offline" and packing is not None:
         out += _global_batch(plan, packing.packing_factor)
     return out
@@ -90,14 +123,18 @@ def _global_batch(plan: Plan, n: float) -> list[Finding]:
     dp = plan.dp
     packs = plan.global_batch_packs(n)
     source = "Megatron-Bridge docs sft_peft/packed_sequence (packing factor n)"
-    out = [Finding(
-        id="packing.global_batch", severity="info",
-        message=f"a pack holds n = {n:.2f} samples: {plan.batch_text(n)}; the export writes Megatron-Bridge's "
-                f"global_batch_size {packs}",
-        reason="With offline packing Megatron-Bridge's global_batch_size counts packs, a multiple of DP "
-               f"({dp}). A plan gives it as an MB config does (training.global_batch_size, in packs) or asks for "
-               "samples (training.global_batch_samples, divided by n and rounded to DP by the export).",
-        source=source)]
+    out = [
+        Finding(
+            id="packing.global_batch",
+            severity="info",
+            message=f"a pack holds n = {n:.2f} samples: {plan.batch_text(n)}; the export writes Megatron-Bridge's "
+            f"global_batch_size {packs}",
+            reason="With offline packing Megatron-Bridge's global_batch_size counts packs, a multiple of DP "
+            f"({dp}). A plan gives it as an MB config does (training.global_batch_size, in packs) or asks for "
+            "samples (training.global_batch_samples, divided by n and rounded to DP by the export).",
+            source=source,
+        )
+    ]
     asked = plan.requested_samples
     if asked is None:
         return out
@@ -105,16 +142,21 @@ def _global_batch(plan: Plan, n: float) -> list[Finding]:
     if abs(got / asked - 1) > BATCH_TOLERANCE:
         near = sorted({max(dp, packs - dp), packs, packs + dp})
         options = "; ".join(f"{k} packs ≈ {k * n:,.0f} samples ({k * n / asked - 1:+.0%})" for k in near)
-        out.append(Finding(
-            id="packing.effective_batch", severity="warning",
-            message=f"{asked:,} samples per step requested, but Megatron-Bridge's global_batch_size must be a "
-                    f"multiple of DP {dp}: {packs} packs ≈ {got:,.0f} samples ({got / asked - 1:+.0%})",
-            reason=f"The packs per step are the requested samples over n = {n:.2f}, rounded to a multiple of DP. "
-                   f"Nearest choices: {options}. A step that trains on other than the requested samples changes the "
-                   "learning-rate schedule per sample and the steps per epoch. The fix writes the batch in packs, as "
-                   "your MB config will (training.global_batch_size); or change the samples per step or the DP "
-                   "size.",
-            source=source, fix={"training": {"global_batch_size": packs}}))
+        out.append(
+            Finding(
+                id="packing.effective_batch",
+                severity="warning",
+                message=f"{asked:,} samples per step requested, but Megatron-Bridge's global_batch_size must be a "
+                f"multiple of DP {dp}: {packs} packs ≈ {got:,.0f} samples ({got / asked - 1:+.0%})",
+                reason=f"The packs per step are the requested samples over n = {n:.2f}, rounded to a multiple of DP. "
+                f"Nearest choices: {options}. A step that trains on other than the requested samples changes the "
+                "learning-rate schedule per sample and the steps per epoch. The fix writes the batch in packs, as "
+                "your MB config will (training.global_batch_size); or change the samples per step or the DP "
+                "size.",
+                source=source,
+                fix={"training": {"global_batch_size": packs}},
+            )
+        )
     return out
 
 
@@ -124,84 +166,132 @@ def rule_context_parallel(plan: Plan, packing: PackingResult | None) -> list[Fin
         return []
     out = []
     size = plan.pack_size
-    for name, value, section, most in (("seq_length", t.seq_length, "training", MAX_TOKENS),
-                                       ("pack_size", size, "packing", MAX_PACK)):
+    for name, value, section, most in (
+        ("seq_length", t.seq_length, "training", MAX_TOKENS),
+        ("pack_size", size, "packing", MAX_PACK),
+    ):
         if value % (2 * p.cp):
             fixed = -(-value // (2 * p.cp)) * (2 * p.cp)
             if fixed > most:  # rounding up would pass the longest a plan holds: round down
                 fixed = value // (2 * p.cp) * (2 * p.cp)
-            out.append(Finding(
-                id=f"cp.{name}", severity="error", message=f"{name} {value} is not divisible by 2*CP = {2 * p.cp}",
-                reason="Context parallelism splits every sequence into 2*CP chunks (rank r takes chunks r and "
-                       "2CP-1-r to balance causal attention).",
-                source=MB_CONFIG, fix={section: {name: fixed}}))
+            out.append(
+                Finding(
+                    id=f"cp.{name}",
+                    severity="error",
+                    message=f"{name} {value} is not divisible by 2*CP = {2 * p.cp}",
+                    reason="Context parallelism splits every sequence into 2*CP chunks (rank r takes chunks r and "
+                    "2CP-1-r to balance causal attention).",
+                    source=MB_CONFIG,
+                    fix={section: {name: fixed}},
+                )
+            )
     need = plan.collate_padding_multiple
     mult = plan.packing.pad_seq_to_mult
     if plan.packing_mode in ("offline", "in-batch") and mult is not None and mult % need:
-        out.append(Finding(
-            id="cp.pad_seq_to_mult", severity="error",
-            message=f"pad_seq_to_mult {mult} is not a multiple of {need} = lcm(2*CP, CP*TP with SP)",
-            reason="With THD and CP every packed sequence is split into 2*CP chunks (and over TP with sequence "
-                   "parallelism), so each must be padded to this multiple. Megatron-Bridge 0.6 uses the lcm; older "
-                   "docs said 2*CP*TP (the product, also valid but pads more); 0.3.1 recipes used 2*CP.",
-            source=MB_CONFIG + "; data/packing/in_batch.py", fix={"packing": {"pad_seq_to_mult": need}}))
+        out.append(
+            Finding(
+                id="cp.pad_seq_to_mult",
+                severity="error",
+                message=f"pad_seq_to_mult {mult} is not a multiple of {need} = lcm(2*CP, CP*TP with SP)",
+                reason="With THD and CP every packed sequence is split into 2*CP chunks (and over TP with sequence "
+                "parallelism), so each must be padded to this multiple. Megatron-Bridge 0.6 uses the lcm; older "
+                "docs said 2*CP*TP (the product, also valid but pads more); 0.3.1 recipes used 2*CP.",
+                source=MB_CONFIG + "; data/packing/in_batch.py",
+                fix={"packing": {"pad_seq_to_mult": need}},
+            )
+        )
     elif plan.packing_mode in ("offline", "in-batch") and mult is None:
-        out.append(Finding(
-            id="cp.pad_seq_to_mult", severity="info", message=f"pad_seq_to_mult set to {need} for CP {p.cp}",
-            reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; "
-                   + ("the export writes it (the packing specs' pad_seq_to_mult)." if plan.packing_mode == "offline"
-                      else "in-batch packing applies it in the collate step itself (ConfigContainer.validate "
-                           "derives it from CP and TP), so the export writes nothing for it."),
-            source=MB_CONFIG, fix={"packing": {"pad_seq_to_mult": need}}))
+        out.append(
+            Finding(
+                id="cp.pad_seq_to_mult",
+                severity="info",
+                message=f"pad_seq_to_mult set to {need} for CP {p.cp}",
+                reason="lcm(2*CP if CP > 1, CP*TP if sequence parallel and TP > 1), Megatron-Bridge 0.6's rule; "
+                + (
+                    "the export writes it (the packing specs' pad_seq_to_mult)."
+                    if plan.packing_mode == "offline"
+                    else "in-batch packing applies it in the collate step itself (ConfigContainer.validate "
+                    "derives it from CP and TP), so the export writes nothing for it."
+                ),
+                source=MB_CONFIG,
+                fix={"packing": {"pad_seq_to_mult": need}},
+            )
+        )
     if t.task != "pretrain":
-        out.append(Finding(
-            id="cp.loss", severity="info",
-            message="CP > 1 in SFT: calculate_per_token_loss=True and average_in_collective=False (set by the export)",
-            reason="A CP rank whose tokens are all masked (prompt only) would divide by zero and give a NaN loss; "
-                   "Megatron-Bridge asserts both settings when fine-tuning with CP > 1.", source=MB_CONFIG))
+        out.append(
+            Finding(
+                id="cp.loss",
+                severity="info",
+                message=(
+                    "CP > 1 in SFT: calculate_per_token_loss=True and average_in_collective=False (set by the export)"
+                ),
+                reason="A CP rank whose tokens are all masked (prompt only) would divide by zero and give a NaN loss; "
+                "Megatron-Bridge asserts both settings when fine-tuning with CP > 1.",
+                source=MB_CONFIG,
+            )
+        )
     comm = plan.parallel.cp_comm_type
     groups = m.query_groups
     a2a_size = p.cp if comm == "a2a" else (p.hierarchical_cp_sizes or [1])[0] if comm == "a2a+p2p" else 1
     if a2a_size > 1 and (m.num_attention_heads % a2a_size or groups % a2a_size):
-        out.append(Finding(
-            id="cp.comm_type", severity="error",
-            message=f"cp_comm_type {comm} needs attention heads ({m.num_attention_heads}) and query groups "
-                    f"({groups}) divisible by its all-to-all size {a2a_size}",
-            reason="All-to-all (Ulysses) CP scatters heads over CP ranks, so its size cannot exceed the KV heads.",
-            source="Transformer Engine attention (cp_comm_type); " + MB_CONFIG,
-            fix={"parallel": {"cp_comm_type": "p2p", "hierarchical_cp_sizes": None}}))
+        out.append(
+            Finding(
+                id="cp.comm_type",
+                severity="error",
+                message=f"cp_comm_type {comm} needs attention heads ({m.num_attention_heads}) and query groups "
+                f"({groups}) divisible by its all-to-all size {a2a_size}",
+                reason="All-to-all (Ulysses) CP scatters heads over CP ranks, so its size cannot exceed the KV heads.",
+                source="Transformer Engine attention (cp_comm_type); " + MB_CONFIG,
+                fix={"parallel": {"cp_comm_type": "p2p", "hierarchical_cp_sizes": None}},
+            )
+        )
     if m.window_size and comm not in ("a2a", "all_gather"):
-        out.append(Finding(
-            id="cp.sliding_window", severity="error",
-            message=f"sliding-window attention with CP needs cp_comm_type a2a or all_gather (is {comm})",
-            reason="The ring (p2p) CP kernels do not support a sliding window.",
-            source="Transformer Engine context parallel attention; " + MB_CONFIG,
-            fix={"parallel": {"cp_comm_type": "a2a" if groups % p.cp == 0 else "all_gather"}}))
+        out.append(
+            Finding(
+                id="cp.sliding_window",
+                severity="error",
+                message=f"sliding-window attention with CP needs cp_comm_type a2a or all_gather (is {comm})",
+                reason="The ring (p2p) CP kernels do not support a sliding window.",
+                source="Transformer Engine context parallel attention; " + MB_CONFIG,
+                fix={"parallel": {"cp_comm_type": "a2a" if groups % p.cp == 0 else "all_gather"}},
+            )
+        )
     if comm == "p2p" and p.cp >= 8:
         a2a = math.gcd(groups, p.cp)
         if a2a > 1:
-            out.append(Finding(
-                id="cp.hierarchical", severity="info",
-                message=f"CP {p.cp}: consider cp_comm_type a2a+p2p with hierarchical sizes [{a2a}, {p.cp // a2a}]",
-                reason="For large CP a ring over all ranks exposes communication; all-to-all inside a node group and "
-                       "a ring across groups hides more of it. Sizes must multiply to CP; the a2a part must divide "
-                       "the query groups.",
-                source="Megatron-Core hierarchical_context_parallel_sizes; " + MB_CONFIG,
-                fix={"parallel": {"cp_comm_type": "a2a+p2p", "hierarchical_cp_sizes": [a2a, p.cp // a2a]}}))
+            out.append(
+                Finding(
+                    id="cp.hierarchical",
+                    severity="info",
+                    message=f"CP {p.cp}: consider cp_comm_type a2a+p2p with hierarchical sizes [{a2a}, {p.cp // a2a}]",
+                    reason=(
+                        "For large CP a ring over all ranks "
+                        "exposes communication; all-to-all inside a node group and "
+                        "a ring across groups hides more of it. Sizes must multiply to CP; the a2a part must divide "
+                        "the query groups."
+                    ),
+                    source="Megatron-Core hierarchical_context_parallel_sizes; " + MB_CONFIG,
+                    fix={"parallel": {"cp_comm_type": "a2a+p2p", "hierarchical_cp_sizes": [a2a, p.cp // a2a]}},
+                )
+            )
     return out
 
 
 def rule_cuda_graphs(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     if not plan.training.cuda_graphs or plan.packing_mode == "none":
         return []
-    return [Finding(
-        id="cuda_graphs.packing", severity="warning",
-        message="CUDA graphs with packed sequences: pad_cu_seqlens=True and pad_to_max_length=True (set by the "
-                "export); custom packed data needs its metadata file",
-        reason="A graph replays fixed shapes: every pack must be padded to the pack size and cu_seqlens to a fixed "
-               "count (max_samples_per_bin from the packing metadata), so the metadata file must exist beside "
-               "packed data you bring.",
-        source="Megatron-Bridge 0.6.2 data/packing/config.py (pad_cu_seqlens); " + MB_CONFIG)]
+    return [
+        Finding(
+            id="cuda_graphs.packing",
+            severity="warning",
+            message="CUDA graphs with packed sequences: pad_cu_seqlens=True and pad_to_max_length=True (set by the "
+            "export); custom packed data needs its metadata file",
+            reason="A graph replays fixed shapes: every pack must be padded to the pack size and cu_seqlens to a fixed "
+            "count (max_samples_per_bin from the packing metadata), so the metadata file must exist beside "
+            "packed data you bring.",
+            source="Megatron-Bridge 0.6.2 data/packing/config.py (pad_cu_seqlens); " + MB_CONFIG,
+        )
+    ]
 
 
 def rule_long_context(plan: Plan, packing: PackingResult | None) -> list[Finding]:
@@ -210,24 +300,39 @@ def rule_long_context(plan: Plan, packing: PackingResult | None) -> list[Finding
     s = t.seq_length
     if s > LONG_CONTEXT and p.cp > 1:
         gib = s * s / 2**30
-        out.append(Finding(
-            id="long_context.attention_mask", severity="warning",
-            message=f"seq_length {s:,} > 64k with CP: in Megatron-LM pass --no-create-attention-mask-in-dataloader",
-            reason=f"Otherwise the dataloader builds a dense s x s causal mask per sample ({gib * 4:,.0f} GiB in fp32, "
-                   f"{gib:,.0f} GiB as bool at this length) and every TP rank broadcasts it; Transformer Engine makes "
-                   "causal masks itself. Megatron-Bridge's default skip_getting_attention_mask_from_dataset=True "
-                   "already avoids it.",
-            source="Megatron-LM megatron/training/arguments.py; megatron/core/datasets/gpt_dataset.py"))
+        out.append(
+            Finding(
+                id="long_context.attention_mask",
+                severity="warning",
+                message=f"seq_length {s:,} > 64k with CP: in Megatron-LM pass --no-create-attention-mask-in-dataloader",
+                reason=(
+                    f"Otherwise the dataloader builds a dense s x s causal "
+                    f"mask per sample ({gib * 4:,.0f} GiB in fp32, "
+                    f"{gib:,.0f} GiB as bool at this length) and every TP rank broadcasts it; Transformer Engine makes "
+                    "causal masks itself. Megatron-Bridge's default skip_getting_attention_mask_from_dataset=True "
+                    "already avoids it."
+                ),
+                source="Megatron-LM megatron/training/arguments.py; megatron/core/datasets/gpt_dataset.py",
+            )
+        )
     if t.recompute == "full" and s >= 16384:
-        out.append(Finding(
-            id="long_context.recompute", severity="info",
-            message="long sequences with full recompute: prefer more CP to full recompute",
-            reason="Full recompute reruns the layers' forward (about 30 % slower when every layer); CP divides "
-                   "activations without "
-                   "recomputing. Try selective recompute with twice the CP if GPUs allow.",
-            source="Megatron-Bridge docs (performance guide: context parallelism vs recompute)",
-            fix={"training": {"recompute": "selective",  # a block size belongs to full recompute: it goes too
-                              **({"recompute_num_layers": None} if t.recompute_num_layers else {})}}))
+        out.append(
+            Finding(
+                id="long_context.recompute",
+                severity="info",
+                message="long sequences with full recompute: prefer more CP to full recompute",
+                reason="Full recompute reruns the layers' forward (about 30 % slower when every layer); CP divides "
+                "activations without "
+                "recomputing. Try selective recompute with twice the CP if GPUs allow.",
+                source="Megatron-Bridge docs (performance guide: context parallelism vs recompute)",
+                fix={
+                    "training": {
+                        "recompute": "selective",  # a block size belongs to full recompute: it goes too
+                        **({"recompute_num_layers": None} if t.recompute_num_layers else {}),
+                    }
+                },
+            )
+        )
     return out
 
 
@@ -237,31 +342,49 @@ def rule_data(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     if packing is not None and packing.runtime.num_truncated:
         r = packing.runtime
         lost = r.tokens_truncated / max(1, r.real_tokens + r.tokens_truncated)  # a share of the data's tokens
-        out.append(Finding(
-            id="data.truncated", severity="warning",
-            message=f"{r.num_truncated:,} samples longer than {packing.config.effective_max_seq_length} are truncated "
-                    f"({r.tokens_truncated:,} tokens lost, {lost:.2%} of the data's)",
-            reason="The dataset cuts samples at max_seq_length before packing; their tails are never trained on.",
-            source="Megatron-Bridge 0.6.2 data/packing/offline.py (tokenize_dataset)"))
+        out.append(
+            Finding(
+                id="data.truncated",
+                severity="warning",
+                message=(
+                    f"{r.num_truncated:,} samples longer than "
+                    f"{packing.config.effective_max_seq_length} are truncated "
+                    f"({r.tokens_truncated:,} tokens lost, {lost:.2%} of the data's)"
+                ),
+                reason="The dataset cuts samples at max_seq_length before packing; their tails are never trained on.",
+                source="Megatron-Bridge 0.6.2 data/packing/offline.py (tokenize_dataset)",
+            )
+        )
     if packing is not None and packing.runtime.num_skipped:
         r = packing.runtime
         share = r.num_skipped / max(1, r.num_skipped + int(r.counts.sum()))
-        out.append(Finding(
-            id="data.skipped", severity="warning",
-            message=f"{r.num_skipped:,} chat samples longer than {packing.config.effective_max_seq_length} are "
-                    f"skipped ({share:.2%} of the samples, {r.tokens_skipped:,} tokens never trained on)",
-            reason="GPTSFTChatDataset does not truncate, so Megatron-Bridge's create_hist leaves samples longer than "
-                   "the max length out of the packs (with a warning in its log); the packing factor n, the global "
-                   "batch in packs and the epoch are those of the samples that remain. A larger pack keeps them.",
-            source="Megatron-Bridge 0.6.2 data/packing/algorithms.py (create_hist); data/datasets/gpt_sft.py "
-                   "(GPTSFTChatDataset._process_example)"))
+        out.append(
+            Finding(
+                id="data.skipped",
+                severity="warning",
+                message=f"{r.num_skipped:,} chat samples longer than {packing.config.effective_max_seq_length} are "
+                f"skipped ({share:.2%} of the samples, {r.tokens_skipped:,} tokens never trained on)",
+                reason=(
+                    "GPTSFTChatDataset does not truncate, so Megatron-Bridge's "
+                    "create_hist leaves samples longer than "
+                    "the max length out of the packs (with a warning in its log); the packing factor n, the global "
+                    "batch in packs and the epoch are those of the samples that remain. A larger pack keeps them."
+                ),
+                source="Megatron-Bridge 0.6.2 data/packing/algorithms.py (create_hist); data/datasets/gpt_sft.py "
+                "(GPTSFTChatDataset._process_example)",
+            )
+        )
     if (p.pp > 1 or p.ep > 1) and plan.packing_mode != "none":
-        out.append(Finding(
-            id="data.fixed_length", severity="info",
-            message="PP or EP > 1: every micro batch is padded to the full length (pad_to_max_length)",
-            reason="Pipeline and expert parallelism exchange fixed-shape tensors, so Megatron-Bridge forces "
-                   "pad_to_max_length; packs are padded to the pack size.",
-            source=MB_CONFIG))
+        out.append(
+            Finding(
+                id="data.fixed_length",
+                severity="info",
+                message="PP or EP > 1: every micro batch is padded to the full length (pad_to_max_length)",
+                reason="Pipeline and expert parallelism exchange fixed-shape tensors, so Megatron-Bridge forces "
+                "pad_to_max_length; packs are padded to the pack size.",
+                source=MB_CONFIG,
+            )
+        )
     return out
 
 
@@ -278,37 +401,53 @@ def rule_stragglers(plan: Plan, packing: PackingResult | None, straggler: float 
     if packing is not None:
         m = packing.metrics
         per_rank = plan.micro_batches_per_step(packing.packing_factor)
-        cause = (f" The heaviest pack holds {m.straggler_ratio:.1f}x the mean pack's attention work; over the "
-                 f"{per_rank:,} micro batch(es) each rank runs a step, the slowest rank's sum is x{straggler:.2f} "
-                 "the mean rank's.")
-    return [Finding(
-        id="data.stragglers", severity="warning",
-        message=f"data-parallel ranks wait for the heaviest: the step is modelled x{straggler:.2f} as long as with "
-                "balanced ranks",
-        reason="Each step ends when the slowest DP rank ends; attention work grows with sum(s^2), so a pack of one "
-               "long sample costs far more than a pack of many short ones." + cause + " Megatron-LM's "
-               "--sequence-packing-scheduler dp_balanced (with --max-seqlen-per-dp-cp-rank) deals packs evenly by "
-               "count, not by work; more micro batches per rank, a smaller pack size or sorting long samples apart "
-               "narrows the spread.",
-        source="advisor/model/throughput.py (straggler_factor); Megatron-LM's packing schedulers (dev branch)")]
+        cause = (
+            f" The heaviest pack holds {m.straggler_ratio:.1f}x the mean pack's attention work; over the "
+            f"{per_rank:,} micro batch(es) each rank runs a step, the slowest rank's sum is x{straggler:.2f} "
+            "the mean rank's."
+        )
+    return [
+        Finding(
+            id="data.stragglers",
+            severity="warning",
+            message=f"data-parallel ranks wait for the heaviest: the step is modelled x{straggler:.2f} as long as with "
+            "balanced ranks",
+            reason="Each step ends when the slowest DP rank ends; attention work grows with sum(s^2), so a pack of one "
+            "long sample costs far more than a pack of many short ones." + cause + " Megatron-LM's "
+            "--sequence-packing-scheduler dp_balanced (with --max-seqlen-per-dp-cp-rank) deals packs evenly by "
+            "count, not by work; more micro batches per rank, a smaller pack size or sorting long samples apart "
+            "narrows the spread.",
+            source="advisor/model/throughput.py (straggler_factor); Megatron-LM's packing schedulers (dev branch)",
+        )
+    ]
 
 
 def rule_compatibility(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     m = plan.model
     out = []
     if m.mtp_num_layers and plan.packing_mode != "none":
-        out.append(Finding(
-            id="compat.mtp", severity="error", message="packing with multi-token prediction (MTP) fine-tuning",
-            reason="The MTP layers shift labels across the packed row, crossing sample boundaries; fine-tune with "
-                   "MTP off or without packing.",
-            source="Megatron-Core multi_token_prediction.py; Megatron-Bridge docs",
-            fix={"model": {"mtp_num_layers": 0}}))
+        out.append(
+            Finding(
+                id="compat.mtp",
+                severity="error",
+                message="packing with multi-token prediction (MTP) fine-tuning",
+                reason="The MTP layers shift labels across the packed row, crossing sample boundaries; fine-tune with "
+                "MTP off or without packing.",
+                source="Megatron-Core multi_token_prediction.py; Megatron-Bridge docs",
+                fix={"model": {"mtp_num_layers": 0}},
+            )
+        )
     if m.family in ("qwen3-omni",) and plan.packing_mode != "none":
-        out.append(Finding(
-            id="compat.family", severity="error", message=f"{m.family} does not support packed sequences",
-            reason="Its Megatron-Bridge model raises NotImplementedError for packed sequences.",
-            source="Megatron-Bridge 0.6.2 models/qwen_omni/qwen3_omni_step.py",
-            fix={"packing": {"mode": "none"}, "training": _batch(plan, plan.training.micro_batch_size)}))
+        out.append(
+            Finding(
+                id="compat.family",
+                severity="error",
+                message=f"{m.family} does not support packed sequences",
+                reason="Its Megatron-Bridge model raises NotImplementedError for packed sequences.",
+                source="Megatron-Bridge 0.6.2 models/qwen_omni/qwen3_omni_step.py",
+                fix={"packing": {"mode": "none"}, "training": _batch(plan, plan.training.micro_batch_size)},
+            )
+        )
     return out
 
 
@@ -316,14 +455,22 @@ def rule_performance(plan: Plan, packing: PackingResult | None) -> list[Finding]
     p = plan.parallel
     out = []
     if p.tp > 1 and p.sp and not p.tp_comm_overlap:
-        out.append(Finding(
-            id="perf.tp_comm_overlap", severity="info", message=f"TP {p.tp} communication is not overlapped",
-            reason="With sequence parallelism every layer all-gathers and reduce-scatters its activations four times "
-                   "per pass, and without overlap the GEMMs wait for each of them. Transformer Engine's userbuffers "
-                   "run them under the GEMMs (the step-time model, fitted on NVIDIA's published runs, finds about "
-                   "half of it hidden); Megatron-Bridge's performance recipes turn it on.",
-            source="Megatron-Core model_parallel_config.py (tp_comm_overlap); Megatron-Bridge comm_overlap.py",
-            fix={"parallel": {"tp_comm_overlap": True}}))
+        out.append(
+            Finding(
+                id="perf.tp_comm_overlap",
+                severity="info",
+                message=f"TP {p.tp} communication is not overlapped",
+                reason=(
+                    "With sequence parallelism every layer all-gathers "
+                    "and reduce-scatters its activations four times "
+                    "per pass, and without overlap the GEMMs wait for each of them. Transformer Engine's userbuffers "
+                    "run them under the GEMMs (the step-time model, fitted on NVIDIA's published runs, finds about "
+                    "half of it hidden); Megatron-Bridge's performance recipes turn it on."
+                ),
+                source="Megatron-Core model_parallel_config.py (tp_comm_overlap); Megatron-Bridge comm_overlap.py",
+                fix={"parallel": {"tp_comm_overlap": True}},
+            )
+        )
     return out
 
 
@@ -341,33 +488,48 @@ def rule_precision(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     bad = {name: width for name, width in quantized_widths(plan).items() if width % num.divisor}
     if bad:
         widths = ", ".join(f"{k} {v}" for k, v in bad.items())
-        out.append(Finding(
-            id="precision.divisibility", severity="error",
-            message=f"{num.name} needs every GEMM width on a GPU divisible by {num.divisor}: {widths}",
-            reason="Transformer Engine refuses FP8 GEMMs whose last dimension is not a multiple of 16 "
-                   "(assert_dim_for_fp8_exec); MXFP8 scales blocks of 32 values and NVFP4 blocks of 16 along both "
-                   "dimensions. Change TP (or expert TP), or train in BF16.",
-            source=TE_SOURCE, fix={"training": {"precision": "bf16", "fp8_recipe": None}}))
+        out.append(
+            Finding(
+                id="precision.divisibility",
+                severity="error",
+                message=f"{num.name} needs every GEMM width on a GPU divisible by {num.divisor}: {widths}",
+                reason="Transformer Engine refuses FP8 GEMMs whose last dimension is not a multiple of 16 "
+                "(assert_dim_for_fp8_exec); MXFP8 scales blocks of 32 values and NVFP4 blocks of 16 along both "
+                "dimensions. Change TP (or expert TP), or train in BF16.",
+                source=TE_SOURCE,
+                fix={"training": {"precision": "bf16", "fp8_recipe": None}},
+            )
+        )
     if t.precision == "fp8" and t.fp8_recipe == "blockwise" and plan.hardware.table["compute_capability"] >= 10:
-        out.append(Finding(
-            id="precision.blockwise_on_blackwell", severity="warning",
-            message="FP8 blockwise scaling on Blackwell runs emulated through MXFP8: use mxfp8",
-            reason="Float8BlockScaling targets Hopper; on Blackwell Transformer Engine emulates it with MXFP8 "
-                   "kernels for compatibility and recommends MXFP8 itself (Megatron-Bridge's mixed_precision.py: "
-                   "'blockwise (for Hopper only)').",
-            source="Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst; Megatron-Bridge "
-                   "training/mixed_precision.py",
-            fix={"training": {"precision": "mxfp8", "fp8_recipe": None}}))
-    what = {"fp8 tensorwise": "bf16_with_fp8_current_scaling_mixed with first_last_layers_bf16 = False (the recipe "
-                              "keeps the first and last layer in BF16; Megatron-Bridge's performance recipes and this "
-                              "estimate run every layer in FP8)"}.get(num.name, num.mb_recipe)
-    out.append(Finding(
-        id="precision.recipe", severity="info",
-        message=f"{num.name}: the export sets Megatron-Bridge's mixed-precision recipe {what}",
-        reason="The linear layers' GEMMs run in the recipe's format with their inputs cast first; attention, the "
-               "router, the output layer and the residual stream stay BF16, the optimizer keeps FP32 master "
-               "weights. The estimate counts the casts and the quantized copies layers keep for backward.",
-        source="Megatron-Bridge training/mixed_precision.py; " + TE_SOURCE))
+        out.append(
+            Finding(
+                id="precision.blockwise_on_blackwell",
+                severity="warning",
+                message="FP8 blockwise scaling on Blackwell runs emulated through MXFP8: use mxfp8",
+                reason="Float8BlockScaling targets Hopper; on Blackwell Transformer Engine emulates it with MXFP8 "
+                "kernels for compatibility and recommends MXFP8 itself (Megatron-Bridge's mixed_precision.py: "
+                "'blockwise (for Hopper only)').",
+                source="Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst; Megatron-Bridge "
+                "training/mixed_precision.py",
+                fix={"training": {"precision": "mxfp8", "fp8_recipe": None}},
+            )
+        )
+    what = {
+        "fp8 tensorwise": "bf16_with_fp8_current_scaling_mixed with first_last_layers_bf16 = False (the recipe "
+        "keeps the first and last layer in BF16; Megatron-Bridge's performance recipes and this "
+        "estimate run every layer in FP8)"
+    }.get(num.name, num.mb_recipe)
+    out.append(
+        Finding(
+            id="precision.recipe",
+            severity="info",
+            message=f"{num.name}: the export sets Megatron-Bridge's mixed-precision recipe {what}",
+            reason="The linear layers' GEMMs run in the recipe's format with their inputs cast first; attention, the "
+            "router, the output layer and the residual stream stay BF16, the optimizer keeps FP32 master "
+            "weights. The estimate counts the casts and the quantized copies layers keep for backward.",
+            source="Megatron-Bridge training/mixed_precision.py; " + TE_SOURCE,
+        )
+    )
     return out
 
 
@@ -377,18 +539,28 @@ def rule_fsdp(plan: Plan, packing: PackingResult | None) -> list[Finding]:
         return []
     out = []
     if p.dp * p.cp == 1:
-        out.append(Finding(
-            id="fsdp.nothing_to_shard", severity="warning", message="Megatron FSDP with DP x CP = 1 shards nothing",
-            reason="FSDP shards weights, gradients and optimizer state over the data-parallel (and CP) ranks; with "
-                   "one it only adds the per-layer gathers.", source="Megatron-Core megatron_fsdp",
-            fix={"parallel": {"fsdp": False}}))
+        out.append(
+            Finding(
+                id="fsdp.nothing_to_shard",
+                severity="warning",
+                message="Megatron FSDP with DP x CP = 1 shards nothing",
+                reason="FSDP shards weights, gradients and optimizer state over the data-parallel (and CP) ranks; with "
+                "one it only adds the per-layer gathers.",
+                source="Megatron-Core megatron_fsdp",
+                fix={"parallel": {"fsdp": False}},
+            )
+        )
     if (p.tp > 1 or p.cp > 1) and plan.hardware.table["compute_capability"] < 10:
-        out.append(Finding(
-            id="fsdp.connections", severity="info",
-            message="Megatron FSDP with TP or CP > 1 before Blackwell: CUDA_DEVICE_MAX_CONNECTIONS pulls both ways",
-            reason="Sequence parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 and FSDP wants it larger (Megatron-LM "
-                   "warns; Megatron-Bridge asserts FSDP runs without 1): one of them loses its overlap.",
-            source="Megatron-LM megatron/training/arguments.py; Megatron-Bridge training/config.py"))
+        out.append(
+            Finding(
+                id="fsdp.connections",
+                severity="info",
+                message="Megatron FSDP with TP or CP > 1 before Blackwell: CUDA_DEVICE_MAX_CONNECTIONS pulls both ways",
+                reason="Sequence parallelism wants CUDA_DEVICE_MAX_CONNECTIONS=1 and FSDP wants it larger (Megatron-LM "
+                "warns; Megatron-Bridge asserts FSDP runs without 1): one of them loses its overlap.",
+                source="Megatron-LM megatron/training/arguments.py; Megatron-Bridge training/config.py",
+            )
+        )
     return out
 
 
@@ -399,36 +571,49 @@ def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
         return []
     out = [replace(f, id=f"online.{f.id}") for f in check_online(online_config(plan)).findings]
     if plan.packing.megatron_lm == "main":
-        out.append(Finding(
-            id="online.main_not_wired", severity="warning",
-            message="Megatron-LM main has the scheduler but its training loop never calls it",
-            reason="main d98e8a64 defines DpBalancedScheduler and wrap_data_iterator but has no "
-                   "--sequence-packing-scheduler option and train_step does not wrap the data iterator: a run on main "
-                   "trains unpacked. The simulation shows what the scheduler would do; run it on dev.",
-            source="megatron/training/training.py, arguments.py (main d98e8a64 against dev d48bd6be)",
-            fix={"packing": {"megatron_lm": "dev"}}))
+        out.append(
+            Finding(
+                id="online.main_not_wired",
+                severity="warning",
+                message="Megatron-LM main has the scheduler but its training loop never calls it",
+                reason="main d98e8a64 defines DpBalancedScheduler and wrap_data_iterator but has no "
+                "--sequence-packing-scheduler option and train_step does not wrap the data iterator: a run on main "
+                "trains unpacked. The simulation shows what the scheduler would do; run it on dev.",
+                source="megatron/training/training.py, arguments.py (main d98e8a64 against dev d48bd6be)",
+                fix={"packing": {"megatron_lm": "dev"}},
+            )
+        )
     return out
 
 
-LOSS_SOURCE = ("Megatron-Bridge 0.6.2 training/losses.py (masked_next_token_loss: a micro batch's loss sum and token "
-               "count); Megatron-Core pipeline_parallel/schedules.py (forward_step_calc_loss: / clamp(num_tokens, 1) "
-               "/ num_microbatches without calculate_per_token_loss), distributed/finalize_model_grads.py "
-               "(finalize_model_grads: / N with it), distributed/distributed_data_parallel.py "
-               "(gradient_scaling_factor)")
+LOSS_SOURCE = (
+    "Megatron-Bridge 0.6.2 training/losses.py (masked_next_token_loss: a micro batch's loss sum and token "
+    "count); Megatron-Core pipeline_parallel/schedules.py (forward_step_calc_loss: / clamp(num_tokens, 1) "
+    "/ num_microbatches without calculate_per_token_loss), distributed/finalize_model_grads.py "
+    "(finalize_model_grads: / N with it), distributed/distributed_data_parallel.py "
+    "(gradient_scaling_factor)"
+)
 
 
 def rule_loss_settings(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     """Per-token loss with average_in_collective: Megatron-Core's DistributedDataParallel refuses the pair."""
     if not (plan.per_token_loss and plan.average_in_collective):
         return []
-    return [Finding(
-        id="loss.average_in_collective", severity="error",
-        message="calculate_per_token_loss with average_in_collective: Megatron-Core refuses to start",
-        reason="DistributedDataParallel asserts 'Cannot average in collective when calculating per-token loss!': the "
-               "gradient is summed over DP x CP and divided by the global batch's loss tokens N instead. "
-               "average_in_collective changes no weight anyway (1 / DP before a sum, or an average).",
-        source="Megatron-Core distributed/distributed_data_parallel.py (DistributedDataParallel.__init__)",
-        fix={"training": {"average_in_collective": False}})]
+    return [
+        Finding(
+            id="loss.average_in_collective",
+            severity="error",
+            message="calculate_per_token_loss with average_in_collective: Megatron-Core refuses to start",
+            reason=(
+                "DistributedDataParallel asserts 'Cannot average in collective "
+                "when calculating per-token loss!': the "
+                "gradient is summed over DP x CP and divided by the global batch's loss tokens N instead. "
+                "average_in_collective changes no weight anyway (1 / DP before a sum, or an average)."
+            ),
+            source="Megatron-Core distributed/distributed_data_parallel.py (DistributedDataParallel.__init__)",
+            fix={"training": {"average_in_collective": False}},
+        )
+    ]
 
 
 def rule_loss(plan: Plan, packing: PackingResult | None, loss: LossWeighting | None) -> list[Finding]:
@@ -440,29 +625,39 @@ def rule_loss(plan: Plan, packing: PackingResult | None, loss: LossWeighting | N
     fix = {"training": {"calculate_per_token_loss": True}}
     if plan.training.average_in_collective:  # Megatron-Core refuses the pair (rule_loss_settings)
         fix["training"]["average_in_collective"] = False
-    return [Finding(
-        id="loss.per_token", severity="warning",
-        message=f"the loss depends on packing: {loss.moved_vs_unpacked:.0%} of each step's gradient weight moves "
-                f"between samples against the same samples unpacked ({loss.short_shift_vs_unpacked:+.0%} onto "
-                f"samples under {loss.short_below:,.0f} loss tokens); calculate_per_token_loss makes it invariant",
-        reason="Without calculate_per_token_loss each micro batch's loss is divided by its own loss tokens and by the "
-               f"micro batches of the step: packed, a pack's tokens weigh 1/(K x its tokens) (token weights spread "
-               f"x{p.weight_max_over_min:.2f}, CV {p.weight_cv:.2f}); unpacked at micro batch size "
-               f"{plan.training.micro_batch_size}, a sample's (x{u.weight_max_over_min:.0f}, CV "
-               f"{u.weight_cv:.2f}), so turning packing on changes what is optimised, not only how fast. With "
-               "calculate_per_token_loss every supervised token of the global batch weighs 1/N, packed or not. The "
-               "weights still sum to 1, so no learning-rate rescale is implied (Adam is about scale-invariant; "
-               "clipping sees the normalised gradient); what changes is the relative weight: a sample counts in "
-               "proportion to its loss tokens, so long-answer samples weigh more than under per-sample means. "
-               "Megatron-Bridge's logged lm loss is token-weighted either way, so its curve does not show this "
-               f"(step-0 objective packed/unpacked {loss.objective_same.mean:.3f} with the assumed per-token loss). "
-               f"Threshold: {MOVED_THRESHOLD:.0%} of the weight moved.",
-        source=LOSS_SOURCE, fix=fix)]
+    return [
+        Finding(
+            id="loss.per_token",
+            severity="warning",
+            message=f"the loss depends on packing: {loss.moved_vs_unpacked:.0%} of each step's gradient weight moves "
+            f"between samples against the same samples unpacked ({loss.short_shift_vs_unpacked:+.0%} onto "
+            f"samples under {loss.short_below:,.0f} loss tokens); calculate_per_token_loss makes it invariant",
+            reason=(
+                "Without calculate_per_token_loss each micro batch's loss is divided "
+                "by its own loss tokens and by the "
+                f"micro batches of the step: packed, a pack's tokens weigh 1/(K x its tokens) (token weights spread "
+                f"x{p.weight_max_over_min:.2f}, CV {p.weight_cv:.2f}); unpacked at micro batch size "
+                f"{plan.training.micro_batch_size}, a sample's (x{u.weight_max_over_min:.0f}, CV "
+                f"{u.weight_cv:.2f}), so turning packing on changes what is optimised, not only how fast. With "
+                "calculate_per_token_loss every supervised token of the global batch weighs 1/N, packed or not. The "
+                "weights still sum to 1, so no learning-rate rescale is implied (Adam is about scale-invariant; "
+                "clipping sees the normalised gradient); what changes is the relative weight: a sample counts in "
+                "proportion to its loss tokens, so long-answer samples weigh more than under per-sample means. "
+                "Megatron-Bridge's logged lm loss is token-weighted either way, so its curve does not show this "
+                f"(step-0 objective packed/unpacked {loss.objective_same.mean:.3f} with the assumed per-token loss). "
+                f"Threshold: {MOVED_THRESHOLD:.0%} of the weight moved."
+            ),
+            source=LOSS_SOURCE,
+            fix=fix,
+        )
+    ]
 
 
-MEMORY_SOURCE = ("the advisor's memory model (advisor/model/memory.py: weights, gradients, optimizer, activations "
-                 "of the micro batch the plan really holds, logits, overhead); beside it Megatron-Bridge 0.6.2 "
-                 "training/utils/theoretical_memory_utils.py")
+MEMORY_SOURCE = (
+    "the advisor's memory model (advisor/model/memory.py: weights, gradients, optimizer, activations "
+    "of the micro batch the plan really holds, logits, overhead); beside it Megatron-Bridge 0.6.2 "
+    "training/utils/theoretical_memory_utils.py"
+)
 
 
 def _unless_it_overflows(finding: Finding, plan: Plan, memory: MemoryEstimate) -> Finding:
@@ -471,11 +666,19 @@ def _unless_it_overflows(finding: Finding, plan: Plan, memory: MemoryEstimate) -
     if finding.id != "long_context.recompute" or not finding.fix:
         return finding
     changed = plan.changed(finding.fix)
-    if estimate_memory(changed, memory.tokens_per_micro_batch, changed.parallel.pp, overhead_bytes=memory.overhead,
-                       capacity_bytes=memory.capacity).fits:
+    if estimate_memory(
+        changed,
+        memory.tokens_per_micro_batch,
+        changed.parallel.pp,
+        overhead_bytes=memory.overhead,
+        capacity_bytes=memory.capacity,
+    ).fits:
         return finding
-    return replace(finding, fix={}, reason=finding.reason + " At this layout selective recompute does not fit the "
-                                                            "GPU: add CP first.")
+    return replace(
+        finding,
+        fix={},
+        reason=finding.reason + " At this layout selective recompute does not fit the GPU: add CP first.",
+    )
 
 
 def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimate | None) -> list[Finding]:
@@ -489,34 +692,78 @@ def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimat
 
     fixes = fitting_fixes(plan, memory, errors_of)
     need = describe(memory, plan)
-    reason = ("Training would stop with CUDA out of memory at the first step. The estimate counts the micro batch "
-              "the plan really holds (a pack with offline packing), split over TP and CP; recompute, more CP, TP or "
-              "PP divide activations or weights; each change offered keeps seq_length and the samples per step and "
-              "was checked to fit with the same memory model.")
+    reason = (
+        "Training would stop with CUDA out of memory at the first step. The estimate counts the micro batch "
+        "the plan really holds (a pack with offline packing), split over TP and CP; recompute, more CP, TP or "
+        "PP divide activations or weights; each change offered keeps seq_length and the samples per step and "
+        "was checked to fit with the same memory model."
+    )
     if not fixes:
-        return [Finding(id="memory.exceeds", severity="error",
-                        message=f"{need}: no change of recompute, CP, TP, PP or pack size tried here fits (more GPUs "
-                                "or a GPU with more memory)", reason=reason, source=MEMORY_SOURCE)]
+        return [
+            Finding(
+                id="memory.exceeds",
+                severity="error",
+                message=f"{need}: no change of recompute, CP, TP, PP or pack size tried here fits (more GPUs "
+                "or a GPU with more memory)",
+                reason=reason,
+                source=MEMORY_SOURCE,
+            )
+        ]
     first, *others = fixes
-    out = [Finding(id="memory.exceeds", severity="error",
-                   message=f"{need}; {first.what} fits ({first.total_bytes / GIB:.1f} GiB)",
-                   reason=reason, source=MEMORY_SOURCE, fix=first.fix)]
-    out += [Finding(id="memory.alternative", severity="info",
-                    message=f"also fits the GPU: {f.what} ({f.total_bytes / GIB:.1f} GiB per GPU)",
-                    reason=reason, source=MEMORY_SOURCE, fix=f.fix) for f in others]
+    out = [
+        Finding(
+            id="memory.exceeds",
+            severity="error",
+            message=f"{need}; {first.what} fits ({first.total_bytes / GIB:.1f} GiB)",
+            reason=reason,
+            source=MEMORY_SOURCE,
+            fix=first.fix,
+        )
+    ]
+    out += [
+        Finding(
+            id="memory.alternative",
+            severity="info",
+            message=f"also fits the GPU: {f.what} ({f.total_bytes / GIB:.1f} GiB per GPU)",
+            reason=reason,
+            source=MEMORY_SOURCE,
+            fix=f.fix,
+        )
+        for f in others
+    ]
     return out
 
 
-RULES = (rule_packing_mode, rule_context_parallel, rule_cuda_graphs, rule_long_context, rule_data,
-         rule_compatibility, rule_performance, rule_precision, rule_fsdp, rule_online, rule_loss_settings)
+RULES = (
+    rule_packing_mode,
+    rule_context_parallel,
+    rule_cuda_graphs,
+    rule_long_context,
+    rule_data,
+    rule_compatibility,
+    rule_performance,
+    rule_precision,
+    rule_fsdp,
+    rule_online,
+    rule_loss_settings,
+)
 
 
-def check(plan: Plan, packing: PackingResult | None = None, memory: MemoryEstimate | None = None,
-          loss: LossWeighting | None = None, straggler: float | None = None) -> list[Finding]:
+def check(
+    plan: Plan,
+    packing: PackingResult | None = None,
+    memory: MemoryEstimate | None = None,
+    loss: LossWeighting | None = None,
+    straggler: float | None = None,
+) -> list[Finding]:
     """Every finding for the plan, errors first (``memory``: the plan's memory estimate; ``loss``: its loss weighting;
     ``straggler``: its step's modelled straggler factor; without one, its rule is not checked)."""
-    found = ([f for rule in RULES for f in rule(plan, packing)] + rule_memory(plan, packing, memory)
-             + rule_loss(plan, packing, loss) + rule_stragglers(plan, packing, straggler))
+    found = (
+        [f for rule in RULES for f in rule(plan, packing)]
+        + rule_memory(plan, packing, memory)
+        + rule_loss(plan, packing, loss)
+        + rule_stragglers(plan, packing, straggler)
+    )
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]
     return ordered(found)

@@ -72,17 +72,27 @@ class Candidate:
     def summary(self) -> dict:
         p, t = self.plan.parallel, self.plan.training
         e = self.estimate
-        return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": p.dp, "sp": p.sp, "seq_length": t.seq_length,
-                "pack_size": self.plan.pack_size if self.plan.packing_mode == "offline" else None,
-                "micro_batch_size": t.micro_batch_size,
-                "global_batch_size": t.global_batch_size, "global_batch_samples": self.plan.requested_samples,
-                "global_batch_packs": self.global_batch_packs,
-                "effective_samples_per_step": self.effective_samples_per_step,
-                "recompute": t.recompute,
-                "memory_gib": e.memory.total / 2**30 if e else None, "fits": self.fits,
-                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
-                "step_seconds": e.time.step_seconds if e else None, "errors": [f.id for f in self.errors],
-                "why": self.why}
+        return {
+            "tp": p.tp,
+            "pp": p.pp,
+            "cp": p.cp,
+            "dp": p.dp,
+            "sp": p.sp,
+            "seq_length": t.seq_length,
+            "pack_size": self.plan.pack_size if self.plan.packing_mode == "offline" else None,
+            "micro_batch_size": t.micro_batch_size,
+            "global_batch_size": t.global_batch_size,
+            "global_batch_samples": self.plan.requested_samples,
+            "global_batch_packs": self.global_batch_packs,
+            "effective_samples_per_step": self.effective_samples_per_step,
+            "recompute": t.recompute,
+            "memory_gib": e.memory.total / 2**30 if e else None,
+            "fits": self.fits,
+            "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
+            "step_seconds": e.time.step_seconds if e else None,
+            "errors": [f.id for f in self.errors],
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +104,9 @@ class SearchResult:
     @property
     def recommended(self) -> Plan:
         """The best candidate, unless the user's own (viable) plan is faster: never a slower plan as "better"."""
-        if not self.best or (self.baseline.viable and self.best[0].tokens_per_second_per_gpu
-                             < self.baseline.tokens_per_second_per_gpu):
+        if not self.best or (
+            self.baseline.viable and self.best[0].tokens_per_second_per_gpu < self.baseline.tokens_per_second_per_gpu
+        ):
             return self.baseline.plan
         return self.best[0].plan
 
@@ -137,8 +148,12 @@ def check_vary(vary) -> frozenset[str]:
 
 
 # the precisions the search tries when freed: Megatron-Bridge's recipes for each format (FP8 with current scaling)
-SEARCH_PRECISIONS = ({"precision": "bf16", "fp8_recipe": None}, {"precision": "fp8", "fp8_recipe": None},
-                     {"precision": "mxfp8", "fp8_recipe": None}, {"precision": "nvfp4", "fp8_recipe": None})
+SEARCH_PRECISIONS = (
+    {"precision": "bf16", "fp8_recipe": None},
+    {"precision": "fp8", "fp8_recipe": None},
+    {"precision": "mxfp8", "fp8_recipe": None},
+    {"precision": "nvfp4", "fp8_recipe": None},
+)
 
 
 def _hardware_variants(plan: Plan, vary: frozenset[str]) -> list[dict]:
@@ -173,18 +188,30 @@ def _variants(plan: Plan, vary: frozenset[str]):
     else:
         sizes = [None]
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
-    mbss = [1] if mode == "offline" else [t.micro_batch_size] if mode == "online" else \
-        sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
+    mbss = (
+        [1]
+        if mode == "offline"
+        else [t.micro_batch_size]
+        if mode == "online"
+        else sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
+    )
     for size in sizes:
         for tp in tps:
             for cp in _divisors(p.gpus // (tp * p.pp)):
                 if cp > 32 or (p.gpus % (tp * p.pp * cp)):
                     continue
                 for mbs in mbss:
-                    change = {"parallel": {"tp": tp, "cp": cp, "sp": tp > 1, "hierarchical_cp_sizes": None,
-                                           "cp_comm_type": "p2p" if cp != p.cp else p.cp_comm_type},
-                              "training": {"micro_batch_size": mbs},
-                              "packing": {"pad_seq_to_mult": None}}
+                    change = {
+                        "parallel": {
+                            "tp": tp,
+                            "cp": cp,
+                            "sp": tp > 1,
+                            "hierarchical_cp_sizes": None,
+                            "cp_comm_type": "p2p" if cp != p.cp else p.cp_comm_type,
+                        },
+                        "training": {"micro_batch_size": mbs},
+                        "packing": {"pad_seq_to_mult": None},
+                    }
                     if cp == p.cp and p.cp_comm_type == "a2a+p2p":
                         change["parallel"]["hierarchical_cp_sizes"] = p.hierarchical_cp_sizes
                     if mode == "online":  # the buffer follows CP: Megatron-LM's default for each layout
@@ -209,8 +236,12 @@ def _target_samples(plan: Plan, base: Candidate) -> float | None:
     asked, got = plan.requested_samples, base.effective_samples_per_step
     if asked is None:
         return got
-    if got is not None and got > asked * (1 + BATCH_TOLERANCE) and base.global_batch_packs is not None \
-            and base.global_batch_packs <= plan.dp:
+    if (
+        got is not None
+        and got > asked * (1 + BATCH_TOLERANCE)
+        and base.global_batch_packs is not None
+        and base.global_batch_packs <= plan.dp
+    ):
         return got
     return float(asked)
 
@@ -242,9 +273,23 @@ def _keeps_the_work(c: Candidate, target: float | None, vary: frozenset[str]) ->
 def _layout(plan: Plan) -> tuple:
     """What makes two plans the same layout for the search (the batch's unit aside)."""
     p, t = plan.parallel, plan.training
-    return (p.tp, p.pp, p.cp, p.sp, p.cp_comm_type, plan.pack_size, t.seq_length, t.micro_batch_size, t.recompute,
-            plan.pad_seq_to_mult, plan.packing.max_seqlen_per_dp_cp_rank, plan.hardware.gpu, t.precision,
-            t.fp8_recipe, p.fsdp)
+    return (
+        p.tp,
+        p.pp,
+        p.cp,
+        p.sp,
+        p.cp_comm_type,
+        plan.pack_size,
+        t.seq_length,
+        t.micro_batch_size,
+        t.recompute,
+        plan.pad_seq_to_mult,
+        plan.packing.max_seqlen_per_dp_cp_rank,
+        plan.hardware.gpu,
+        t.precision,
+        t.fp8_recipe,
+        p.fsdp,
+    )
 
 
 def _why(c: Candidate, base: Candidate) -> str:
@@ -254,13 +299,17 @@ def _why(c: Candidate, base: Candidate) -> str:
         return "breaks " + ", ".join(f.id for f in c.errors)
     parts = []
     a, b = c.plan, base.plan
-    for label, x, y in (("TP", a.parallel.tp, b.parallel.tp), ("SP", a.parallel.sp, b.parallel.sp),
-                        ("CP", a.parallel.cp, b.parallel.cp), ("pack size", a.pack_size, b.pack_size),
-                        ("seq_length", a.training.seq_length, b.training.seq_length),
-                        ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size),
-                        ("GPU", a.hardware.gpu, b.hardware.gpu),
-                        ("precision", a.training.precision, b.training.precision),
-                        ("FSDP", a.parallel.fsdp, b.parallel.fsdp)):
+    for label, x, y in (
+        ("TP", a.parallel.tp, b.parallel.tp),
+        ("SP", a.parallel.sp, b.parallel.sp),
+        ("CP", a.parallel.cp, b.parallel.cp),
+        ("pack size", a.pack_size, b.pack_size),
+        ("seq_length", a.training.seq_length, b.training.seq_length),
+        ("micro batch", a.training.micro_batch_size, b.training.micro_batch_size),
+        ("GPU", a.hardware.gpu, b.hardware.gpu),
+        ("precision", a.training.precision, b.training.precision),
+        ("FSDP", a.parallel.fsdp, b.parallel.fsdp),
+    ):
         if x != y:
             parts.append(f"{label} {y}->{x}")
     got, own = c.effective_samples_per_step, base.effective_samples_per_step
@@ -279,15 +328,18 @@ def _why(c: Candidate, base: Candidate) -> str:
     return (", ".join(parts) + ": " if parts else "same layout: ") + ", ".join(detail)
 
 
-def search(plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None = None,
-           progress=None, estimator=None, vary=()) -> SearchResult:
+def search(
+    plan: Plan, hist: LengthHistogram, *, top: int = 3, mfu: float | None = None, progress=None, estimator=None, vary=()
+) -> SearchResult:
     """The ``top`` best viable candidates by estimated tokens/s/GPU, with the user's plan as the baseline; ``vary``
     frees seq_length and/or the batch (see the module docstring)."""
     vary = check_vary(vary)
     if mfu is not None and "precision" in vary:
-        raise ValueError("--vary precision with --mfu: a fixed MFU is of each precision's own peak, so the ranking "
-                         "would be the datasheet's ratio of peaks; drop --mfu (the performance model prices each "
-                         "precision) or keep the precision fixed")
+        raise ValueError(
+            "--vary precision with --mfu: a fixed MFU is of each precision's own peak, so the ranking "
+            "would be the datasheet's ratio of peaks; drop --mfu (the performance model prices each "
+            "precision) or keep the precision fixed"
+        )
     baseline = evaluate(plan, hist, mfu, estimator)
     target = _target_samples(plan, baseline)
     seen, viable, evaluated = {_layout(plan)}, [], 0

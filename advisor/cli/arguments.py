@@ -19,11 +19,13 @@ SEEDS = 2**32  # numpy's legacy RandomState takes seeds below 2^32 (the packing 
 
 def checked(check: Callable[[str], T]) -> Callable[[str], T]:
     """An argparse type from a checker that raises ValueError: argparse then exits 2 with the one message."""
+
     def parse(text: str) -> T:
         try:
             return check(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     return parse
 
 
@@ -43,22 +45,28 @@ def _number(text: str) -> float:
 
 def whole(low: int, high: int, out_of_range: str = "{value} must be from {low} to {high:,}") -> Callable[[str], int]:
     """A whole number from ``low`` to ``high``; ``out_of_range`` (with {value}, {low}, {high}) says why not."""
+
     def check(text: str) -> int:
         value = _whole_number(text)
         if not low <= value <= high:
             raise ValueError(out_of_range.format(value=value, low=low, high=high))
         return value
+
     return checked(check)
 
 
-def positive(most: float, out_of_range: str = "{text!r} must be a number above 0 and at most {most:,}",
-             ) -> Callable[[str], float]:
+def positive(
+    most: float,
+    out_of_range: str = "{text!r} must be a number above 0 and at most {most:,}",
+) -> Callable[[str], float]:
     """A finite number above 0 and at most ``most``; ``out_of_range`` (with {text}, {most}) says why not."""
+
     def check(text: str) -> float:
         value = _number(text)
         if not math.isfinite(value) or not 0 < value <= most:
             raise ValueError(out_of_range.format(text=text[:40], most=most))
         return value
+
     return checked(check)
 
 
@@ -68,11 +76,13 @@ def between(low: float, high: float, what: str) -> Callable[[str], float]:
     >>> between(1, 10, "seconds")("2.5")
     2.5
     """
+
     def check(text: str) -> float:
         value = _number(text)
         if not math.isfinite(value) or not low <= value <= high:
             raise ValueError(f"{text[:40]!r} must be {what} from {low:g} to {high:,g}")
         return value
+
     return checked(check)
 
 
@@ -111,9 +121,11 @@ def comma_list(check: Callable[[Any], T]) -> Callable[[str], T]:
 
 def as_given(check: Callable[[str], object]) -> Callable[[str], str]:
     """The text itself, once the engine's check accepts it (a version written into a snippet)."""
+
     def keep(text: str) -> str:
         check(text)
         return text
+
     return checked(keep)
 
 

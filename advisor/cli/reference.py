@@ -36,16 +36,29 @@ def options_of(command: str) -> list[argparse.Action]:
 
 def cli_reference() -> str:
     """Every command, its purpose, and a table of its arguments: name, what it takes, default, help."""
-    out = ["# Command-line reference", "",
-           "Generated from the argparse tree (`advisor/cli/parser.py`) when the documentation is built; "
-           "`python -m advisor COMMAND --help` prints the same.", ""]
+    out = [
+        "# Command-line reference",
+        "",
+        "Generated from the argparse tree (`advisor/cli/parser.py`) when the documentation is built; "
+        "`python -m advisor COMMAND --help` prints the same.",
+        "",
+    ]
     for name, (text, _) in COMMANDS.items():
-        out += [f"## `{name}`", "", _cell(text)[0].upper() + _cell(text)[1:] + ".", "",
-                "| argument | takes | default | what it does |", "| --- | --- | --- | --- |"]
+        out += [
+            f"## `{name}`",
+            "",
+            _cell(text)[0].upper() + _cell(text)[1:] + ".",
+            "",
+            "| argument | takes | default | what it does |",
+            "| --- | --- | --- | --- |",
+        ]
         for a in options_of(name):
             flags = ", ".join(f"`{f}`" for f in a.option_strings) or f"`{a.dest}` (positional)"
-            takes = ("one of " + ", ".join(f"`{c}`" for c in a.choices)) if a.choices else (
-                "a flag" if a.nargs == 0 else "a value" if a.option_strings else a.dest)
+            takes = (
+                ("one of " + ", ".join(f"`{c}`" for c in a.choices))
+                if a.choices
+                else ("a flag" if a.nargs == 0 else "a value" if a.option_strings else a.dest)
+            )
             default = "" if a.default in (None, argparse.SUPPRESS, False) or a.nargs == 0 else f"`{a.default}`"
             out.append(f"| {flags} | {_cell(takes)} | {default} | {_cell(a.help or '')} |")
         out.append("")
@@ -60,8 +73,11 @@ def plan_fields() -> list[tuple[str, FieldInfo]]:
 
     out: list[tuple[str, FieldInfo]] = []
     for section, info in schema.Plan.model_fields.items():
-        models = [a for a in (info.annotation, *typing.get_args(info.annotation))
-                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        models = [
+            a
+            for a in (info.annotation, *typing.get_args(info.annotation))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         if not models:
             out.append((section, info))
             continue
@@ -90,9 +106,13 @@ def plan_reference() -> str:
     """Every plan field: its type, bounds, default and description, by section."""
     from pydantic_core import PydanticUndefined
 
-    out = ["# Plan reference", "",
-           "Generated from the plan's schema (`advisor/plan/schema.py`) when the documentation is built; "
-           "`python -m advisor schema` prints the JSON Schema.", ""]
+    out = [
+        "# Plan reference",
+        "",
+        "Generated from the plan's schema (`advisor/plan/schema.py`) when the documentation is built; "
+        "`python -m advisor schema` prints the JSON Schema.",
+        "",
+    ]
     section = None
     for key, field in plan_fields():
         head = key.split(".")[0]
@@ -102,6 +122,12 @@ def plan_reference() -> str:
         default = getattr(field, "default", PydanticUndefined)
         shown = "required" if default is PydanticUndefined else f"default `{default!r}`"
         bounds = _bounds(field)
-        out += [f"### `{key}`", "", f"{_cell(_type(field.annotation))}; {shown}" + (f"; {bounds}" if bounds else ""),
-                "", _cell(field.description or ""), ""]
+        out += [
+            f"### `{key}`",
+            "",
+            f"{_cell(_type(field.annotation))}; {shown}" + (f"; {bounds}" if bounds else ""),
+            "",
+            _cell(field.description or ""),
+            "",
+        ]
     return "\n".join(out)

@@ -104,7 +104,7 @@ def _chunk_to_numpy(chunk) -> np.ndarray:
         t = chunk.type
     dtype = _FLOATS.get(str(t)) or np.dtype(str(t))
     data = np.frombuffer(chunk.buffers()[1], dtype=dtype)
-    return data[chunk.offset: chunk.offset + len(chunk)]
+    return data[chunk.offset : chunk.offset + len(chunk)]
 
 
 def _arrow_numbers(col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,15 +147,23 @@ def _bad_rows(values, allow_zero: bool, limit: int, tokens: bool) -> tuple[np.nd
         fractional = np.isfinite(nums) & (np.floor(nums) != nums)
         low = (nums < 0) if allow_zero else (nums < 1)
         high = nums > limit
-    beyond = (f"is beyond any sequence length (the maximum is {limit:,} tokens; raise max_length if it is real)"
-              if tokens else f"is over {limit:,} samples on one row")
-    return nums, [(missing, "is empty"), (notnum, "is not a number"), (fractional, "is not a whole number of tokens"),
-                  (low & ~fractional, "is negative" if allow_zero else "is not a positive length"),
-                  (high & ~fractional, beyond)]
+    beyond = (
+        f"is beyond any sequence length (the maximum is {limit:,} tokens; raise max_length if it is real)"
+        if tokens
+        else f"is over {limit:,} samples on one row"
+    )
+    return nums, [
+        (missing, "is empty"),
+        (notnum, "is not a number"),
+        (fractional, "is not a whole number of tokens"),
+        (low & ~fractional, "is negative" if allow_zero else "is not a positive length"),
+        (high & ~fractional, beyond),
+    ]
 
 
-def _reject(values, where_of: Callable[[int], str], ctx: Ctx, what: str, allow_zero: bool = False,
-            tokens: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _reject(
+    values, where_of: Callable[[int], str], ctx: Ctx, what: str, allow_zero: bool = False, tokens: bool | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Raise on the first bad row (``on_bad="error"``) or count the bad rows as excluded; return (numbers, bad).
     ``tokens``: the values are tokens of one sample, bounded by ``ctx.max_length`` (default: unless ``allow_zero``,
     which makes them counts of samples, bounded by ``MAX_COUNT``)."""
@@ -170,8 +178,11 @@ def _reject(values, where_of: Callable[[int], str], ctx: Ctx, what: str, allow_z
         if ctx.on_bad == "error":
             more = f" ({n:,} such rows in all)" if n > 1 else ""
             cell = _cell(values, first)
-            said = f"{what} is missing (an empty cell, NA, NaN or null)" if cell is None else \
-                f"{what} {excerpt(cell)} {reason}"
+            said = (
+                f"{what} is missing (an empty cell, NA, NaN or null)"
+                if cell is None
+                else f"{what} {excerpt(cell)} {reason}"
+            )
             if isinstance(cell, str) and _BASE_PREFIX.match(cell):
                 said = f"{what} {excerpt(cell)} is not a decimal integer (lengths and counts are written in base 10)"
             raise InputError(ctx.name, where_of(first), f"{said}{more}")
@@ -212,11 +223,16 @@ def validate_with_loss(lengths, loss, where_of: Callable[[int], str], ctx: Ctx) 
     if over.any():
         first, n = int(np.argmax(over)), int(over.sum())
         if ctx.on_bad == "error":
-            raise InputError(ctx.name, where_of(first), f"loss_tokens {int(loss[first]):,} is above the "
-                             f"{int(nums[first]) - 1:,} label positions of a length-{int(nums[first]):,} sample" +
-                             (f" ({n:,} such rows in all)" if n > 1 else ""))
-        ctx.excluded.append(Exclusion(reason="loss_tokens above the label positions (length - 1)", count=n,
-                                      first_at=where_of(first)))
+            raise InputError(
+                ctx.name,
+                where_of(first),
+                f"loss_tokens {int(loss[first]):,} is above the "
+                f"{int(nums[first]) - 1:,} label positions of a length-{int(nums[first]):,} sample"
+                + (f" ({n:,} such rows in all)" if n > 1 else ""),
+            )
+        ctx.excluded.append(
+            Exclusion(reason="loss_tokens above the label positions (length - 1)", count=n, first_at=where_of(first))
+        )
     keep = ~bad_l & ~bad_x & ~over
     return nums[keep].astype(np.int64), loss[keep].astype(np.int64)
 

@@ -11,8 +11,21 @@ from advisor.errors import InputError
 
 __all__ = ["COUNT_NAMES", "IDS_NAMES", "LENGTH_NAMES", "LOSS_NAMES", "choose_columns", "pick", "refuse_duplicates"]
 
-LENGTH_NAMES = ("length", "lengths", "seq_len", "seqlen", "seq_length", "sequence_length", "num_tokens",
-                "n_tokens", "token_count", "tokens", "len", "input_length", "input_len")
+LENGTH_NAMES = (
+    "length",
+    "lengths",
+    "seq_len",
+    "seqlen",
+    "seq_length",
+    "sequence_length",
+    "num_tokens",
+    "n_tokens",
+    "token_count",
+    "tokens",
+    "len",
+    "input_length",
+    "input_len",
+)
 COUNT_NAMES = ("count", "counts", "frequency", "freq", "num_samples", "n", "num")
 # a sample's label positions that carry loss (python -m advisor tokenize --loss-tokens writes it): optional
 LOSS_NAMES = ("loss_tokens",)
@@ -47,16 +60,21 @@ def choose_columns(names: list[str], ctx: Ctx, where: str) -> tuple[str, str | N
     if ctx.histogram is False:
         count_col = None
     elif ctx.histogram and count_col is None:
-        raise InputError(ctx.name, where, f"a histogram needs a count column ({', '.join(COUNT_NAMES)}); "
-                         f"columns are {shown}")
+        raise InputError(
+            ctx.name, where, f"a histogram needs a count column ({', '.join(COUNT_NAMES)}); columns are {shown}"
+        )
     if length_col is None:
         if len(names) == 1:
             length_col = names[0]
         elif len(names) == 2 and count_col is not None and names.count(count_col) == 1:
             length_col = next(n for n in names if n != count_col)
         else:
-            raise InputError(ctx.name, where, f"cannot tell which of the columns {shown} holds lengths: name one "
-                             f"{LENGTH_NAMES[:4]}… or pass --column")
+            raise InputError(
+                ctx.name,
+                where,
+                f"cannot tell which of the columns {shown} holds lengths: name one "
+                f"{LENGTH_NAMES[:4]}… or pass --column",
+            )
     return length_col, count_col
 
 
@@ -67,8 +85,12 @@ def refuse_duplicates(names: list[str], chosen: tuple[str | None, ...], ctx: Ctx
             continue
         same = [n for n in names if n == col or (isinstance(n, str) and n.strip().lower() == col.strip().lower())]
         if len(same) > 1:
-            raise InputError(ctx.name, where, f"{len(same)} columns are named {excerpt(col)}: rename all but one, "
-                             "or pass --column with a column number")
+            raise InputError(
+                ctx.name,
+                where,
+                f"{len(same)} columns are named {excerpt(col)}: rename all but one, "
+                "or pass --column with a column number",
+            )
     dupes = {n for n in names if names.count(n) > 1} if len(names) < 1000 else set()
     if dupes:
         ctx.notes.append(f"columns named more than once (not used): {names_excerpt(sorted(map(str, dupes)))}")

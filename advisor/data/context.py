@@ -39,15 +39,25 @@ class Ctx:
     def result(self, lengths, counts=None, loss=None, **kw) -> LengthHistogram:
         if loss is not None and counts is None and np.asarray(lengths).size:  # per-sample loss tokens beside them
             check_totals(*np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True), self.name)
-            return LengthHistogram.from_samples(lengths, loss=loss, source=self.name, excluded=tuple(self.excluded),
-                                                notes=tuple(self.notes),
-                                                order=np.asarray(lengths, dtype=np.int64).astype(np.int32))
+            return LengthHistogram.from_samples(
+                lengths,
+                loss=loss,
+                source=self.name,
+                excluded=tuple(self.excluded),
+                notes=tuple(self.notes),
+                order=np.asarray(lengths, dtype=np.int64).astype(np.int32),
+            )
         if counts is None:  # one length per sample: keep the file's order too (int32: lengths are below 2**24)
             kw.setdefault("order", np.asarray(lengths, dtype=np.int64).astype(np.int32))
             lengths, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
         if np.asarray(lengths).size == 0 or not np.any(np.asarray(counts) > 0):
-            raise InputError(self.name, None, "has no usable lengths" + (
-                f" ({sum(e.count for e in self.excluded):,} rows left out)" if self.excluded else ""))
+            raise InputError(
+                self.name,
+                None,
+                "has no usable lengths"
+                + (f" ({sum(e.count for e in self.excluded):,} rows left out)" if self.excluded else ""),
+            )
         check_totals(lengths, counts, self.name)
-        return LengthHistogram.from_pairs(lengths, counts, source=self.name, excluded=tuple(self.excluded),
-                                          notes=tuple(self.notes), **kw)
+        return LengthHistogram.from_pairs(
+            lengths, counts, source=self.name, excluded=tuple(self.excluded), notes=tuple(self.notes), **kw
+        )

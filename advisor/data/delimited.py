@@ -71,8 +71,9 @@ def read_delimited(data: bytes, ctx: Ctx, delimiter: str | None = None) -> Lengt
     first = first_nonblank_line(data).decode("utf-8-sig", "replace")
     delimiter = delimiter or _sniff(first)
     if first.count(delimiter) >= MAX_COLUMNS:  # pyarrow builds a column per field: refuse before it does
-        raise InputError(ctx.name, "line 1", f"has {first.count(delimiter) + 1:,} fields; a lengths file has one "
-                         "or two columns")
+        raise InputError(
+            ctx.name, "line 1", f"has {first.count(delimiter) + 1:,} fields; a lengths file has one or two columns"
+        )
     fields = [f.strip().strip('"') for f in first.split(delimiter)]
     has_header = any(not re.fullmatch(r"[-+]?\d+(\.\d*)?([eE][-+]?\d+)?", f) for f in fields if f)
     lines = CsvLines(data, has_header)
@@ -88,8 +89,11 @@ def read_delimited(data: bytes, ctx: Ctx, delimiter: str | None = None) -> Lengt
         ctx.notes.append(f"line 1 {excerpt(names[0])} was taken as a header")
     if not has_header and len(names) == 2 and ctx.column is None and ctx.histogram is not False:
         if not ctx.histogram:
-            raise InputError(ctx.name, "line 1", "two columns and no header: add a header (length,count for a "
-                             "histogram) or pass --column")
+            raise InputError(
+                ctx.name,
+                "line 1",
+                "two columns and no header: add a header (length,count for a histogram) or pass --column",
+            )
         names = ["length", "count"]
         table = table.rename_columns(names)
     if table.num_rows == 0:
@@ -103,8 +107,10 @@ def read_delimited(data: bytes, ctx: Ctx, delimiter: str | None = None) -> Lengt
 
     loss_col = pick([n for n in names if n not in (length_col, count_col)], LOSS_NAMES)
     if loss_col is not None and count_col is not None:
-        ctx.notes.append(f"column {excerpt(loss_col)} left aside: loss tokens are read from one row per sample, "
-                         "not from a length,count table")
+        ctx.notes.append(
+            f"column {excerpt(loss_col)} left aside: loss tokens are read from one row per sample, "
+            "not from a length,count table"
+        )
     if count_col is None and loss_col is not None:
         refuse_duplicates(names, (length_col, loss_col), ctx, where)
         lengths, loss = cells.validate_with_loss(column(length_col), column(loss_col), lines.of_row, ctx)
@@ -127,8 +133,9 @@ def _arrow_csv(data: bytes, ctx: Ctx, delimiter: str, has_header: bool, lines: C
     try:
         return pacsv.read_csv(
             io.BytesIO(data),
-            read_options=pacsv.ReadOptions(autogenerate_column_names=not has_header, block_size=1 << 24,
-                                           use_threads=False),
+            read_options=pacsv.ReadOptions(
+                autogenerate_column_names=not has_header, block_size=1 << 24, use_threads=False
+            ),
             parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_ragged),
             convert_options=pacsv.ConvertOptions(strings_can_be_null=True, column_types=as_text),
         )
@@ -136,8 +143,9 @@ def _arrow_csv(data: bytes, ctx: Ctx, delimiter: str, has_header: bool, lines: C
         msg = str(e).split("\n")[0]
         row = re.search(r"[Rr]ow #?(\d+)", msg)
         sep = "tab" if delimiter == "\t" else repr(delimiter)
-        raise InputError(ctx.name, f"row {row.group(1)}" if row else None,
-                         f"cannot be read as {sep}-separated text: {msg[:160]}") from None
+        raise InputError(
+            ctx.name, f"row {row.group(1)}" if row else None, f"cannot be read as {sep}-separated text: {msg[:160]}"
+        ) from None
 
 
 def _hex_cells(data: bytes, first: list[str]) -> dict | None:
@@ -151,4 +159,3 @@ def _hex_cells(data: bytes, first: list[str]) -> dict | None:
         return None
     names = set(first) | {f.strip().strip('"') for f in first} | {f"f{i}" for i in range(len(first))}
     return dict.fromkeys(names, pa.string())
-

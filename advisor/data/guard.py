@@ -76,9 +76,13 @@ def _mib(n: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- files
-_KINDS = ((stat.S_ISDIR, "a folder", "sub-folders"), (stat.S_ISFIFO, "a FIFO (named pipe)", "FIFOs"),
-          (stat.S_ISCHR, "a character device", "devices"), (stat.S_ISBLK, "a block device", "devices"),
-          (stat.S_ISSOCK, "a socket", "sockets"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder", "sub-folders"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)", "FIFOs"),
+    (stat.S_ISCHR, "a character device", "devices"),
+    (stat.S_ISBLK, "a block device", "devices"),
+    (stat.S_ISSOCK, "a socket", "sockets"),
+)
 
 
 def file_kind(mode: int, plural: bool = False) -> str:
@@ -87,8 +91,10 @@ def file_kind(mode: int, plural: bool = False) -> str:
     >>> file_kind(stat.S_IFIFO | 0o644), file_kind(stat.S_IFDIR, plural=True)
     ('a FIFO (named pipe)', 'sub-folders')
     """
-    return next((many if plural else one for test, one, many in _KINDS if test(mode)),
-                "special files" if plural else "not a regular file")
+    return next(
+        (many if plural else one for test, one, many in _KINDS if test(mode)),
+        "special files" if plural else "not a regular file",
+    )
 
 
 def stat_path(path, source) -> os.stat_result:
@@ -133,8 +139,12 @@ def check_file(path, source, max_bytes: int) -> os.stat_result:
 
 def check_size(size: int, source, max_bytes: int) -> None:
     if size > max_bytes:
-        raise InputError(source, None, f"is {_mib(size)}, over the {_mib(max_bytes)} limit (save a length,count "
-                         "histogram instead, or raise the limit)")
+        raise InputError(
+            source,
+            None,
+            f"is {_mib(size)}, over the {_mib(max_bytes)} limit (save a length,count "
+            "histogram instead, or raise the limit)",
+        )
 
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -265,14 +275,16 @@ def text_bytes(data: bytes, source) -> bytes:
         try:
             data = data.decode("utf-16").encode("utf-8")
         except UnicodeDecodeError as e:
-            raise InputError(source, None, f"is not UTF-16 text: bytes at offset {e.start:,} cannot be "
-                             "decoded") from None
+            raise InputError(
+                source, None, f"is not UTF-16 text: bytes at offset {e.start:,} cannot be decoded"
+            ) from None
     elif not data.isascii():
         _check_utf8(data, source)
     nul = data.find(b"\x00")
     if nul >= 0:  # valid UTF-8, but no lengths file holds a NUL: this is binary data under a text name
-        raise InputError(source, f"line {line_of_offset(data, nul)}", f"holds a NUL byte at offset {nul:,}: "
-                         "binary data, not text")
+        raise InputError(
+            source, f"line {line_of_offset(data, nul)}", f"holds a NUL byte at offset {nul:,}: binary data, not text"
+        )
     return data
 
 
@@ -282,14 +294,17 @@ def _check_utf8(data: bytes, source) -> None:
     view = memoryview(data)
     for start in range(0, len(data), _CHUNK):
         pending = len(decoder.getstate()[0])
-        chunk = view[start:start + _CHUNK]
+        chunk = view[start : start + _CHUNK]
         try:
             decoder.decode(chunk, final=start + _CHUNK >= len(data))
         except UnicodeDecodeError as e:
             offset = start - pending + e.start
-            byte = data[offset:offset + 1].hex() or "end"
-            raise InputError(source, f"line {line_of_offset(data, offset)}", f"is not UTF-8 text: byte 0x{byte} at "
-                             f"offset {offset:,} cannot be decoded (save the file as UTF-8)") from None
+            byte = data[offset : offset + 1].hex() or "end"
+            raise InputError(
+                source,
+                f"line {line_of_offset(data, offset)}",
+                f"is not UTF-8 text: byte 0x{byte} at offset {offset:,} cannot be decoded (save the file as UTF-8)",
+            ) from None
 
 
 def line_of_offset(data: bytes, offset: int) -> int:
@@ -314,7 +329,7 @@ def iter_lines(data: bytes):
     """
     line, pos = 1, 0
     for m in _LINE.finditer(data):
-        gap = data[pos:m.start()]  # only line ends, so a \\r\\n cannot straddle it
+        gap = data[pos : m.start()]  # only line ends, so a \\r\\n cannot straddle it
         line += gap.count(b"\n") + gap.count(b"\r") - gap.count(b"\r\n")
         yield line, m.group()
         pos = m.end()
@@ -331,7 +346,7 @@ def first_nonblank_line(data: bytes) -> bytes:
         return b""
     start = max(data.rfind(b"\n", 0, m.start()), data.rfind(b"\r", 0, m.start())) + 1
     ends = [i for i in (data.find(b"\n", m.start()), data.find(b"\r", m.start())) if i >= 0]
-    return data[start:min(ends) if ends else len(data)]
+    return data[start : min(ends) if ends else len(data)]
 
 
 def nth_nonempty_line(data: bytes, n: int) -> int | None:
@@ -425,8 +440,9 @@ def npy_header(data: bytes, source) -> NpyHeader:
         version = npf.read_magic(fp)
         read = {(1, 0): npf.read_array_header_1_0, (2, 0): npf.read_array_header_2_0}.get(version)
         if read is None:
-            raise InputError(source, None, f"is .npy format version {version}, which is not read here (save with "
-                             "numpy.save)")
+            raise InputError(
+                source, None, f"is .npy format version {version}, which is not read here (save with numpy.save)"
+            )
         with warnings.catch_warnings():  # a Python-2-era or odd header warns while parsed: the verdict is enough
             warnings.simplefilter("ignore")
             shape, fortran_order, dtype = read(fp)
@@ -441,8 +457,12 @@ def npy_header(data: bytes, source) -> NpyHeader:
         body = len(data) - header.offset
         need = header.count * dtype.itemsize
         if need != body:
-            raise InputError(source, "header", f"claims shape {excerpt(header.shape, 60)} of {dtype} ({need:,} "
-                             f"bytes) but {body:,} bytes follow the header")
+            raise InputError(
+                source,
+                "header",
+                f"claims shape {excerpt(header.shape, 60)} of {dtype} ({need:,} "
+                f"bytes) but {body:,} bytes follow the header",
+            )
     return header
 
 
@@ -470,13 +490,24 @@ def check_totals(lengths: np.ndarray, counts: np.ndarray, source, *, max_total: 
         return
     exact = sum(int(n) * int(c) for n, c in zip(lengths.tolist(), counts.tolist(), strict=True))
     if exact >= max_total:
-        raise InputError(source, None, f"holds {exact:,} tokens (length x count summed), beyond {max_total - 1:,}: "
-                         "the counts cannot be right")
+        raise InputError(
+            source,
+            None,
+            f"holds {exact:,} tokens (length x count summed), beyond {max_total - 1:,}: the counts cannot be right",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- Parquet
-_PARQUET_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError, NotImplementedError,
-                   EOFError)
+_PARQUET_ERRORS = (
+    pa.ArrowException,
+    OSError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    NotImplementedError,
+    EOFError,
+)
 
 
 def open_parquet(data: bytes, source, where: str | None = None) -> pq.ParquetFile:
@@ -516,8 +547,9 @@ def decoded_bytes(data: bytes, columns: list[str]) -> int:
     return total + sum(max(8 * c.num_values, c.uncompressed) for c in chunks if c.column in wanted)
 
 
-def read_parquet_columns(pf: pq.ParquetFile, data: bytes, columns: list[str], source, budget: int | None,
-                         where: str | None = None) -> pa.Table:
+def read_parquet_columns(
+    pf: pq.ParquetFile, data: bytes, columns: list[str], source, budget: int | None, where: str | None = None
+) -> pa.Table:
     """Read only ``columns``, refusing first if they would decode to more than ``budget`` bytes."""
     if budget is not None:
         try:
@@ -525,8 +557,9 @@ def read_parquet_columns(pf: pq.ParquetFile, data: bytes, columns: list[str], so
         except FooterError as e:
             raise InputError(source, where, f"is not a readable Parquet file: {e}") from None
         if need > budget:
-            raise InputError(source, where, f"would take about {_mib(need)} once decompressed, over the "
-                             f"{_mib(budget)} limit")
+            raise InputError(
+                source, where, f"would take about {_mib(need)} once decompressed, over the {_mib(budget)} limit"
+            )
     try:
         table = pf.read(columns=columns)
     except _PARQUET_ERRORS as e:

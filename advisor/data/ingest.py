@@ -66,9 +66,18 @@ ON_BAD = ("error", "skip")  # a bad row stops the read with one message, or is l
 SHARD_SUFFIXES = (".parquet", ".pq")
 
 
-def load_lengths(path, *, column: str | None = None, fmt: str | None = None, histogram: bool | None = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES, on_bad: str = "error", mock_samples: int = MOCK_SIZE,
-                 max_length: int = MAX_LENGTH, allow_file_mode: bool = True) -> LengthHistogram:
+def load_lengths(
+    path,
+    *,
+    column: str | None = None,
+    fmt: str | None = None,
+    histogram: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    on_bad: str = "error",
+    mock_samples: int = MOCK_SIZE,
+    max_length: int = MAX_LENGTH,
+    allow_file_mode: bool = True,
+) -> LengthHistogram:
     """Read a file (or a folder of packed Parquet shards, or inline mock-config JSON) into a histogram.
 
     >>> import tempfile, os
@@ -76,8 +85,15 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
     >>> h = load_lengths(p); h.lengths.tolist(), h.counts.tolist()
     ([5, 7], [2, 1])
     """
-    opts = dict(column=column, histogram=histogram, on_bad=on_bad, mock_samples=mock_samples, max_bytes=max_bytes,
-                max_length=max_length, allow_file_mode=allow_file_mode)
+    opts = dict(
+        column=column,
+        histogram=histogram,
+        on_bad=on_bad,
+        mock_samples=mock_samples,
+        max_bytes=max_bytes,
+        max_length=max_length,
+        allow_file_mode=allow_file_mode,
+    )
     text = str(path)
     # inline JSON, as --sft-mock-dataset-config-json accepts; a file that exists under such a name is a file
     if text.lstrip().startswith("{") and not os.path.lexists(text):
@@ -94,10 +110,20 @@ def load_lengths(path, *, column: str | None = None, fmt: str | None = None, his
     return parse_lengths(data, source, fmt=fmt, base_dir=Path(path).parent, **opts)
 
 
-def parse_lengths(data: bytes, name: str, *, column: str | None = None, fmt: str | None = None,
-                  histogram: bool | None = None, on_bad: str = "error", base_dir: Path | None = None,
-                  mock_samples: int = MOCK_SIZE, max_bytes: int = DEFAULT_MAX_BYTES, max_length: int = MAX_LENGTH,
-                  allow_file_mode: bool = False) -> LengthHistogram:
+def parse_lengths(
+    data: bytes,
+    name: str,
+    *,
+    column: str | None = None,
+    fmt: str | None = None,
+    histogram: bool | None = None,
+    on_bad: str = "error",
+    base_dir: Path | None = None,
+    mock_samples: int = MOCK_SIZE,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_length: int = MAX_LENGTH,
+    allow_file_mode: bool = False,
+) -> LengthHistogram:
     """Parse the bytes of one file; ``name`` gives the format by its suffix (or ``fmt`` does) and names errors.
 
     ``allow_file_mode`` is off by default: this is the path for uploads, and a mock config in ``mode: file``
@@ -116,10 +142,26 @@ def parse_lengths(data: bytes, name: str, *, column: str | None = None, fmt: str
     if not data or data.isspace():
         raise InputError(name, None, "is empty")
     fmt = (fmt or _format_of(real, data, name)).lower()
-    ctx = Ctx(name=name, column=column, histogram=histogram, on_bad=on_bad, max_length=max_length,
-               base_dir=base_dir, mock_samples=mock_samples, max_bytes=max_bytes, allow_file_mode=allow_file_mode)
-    readers = {"csv": read_delimited, "txt": read_delimited, "tsv": read_delimited, "json": _read_json,
-               "jsonl": _read_jsonl, "npy": _read_npy, "parquet": _read_parquet}
+    ctx = Ctx(
+        name=name,
+        column=column,
+        histogram=histogram,
+        on_bad=on_bad,
+        max_length=max_length,
+        base_dir=base_dir,
+        mock_samples=mock_samples,
+        max_bytes=max_bytes,
+        allow_file_mode=allow_file_mode,
+    )
+    readers = {
+        "csv": read_delimited,
+        "txt": read_delimited,
+        "tsv": read_delimited,
+        "json": _read_json,
+        "jsonl": _read_jsonl,
+        "npy": _read_npy,
+        "parquet": _read_parquet,
+    }
     if fmt not in readers:
         raise InputError(name, None, f"unknown format {excerpt(fmt)}: give one of {', '.join(FORMATS)}")
     if fmt == "tsv":
@@ -130,7 +172,7 @@ def parse_lengths(data: bytes, name: str, *, column: str | None = None, fmt: str
 def _head(data: bytes) -> bytes:
     """The first byte that is not white space (no copy of the data, unlike ``data.lstrip()``)."""
     m = re.search(rb"[^\s]", data)
-    return data[m.start():m.start() + 1] if m else b""
+    return data[m.start() : m.start() + 1] if m else b""
 
 
 def _suffix(name: str) -> str:
@@ -162,8 +204,12 @@ def _format_of(name: str, data: bytes, shown: str | None = None) -> str:
         return "json" if _is_single_json(data) else "jsonl"
     if head.isdigit():
         return "csv"
-    raise InputError(shown, None, f"unknown format (suffix {excerpt(suffix or 'none')}, content not recognised): "
-                     f"give one of {', '.join(FORMATS)}")
+    raise InputError(
+        shown,
+        None,
+        f"unknown format (suffix {excerpt(suffix or 'none')}, content not recognised): "
+        f"give one of {', '.join(FORMATS)}",
+    )
 
 
 def _is_single_json(data: bytes) -> bool:
@@ -190,8 +236,11 @@ def _record_length(rec, ctx: Ctx, where: str):
         if ctx.on_bad == "skip":
             return _MISSING
         looked = excerpt(ctx.column) if ctx.column else ", ".join(LENGTH_NAMES[:5]) + "…"
-        raise InputError(ctx.name, where, f"record has no length field (looked for {looked} or input_ids); "
-                         f"its keys are {names_excerpt(rec)}")
+        raise InputError(
+            ctx.name,
+            where,
+            f"record has no length field (looked for {looked} or input_ids); its keys are {names_excerpt(rec)}",
+        )
     if isinstance(rec, list):
         return len(rec)  # a list of token ids
     return rec
@@ -214,8 +263,11 @@ def _read_json(data: bytes, ctx: Ctx) -> LengthHistogram:
                 obj = obj[key]
                 break
         else:
-            raise InputError(ctx.name, None, "is a JSON object but not a Megatron-LM mock SFT config (no \"mode\") "
-                             "nor a {\"lengths\": [...]} list")
+            raise InputError(
+                ctx.name,
+                None,
+                "is a JSON object but not a Megatron-LM mock SFT config (no \"mode\") nor a {\"lengths\": [...]} list",
+            )
     if not isinstance(obj, list):
         raise InputError(ctx.name, None, f"holds a JSON {type(obj).__name__}, not a list of lengths")
     if not obj:
@@ -224,8 +276,11 @@ def _read_json(data: bytes, ctx: Ctx) -> LengthHistogram:
     items = [i for i, v in enumerate(values) if v is not _MISSING]
     if len(items) < len(values):
         first = next(i for i, v in enumerate(values) if v is _MISSING)
-        ctx.excluded.append(Exclusion(reason="record without a length field", count=len(values) - len(items),
-                                      first_at=f"item {first + 1}"))
+        ctx.excluded.append(
+            Exclusion(
+                reason="record without a length field", count=len(values) - len(items), first_at=f"item {first + 1}"
+            )
+        )
     return ctx.result(cells.validate(_object_array([values[i] for i in items]), lambda k: f"item {items[k] + 1}", ctx))
 
 
@@ -264,8 +319,14 @@ def _read_jsonl(data: bytes, ctx: Ctx) -> LengthHistogram:
 
 
 def _read_mock(config: dict, ctx: Ctx) -> LengthHistogram:
-    got = mock_histogram(config, ctx.name, base_dir=ctx.base_dir, size=ctx.mock_samples,
-                         allow_file_mode=ctx.allow_file_mode, max_length=ctx.max_length)
+    got = mock_histogram(
+        config,
+        ctx.name,
+        base_dir=ctx.base_dir,
+        size=ctx.mock_samples,
+        allow_file_mode=ctx.allow_file_mode,
+        max_length=ctx.max_length,
+    )
     if isinstance(got, Path):
         return _read_mock_csv(got, ctx)
     ctx.notes.extend(got.notes)
@@ -290,8 +351,9 @@ def _read_mock_csv(path: Path, ctx: Ctx) -> LengthHistogram:
     try:
         frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, skip_blank_lines=True)
     except errors as e:
-        raise InputError(source, None, f"cannot be read as CSV: {str(e).splitlines()[0][:160] if str(e) else e}") \
-            from None
+        raise InputError(
+            source, None, f"cannot be read as CSV: {str(e).splitlines()[0][:160] if str(e) else e}"
+        ) from None
     ctx.name = source
     ctx.notes.append(f"Megatron-LM drops line 1 of {display_name(path.name)} as a header: {excerpt(first)}")
     if frame.shape[1] > 1:
@@ -311,14 +373,21 @@ def _read_npy(data: bytes, ctx: Ctx) -> LengthHistogram:
         return read_packed_npy(data, ctx.name, max_length=ctx.max_length)
     dtype = header.dtype
     if dtype.kind not in "iuf" or dtype.names or dtype.subdtype or header.count == 0:
-        raise InputError(ctx.name, None, f"holds a {excerpt(str(dtype))} array of shape {excerpt(header.shape)}; "
-                         "expected integer lengths")
+        raise InputError(
+            ctx.name,
+            None,
+            f"holds a {excerpt(str(dtype))} array of shape {excerpt(header.shape)}; expected integer lengths",
+        )
     arr = npy_array(data, header)
     if arr.ndim == 2 and arr.shape[1] == 2 and ctx.histogram:
         return cells.histogram(arr[:, 0], arr[:, 1], lambda i: f"row {i + 1}", ctx)
     if arr.ndim != 1:
-        raise InputError(ctx.name, None, f"holds an array of shape {excerpt(arr.shape)}; expected a 1-D array of "
-                         "lengths (or shape (N, 2) with --histogram)")
+        raise InputError(
+            ctx.name,
+            None,
+            f"holds an array of shape {excerpt(arr.shape)}; expected a 1-D array of "
+            "lengths (or shape (N, 2) with --histogram)",
+        )
     return ctx.result(cells.validate(arr, lambda i: f"index {i}", ctx))
 
 
@@ -380,19 +449,26 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
         raise InputError(source, None, f"holds {sum(sizes):,} bytes of shards, over the {max_bytes:,}-byte limit")
     shards = [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes) for f in files]
     pack_size = _named_pack_size(folder, files, source)
-    hist = read_packed_parquet(shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length,
-                               pack_size=pack_size)
+    hist = read_packed_parquet(
+        shards, source, budget=max_bytes * DECODED_PER_BYTE, max_length=max_length, pack_size=pack_size
+    )
     if pack_size is not None:
         _check_against_metadata(folder, pack_size, hist, source)
         for f in validation:  # not counted, but Megatron-Bridge validates on them: held to the same pack size
-            read_packed_parquet([read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes)],
-                                f"{source}, {display_name(f.name)}", budget=max_bytes * DECODED_PER_BYTE,
-                                max_length=max_length, pack_size=pack_size)
+            read_packed_parquet(
+                [read_file(f, f"{source}, shard {display_name(f.name)}", max_bytes)],
+                f"{source}, {display_name(f.name)}",
+                budget=max_bytes * DECODED_PER_BYTE,
+                max_length=max_length,
+                pack_size=pack_size,
+            )
     notes = [scan.note()] if scan.skipped else []
     if validation:
-        notes.append(f"the validation split ({', '.join(display_name(f.name) for f in validation[:3])}"
-                     f"{' ...' if len(validation) > 3 else ''}) is left out: the lengths are the training split's, "
-                     "as Megatron-Bridge trains on them")
+        notes.append(
+            f"the validation split ({', '.join(display_name(f.name) for f in validation[:3])}"
+            f"{' ...' if len(validation) > 3 else ''}) is left out: the lengths are the training split's, "
+            "as Megatron-Bridge trains on them"
+        )
     return dataclasses.replace(hist, notes=(*hist.notes, *notes)) if notes else hist
 
 
@@ -413,12 +489,17 @@ def _named_pack_size(folder: Path, files: list[Path], source: str) -> int | None
     if not metas:
         return None
     if len(metas) > 1:
-        raise InputError(source, None, f"holds metadata files of pack sizes {_sizes(metas)}: one prepared folder is "
-                         "one pack size")
+        raise InputError(
+            source, None, f"holds metadata files of pack sizes {_sizes(metas)}: one prepared folder is one pack size"
+        )
     sizes = {int(m.group(1)) for f in files if (m := _NAMED.fullmatch(f.name)) is not None} | metas
     if len(sizes) > 1:
-        raise InputError(source, None, f"holds training files of pack sizes {_sizes(sizes)}: one prepared folder is "
-                         "one pack size (Megatron-Bridge reads the one its packed_sequence_size names)")
+        raise InputError(
+            source,
+            None,
+            f"holds training files of pack sizes {_sizes(sizes)}: one prepared folder is "
+            "one pack size (Megatron-Bridge reads the one its packed_sequence_size names)",
+        )
     return metas.pop()
 
 
@@ -439,9 +520,13 @@ def _check_against_metadata(folder: Path, pack_size: int, hist: LengthHistogram,
     most = int(np.diff(hist.packs.offsets).max())
     said = max(e.max_samples_per_bin for e in entries)
     if said < most:
-        raise InputError(source, path.name, f"says max_samples_per_bin {said:,}, but a training pack holds {most:,} "
-                         "sequences: Megatron-Bridge pads cu_seqlens to the file's figure, so that pack's batch "
-                         "would have another shape")
+        raise InputError(
+            source,
+            path.name,
+            f"says max_samples_per_bin {said:,}, but a training pack holds {most:,} "
+            "sequences: Megatron-Bridge pads cu_seqlens to the file's figure, so that pack's batch "
+            "would have another shape",
+        )
 
 
 def _training_split(files: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -451,4 +536,3 @@ def _training_split(files: list[Path]) -> tuple[list[Path], list[Path]]:
     training = [f for f in files if f.name.startswith("training_")]
     validation = [f for f in files if f.name.startswith("validation_")]
     return (training, validation) if training else (files, [])
-

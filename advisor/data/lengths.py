@@ -30,9 +30,14 @@ def check_expandable(num_samples: int, source: str, what: str) -> None:
     advisor.errors.InputError: h.csv: 1,000,000,000,000 samples are too many to pack one by one (at most 100,000,000)...
     """
     if num_samples > MAX_EXPANDED_SAMPLES:
-        raise InputError(source or "data", None, f"{num_samples:,} samples are too many to {what} one by one (at most "
-                         f"{MAX_EXPANDED_SAMPLES:,}); scale the histogram's counts down (the packing factor and "
-                         "efficiency depend on the shape, not the total)")
+        raise InputError(
+            source or "data",
+            None,
+            f"{num_samples:,} samples are too many to {what} one by one (at most "
+            f"{MAX_EXPANDED_SAMPLES:,}); scale the histogram's counts down (the packing factor and "
+            "efficiency depend on the shape, not the total)",
+        )
+
 
 COMMON_PACK_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -42,6 +47,7 @@ COMMON_PACK_SIZES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 # Wikipedia sample (16.3M samples) agree with the full data's to 0.02 points at 250,000 and at 500,000 samples
 # (bench/bench_dashboard.py prints the estimate's difference); the plan's own packing always uses all the data.
 SCALE_MODEL_SAMPLES = 250_000
+
 
 @dataclass(frozen=True, kw_only=True)
 class Exclusion:
@@ -104,13 +110,18 @@ class LengthHistogram:
         if loss is None:  # the common case: no inverse to build
             values, counts = np.unique(np.asarray(samples, dtype=np.int64), return_counts=True)
             return cls(lengths=values, counts=counts, **kw)
-        values, inverse, counts = np.unique(np.asarray(samples, dtype=np.int64), return_inverse=True,
-                                            return_counts=True)
+        values, inverse, counts = np.unique(
+            np.asarray(samples, dtype=np.int64), return_inverse=True, return_counts=True
+        )
         loss = np.asarray(loss, dtype=np.float64)
         if loss.shape != inverse.shape:
             raise ValueError("loss: one count per sample")
-        return cls(lengths=values, counts=counts, loss_tokens=np.bincount(inverse, weights=loss,
-                                                                           minlength=values.size) / counts, **kw)
+        return cls(
+            lengths=values,
+            counts=counts,
+            loss_tokens=np.bincount(inverse, weights=loss, minlength=values.size) / counts,
+            **kw,
+        )
 
     @property
     def loss_fraction(self) -> float | None:
@@ -180,9 +191,12 @@ class LengthHistogram:
         scaled = np.diff(cumulative, prepend=0)
         scaled[-1] = max(1, int(scaled[-1]))
         keep = scaled > 0
-        return LengthHistogram(lengths=self.lengths[keep].copy(), counts=scaled[keep],
-                               source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)",
-                               loss_tokens=None if self.loss_tokens is None else self.loss_tokens[keep].copy())
+        return LengthHistogram(
+            lengths=self.lengths[keep].copy(),
+            counts=scaled[keep],
+            source=f"{self.source} (scale model, {int(scaled.sum()):,} samples)",
+            loss_tokens=None if self.loss_tokens is None else self.loss_tokens[keep].copy(),
+        )
 
     @cached_property
     def fingerprint(self) -> str:
@@ -260,7 +274,15 @@ def summarize(hist: LengthHistogram, pack_sizes=COMMON_PACK_SIZES) -> LengthSumm
     var = float((hist.counts * (hist.lengths - mean) ** 2).sum() / n)
     above = {int(p): float(hist.counts[hist.lengths > p].sum() / n) for p in pack_sizes}
     return LengthSummary(
-        num_samples=n, total_tokens=tokens, mean=mean, std=var**0.5, min=int(hist.lengths[0]),
-        p50=hist.percentile(50), p90=hist.percentile(90), p99=hist.percentile(99), max=hist.max_length,
-        share_above=above, excluded=hist.num_excluded,
+        num_samples=n,
+        total_tokens=tokens,
+        mean=mean,
+        std=var**0.5,
+        min=int(hist.lengths[0]),
+        p50=hist.percentile(50),
+        p90=hist.percentile(90),
+        p99=hist.percentile(99),
+        max=hist.max_length,
+        share_above=above,
+        excluded=hist.num_excluded,
     )

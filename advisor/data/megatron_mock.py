@@ -70,8 +70,14 @@ def default_mock_config(seq_length: int) -> dict:
     >>> cfg["min_seq_len"], cfg["max_seq_len"], cfg["mean_seq_len"], cfg["lognormal_sigma"]
     (2048, 4096, 3072, 1.1)
     """
-    return {"mode": "distribution", "type": "lognormal", "min_seq_len": seq_length // 2,
-            "max_seq_len": seq_length, "mean_seq_len": seq_length // 4 * 3, "lognormal_sigma": 1.1}
+    return {
+        "mode": "distribution",
+        "type": "lognormal",
+        "min_seq_len": seq_length // 2,
+        "max_seq_len": seq_length,
+        "mean_seq_len": seq_length // 4 * 3,
+        "lognormal_sigma": 1.1,
+    }
 
 
 def lognormal_lengths(size: int, mean: float, sigma: float, min_seq_len: int, max_seq_len: int) -> np.ndarray:
@@ -88,8 +94,9 @@ def lognormal_lengths(size: int, mean: float, sigma: float, min_seq_len: int, ma
     return np.clip(rng.lognormal(mu, sigma, size), min_seq_len, max_seq_len).astype(int)
 
 
-def lognormal_histogram(size: int, mean: float, sigma: float, min_seq_len: int,
-                        max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+def lognormal_histogram(
+    size: int, mean: float, sigma: float, min_seq_len: int, max_seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``lognormal_lengths`` as (distinct lengths, counts), drawn in chunks of 2**20 so memory stays flat.
 
     The legacy RandomState carries its cached second Gaussian across calls, so the chunked draws are the very
@@ -137,8 +144,15 @@ class MockDraw:
     notes: tuple[str, ...]
 
 
-def mock_histogram(config: dict, source: str, *, base_dir: Path | None = None, size: int = MOCK_SIZE,
-                   allow_file_mode: bool = True, max_length: int = MAX_LENGTH) -> MockDraw | Path:
+def mock_histogram(
+    config: dict,
+    source: str,
+    *,
+    base_dir: Path | None = None,
+    size: int = MOCK_SIZE,
+    allow_file_mode: bool = True,
+    max_length: int = MAX_LENGTH,
+) -> MockDraw | Path:
     """Validate a mock config field by field and draw its lengths, or, for ``mode: file``, find its CSV.
 
     ``allow_file_mode=False`` refuses file mode outright, before the path is even looked at: an uploaded config
@@ -155,16 +169,26 @@ def mock_histogram(config: dict, source: str, *, base_dir: Path | None = None, s
     """
     mode = config.get("mode")
     if not isinstance(mode, str) or mode not in MODES:
-        raise InputError(source, '"mode"', f"unknown mode {excerpt(mode)}: Megatron-LM takes 'file', 'distribution' "
-                         "or 'verification'")
+        raise InputError(
+            source,
+            '"mode"',
+            f"unknown mode {excerpt(mode)}: Megatron-LM takes 'file', 'distribution' or 'verification'",
+        )
     if mode == "file":
         if not allow_file_mode:
-            raise InputError(source, '"mode": "file"', "reads a CSV from the server's disk, which an uploaded config "
-                             "may not do: upload the CSV of lengths itself")
+            raise InputError(
+                source,
+                '"mode": "file"',
+                "reads a CSV from the server's disk, which an uploaded config "
+                "may not do: upload the CSV of lengths itself",
+            )
         return _mock_file(config, source, base_dir)
     if mode == "distribution" and config.get("type") != "lognormal":
-        raise InputError(source, '"type"', f"unsupported distribution type {excerpt(config.get('type'))} "
-                         "(Megatron-LM supports only 'lognormal')")
+        raise InputError(
+            source,
+            '"type"',
+            f"unsupported distribution type {excerpt(config.get('type'))} (Megatron-LM supports only 'lognormal')",
+        )
     params = dict(_VERIFICATION_DEFAULTS) if mode == "verification" else {}
     params.update({k: config[k] for k in _VERIFICATION_DEFAULTS if k in config})
     missing = [k for k in _VERIFICATION_DEFAULTS if k not in params]
@@ -175,20 +199,30 @@ def mock_histogram(config: dict, source: str, *, base_dir: Path | None = None, s
     values, counts = lognormal_histogram(size, mean, sigma, lo, hi)
     at_min = float(counts[0] / size) if values[0] == lo else 0.0
     realised = float(np.dot(values.astype(np.float64), counts) / size)
-    notes = (f"Megatron-LM mock lognormal: {size:,} samples, seed {MOCK_SEED}; {at_min:.0%} clipped to "
-             f"min_seq_len {lo}; realised mean {realised:.0f} against mean_seq_len {mean:g}",)
+    notes = (
+        f"Megatron-LM mock lognormal: {size:,} samples, seed {MOCK_SEED}; {at_min:.0%} clipped to "
+        f"min_seq_len {lo}; realised mean {realised:.0f} against mean_seq_len {mean:g}",
+    )
     return MockDraw(values, counts, notes)
 
 
-def mock_lengths(config: dict, source: str, base_dir: Path | None = None, size: int = MOCK_SIZE, *,
-                 allow_file_mode: bool = True, max_length: int = MAX_LENGTH):
+def mock_lengths(
+    config: dict,
+    source: str,
+    base_dir: Path | None = None,
+    size: int = MOCK_SIZE,
+    *,
+    allow_file_mode: bool = True,
+    max_length: int = MAX_LENGTH,
+):
     """The sample lengths a mock config yields, with notes on where it departs from what a user may expect.
 
     Returns ``(lengths, notes)``; for ``mode: file`` the CSV is returned as a path to be read by the caller
     (through ``advisor.data.guard.read_file``). Memory: 8 bytes a sample; ``mock_histogram`` keeps a histogram.
     """
-    got = mock_histogram(config, source, base_dir=base_dir, size=size, allow_file_mode=allow_file_mode,
-                         max_length=max_length)
+    got = mock_histogram(
+        config, source, base_dir=base_dir, size=size, allow_file_mode=allow_file_mode, max_length=max_length
+    )
     if isinstance(got, Path):
         return got, ()
     return np.repeat(got.values, got.counts), got.notes
@@ -209,8 +243,9 @@ def _mock_file(config: dict, source: str, base_dir: Path | None) -> Path:
         raise InputError(source, '"mode": "file"', 'needs a "path" to a CSV of sequence lengths')
     raw = config["path"]
     if not isinstance(raw, str):
-        raise InputError(source, '"path"', f"must be a string naming a CSV of lengths, not {_json_kind(raw)} "
-                         f"({excerpt(raw)})")
+        raise InputError(
+            source, '"path"', f"must be a string naming a CSV of lengths, not {_json_kind(raw)} ({excerpt(raw)})"
+        )
     if not raw.strip() or "\x00" in raw:
         raise InputError(source, '"path"', f"is not a file name: {excerpt(raw)}")
     path = Path(raw)
@@ -238,13 +273,19 @@ def _lognormal_params(params: dict, source: str, max_length: int) -> tuple[int, 
     nums = {k: _number(params, k, source) for k in _VERIFICATION_DEFAULTS}
     for key in ("min_seq_len", "max_seq_len", "mean_seq_len"):
         if not 0 < nums[key] <= max_length:
-            raise InputError(source, f'"{key}"', f"{excerpt(params[key])} is not a sequence length: give a value "
-                             f"in 1..{max_length:,}")
+            raise InputError(
+                source,
+                f'"{key}"',
+                f"{excerpt(params[key])} is not a sequence length: give a value in 1..{max_length:,}",
+            )
     if nums["min_seq_len"] < 1:
         raise InputError(source, '"min_seq_len"', f"{excerpt(params['min_seq_len'])} is below 1 token")
     if not 0 <= nums["lognormal_sigma"] <= MAX_SIGMA:
-        raise InputError(source, '"lognormal_sigma"', f"{excerpt(params['lognormal_sigma'])} is outside "
-                         f"0..{MAX_SIGMA:g} (Megatron-LM's default is 1.1)")
+        raise InputError(
+            source,
+            '"lognormal_sigma"',
+            f"{excerpt(params['lognormal_sigma'])} is outside 0..{MAX_SIGMA:g} (Megatron-LM's default is 1.1)",
+        )
     lo, hi = int(nums["min_seq_len"]), int(nums["max_seq_len"])
     if hi < lo:
         raise InputError(source, '"max_seq_len"', f"{hi:,} is below min_seq_len {lo:,}")

@@ -42,9 +42,17 @@ class PackedDatasetAudit:
         return int(self.offsets.size - 1)
 
 
-def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: np.ndarray,
-                    source: str, *, max_length: int = MAX_LENGTH, loss_mask: np.ndarray | None = None,
-                    notes: tuple[str, ...] = (), pack_size: int | None = None) -> LengthHistogram:
+def audit_from_rows(
+    pack_tokens: np.ndarray,
+    starts: np.ndarray,
+    starts_offsets: np.ndarray,
+    source: str,
+    *,
+    max_length: int = MAX_LENGTH,
+    loss_mask: np.ndarray | None = None,
+    notes: tuple[str, ...] = (),
+    pack_size: int | None = None,
+) -> LengthHistogram:
     """Segment every pack at its ``seq_start_id`` and return the samples' stored lengths with the audit attached.
 
     ``loss_mask``: the packs' masks back to back (as many values as tokens, 0 or 1): each sample's loss tokens are
@@ -74,17 +82,24 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
     if seg.size and seg.max() > max_length:
         bad = int(np.argmax(seg > max_length))
         pack = int(np.searchsorted(starts_offsets, bad, side="right") - 1)
-        raise InputError(source, f"pack {pack}", f"holds a sequence of {int(seg[bad]):,} tokens, over the maximum "
-                         f"sequence length {max_length:,}")
+        raise InputError(
+            source,
+            f"pack {pack}",
+            f"holds a sequence of {int(seg[bad]):,} tokens, over the maximum sequence length {max_length:,}",
+        )
     if pack_size is not None:
         # what packing fills a pack with is each sequence less its last token (its label would be the next
         # sequence's first): len(input_ids) is that plus one a sequence, so the check is on the sum, not the length
         fill = np.add.reduceat(seg - 1, starts_offsets[:-1]) if seg.size else seg
         if fill.size and fill.max() > pack_size:
             row = int(np.argmax(fill > pack_size))
-            raise InputError(source, f"pack {row}", f"is filled to {int(fill[row]):,} tokens, over the pack size "
-                             f"{pack_size:,} its file names say (each sequence counted as packing counts it, less "
-                             "its last token): Megatron-Bridge would train on packs longer than packed_sequence_size")
+            raise InputError(
+                source,
+                f"pack {row}",
+                f"is filled to {int(fill[row]):,} tokens, over the pack size "
+                f"{pack_size:,} its file names say (each sequence counted as packing counts it, less "
+                "its last token): Megatron-Bridge would train on packs longer than packed_sequence_size",
+            )
     audit = PackedDatasetAudit(offsets=starts_offsets, items=seg - 1, pack_tokens=pack_tokens, source=source)
     loss = None
     if loss_mask is not None:
@@ -93,12 +108,23 @@ def audit_from_rows(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets:
         at = first[pack_of] + starts  # each sample's first token in the masks back to back
         summed = np.concatenate([[0], np.cumsum(loss_mask, dtype=np.int64)])
         loss = summed[at + seg - 1] - summed[at]
-        notes = (*notes, f"loss tokens from the packs' loss_mask: {int(loss.sum()):,} of {int((seg - 1).sum()):,} "
-                         "label positions (the collate also drops positions whose input is the EOS token, which the "
-                         "mask alone does not show)")
-    return LengthHistogram.from_samples(seg, loss=loss, source=source, packs=audit,
-                                        notes=(f"audit of {audit.num_packs:,} existing packs; lengths include any "
-                                               "pad_seq_to_mult padding, which the packs do not mark", *notes))
+        notes = (
+            *notes,
+            f"loss tokens from the packs' loss_mask: {int(loss.sum()):,} of {int((seg - 1).sum()):,} "
+            "label positions (the collate also drops positions whose input is the EOS token, which the "
+            "mask alone does not show)",
+        )
+    return LengthHistogram.from_samples(
+        seg,
+        loss=loss,
+        source=source,
+        packs=audit,
+        notes=(
+            f"audit of {audit.num_packs:,} existing packs; lengths include any "
+            "pad_seq_to_mult padding, which the packs do not mark",
+            *notes,
+        ),
+    )
 
 
 def _loss_mask(table: pa.Table, pack_tokens: np.ndarray) -> tuple[np.ndarray | None, tuple[str, ...]]:
@@ -112,8 +138,10 @@ def _loss_mask(table: pa.Table, pack_tokens: np.ndarray) -> tuple[np.ndarray | N
     per_pack = pc.list_value_length(col).to_numpy(zero_copy_only=False)
     if not np.array_equal(per_pack, pack_tokens):
         row = int(np.argmax(per_pack != pack_tokens))
-        return None, (f"loss_mask left aside: pack {row} has {int(per_pack[row]):,} mask values for "
-                      f"{int(pack_tokens[row]):,} tokens",)
+        return None, (
+            f"loss_mask left aside: pack {row} has {int(per_pack[row]):,} mask values for "
+            f"{int(pack_tokens[row]):,} tokens",
+        )
     flat = pc.list_flatten(col.combine_chunks())
     if flat.null_count or not (pa.types.is_integer(flat.type) or pa.types.is_boolean(flat.type)):
         return None, ("loss_mask left aside: not integers 0 and 1",)
@@ -131,8 +159,11 @@ def _int64_starts(starts: np.ndarray, starts_offsets: np.ndarray, source: str) -
     """Starts as int64, refusing unsigned values past 2**63 (a plain cast would wrap them negative)."""
     if starts.dtype.kind == "u" and starts.size and int(starts.max()) >= _INT64:
         bad = int(np.argmax(starts >= _INT64))
-        raise InputError(source, f"pack {_pack_of(starts_offsets, bad)}", f"seq_start_id holds {int(starts[bad]):,}, "
-                         "beyond a 64-bit offset")
+        raise InputError(
+            source,
+            f"pack {_pack_of(starts_offsets, bad)}",
+            f"seq_start_id holds {int(starts[bad]):,}, beyond a 64-bit offset",
+        )
     if starts.dtype.kind not in "iu":
         raise InputError(source, "column 'seq_start_id'", f"holds {starts.dtype}, not integers")
     return starts.astype(np.int64, copy=False)
@@ -145,12 +176,17 @@ def _check_starts(pack_tokens: np.ndarray, starts: np.ndarray, starts_offsets: n
     bad[1:] |= (starts[1:] <= starts[:-1]) & (pack_of[1:] == pack_of[:-1])
     if bad.any():
         i = int(np.argmax(bad))
-        raise InputError(source, f"pack {int(pack_of[i])}", f"seq_start_id {int(starts[i]):,} is out of place: starts "
-                         "must begin at 0 and increase within len(input_ids)")
+        raise InputError(
+            source,
+            f"pack {int(pack_of[i])}",
+            f"seq_start_id {int(starts[i]):,} is out of place: starts "
+            "must begin at 0 and increase within len(input_ids)",
+        )
 
 
-def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LENGTH,
-                       pack_size: int | None = None) -> LengthHistogram:
+def packed_table_audit(
+    table: pa.Table, source: str, *, max_length: int = MAX_LENGTH, pack_size: int | None = None
+) -> LengthHistogram:
     if table.num_rows == 0:
         raise InputError(source, None, "packed data set has no rows")
     for name in ("input_ids", "seq_start_id"):
@@ -168,9 +204,16 @@ def packed_table_audit(table: pa.Table, source: str, *, max_length: int = MAX_LE
     per_pack = pc.list_value_length(starts).to_numpy(zero_copy_only=False)
     pack_tokens = pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
     mask, notes = _loss_mask(table, pack_tokens)
-    return audit_from_rows(pack_tokens, pc.list_flatten(starts).to_numpy(zero_copy_only=False),
-                           np.concatenate([[0], np.cumsum(per_pack)]), source, max_length=max_length,
-                           loss_mask=mask, notes=notes, pack_size=pack_size)
+    return audit_from_rows(
+        pack_tokens,
+        pc.list_flatten(starts).to_numpy(zero_copy_only=False),
+        np.concatenate([[0], np.cumsum(per_pack)]),
+        source,
+        max_length=max_length,
+        loss_mask=mask,
+        notes=notes,
+        pack_size=pack_size,
+    )
 
 
 def packed_columns(names: list[str]) -> list[str]:
@@ -178,8 +221,14 @@ def packed_columns(names: list[str]) -> list[str]:
     return ["input_ids", "seq_start_id"] + (["loss_mask"] if "loss_mask" in names else [])
 
 
-def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None = None,
-                        max_length: int = MAX_LENGTH, pack_size: int | None = None) -> LengthHistogram:
+def read_packed_parquet(
+    shards: list[bytes],
+    source: str,
+    *,
+    budget: int | None = None,
+    max_length: int = MAX_LENGTH,
+    pack_size: int | None = None,
+) -> LengthHistogram:
     """Audit a packed data set from its Parquet shards (their bytes), reading only the two columns needed.
     ``pack_size``: what the files' names say each pack holds at most (a longer pack is refused)."""
     tables = []
@@ -188,8 +237,9 @@ def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None 
         missing = {"input_ids", "seq_start_id"} - set(pf.schema_arrow.names)
         if missing:
             raise InputError(source, f"shard {i}", f"is not a packed Parquet shard: no {', '.join(sorted(missing))}")
-        tables.append(read_parquet_columns(pf, data, packed_columns(pf.schema_arrow.names), source, budget,
-                                           f"shard {i}"))
+        tables.append(
+            read_parquet_columns(pf, data, packed_columns(pf.schema_arrow.names), source, budget, f"shard {i}")
+        )
     try:  # shards may differ in integer width (Megatron-Bridge writes list<int32>)
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowException, ValueError, TypeError) as e:
@@ -198,8 +248,12 @@ def read_packed_parquet(shards: list[bytes], source: str, *, budget: int | None 
 
 
 # ---------------------------------------------------------------------------------------------- legacy .npy
-_ALLOWED_GLOBALS = {("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
-                    ("numpy", "ndarray"), ("numpy", "dtype")}
+_ALLOWED_GLOBALS = {
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+}
 _COUNTED_KEYS = ("input_ids", "loss_mask")  # only their lengths are needed: keep a count, not the tokens
 
 
@@ -230,7 +284,7 @@ def read_packed_npy(data: bytes, source: str, *, max_length: int = MAX_LENGTH) -
     header = npy_header(data, source)
     if not header.dtype.hasobject:
         raise InputError(source, None, f"holds a {header.dtype} array, not a packed data set's object array")
-    body = memoryview(data)[header.offset:]
+    body = memoryview(data)[header.offset :]
     array = _run_pickle(body, source)
     return _audit_rows(array, len(body), source, max_length)
 
@@ -250,9 +304,23 @@ def _run_pickle(body, source: str) -> _Opaque:
                 break
             if name == "MARK":
                 marks.append(len(stack))
-            elif name in ("BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG",
-                          "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINBYTES", "BINBYTES",
-                          "BINFLOAT", "FLOAT"):
+            elif name in (
+                "BININT",
+                "BININT1",
+                "BININT2",
+                "LONG1",
+                "LONG4",
+                "INT",
+                "LONG",
+                "SHORT_BINUNICODE",
+                "BINUNICODE",
+                "BINUNICODE8",
+                "UNICODE",
+                "SHORT_BINBYTES",
+                "BINBYTES",
+                "BINFLOAT",
+                "FLOAT",
+            ):
                 stack.append(arg)
             elif name in ("NEWTRUE", "NEWFALSE", "NONE"):
                 stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}[name])
@@ -291,9 +359,13 @@ def _run_pickle(body, source: str) -> _Opaque:
             elif name in ("STACK_GLOBAL", "GLOBAL"):
                 module, attr = (stack.pop(-2), stack.pop()) if name == "STACK_GLOBAL" else arg.split(" ", 1)
                 if (module, attr) not in _ALLOWED_GLOBALS:
-                    raise InputError(source, f"byte {pos}", f"refers to {names_excerpt([f'{module}.{attr}'])}: not a "
-                                     "packed data set (only numpy arrays of lists and dicts are read, never arbitrary "
-                                     "objects)")
+                    raise InputError(
+                        source,
+                        f"byte {pos}",
+                        f"refers to {names_excerpt([f'{module}.{attr}'])}: not a "
+                        "packed data set (only numpy arrays of lists and dicts are read, never arbitrary "
+                        "objects)",
+                    )
                 stack.append(_Opaque(f"{module}.{attr}"))
             elif name == "REDUCE":
                 stack.pop()
@@ -303,16 +375,23 @@ def _run_pickle(body, source: str) -> _Opaque:
                 state = stack.pop()
                 stack[-1].state = state
             else:
-                raise InputError(source, f"byte {pos}", f"uses the pickle opcode {name}, which this reader does not "
-                                 "accept; convert the data set to packed Parquet")
+                raise InputError(
+                    source,
+                    f"byte {pos}",
+                    f"uses the pickle opcode {name}, which this reader does not "
+                    "accept; convert the data set to packed Parquet",
+                )
     except InputError:
         raise
     except Exception as e:  # a malformed stream: genops' own errors, a stack underflow, a bad memo key, a cycle
-        raise InputError(source, None, f"is not a readable packed .npy: {type(e).__name__}: "
-                         f"{str(e)[:120]}") from None
+        raise InputError(source, None, f"is not a readable packed .npy: {type(e).__name__}: {str(e)[:120]}") from None
     array = stack[-1] if stack else None
-    if not isinstance(array, _Opaque) or not isinstance(array.state, tuple) or not array.state \
-            or not isinstance(array.state[-1], list):
+    if (
+        not isinstance(array, _Opaque)
+        or not isinstance(array.state, tuple)
+        or not array.state
+        or not isinstance(array.state[-1], list)
+    ):
         raise InputError(source, None, "does not hold a numpy object array")
     return array
 
@@ -334,10 +413,19 @@ def _audit_rows(array: _Opaque, body_size: int, source: str, max_length: int) ->
         if wide is not None:  # np.array would raise OverflowError, or make an object array
             raise InputError(source, f"pack {i}", f"seq_start_id holds {excerpt(wide)}, beyond a 64-bit offset")
         if len(starts) + len(seq) > body_size:
-            raise InputError(source, f"pack {i}", "repeats the same lists over and over (more entries than the file "
-                             "has bytes): not a packed data set as Megatron-Bridge writes it")
+            raise InputError(
+                source,
+                f"pack {i}",
+                "repeats the same lists over and over (more entries than the file "
+                "has bytes): not a packed data set as Megatron-Bridge writes it",
+            )
         pack_tokens.append(ids.n if isinstance(ids, _Counted) else len(ids))
         starts.extend(seq)
         offsets.append(len(starts))
-    return audit_from_rows(np.array(pack_tokens, dtype=np.int64), np.array(starts, dtype=np.int64),
-                           np.array(offsets, dtype=np.int64), source, max_length=max_length)
+    return audit_from_rows(
+        np.array(pack_tokens, dtype=np.int64),
+        np.array(starts, dtype=np.int64),
+        np.array(offsets, dtype=np.int64),
+        source,
+        max_length=max_length,
+    )

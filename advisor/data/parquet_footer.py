@@ -79,7 +79,7 @@ class _Compact:
         if n < 0 or n > len(self.buf) - self.pos:
             raise FooterError(f"a value claims {n:,} bytes, more than the footer has left")
         self.pos += n
-        return self.buf[self.pos - n:self.pos]
+        return self.buf[self.pos - n : self.pos]
 
     def count(self, n: int) -> int:
         """An element count, bounded: every element takes at least one byte."""
@@ -151,7 +151,7 @@ def read_footer(data: bytes) -> dict[int, object]:
     size = int.from_bytes(data[-8:-4], "little")
     if size > len(data) - 12:
         raise FooterError(f"the footer claims {size:,} bytes, more than the file has")
-    return _Compact(data[-8 - size:-8]).struct(0)
+    return _Compact(data[-8 - size : -8]).struct(0)
 
 
 def count_row_groups(data: bytes) -> int:
@@ -168,7 +168,7 @@ def count_row_groups(data: bytes) -> int:
     size = int.from_bytes(data[-8:-4], "little")
     if size > len(data) - 12:
         raise FooterError(f"the footer claims {size:,} bytes, more than the file has")
-    r = _Compact(data[-8 - size:-8])
+    r = _Compact(data[-8 - size : -8])
     last = 0
     while True:
         head = r.byte()
@@ -212,15 +212,23 @@ def row_groups(meta: dict[int, object]) -> tuple[int, list[RowGroup]]:
         chunks = []
         for chunk in _list(group.get(1, []), "columns"):
             info = _struct(_struct(chunk, "column chunk").get(3, {}), "column metadata")
-            path = [p.decode("utf-8", "replace") if isinstance(p, bytes) else "" for p in
-                    _list(info.get(3, []), "path_in_schema")]
+            path = [
+                p.decode("utf-8", "replace") if isinstance(p, bytes) else ""
+                for p in _list(info.get(3, []), "path_in_schema")
+            ]
             sizes = info.get(16)  # SizeStatistics (parquet-format 2.10): unencoded_byte_array_data_bytes
             unencoded = sizes.get(1) if isinstance(sizes, dict) else None
-            chunks.append(ColumnChunk(path[0] if path else "", _int(info.get(5, 0), "num_values"),
-                                      _int(info.get(6, 0), "total_uncompressed_size"), leaf=".".join(path),
-                                      compressed=_int(info.get(7, 0), "total_compressed_size"),
-                                      dictionary=info.get(11) is not None,
-                                      unencoded=_int(unencoded, "unencoded bytes") if unencoded is not None else None))
+            chunks.append(
+                ColumnChunk(
+                    path[0] if path else "",
+                    _int(info.get(5, 0), "num_values"),
+                    _int(info.get(6, 0), "total_uncompressed_size"),
+                    leaf=".".join(path),
+                    compressed=_int(info.get(7, 0), "total_compressed_size"),
+                    dictionary=info.get(11) is not None,
+                    unencoded=_int(unencoded, "unencoded bytes") if unencoded is not None else None,
+                )
+            )
         groups.append(RowGroup(_int(group.get(3, 0), "num_rows"), tuple(chunks)))
     return rows, groups
 

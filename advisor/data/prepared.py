@@ -113,6 +113,10 @@ def find_prepared(path: str | None, pack_size: int) -> PreparedFolder | None:
     if train is None or not (folder / metadata_file(pack_size)).is_file():
         return None
     check_metadata_file(folder / metadata_file(pack_size), pack_size)  # Megatron-Bridge opens it as written
-    return PreparedFolder(folder=str(folder), pack_size=pack_size, train=train,
-                          validation=_split_path(folder, "validation", pack_size),
-                          metadata=str(folder / metadata_file(pack_size)))
+    return PreparedFolder(
+        folder=str(folder),
+        pack_size=pack_size,
+        train=train,
+        validation=_split_path(folder, "validation", pack_size),
+        metadata=str(folder / metadata_file(pack_size)),
+    )

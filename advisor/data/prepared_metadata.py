@@ -56,8 +56,9 @@ def read_metadata(data: bytes, pack_size: int, source: str) -> tuple[PackMetadat
     try:
         entries = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise InputError(source, None, f"is not JSON ({type(e).__name__}): Megatron-Bridge's json.load would "
-                         "fail on it") from None
+        raise InputError(
+            source, None, f"is not JSON ({type(e).__name__}): Megatron-Bridge's json.load would fail on it"
+        ) from None
     if not isinstance(entries, list) or not entries:
         raise InputError(source, None, "is not a JSON list of one dict per split, as Megatron-Bridge writes it")
     if len(entries) > MAX_ENTRIES:
@@ -70,14 +71,17 @@ def read_metadata(data: bytes, pack_size: int, source: str) -> tuple[PackMetadat
         try:
             meta = PackMetadata.model_validate(entry)
         except ValidationError as e:
-            raise InputError(source, where, "; ".join(_problem(err) for err in e.errors()[:3]) +
-                             ("; ..." if e.error_count() > 3 else "")) from None
+            raise InputError(
+                source,
+                where,
+                "; ".join(_problem(err) for err in e.errors()[:3]) + ("; ..." if e.error_count() > 3 else ""),
+            ) from None
         if meta.pack_size != pack_size:
-            raise InputError(source, where, f"pack_size is {meta.pack_size:,}, but the file is named for "
-                             f"{pack_size:,}")
+            raise InputError(source, where, f"pack_size is {meta.pack_size:,}, but the file is named for {pack_size:,}")
         if meta.min_packed_seqlen > pack_size:
-            raise InputError(source, where, f"min_packed_seqlen {meta.min_packed_seqlen:,} is over the pack "
-                             f"size {pack_size:,}")
+            raise InputError(
+                source, where, f"min_packed_seqlen {meta.min_packed_seqlen:,} is over the pack size {pack_size:,}"
+            )
         out.append(meta)
     return tuple(out)
 

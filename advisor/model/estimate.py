@@ -37,9 +37,14 @@ def packing_config(plan: Plan) -> PackingConfig:
     longer samples skipped by ``create_hist`` (Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py,
     data/packing/algorithms.py). Every packing of a plan (CLI, pages, exports, search) is built here."""
     size = plan.pack_size
-    return PackingConfig(pack_size=size, algorithm=plan.packing.algorithm, seed=plan.packing_seed,
-                         pad_seq_to_mult=plan.pad_seq_to_mult, max_seq_length=min(plan.training.seq_length, size),
-                         overlong=OVERLONG_OF_FORMAT[plan.data.format])
+    return PackingConfig(
+        pack_size=size,
+        algorithm=plan.packing.algorithm,
+        seed=plan.packing_seed,
+        pad_seq_to_mult=plan.pad_seq_to_mult,
+        max_seq_length=min(plan.training.seq_length, size),
+        overlong=OVERLONG_OF_FORMAT[plan.data.format],
+    )
 
 
 def packing_of(plan: Plan, hist: LengthHistogram) -> PackingResult | None:
@@ -78,18 +83,28 @@ class Estimate:
             "mode": self.mode,
             "pad_seq_to_mult": self.pad_seq_to_mult,
             "memory": {
-                "total_bytes": m.total, "breakdown": m.breakdown, "fits": m.fits, "capacity_bytes": m.capacity,
-                "stage": m.stage, "tokens_per_micro_batch": m.tokens_per_micro_batch,
+                "total_bytes": m.total,
+                "breakdown": m.breakdown,
+                "fits": m.fits,
+                "capacity_bytes": m.capacity,
+                "stage": m.stage,
+                "tokens_per_micro_batch": m.tokens_per_micro_batch,
                 "offloaded_to_host_bytes": m.offloaded,
-                "megatron_bridge": {"weight_and_optimizer_bytes": m.megatron_bridge.weight_and_optimizer_bytes,
-                                    "activation_bytes": m.megatron_bridge.activation_bytes,
-                                    "total_bytes": m.megatron_bridge.total_bytes,
-                                    "activation_printed_in_log": m.megatron_bridge.printed_in_log},
+                "megatron_bridge": {
+                    "weight_and_optimizer_bytes": m.megatron_bridge.weight_and_optimizer_bytes,
+                    "activation_bytes": m.megatron_bridge.activation_bytes,
+                    "total_bytes": m.megatron_bridge.total_bytes,
+                    "activation_printed_in_log": m.megatron_bridge.printed_in_log,
+                },
                 "differences": list(m.differences),
             },
-            "flops": {"model_per_step": self.flops.model_per_step, "computed_per_step": self.flops.computed_per_step,
-                      "padding_waste": self.flops.padding_waste, "attention": self.flops.attention,
-                      "attention_ratio_thd_over_block": self.flops.attention_ratio},
+            "flops": {
+                "model_per_step": self.flops.model_per_step,
+                "computed_per_step": self.flops.computed_per_step,
+                "padding_waste": self.flops.padding_waste,
+                "attention": self.flops.attention,
+                "attention_ratio_thd_over_block": self.flops.attention_ratio,
+            },
             "time": asdict(self.time),
             "packing": None if self.packing is None else self.packing.metadata,
             "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
@@ -110,24 +125,34 @@ def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroB
     unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed)
     counts = runtime_lengths(hist, unpadded).counts
     if mode == "in-batch":
-        return in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed,
-                                      t.seq_length), None
+        return in_batch_micro_batches(
+            counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed, t.seq_length
+        ), None
     return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing_seed, fixed), None
 
 
 def _left_out(plan: Plan, result: PackingResult) -> dict:
     """What the plan's data format does to samples longer than the max length: truncated (sft) or skipped (chat)."""
     r = result.runtime
-    return {"format": plan.data.format, "max_seq_length": result.config.effective_max_seq_length,
-            "num_truncated": r.num_truncated, "tokens_truncated": r.tokens_truncated,
-            "num_skipped": r.num_skipped, "tokens_skipped": r.tokens_skipped}
+    return {
+        "format": plan.data.format,
+        "max_seq_length": result.config.effective_max_seq_length,
+        "num_truncated": r.num_truncated,
+        "tokens_truncated": r.tokens_truncated,
+        "num_skipped": r.num_skipped,
+        "tokens_skipped": r.tokens_skipped,
+    }
 
 
 def online_summary(run: RunSchedule) -> dict:
     """The schedule at a glance, as JSON: the summary, the buffer, and what the real scheduler refuses."""
-    return {**asdict(run.summary), "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
-            "capacity": run.capacity, "padding_divisor": run.padding_divisor,
-            "refused": [{"step": r.step, "reason": r.reason, "source": r.source} for r in run.refusals[:20]]}
+    return {
+        **asdict(run.summary),
+        "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
+        "capacity": run.capacity,
+        "padding_divisor": run.padding_divisor,
+        "refused": [{"step": r.step, "reason": r.reason, "source": r.source} for r in run.refusals[:20]],
+    }
 
 
 def _ratio(a: float, b: float) -> float:
@@ -135,8 +160,9 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else 1.0
 
 
-def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
-             overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Estimate:
+def estimate(
+    plan: Plan, hist: LengthHistogram, *, mfu: float | None = None, overhead_gib: float = DEFAULT_OVERHEAD_GIB
+) -> Estimate:
     """Memory per GPU, FLOPs and time for a plan on its data (time from the performance model unless ``mfu``
     fixes the utilisation). The caller reads the data (the CLI from the plan's
     ``data.lengths``; the dashboard from its session): the model layer never opens a file a plan names."""
@@ -150,10 +176,10 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
     fmt = numerics_of(plan).gemm
     peak = (plan.hardware.table.get(f"{fmt}_tflops") or plan.hardware.peak_tflops) * 1e12
     n = result.packing_factor if result is not None else None
-    num_microbatches = plan.micro_batches_per_step(n) if run is None else \
-        max(1, round(run.summary.micro_batches_mean))
-    memory = estimate_memory(plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB,
-                             capacity_bytes=capacity)
+    num_microbatches = plan.micro_batches_per_step(n) if run is None else max(1, round(run.summary.micro_batches_mean))
+    memory = estimate_memory(
+        plan, mb.peak_tokens, num_microbatches, overhead_bytes=overhead_gib * GIB, capacity_bytes=capacity
+    )
     coef = flops_coefficients(plan.model, p.tp)
     # rows of the step: packs with offline packing (samples / n, as Megatron-Bridge's global batch), else micro
     # batches of micro_batch_size samples
@@ -162,42 +188,81 @@ def estimate(plan: Plan, hist: LengthHistogram, *, mfu: float | None = None,
         rows = max(run.summary.micro_batches_mean, 1.0) * p.dp
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
     samples_per_step = rows * mean(mb.samples)
-    attention = {"thd": rows * float(coef.attention(mean(mb.real_tokens), mean(mb.attention_thd))),
-                 # the same samples without packing, each padded to seq_length (BSHD: b x s^2 per micro batch)
-                 "padded": samples_per_step * float(coef.attention(t.seq_length, float(t.seq_length) ** 2)),
-                 "block_mask": rows * float(coef.attention(mean(mb.computed_tokens), mean(mb.attention_block)))}
-    flops = FlopsEstimate(model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
-                          computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
-                          attention=attention, attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)))
+    attention = {
+        "thd": rows * float(coef.attention(mean(mb.real_tokens), mean(mb.attention_thd))),
+        # the same samples without packing, each padded to seq_length (BSHD: b x s^2 per micro batch)
+        "padded": samples_per_step * float(coef.attention(t.seq_length, float(t.seq_length) ** 2)),
+        "block_mask": rows * float(coef.attention(mean(mb.computed_tokens), mean(mb.attention_block))),
+    }
+    flops = FlopsEstimate(
+        model_per_step=rows * coef(mean(mb.real_tokens), mean(mb.attention_thd)),
+        computed_per_step=rows * coef(mean(mb.computed_tokens), mean(mb.attention_computed)),
+        attention=attention,
+        attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)),
+    )
     mlm_flops = None
     if run is not None:  # Megatron-LM counts FLOPs with the scheduler's sums (training.py), over the steps that run
         ran = run.num_micro_batches > 0
-        mlm_flops = float(np.mean([coef(a, b) for a, b in zip(run.seqlen_sum[ran], run.seqlen_squared_sum[ran],
-                                                                strict=True)])) if ran.any() else 0.0
-        flops = FlopsEstimate(model_per_step=mlm_flops, computed_per_step=flops.computed_per_step,
-                              attention=flops.attention, attention_ratio=flops.attention_ratio)
-    time = estimate_time(mb, coef, plan=plan, global_batch=rows, dp=p.dp, gpus=p.gpus, peak_flops=peak, mfu=mfu,
-                         seed=plan.packing_seed,
-                         straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
-                         model_flops=mlm_flops)
+        mlm_flops = (
+            float(np.mean([coef(a, b) for a, b in zip(run.seqlen_sum[ran], run.seqlen_squared_sum[ran], strict=True)]))
+            if ran.any()
+            else 0.0
+        )
+        flops = FlopsEstimate(
+            model_per_step=mlm_flops,
+            computed_per_step=flops.computed_per_step,
+            attention=flops.attention,
+            attention_ratio=flops.attention_ratio,
+        )
+    time = estimate_time(
+        mb,
+        coef,
+        plan=plan,
+        global_batch=rows,
+        dp=p.dp,
+        gpus=p.gpus,
+        peak_flops=peak,
+        mfu=mfu,
+        seed=plan.packing_seed,
+        straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
+        model_flops=mlm_flops,
+    )
     time = replace(time, peak_format=fmt)
     notes = []
     if p.cp > 1:
-        notes.append(f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "
-                     f"{2 * p.cp - 1}-r, so causal attention work is balanced across CP ranks; the cost is padding "
-                     f"every sequence to a multiple of {run.padding_divisor if run else plan.pad_seq_to_mult}.")
+        notes.append(
+            f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "
+            f"{2 * p.cp - 1}-r, so causal attention work is balanced across CP ranks; the cost is padding "
+            f"every sequence to a multiple of {run.padding_divisor if run else plan.pad_seq_to_mult}."
+        )
     if run is not None:
-        notes.append(f"online packing ({plan.packing.scheduler}, Megatron-LM {plan.packing.megatron_lm}): "
-                     f"{run.summary.micro_batches_mean:.2f} micro batches per step on average "
-                     f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}); the straggler factor "
-                     f"{time.straggler_factor:.3f} comes from the scheduler's own dealing of packs to ranks "
-                     f"(attention work alone: {run.summary.straggler_factor:.3f})")
+        notes.append(
+            f"online packing ({plan.packing.scheduler}, Megatron-LM {plan.packing.megatron_lm}): "
+            f"{run.summary.micro_batches_mean:.2f} micro batches per step on average "
+            f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}); the straggler factor "
+            f"{time.straggler_factor:.3f} comes from the scheduler's own dealing of packs to ranks "
+            f"(attention work alone: {run.summary.straggler_factor:.3f})"
+        )
         if run.scale > 1:
-            notes.append(f"a scale model: {run.summary.steps:,} of the epoch's {run.summary.epoch_steps:,} steps "
-                         "simulated, spread evenly over it, each exactly; per-step figures are their averages and "
-                         "the epoch's time scales with its steps (the command line simulates every step)")
+            notes.append(
+                f"a scale model: {run.summary.steps:,} of the epoch's {run.summary.epoch_steps:,} steps "
+                "simulated, spread evenly over it, each exactly; per-step figures are their averages and "
+                "the epoch's time scales with its steps (the command line simulates every step)"
+            )
         if run.refusals:
-            notes.append(f"{len(run.refusals)} of {run.summary.steps} steps are refused by the real scheduler: "
-                         f"{run.refusals[0].reason}")
-    return Estimate(plan=plan, mode=mode, pad_seq_to_mult=plan.pad_seq_to_mult, packing=result, micro_batches=mb,
-                    memory=memory, flops=flops, time=time, notes=tuple(notes), online=run)
+            notes.append(
+                f"{len(run.refusals)} of {run.summary.steps} steps are refused by the real scheduler: "
+                f"{run.refusals[0].reason}"
+            )
+    return Estimate(
+        plan=plan,
+        mode=mode,
+        pad_seq_to_mult=plan.pad_seq_to_mult,
+        packing=result,
+        micro_batches=mb,
+        memory=memory,
+        flops=flops,
+        time=time,
+        notes=tuple(notes),
+        online=run,
+    )

@@ -62,8 +62,11 @@ def flops_coefficients(model: ModelSpec, tp: int = 1) -> FlopsCoefficients:
     moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     shared = model.moe_shared_expert_intermediate_size or 0
     vocab = padded_vocab_size(model.vocab_size, tp)
-    mlp = h * (model.ffn_hidden_size * ffn_expansion * dense_layers + moe_ffn * topk * ffn_expansion * moe_layers
-               + shared * ffn_expansion * moe_layers)
+    mlp = h * (
+        model.ffn_hidden_size * ffn_expansion * dense_layers
+        + moe_ffn * topk * ffn_expansion * moe_layers
+        + shared * ffn_expansion * moe_layers
+    )
     attention = (h * (q + 2 * kv) + q * h) * len(pattern)
     # attention sinks (softmax_type learnable): one more logit per query and head, through the same softmax
     sinks = model.num_attention_heads * len(pattern) if model.softmax_type == "learnable" else 0
@@ -73,5 +76,9 @@ def flops_coefficients(model: ModelSpec, tp: int = 1) -> FlopsCoefficients:
     if model.window_size:
         k = model.window_attn_skip_freq
         windowed = sum(1 for i in range(1, len(pattern) + 1) if not k or i % k)
-    return FlopsCoefficients(linear=float(linear), core=float(per_layer * (len(pattern) - windowed)),
-                             window_core=float(per_layer * windowed), window=model.window_size or 0)
+    return FlopsCoefficients(
+        linear=float(linear),
+        core=float(per_layer * (len(pattern) - windowed)),
+        window_core=float(per_layer * windowed),
+        window=model.window_size or 0,
+    )

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_SOURCE = ("power law l(p) = floor + scale (p + 1)^-exponent (form: Kaplan et al. 2020, arXiv:2001.08361, "
-                  "appendix D; constants assumed)")
+DEFAULT_SOURCE = (
+    "power law l(p) = floor + scale (p + 1)^-exponent (form: Kaplan et al. 2020, arXiv:2001.08361, "
+    "appendix D; constants assumed)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)

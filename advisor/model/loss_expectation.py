@@ -58,6 +58,8 @@ from advisor.plan import Plan
 # claims to measure. Offline packing without per-token loss moves 10-40 % on the bundled samples.
 MOVED_THRESHOLD = 0.01
 SEED = 0
+
+
 def _per_step(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a / b step by step, NaN where a step has no loss (0 / 0): ``Ratio.of`` leaves those steps out (a mean over
     them was NaN, which no JSON reader takes)."""
@@ -71,8 +73,10 @@ def _signed(x: float) -> str:
 
 
 LOSS_TOKENS = "every label token (length - 1): the lengths carry no loss mask, so answer-only loss is not modelled"
-MASKED_LOSS_TOKENS = ("the data's loss mask ({share:.1%} of label positions carry loss: answer-only SFT, assistant "
-                      "turns), each sample's loss tokens taken as the end of the sample")
+MASKED_LOSS_TOKENS = (
+    "the data's loss mask ({share:.1%} of label positions carry loss: answer-only SFT, assistant "
+    "turns), each sample's loss tokens taken as the end of the sample"
+)
 
 
 def loss_tokens_text(hist: LengthHistogram) -> str:
@@ -170,24 +174,38 @@ class LossWeighting:
 
     def lines(self) -> list[str]:
         """The figures as the CLI and the pages say them."""
-        settings = (f"calculate_per_token_loss={self.per_token_loss}" + (f" ({self.forced})" if self.forced else "")
-                    + f", average_in_collective={self.average_in_collective}")
-        out = [f"loss weighting ({settings}): "
-               + ("packing-invariant, every token weighs 1/N" if self.invariant else
-                  "each micro batch's loss is its own token mean")]
+        settings = (
+            f"calculate_per_token_loss={self.per_token_loss}"
+            + (f" ({self.forced})" if self.forced else "")
+            + f", average_in_collective={self.average_in_collective}"
+        )
+        out = [
+            f"loss weighting ({settings}): "
+            + (
+                "packing-invariant, every token weighs 1/N"
+                if self.invariant
+                else "each micro batch's loss is its own token mean"
+            )
+        ]
         for run in (self.packed, self.unpacked):
             if run is None:
                 continue
-            out.append(f"  {run.name}: token weights max/min {run.weight_max_over_min:.2f}, CV {run.weight_cv:.2f}; "
-                       f"{run.moved_from_uniform:.1%} of a step's weight moved from token-uniform, "
-                       f"{_signed(run.short_shift)} onto samples under {self.short_below:,.0f} loss tokens")
+            out.append(
+                f"  {run.name}: token weights max/min {run.weight_max_over_min:.2f}, CV {run.weight_cv:.2f}; "
+                f"{run.moved_from_uniform:.1%} of a step's weight moved from token-uniform, "
+                f"{_signed(run.short_shift)} onto samples under {self.short_below:,.0f} loss tokens"
+            )
         if self.packed is not None:
-            out.append(f"  packed against unpacked, same samples: {self.moved_vs_unpacked:.1%} of the weight moves "
-                       f"({_signed(self.short_shift_vs_unpacked)} onto the short samples)")
+            out.append(
+                f"  packed against unpacked, same samples: {self.moved_vs_unpacked:.1%} of the weight moves "
+                f"({_signed(self.short_shift_vs_unpacked)} onto the short samples)"
+            )
         o, d = self.objective_same, self.reported_drawn
-        out.append(f"  step 0, packed / unpacked: reported lm loss {self.reported_same:.4f} on the same samples "
-                   f"({d.mean:.3f}, {d.low:.3f}-{d.high:.3f} on random draws); per-micro-batch-mean objective "
-                   f"{o.mean:.4f} ({o.low:.3f}-{o.high:.3f}) with the {self.curve.describe()}")
+        out.append(
+            f"  step 0, packed / unpacked: reported lm loss {self.reported_same:.4f} on the same samples "
+            f"({d.mean:.3f}, {d.low:.3f}-{d.high:.3f} on random draws); per-micro-batch-mean objective "
+            f"{o.mean:.4f} ({o.low:.3f}-{o.high:.3f}) with the {self.curve.describe()}"
+        )
         if self.scale:
             out.append(f"  scale model: {self.scale}")
         return out
@@ -195,22 +213,37 @@ class LossWeighting:
     def as_dict(self) -> dict:
         b = self.bins
         return {
-            "mode": self.mode, "calculate_per_token_loss": self.per_token_loss,
-            "average_in_collective": self.average_in_collective, "forced": self.forced,
-            "packing_invariant": self.invariant, "depends_on_packing": self.depends_on_packing,
+            "mode": self.mode,
+            "calculate_per_token_loss": self.per_token_loss,
+            "average_in_collective": self.average_in_collective,
+            "forced": self.forced,
+            "packing_invariant": self.invariant,
+            "depends_on_packing": self.depends_on_packing,
             "moved_threshold": MOVED_THRESHOLD,
-            "packed": self.packed.as_dict() if self.packed else None, "unpacked": self.unpacked.as_dict(),
-            "moved_vs_unpacked": self.moved_vs_unpacked, "short_shift_vs_unpacked": self.short_shift_vs_unpacked,
+            "packed": self.packed.as_dict() if self.packed else None,
+            "unpacked": self.unpacked.as_dict(),
+            "moved_vs_unpacked": self.moved_vs_unpacked,
+            "short_shift_vs_unpacked": self.short_shift_vs_unpacked,
             "short_below_loss_tokens": self.short_below,
-            "step0_ratio": {"reported_same_samples": self.reported_same, "reported_random_draws":
-                            self.reported_drawn.as_dict(), "objective_same_samples": self.objective_same.as_dict(),
-                            "objective_random_draws": self.objective_drawn.as_dict()},
-            "loss_curve": self.curve.as_dict(), "loss_tokens": self.loss_tokens,
-            "loss_mask": self.masked, "steps_sampled": self.steps_sampled,
-            "weight_share_by_length": {"edges": b.edges.tolist(), "samples": b.samples.tolist(),
-                                       "token_uniform": b.uniform.tolist(), "plan": b.plan.tolist(),
-                                       "unpacked": b.unpacked.tolist()},
-            "notes": list(self.notes), "scale_model": self.scale,
+            "step0_ratio": {
+                "reported_same_samples": self.reported_same,
+                "reported_random_draws": self.reported_drawn.as_dict(),
+                "objective_same_samples": self.objective_same.as_dict(),
+                "objective_random_draws": self.objective_drawn.as_dict(),
+            },
+            "loss_curve": self.curve.as_dict(),
+            "loss_tokens": self.loss_tokens,
+            "loss_mask": self.masked,
+            "steps_sampled": self.steps_sampled,
+            "weight_share_by_length": {
+                "edges": b.edges.tolist(),
+                "samples": b.samples.tolist(),
+                "token_uniform": b.uniform.tolist(),
+                "plan": b.plan.tolist(),
+                "unpacked": b.unpacked.tolist(),
+            },
+            "notes": list(self.notes),
+            "scale_model": self.scale,
         }
 
 
@@ -219,10 +252,14 @@ def _figures(name: str, steps: Steps, w: Weights, short: np.ndarray) -> RunFigur
     top, cv = spread(steps, w)
     uniform = uniform_sample_weights(steps, w)
     shift = np.bincount(steps.step_of_sample, weights=(w.sample - uniform) * short, minlength=steps.num_steps)
-    return RunFigures(name=name, micro_batches_per_step=float(steps.micro_batches_per_step.mean()),
-                      weight_max_over_min=top, weight_cv=cv,
-                      moved_from_uniform=float(moved_from_uniform(steps, w).mean()),
-                      short_shift=float(shift.mean()))
+    return RunFigures(
+        name=name,
+        micro_batches_per_step=float(steps.micro_batches_per_step.mean()),
+        weight_max_over_min=top,
+        weight_cv=cv,
+        moved_from_uniform=float(moved_from_uniform(steps, w).mean()),
+        short_shift=float(shift.mean()),
+    )
 
 
 def _by_id(steps: Steps, values: np.ndarray, size: int) -> np.ndarray:
@@ -248,8 +285,9 @@ def _median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][np.searchsorted(cum, cum[-1] / 2)]) if cum.size else 0.0
 
 
-def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _runtime(
+    plan: Plan, hist: LengthHistogram, packing: PackingResult | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(runtime-length histogram, mean real label tokens, mean first loss position or None without a loss mask),
     all indexed by the runtime length, of the samples the run trains on."""
     t = plan.training
@@ -260,15 +298,19 @@ def _runtime(plan: Plan, hist: LengthHistogram, packing: PackingResult | None
         counts[t.seq_length] = 1
         return counts, np.arange(t.seq_length + 1, dtype=np.float64), None
     else:
-        cfg = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed,
-                            overlong=OVERLONG_OF_FORMAT[plan.data.format])
+        cfg = PackingConfig(
+            pack_size=t.seq_length,
+            pad_seq_to_mult=1,
+            seed=plan.packing_seed,
+            overlong=OVERLONG_OF_FORMAT[plan.data.format],
+        )
         counts = runtime_lengths(hist, cfg).counts
     real = np.arange(counts.size, dtype=np.float64)
     table, first = spans_of_runtime(hist, cfg)
-    table = table[:counts.size]
-    real[:table.size] = table
+    table = table[: counts.size]
+    real[: table.size] = table
     if first is not None:
-        first = np.pad(first[:counts.size], (0, max(0, counts.size - first.size)))
+        first = np.pad(first[: counts.size], (0, max(0, counts.size - first.size)))
     return counts, real, first
 
 
@@ -294,13 +336,21 @@ class PlanSteps:
 
 
 def _scale_note(plan_step: str, drawn: str, steps: int) -> str:
-    return (f"a step of {plan_step} is beyond what the advisor draws ({MAX_SAMPLES_DRAWN:,} samples a run): {steps} "
-            f"steps of {drawn} stand in for it (each micro batch weighted as in the plan's step; the spread from step "
-            "to step is wider than the plan's)")
+    return (
+        f"a step of {plan_step} is beyond what the advisor draws ({MAX_SAMPLES_DRAWN:,} samples a run): {steps} "
+        f"steps of {drawn} stand in for it (each micro batch weighted as in the plan's step; the spread from step "
+        "to step is wider than the plan's)"
+    )
 
 
-def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
-               steps: int = STEPS_SAMPLED, seed: int = SEED) -> PlanSteps:
+def plan_steps(
+    plan: Plan,
+    hist: LengthHistogram,
+    packing: PackingResult | None = None,
+    *,
+    steps: int = STEPS_SAMPLED,
+    seed: int = SEED,
+) -> PlanSteps:
     """The sampled steps of the plan's run and of the same run unpacked (``packing``: the plan's offline packing)."""
     mode, t, cp = plan.packing_mode, plan.training, plan.parallel.cp
     if mode == "offline" and packing is None:
@@ -322,9 +372,11 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
         packed = packed_steps(packing, real, k_drawn, cp, steps, rng, first)
         same = same_samples_unpacked(packed, t.micro_batch_size, rng)
         if plan.data.format == "chat":
-            notes.append("chat data: the packed collate also masks every position whose input token is EOS "
-                         "(gpt_sft.py GPTSFTPackedDataset.collate_fn); if your template ends turns with EOS, packed "
-                         "samples have fewer loss tokens than unpacked (not modelled)")
+            notes.append(
+                "chat data: the packed collate also masks every position whose input token is EOS "
+                "(gpt_sft.py GPTSFTPackedDataset.collate_fn); if your template ends turns with EOS, packed "
+                "samples have fewer loss tokens than unpacked (not modelled)"
+            )
     else:
         steps, drawn_per_step = scaled(steps, samples_per_step)
         if drawn_per_step < samples_per_step:
@@ -333,21 +385,40 @@ def plan_steps(plan: Plan, hist: LengthHistogram, packing: PackingResult | None 
     if mode == "offline":
         pass  # packed and same are drawn above
     elif mode in ("in-batch", "online"):
-        packed = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng,
-                             thd_multiple=plan.pad_seq_to_mult, first=first)
+        packed = drawn_steps(
+            counts,
+            real,
+            samples_per_step,
+            t.micro_batch_size,
+            cp,
+            steps,
+            rng,
+            thd_multiple=plan.pad_seq_to_mult,
+            first=first,
+        )
         same = as_rows(packed)
         if mode == "online":
-            notes.append("online packing: Megatron-LM's grouping is not simulated (micro batches of the plan's size "
-                         "stand in); with the per-token loss its export sets, no grouping changes the weights")
+            notes.append(
+                "online packing: Megatron-LM's grouping is not simulated (micro batches of the plan's size "
+                "stand in); with the per-token loss its export sets, no grouping changes the weights"
+            )
     else:
         packed, same = None, None
     drawn = drawn_steps(counts, real, samples_per_step, t.micro_batch_size, cp, steps, rng, first=first)
-    return PlanSteps(packed=packed, same=same, drawn=drawn, counts=counts, real=real, first=first, notes=tuple(notes),
-                     scale=scale)
+    return PlanSteps(
+        packed=packed, same=same, drawn=drawn, counts=counts, real=real, first=first, notes=tuple(notes), scale=scale
+    )
 
 
-def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | None = None, *,
-                   curve: LossCurve | None = None, steps: int = STEPS_SAMPLED, seed: int = SEED) -> LossWeighting:
+def loss_weighting(
+    plan: Plan,
+    hist: LengthHistogram,
+    packing: PackingResult | None = None,
+    *,
+    curve: LossCurve | None = None,
+    steps: int = STEPS_SAMPLED,
+    seed: int = SEED,
+) -> LossWeighting:
     """The loss weighting of the plan's run on its data (``packing``: the plan's offline packing, needed when it
     packs offline), against token-uniform weights and the same run unpacked, with the step-0 ratios."""
     curve = curve or LossCurve()
@@ -365,22 +436,43 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
     low = max(1.0, float(np.floor(loss[present].min())))  # bins span the loss tokens the data has
     top = max(low + 1, float(np.ceil(loss[present].max())) + 1)
     edges = np.unique(np.geomspace(low, top, 21).round())
-    share_samples = np.bincount(np.clip(np.searchsorted(edges, loss[present], side="right") - 1, 0, edges.size - 2),
-                                weights=counts[present], minlength=edges.size - 1)
+    share_samples = np.bincount(
+        np.clip(np.searchsorted(edges, loss[present], side="right") - 1, 0, edges.size - 2),
+        weights=counts[present],
+        minlength=edges.size - 1,
+    )
     share_samples = share_samples / max(1.0, share_samples.sum())
     if packed is None:
         j_u, r_u = step_losses(reference, w_ref, curve)
-        bins = WeightBins(edges=edges, samples=share_samples,
-                          uniform=_bins(edges, reference, uniform_sample_weights(reference, w_ref)),
-                          plan=_bins(edges, reference, w_ref.sample), unpacked=_bins(edges, reference, w_ref.sample))
-        return LossWeighting(mode=mode, per_token_loss=ptl, average_in_collective=plan.average_in_collective,
-                             forced=plan.per_token_loss_forced, packed=None, unpacked=unpacked_fig,
-                             moved_vs_unpacked=0.0, short_shift_vs_unpacked=0.0, short_below=short_below,
-                             reported_same=1.0, reported_drawn=Ratio.of(_per_step(r_u, r_drawn_u[:r_u.size])),
-                             objective_same=Ratio.of(np.ones(1)),
-                             objective_drawn=Ratio.of(_per_step(j_u, j_drawn_u[:j_u.size])),
-                             curve=curve, bins=bins, steps_sampled=reference.num_steps, notes=tuple(notes),
-                             loss_tokens=loss_tokens_text(hist), masked=ps.first is not None, scale=ps.scale)
+        bins = WeightBins(
+            edges=edges,
+            samples=share_samples,
+            uniform=_bins(edges, reference, uniform_sample_weights(reference, w_ref)),
+            plan=_bins(edges, reference, w_ref.sample),
+            unpacked=_bins(edges, reference, w_ref.sample),
+        )
+        return LossWeighting(
+            mode=mode,
+            per_token_loss=ptl,
+            average_in_collective=plan.average_in_collective,
+            forced=plan.per_token_loss_forced,
+            packed=None,
+            unpacked=unpacked_fig,
+            moved_vs_unpacked=0.0,
+            short_shift_vs_unpacked=0.0,
+            short_below=short_below,
+            reported_same=1.0,
+            reported_drawn=Ratio.of(_per_step(r_u, r_drawn_u[: r_u.size])),
+            objective_same=Ratio.of(np.ones(1)),
+            objective_drawn=Ratio.of(_per_step(j_u, j_drawn_u[: j_u.size])),
+            curve=curve,
+            bins=bins,
+            steps_sampled=reference.num_steps,
+            notes=tuple(notes),
+            loss_tokens=loss_tokens_text(hist),
+            masked=ps.first is not None,
+            scale=ps.scale,
+        )
     w_p = weigh(packed, ptl)
     short_p = packed.loss_tokens < short_below
     packed_fig = _figures(f"packed ({mode})", packed, w_p, short_p)
@@ -393,14 +485,32 @@ def loss_weighting(plan: Plan, hist: LengthHistogram, packing: PackingResult | N
     j_p, r_p = step_losses(packed, w_p, curve)
     j_same, r_same = step_losses(same, w_ref, curve)
     n = min(j_p.size, j_drawn_u.size)
-    bins = WeightBins(edges=edges, samples=share_samples,
-                      uniform=_bins(edges, packed, uniform_sample_weights(packed, w_p)),
-                      plan=_bins(edges, packed, w_p.sample), unpacked=_bins(edges, same, w_ref.sample))
+    bins = WeightBins(
+        edges=edges,
+        samples=share_samples,
+        uniform=_bins(edges, packed, uniform_sample_weights(packed, w_p)),
+        plan=_bins(edges, packed, w_p.sample),
+        unpacked=_bins(edges, same, w_ref.sample),
+    )
     return LossWeighting(
-        mode=mode, per_token_loss=ptl, average_in_collective=plan.average_in_collective,
-        forced=plan.per_token_loss_forced, packed=packed_fig, unpacked=unpacked_fig,
-        moved_vs_unpacked=float(moved.mean()), short_shift_vs_unpacked=float(shift.mean()), short_below=short_below,
-        reported_same=Ratio.of(_per_step(r_p, r_same)).mean, reported_drawn=Ratio.of(_per_step(r_p[:n], r_drawn_u[:n])),
-        objective_same=Ratio.of(_per_step(j_p, j_same)), objective_drawn=Ratio.of(_per_step(j_p[:n], j_drawn_u[:n])),
-        curve=curve, bins=bins, steps_sampled=packed.num_steps, notes=tuple(notes),
-        loss_tokens=loss_tokens_text(hist), masked=ps.first is not None, scale=ps.scale)
+        mode=mode,
+        per_token_loss=ptl,
+        average_in_collective=plan.average_in_collective,
+        forced=plan.per_token_loss_forced,
+        packed=packed_fig,
+        unpacked=unpacked_fig,
+        moved_vs_unpacked=float(moved.mean()),
+        short_shift_vs_unpacked=float(shift.mean()),
+        short_below=short_below,
+        reported_same=Ratio.of(_per_step(r_p, r_same)).mean,
+        reported_drawn=Ratio.of(_per_step(r_p[:n], r_drawn_u[:n])),
+        objective_same=Ratio.of(_per_step(j_p, j_same)),
+        objective_drawn=Ratio.of(_per_step(j_p[:n], j_drawn_u[:n])),
+        curve=curve,
+        bins=bins,
+        steps_sampled=packed.num_steps,
+        notes=tuple(notes),
+        loss_tokens=loss_tokens_text(hist),
+        masked=ps.first is not None,
+        scale=ps.scale,
+    )

@@ -42,8 +42,7 @@ MAX_SAMPLES_DRAWN = 1 << 20
 MIN_STEPS = 8
 
 
-def scaled(steps: int, per_step: int, samples_each: float = 1.0, *,
-           budget: int = MAX_SAMPLES_DRAWN) -> tuple[int, int]:
+def scaled(steps: int, per_step: int, samples_each: float = 1.0, *, budget: int = MAX_SAMPLES_DRAWN) -> tuple[int, int]:
     """(steps, units per step) to draw within ``budget`` samples, a step being ``per_step`` units (packs or samples)
     of ``samples_each`` samples: fewer steps first (down to MIN_STEPS), then fewer units a step.
 
@@ -86,13 +85,27 @@ def _ceil_to(x: np.ndarray, m: int) -> np.ndarray:
     return -(-x // m) * m
 
 
-def _grouped(loss_end: np.ndarray, seq_length: np.ndarray, micro_batch: np.ndarray, steps_of_mb: np.ndarray,
-             per_step: np.ndarray, cp: int, sample_id: np.ndarray | None,
-             loss_start: np.ndarray | None = None) -> Steps:
+def _grouped(
+    loss_end: np.ndarray,
+    seq_length: np.ndarray,
+    micro_batch: np.ndarray,
+    steps_of_mb: np.ndarray,
+    per_step: np.ndarray,
+    cp: int,
+    sample_id: np.ndarray | None,
+    loss_start: np.ndarray | None = None,
+) -> Steps:
     start = np.zeros(loss_end.size) if loss_start is None else loss_start.astype(np.float64)
-    return Steps(loss_start=start, loss_end=loss_end.astype(np.float64), seq_length=seq_length,
-                 micro_batch=micro_batch, step_of_micro_batch=steps_of_mb, micro_batches_per_step=per_step, cp=cp,
-                 sample_id=sample_id)
+    return Steps(
+        loss_start=start,
+        loss_end=loss_end.astype(np.float64),
+        seq_length=seq_length,
+        micro_batch=micro_batch,
+        step_of_micro_batch=steps_of_mb,
+        micro_batches_per_step=per_step,
+        cp=cp,
+        sample_id=sample_id,
+    )
 
 
 def _row_lengths(loss_end: np.ndarray, micro_batch: np.ndarray, cp: int) -> np.ndarray:
@@ -108,8 +121,15 @@ def _first(first: np.ndarray | None, runtime: np.ndarray) -> np.ndarray | None:
     return None if first is None else first[np.minimum(runtime, first.size - 1)]
 
 
-def packed_steps(packing: PackingResult, real: np.ndarray, packs_per_step: int, cp: int, steps: int,
-                 rng: np.random.Generator, first: np.ndarray | None = None) -> Steps:
+def packed_steps(
+    packing: PackingResult,
+    real: np.ndarray,
+    packs_per_step: int,
+    cp: int,
+    steps: int,
+    rng: np.random.Generator,
+    first: np.ndarray | None = None,
+) -> Steps:
     """``steps`` optimizer steps of ``packs_per_step`` packs each, the packs drawn at random without replacement
     (an epoch holding fewer steps gives that many; data with fewer packs than a step repeats them, as a cyclic
     loader would). ``first``: the first loss position per runtime length (``spans_of_runtime``)."""
@@ -128,8 +148,16 @@ def packed_steps(packing: PackingResult, real: np.ndarray, packs_per_step: int, 
     runtime = packing.items[pos].astype(np.int64)
     loss = real[np.minimum(runtime, real.size - 1)]
     micro_batch = np.repeat(np.arange(want), lens)
-    return _grouped(loss, runtime, micro_batch, np.arange(want) // k, np.full(n_steps, k), cp,
-                    np.arange(runtime.size), _first(first, runtime))
+    return _grouped(
+        loss,
+        runtime,
+        micro_batch,
+        np.arange(want) // k,
+        np.full(n_steps, k),
+        cp,
+        np.arange(runtime.size),
+        _first(first, runtime),
+    )
 
 
 def same_samples_unpacked(packed: Steps, micro_batch_size: int, rng: np.random.Generator) -> Steps:
@@ -145,14 +173,30 @@ def same_samples_unpacked(packed: Steps, micro_batch_size: int, rng: np.random.G
     row_first = np.cumsum(rows) - rows
     micro_batch = row_first[step] + rank // micro_batch_size
     loss = packed.loss_end[order]
-    return _grouped(loss, _row_lengths(loss, micro_batch, packed.cp), micro_batch,
-                    np.repeat(np.arange(packed.num_steps), rows), rows, packed.cp,
-                    packed.sample_id[order] if packed.sample_id is not None else None, packed.loss_start[order])
+    return _grouped(
+        loss,
+        _row_lengths(loss, micro_batch, packed.cp),
+        micro_batch,
+        np.repeat(np.arange(packed.num_steps), rows),
+        rows,
+        packed.cp,
+        packed.sample_id[order] if packed.sample_id is not None else None,
+        packed.loss_start[order],
+    )
 
 
-def drawn_steps(counts: np.ndarray, real: np.ndarray, samples_per_step: int, micro_batch_size: int, cp: int,
-                steps: int, rng: np.random.Generator, *, thd_multiple: int | None = None,
-                first: np.ndarray | None = None) -> Steps:
+def drawn_steps(
+    counts: np.ndarray,
+    real: np.ndarray,
+    samples_per_step: int,
+    micro_batch_size: int,
+    cp: int,
+    steps: int,
+    rng: np.random.Generator,
+    *,
+    thd_multiple: int | None = None,
+    first: np.ndarray | None = None,
+) -> Steps:
     """``steps`` steps of ``samples_per_step`` samples drawn from the runtime-length histogram ``counts``, in micro
     batches of ``micro_batch_size``. ``thd_multiple``: in-batch packing, each sample padded to it and cut by CP on
     its own (THD); otherwise BSHD rows."""
@@ -163,14 +207,32 @@ def drawn_steps(counts: np.ndarray, real: np.ndarray, samples_per_step: int, mic
     runtime = rng.choice(counts.size, size=n, p=p).astype(np.int64)
     loss = real[np.minimum(runtime, real.size - 1)]
     micro_batch = np.arange(n) // mbs
-    seq = (_ceil_to(np.maximum(runtime, 1), max(thd_multiple, 1)) if thd_multiple is not None
-           else _row_lengths(loss, micro_batch, cp))
-    return _grouped(loss, seq, micro_batch, np.arange(steps * rows) // rows, np.full(steps, rows), cp,
-                    np.arange(n), _first(first, runtime))
+    seq = (
+        _ceil_to(np.maximum(runtime, 1), max(thd_multiple, 1))
+        if thd_multiple is not None
+        else _row_lengths(loss, micro_batch, cp)
+    )
+    return _grouped(
+        loss,
+        seq,
+        micro_batch,
+        np.arange(steps * rows) // rows,
+        np.full(steps, rows),
+        cp,
+        np.arange(n),
+        _first(first, runtime),
+    )
 
 
 def as_rows(steps: Steps) -> Steps:
     """The same micro batches as BSHD rows (no packing): in-batch packing's micro batches unpacked."""
-    return _grouped(steps.loss_end, _row_lengths(steps.loss_end, steps.micro_batch, steps.cp), steps.micro_batch,
-                    steps.step_of_micro_batch, steps.micro_batches_per_step, steps.cp, steps.sample_id,
-                    steps.loss_start)
+    return _grouped(
+        steps.loss_end,
+        _row_lengths(steps.loss_end, steps.micro_batch, steps.cp),
+        steps.micro_batch,
+        steps.step_of_micro_batch,
+        steps.micro_batches_per_step,
+        steps.cp,
+        steps.sample_id,
+        steps.loss_start,
+    )

@@ -62,8 +62,9 @@ class Steps:
         n = self.loss_end.size
         if not (self.loss_start.size == self.seq_length.size == self.micro_batch.size == n):
             raise ValueError("Steps: one loss span, length and micro batch per sample")
-        if self.cp < 1 or (n and (np.any(np.diff(self.micro_batch) < 0) or self.micro_batch[-1] >=
-                                  self.step_of_micro_batch.size)):
+        if self.cp < 1 or (
+            n and (np.any(np.diff(self.micro_batch) < 0) or self.micro_batch[-1] >= self.step_of_micro_batch.size)
+        ):
             raise ValueError("Steps: micro batches sorted and within range, cp >= 1")
 
     @property
@@ -88,8 +89,7 @@ def cp_spans(steps: Steps) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     chunk = steps.seq_length.astype(np.float64)[:, None] / (2 * c)
     ranks = np.arange(c)[None, :]
     lo1, lo2 = ranks * chunk, (2 * c - 1 - ranks) * chunk
-    return (np.maximum(start, lo1), np.minimum(end, lo1 + chunk),
-            np.maximum(start, lo2), np.minimum(end, lo2 + chunk))
+    return (np.maximum(start, lo1), np.minimum(end, lo1 + chunk), np.maximum(start, lo2), np.minimum(end, lo2 + chunk))
 
 
 def rank_counts(steps: Steps) -> np.ndarray:
@@ -140,8 +140,9 @@ def weigh(steps: Steps, per_token_loss: bool) -> Weights:
     per_mb = _per_micro_batch(steps, counts)  # n of each micro batch on each CP rank
     step_tokens = np.bincount(steps.step_of_micro_batch, weights=per_mb.sum(axis=1), minlength=steps.num_steps)
     if per_token_loss:  # finalize_model_grads: the summed gradient over DP x CP, scaled by 1 / N
-        token = np.broadcast_to((1.0 / np.maximum(step_tokens, 1.0))[steps.step_of_sample][:, None],
-                                counts.shape).copy()
+        token = np.broadcast_to(
+            (1.0 / np.maximum(step_tokens, 1.0))[steps.step_of_sample][:, None], counts.shape
+        ).copy()
     else:  # forward_step_calc_loss: / clamp(n, 1) / M; DDP: / (DP x CP)
         k = steps.micro_batches_per_step[steps.step_of_micro_batch].astype(np.float64)
         per_mb_weight = 1.0 / (k[:, None] * steps.cp * np.maximum(per_mb, 1.0))

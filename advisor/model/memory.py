@@ -38,8 +38,15 @@ def _ffn_activation_ratio(plan: Plan) -> float:
     pattern = moe_layer_pattern(m)
     moe_layers = sum(pattern)
     dense = (len(pattern) - moe_layers) * m.ffn_hidden_size
-    moe = moe_layers * ((m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
-                        + (m.moe_shared_expert_intermediate_size or 0)) if m.num_moe_experts else 0
+    moe = (
+        moe_layers
+        * (
+            (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk
+            + (m.moe_shared_expert_intermediate_size or 0)
+        )
+        if m.num_moe_experts
+        else 0
+    )
     return (dense + moe) / (len(pattern) * m.hidden_size)
 
 
@@ -80,8 +87,9 @@ def megatron_bridge_memory(plan: Plan, num_microbatches: int | None = None) -> M
     if p.pp == 1:
         act += s * b * h * 4 * (1 + padded_vocab_size(m.vocab_size, p.tp) / h)
     act /= p.tp * p.cp
-    return MegatronBridgeMemory(weight_and_optimizer_bytes=weight_opt, activation_bytes=act,
-                                printed_in_log=p.sp and t.recompute == "selective")
+    return MegatronBridgeMemory(
+        weight_and_optimizer_bytes=weight_opt, activation_bytes=act, printed_in_log=p.sp and t.recompute == "selective"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,8 +111,14 @@ class MemoryEstimate:
 
     @property
     def breakdown(self) -> dict[str, float]:
-        return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
-                "activations": self.activations, "logits_and_loss": self.logits, "overhead": self.overhead}
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "logits_and_loss": self.logits,
+            "overhead": self.overhead,
+        }
 
     @property
     def total(self) -> float:
@@ -147,7 +161,8 @@ def activation_bytes_per_token_per_layer(plan: Plan) -> float:
     for moe in pattern:
         if moe:
             width = (m.moe_ffn_hidden_size or m.ffn_hidden_size) * m.moe_router_topk + (
-                m.moe_shared_expert_intermediate_size or 0)
+                m.moe_shared_expert_intermediate_size or 0
+            )
             mlp_in = x * h * m.moe_router_topk
         else:
             width, mlp_in = m.ffn_hidden_size, x * h
@@ -190,16 +205,23 @@ def lora_parameters(plan: Plan) -> float:
     attention = {"linear_qkv": h + q + 2 * kv, "linear_proj": q + h}
     total = 0.0
     for moe in moe_layer_pattern(m):
-        widths = [attention, mlp(m.ffn_hidden_size)] if not moe else \
-            [attention, mlp(m.moe_ffn_hidden_size or m.ffn_hidden_size)] + \
-            ([mlp(m.moe_shared_expert_intermediate_size)] if m.moe_shared_expert_intermediate_size else [])
+        widths = (
+            [attention, mlp(m.ffn_hidden_size)]
+            if not moe
+            else [attention, mlp(m.moe_ffn_hidden_size or m.ffn_hidden_size)]
+            + ([mlp(m.moe_shared_expert_intermediate_size)] if m.moe_shared_expert_intermediate_size else [])
+        )
         total += sum(w.get(x, 0) for w in widths for x in t.lora_targets)
     return t.lora_rank * total
 
 
-def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: int,
-                    overhead_bytes: float = DEFAULT_OVERHEAD_GIB * GIB, capacity_bytes: float = float("inf"),
-                    ) -> MemoryEstimate:
+def estimate_memory(
+    plan: Plan,
+    tokens_per_micro_batch: int,
+    num_microbatches: int,
+    overhead_bytes: float = DEFAULT_OVERHEAD_GIB * GIB,
+    capacity_bytes: float = float("inf"),
+) -> MemoryEstimate:
     """The advisor's estimate for the most loaded GPU (the first or the last pipeline stage, whichever is larger).
 
     ``tokens_per_micro_batch``: what one micro batch really holds on the data-parallel rank (a pack for offline
@@ -236,33 +258,53 @@ def estimate_memory(plan: Plan, tokens_per_micro_batch: int, num_microbatches: i
     act_last = per_layer * resident + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
-    stages = {"first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
-              "last": (last, act_last, logits, routed, dense_layers)}
+    stages = {
+        "first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
+        "last": (last, act_last, logits, routed, dense_layers),
+    }
     if m.mtp_num_layers:
         # MTP layers: on the last stage (the only one with pp 1), each a layer of the last layer's kind with its own
         # logits; a later stage with MTP layers builds its own copy of the embedding (Megatron-Core gpt_model.py:
         # pre_process or mtp_process)
         mtp = m.mtp_num_layers
         mtp_dense = mtp * counts.dense_by_layer[-1] / p.tp
-        extra = (mtp_dense + (emb if p.pp > 1 else 0.0), per_layer * mtp, logits * mtp,
-                 mtp * counts.routed_by_layer[-1] / (p.ep * p.etp), mtp_dense)
+        extra = (
+            mtp_dense + (emb if p.pp > 1 else 0.0),
+            per_layer * mtp,
+            logits * mtp,
+            mtp * counts.routed_by_layer[-1] / (p.ep * p.etp),
+            mtp_dense,
+        )
         holder = "last" if p.pp > 1 else "first"
         stages[holder] = tuple(a + b for a, b in zip(stages[holder], extra, strict=True))
     if plan.pipeline_stages is not None:
         stages = _ranks_by_layout(plan, counts, per_layer, embed_acts, logits, working, num_microbatches)
-    name = max(stages, key=lambda k: sum(_state_split(plan, stages[k][0], stages[k][3], stages[k][4]))
-               + stages[k][1] + stages[k][2])
+    name = max(
+        stages,
+        key=lambda k: sum(_state_split(plan, stages[k][0], stages[k][3], stages[k][4])) + stages[k][1] + stages[k][2],
+    )
     params, act, lg, routed, dense_layers = stages[name]
     w, g, o = _state_split(plan, params, routed, dense_layers)
     mb = megatron_bridge_memory(plan, num_microbatches)
-    return MemoryEstimate(weights=w, gradients=g, optimizer=o, activations=act, logits=lg, overhead=overhead_bytes,
-                          stage=name if p.pp > 1 else "only", tokens_per_micro_batch=int(tokens_per_micro_batch),
-                          capacity=capacity_bytes, megatron_bridge=mb,
-                          differences=_differences(plan, tokens_per_micro_batch), offloaded=per_layer * offloaded)
+    return MemoryEstimate(
+        weights=w,
+        gradients=g,
+        optimizer=o,
+        activations=act,
+        logits=lg,
+        overhead=overhead_bytes,
+        stage=name if p.pp > 1 else "only",
+        tokens_per_micro_batch=int(tokens_per_micro_batch),
+        capacity=capacity_bytes,
+        megatron_bridge=mb,
+        differences=_differences(plan, tokens_per_micro_batch),
+        offloaded=per_layer * offloaded,
+    )
 
 
-def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, logits: float, working: float,
-                     num_microbatches: int) -> dict[str, tuple]:
+def _ranks_by_layout(
+    plan: Plan, counts, per_layer: float, embed_acts: float, logits: float, working: float, num_microbatches: int
+) -> dict[str, tuple]:
     """Each pipeline rank's (parameters, activations, logits, routed parameters, layer parameters) when a layout
     places the layers (``Plan.pipeline_stages``). A rank keeps activations for the micro batches in flight in
     Megatron-Core's 1F1B schedule: pp - r on rank r, interleaved 2 (pp - r - 1) + (vpp - 1) pp + 1 virtual stages'
@@ -276,9 +318,12 @@ def _ranks_by_layout(plan: Plan, counts, per_layer: float, embed_acts: float, lo
         ids = [*rank.decoders, *[m.num_layers - 1] * rank.mtp]
         layers = sum(counts.dense_by_layer[i] for i in ids) / p.tp
         routed = sum(counts.routed_by_layer[i] for i in ids) / (p.ep * p.etp)
-        params = layers + (emb + counts.vision / p.tp if rank.embedding else 0.0) + (
-            emb if rank.loss and (p.pp > 1 or not counts.tied) else 0.0) + (
-            emb if rank.mtp and not rank.embedding else 0.0)  # an MTP rank's own embedding (gpt_model.py)
+        params = (
+            layers
+            + (emb + counts.vision / p.tp if rank.embedding else 0.0)
+            + (emb if rank.loss and (p.pp > 1 or not counts.tied) else 0.0)
+            + (emb if rank.mtp and not rank.embedding else 0.0)
+        )  # an MTP rank's own embedding (gpt_model.py)
         # warm-up micro batches (schedules.py get_pp_rank_microbatches), plus the one being computed; one more
         # with the EP all-to-all overlap
         warm = 2 * (p.pp - r - 1) + (vpp - 1) * p.pp + int(p.moe_a2a_overlap) + 1 if vpp > 1 else p.pp - r
@@ -315,10 +360,14 @@ def _state_split(plan: Plan, dense: float, routed: float, layers: float | None =
     kept = num.weight_bytes + num.weight_copy_bytes  # bytes a quantized weight takes
     if p.fsdp:
         counts = count_parameters(m, p.tp)
-        biggest = max(d / p.tp + r / (p.ep * p.etp) for d, r in zip(counts.dense_by_layer, counts.routed_by_layer,
-                                                                      strict=True))
-        weights = ((2 * (dense - layers) + num.weight_bytes * layers) / dense_shard
-                   + num.weight_bytes * routed / expert_shard + 2 * biggest * kept)
+        biggest = max(
+            d / p.tp + r / (p.ep * p.etp) for d, r in zip(counts.dense_by_layer, counts.routed_by_layer, strict=True)
+        )
+        weights = (
+            (2 * (dense - layers) + num.weight_bytes * layers) / dense_shard
+            + num.weight_bytes * routed / expert_shard
+            + 2 * biggest * kept
+        )
         trainable = (dense / dense_shard + routed / expert_shard) if t.peft != "lora" else 0.0
         gradients = grad * trainable + grad * biggest * (t.peft != "lora")
     else:
@@ -335,25 +384,34 @@ def _differences(plan: Plan, tokens: int) -> tuple[str, ...]:
     out = []
     mb_tokens = t.seq_length * t.micro_batch_size
     if tokens != mb_tokens:
-        out.append(f"Megatron-Bridge counts seq_length x micro_batch_size = {mb_tokens:,} tokens a micro batch; "
-                   f"this plan's micro batches hold {tokens:,}.")
+        out.append(
+            f"Megatron-Bridge counts seq_length x micro_batch_size = {mb_tokens:,} tokens a micro batch; "
+            f"this plan's micro batches hold {tokens:,}."
+        )
     if not p.sp and p.tp > 1:
-        out.append("Megatron-Bridge assumes sequence parallelism; without it norms and dropout masks are not split "
-                   "over TP.")
+        out.append(
+            "Megatron-Bridge assumes sequence parallelism; without it norms and dropout masks are not split over TP."
+        )
     if t.recompute != "selective":
         out.append(f"Megatron-Bridge assumes selective recompute; this plan uses {t.recompute!r}.")
     if t.peft == "lora":
         out.append("Megatron-Bridge counts gradients and optimizer states for every weight; LoRA freezes the base.")
     if t.cpu_offloading_num_layers:
-        out.append(f"Megatron-Bridge counts every layer's activations on the GPU; CPU offloading keeps "
-                   f"{t.cpu_offloading_num_layers} layers' in host memory.")
+        out.append(
+            f"Megatron-Bridge counts every layer's activations on the GPU; CPU offloading keeps "
+            f"{t.cpu_offloading_num_layers} layers' in host memory."
+        )
     if m.vision:
         out.append("Megatron-Bridge leaves out the vision encoder.")
     if m.normalization != "LayerNorm":
         out.append("Megatron-Bridge counts 4h norm parameters a layer; RMSNorm has 2h.")
-    out.append("Megatron-Bridge leaves out the logits and loss buffers beyond 4 bytes per vocabulary entry, the "
-               "last pipeline stage, the CUDA context, communication buffers and fragmentation.")
+    out.append(
+        "Megatron-Bridge leaves out the logits and loss buffers beyond 4 bytes per vocabulary entry, the "
+        "last pipeline stage, the CUDA context, communication buffers and fragmentation."
+    )
     if p.pp > 1:
-        out.append("With pipeline parallelism the advisor checks both the first stage (embeddings, PP micro batches "
-                   "in flight) and the last (output layer, logits) and reports the larger.")
+        out.append(
+            "With pipeline parallelism the advisor checks both the first stage (embeddings, PP micro batches "
+            "in flight) and the last (output layer, logits) and reports the larger."
+        )
     return tuple(out)

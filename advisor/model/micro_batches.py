@@ -54,9 +54,16 @@ def _offline_micro_batches(result: PackingResult, fixed_length: bool) -> MicroBa
     real_share = result.runtime.real_tokens / max(1, int(fill.sum()))  # pad_seq_to_mult padding is not data
     computed = np.full(fill.size, size, np.int64) if fixed_length else np.minimum(size, _ceil_to(fill, 16))
     thd = work.astype(np.float64)  # one array for both: packed attention computes exactly the THD work
-    return MicroBatches(mode="offline", real_tokens=fill * real_share, computed_tokens=computed,
-                        attention_thd=thd, attention_computed=thd,
-                        attention_block=(fill.astype(np.float64)) ** 2, samples=nseq, total_micro_batches=fill.size)
+    return MicroBatches(
+        mode="offline",
+        real_tokens=fill * real_share,
+        computed_tokens=computed,
+        attention_thd=thd,
+        attention_computed=thd,
+        attention_block=(fill.astype(np.float64)) ** 2,
+        samples=nseq,
+        total_micro_batches=fill.size,
+    )
 
 
 def _random_batches(runtime_counts: np.ndarray, micro_batch_size: int, seed: int) -> np.ndarray:
@@ -70,38 +77,59 @@ def _random_batches(runtime_counts: np.ndarray, micro_batch_size: int, seed: int
     return items[:full].reshape(-1, micro_batch_size)
 
 
-def in_batch_micro_batches(runtime_counts: np.ndarray, micro_batch_size: int, multiple: int, seed: int,
-                           seq_length: int) -> MicroBatches:
+def in_batch_micro_batches(
+    runtime_counts: np.ndarray, micro_batch_size: int, multiple: int, seed: int, seq_length: int
+) -> MicroBatches:
     rows = _random_batches(runtime_counts, micro_batch_size, seed)
     padded = _ceil_to(rows, multiple)
     tokens = padded.sum(axis=1)
     sq = (padded.astype(np.float64) ** 2).sum(axis=1)
-    return MicroBatches(mode="in-batch", real_tokens=rows.sum(axis=1).astype(np.float64), computed_tokens=tokens,
-                        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1), attention_computed=sq,
-                        attention_block=tokens.astype(np.float64) ** 2,
-                        samples=np.full(rows.shape[0], micro_batch_size), total_micro_batches=rows.shape[0])
+    return MicroBatches(
+        mode="in-batch",
+        real_tokens=rows.sum(axis=1).astype(np.float64),
+        computed_tokens=tokens,
+        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1),
+        attention_computed=sq,
+        attention_block=tokens.astype(np.float64) ** 2,
+        samples=np.full(rows.shape[0], micro_batch_size),
+        total_micro_batches=rows.shape[0],
+    )
 
 
-def padded_micro_batches(runtime_counts: np.ndarray, micro_batch_size: int, seq_length: int, seed: int,
-                         fixed_length: bool) -> MicroBatches:
+def padded_micro_batches(
+    runtime_counts: np.ndarray, micro_batch_size: int, seq_length: int, seed: int, fixed_length: bool
+) -> MicroBatches:
     rows = _random_batches(runtime_counts, micro_batch_size, seed)
-    longest = np.full(rows.shape[0], seq_length) if fixed_length else np.minimum(seq_length,
-                                                                                 _ceil_to(rows.max(axis=1), 16))
+    longest = (
+        np.full(rows.shape[0], seq_length) if fixed_length else np.minimum(seq_length, _ceil_to(rows.max(axis=1), 16))
+    )
     tokens = longest * micro_batch_size
-    return MicroBatches(mode="none", real_tokens=rows.sum(axis=1).astype(np.float64), computed_tokens=tokens,
-                        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1),
-                        attention_computed=micro_batch_size * longest.astype(np.float64) ** 2,
-                        attention_block=micro_batch_size * longest.astype(np.float64) ** 2,
-                        samples=np.full(rows.shape[0], micro_batch_size), total_micro_batches=rows.shape[0])
+    return MicroBatches(
+        mode="none",
+        real_tokens=rows.sum(axis=1).astype(np.float64),
+        computed_tokens=tokens,
+        attention_thd=(rows.astype(np.float64) ** 2).sum(axis=1),
+        attention_computed=micro_batch_size * longest.astype(np.float64) ** 2,
+        attention_block=micro_batch_size * longest.astype(np.float64) ** 2,
+        samples=np.full(rows.shape[0], micro_batch_size),
+        total_micro_batches=rows.shape[0],
+    )
 
 
 def pretrain_micro_batches(total_tokens: int, micro_batch_size: int, seq_length: int) -> MicroBatches:
     rows = max(1, total_tokens // (seq_length * micro_batch_size))
     tokens = np.full(rows, seq_length * micro_batch_size, np.int64)
     square = np.full(rows, micro_batch_size * float(seq_length) ** 2)
-    return MicroBatches(mode="none", real_tokens=tokens.astype(np.float64), computed_tokens=tokens,
-                        attention_thd=square, attention_computed=square, attention_block=square,
-                        samples=np.full(rows, micro_batch_size), total_micro_batches=rows)
+    return MicroBatches(
+        mode="none",
+        real_tokens=tokens.astype(np.float64),
+        computed_tokens=tokens,
+        attention_thd=square,
+        attention_computed=square,
+        attention_block=square,
+        samples=np.full(rows, micro_batch_size),
+        total_micro_batches=rows,
+    )
 
 
 def online_micro_batches(run: RunSchedule) -> MicroBatches:
@@ -118,10 +146,14 @@ def online_micro_batches(run: RunSchedule) -> MicroBatches:
     items = np.diff(g.item_offsets).astype(np.float64)
     s = run.summary
     real_share = s.real_tokens / s.padded_tokens if s.padded_tokens else 1.0
-    return MicroBatches(mode="online", real_tokens=tokens * real_share,
-                        computed_tokens=np.rint(tokens).astype(np.int64),
-                        attention_thd=work, attention_computed=work,
-                        attention_block=np.repeat(run.group_tokens.astype(np.float64) ** 2 * scale, count),
-                        samples=np.repeat(items * cp / count, count),
-                        # a scale model's steps stand for the whole run's
-                        total_micro_batches=max(1, int(round(tokens.size / cp * run.scale))))
+    return MicroBatches(
+        mode="online",
+        real_tokens=tokens * real_share,
+        computed_tokens=np.rint(tokens).astype(np.int64),
+        attention_thd=work,
+        attention_computed=work,
+        attention_block=np.repeat(run.group_tokens.astype(np.float64) ** 2 * scale, count),
+        samples=np.repeat(items * cp / count, count),
+        # a scale model's steps stand for the whole run's
+        total_micro_batches=max(1, int(round(tokens.size / cp * run.scale))),
+    )

@@ -55,36 +55,83 @@ class Numerics:
         return self.gemm != "bf16"
 
 
-BF16 = Numerics(name="bf16", gemm="bf16", saved_input_bytes=2.0, quantize_bytes=0.0, weight_bytes=2.0,
-                weight_copy_bytes=0.0, amax_reduction="none", divisor=1, mb_recipe="bf16_mixed")
+BF16 = Numerics(
+    name="bf16",
+    gemm="bf16",
+    saved_input_bytes=2.0,
+    quantize_bytes=0.0,
+    weight_bytes=2.0,
+    weight_copy_bytes=0.0,
+    amax_reduction="none",
+    divisor=1,
+    mb_recipe="bf16_mixed",
+)
 _MX_SCALE = 1 / MXFP8_BLOCK
 _FP4 = 0.5 + 1 / NVFP4_BLOCK  # E2M1 values and their E4M3 scales
 NUMERICS: dict[str, Numerics] = {
     "bf16": BF16,
     # current scaling: amax pass (read 2), cast with transpose (read 2, write 1 + 1); FP8 parameters and their
     # transpose; sequence-parallel inputs need the amax of the whole tensor, reduced over TP
-    "fp8 tensorwise": Numerics(name="fp8 tensorwise", gemm="fp8", saved_input_bytes=1.0, quantize_bytes=6.0,
-                               weight_bytes=1.0, weight_copy_bytes=1.0, amax_reduction="tp", divisor=FP8_DIVISOR,
-                               mb_recipe="bf16_with_fp8_current_scaling_mixed"),
+    "fp8 tensorwise": Numerics(
+        name="fp8 tensorwise",
+        gemm="fp8",
+        saved_input_bytes=1.0,
+        quantize_bytes=6.0,
+        weight_bytes=1.0,
+        weight_copy_bytes=1.0,
+        amax_reduction="tp",
+        divisor=FP8_DIVISOR,
+        mb_recipe="bf16_with_fp8_current_scaling_mixed",
+    ),
     # delayed scaling: the scale comes from the amax history, so one fused cast-transpose pass (read 2, write 2)
-    "fp8 delayed": Numerics(name="fp8 delayed", gemm="fp8", saved_input_bytes=1.0, quantize_bytes=4.0,
-                            weight_bytes=1.0, weight_copy_bytes=1.0, amax_reduction="step", divisor=FP8_DIVISOR,
-                            mb_recipe="bf16_with_fp8_delayed_scaling_mixed"),
+    "fp8 delayed": Numerics(
+        name="fp8 delayed",
+        gemm="fp8",
+        saved_input_bytes=1.0,
+        quantize_bytes=4.0,
+        weight_bytes=1.0,
+        weight_copy_bytes=1.0,
+        amax_reduction="step",
+        divisor=FP8_DIVISOR,
+        mb_recipe="bf16_with_fp8_delayed_scaling_mixed",
+    ),
     # blockwise: local FP32 scales per 128, no amax; BF16 parameters gathered, their FP8 copies cached (rowwise and
     # columnwise) across micro batches
-    "fp8 blockwise": Numerics(name="fp8 blockwise", gemm="fp8", saved_input_bytes=1.0 + 4 / FP8_BLOCK,
-                              quantize_bytes=2.0 + 2 * (1.0 + 4 / FP8_BLOCK), weight_bytes=2.0,
-                              weight_copy_bytes=2.0, amax_reduction="none", divisor=FP8_DIVISOR,
-                              mb_recipe="bf16_with_fp8_subchannel_scaling_mixed"),
+    "fp8 blockwise": Numerics(
+        name="fp8 blockwise",
+        gemm="fp8",
+        saved_input_bytes=1.0 + 4 / FP8_BLOCK,
+        quantize_bytes=2.0 + 2 * (1.0 + 4 / FP8_BLOCK),
+        weight_bytes=2.0,
+        weight_copy_bytes=2.0,
+        amax_reduction="none",
+        divisor=FP8_DIVISOR,
+        mb_recipe="bf16_with_fp8_subchannel_scaling_mixed",
+    ),
     # MXFP8: rowwise and columnwise copies, each quantized from BF16, scales per 32 values, no amax
-    "mxfp8": Numerics(name="mxfp8", gemm="fp8", saved_input_bytes=1.0 + _MX_SCALE,
-                      quantize_bytes=2.0 + 2 * (1.0 + _MX_SCALE), weight_bytes=1.0 + _MX_SCALE,
-                      weight_copy_bytes=1.0 + _MX_SCALE, amax_reduction="none", divisor=MXFP8_BLOCK,
-                      mb_recipe="bf16_with_mxfp8_mixed"),
+    "mxfp8": Numerics(
+        name="mxfp8",
+        gemm="fp8",
+        saved_input_bytes=1.0 + _MX_SCALE,
+        quantize_bytes=2.0 + 2 * (1.0 + _MX_SCALE),
+        weight_bytes=1.0 + _MX_SCALE,
+        weight_copy_bytes=1.0 + _MX_SCALE,
+        amax_reduction="none",
+        divisor=MXFP8_BLOCK,
+        mb_recipe="bf16_with_mxfp8_mixed",
+    ),
     # NVFP4: the per-tensor amax pass, then rowwise and columnwise FP4 copies with scales per 16
-    "nvfp4": Numerics(name="nvfp4", gemm="fp4", saved_input_bytes=_FP4, quantize_bytes=2.0 + 2.0 + 2 * _FP4,
-                      weight_bytes=_FP4, weight_copy_bytes=_FP4, amax_reduction="tp", divisor=NVFP4_BLOCK,
-                      mb_recipe="bf16_with_nvfp4_mixed"),
+    "nvfp4": Numerics(
+        name="nvfp4",
+        gemm="fp4",
+        saved_input_bytes=_FP4,
+        quantize_bytes=2.0 + 2.0 + 2 * _FP4,
+        weight_bytes=_FP4,
+        weight_copy_bytes=_FP4,
+        amax_reduction="tp",
+        divisor=NVFP4_BLOCK,
+        mb_recipe="bf16_with_nvfp4_mixed",
+    ),
 }
 
 
@@ -101,8 +148,12 @@ def quantized_widths(plan: Plan) -> dict[str, int]:
     the divisibility rule."""
     m, p = plan.model, plan.parallel
     q, kv = m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups
-    out = {"hidden_size": m.hidden_size, "qkv / tp": (q + 2 * kv) // p.tp, "query width / tp": q // p.tp,
-           "ffn_hidden_size / tp": m.ffn_hidden_size // p.tp if not m.num_moe_experts else 0}
+    out = {
+        "hidden_size": m.hidden_size,
+        "qkv / tp": (q + 2 * kv) // p.tp,
+        "query width / tp": q // p.tp,
+        "ffn_hidden_size / tp": m.ffn_hidden_size // p.tp if not m.num_moe_experts else 0,
+    }
     if m.num_moe_experts:
         f = m.moe_ffn_hidden_size or m.ffn_hidden_size
         out["moe_ffn_hidden_size / etp"] = f // p.etp

@@ -76,7 +76,7 @@ def vision_parameters(vision) -> float:
     mlp = (3 if vision.gated_linear_unit else 2) * h * f
     per_layer = 4 * h * h + 4 * h + mlp + 4 * h
     patch = vision.patch_size
-    merge = vision.spatial_merge_size ** 2
+    merge = vision.spatial_merge_size**2
     patch_embed = 3 * 2 * patch * patch * h
     merger = (h * merge) ** 2 + h * merge * (vision.out_hidden_size or h)
     return float(layers * per_layer + patch_embed + merger)

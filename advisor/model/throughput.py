@@ -69,9 +69,20 @@ def rank_straggler(rank_tokens: np.ndarray, rank_work: np.ndarray, coef: FlopsCo
     return float(cost[busy].max(axis=1).sum() / cost[busy].mean(axis=1).sum())
 
 
-def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, global_batch: int, dp: int, gpus: int,
-                  peak_flops: float, mfu: float | None = None, seed: int = 0, straggler: float | None = None,
-                  model_flops: float | None = None) -> TimeEstimate:
+def estimate_time(
+    mb: MicroBatches,
+    coef: FlopsCoefficients,
+    *,
+    plan: Plan,
+    global_batch: int,
+    dp: int,
+    gpus: int,
+    peak_flops: float,
+    mfu: float | None = None,
+    seed: int = 0,
+    straggler: float | None = None,
+    model_flops: float | None = None,
+) -> TimeEstimate:
     """Seconds per step for ``global_batch`` micro batches (rows) over ``dp`` ranks, from the performance model
     or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor (simulated
     from the micro batches dealt in random order, unless the schedule gives it: ``straggler``). ``global_batch``
@@ -86,8 +97,12 @@ def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, glob
         breakdown = {"compute": ideal, "straggler": step - ideal}
         label, mfu_out = f"fixed MFU {mfu:g}", mfu
     else:
-        work = StepWork(tokens=float(mb.computed_tokens.mean()), seqlen_squared_sum=float(mb.attention_computed.mean()),
-                        micro_batches=global_batch / dp, straggler=factor)
+        work = StepWork(
+            tokens=float(mb.computed_tokens.mean()),
+            seqlen_squared_sum=float(mb.attention_computed.mean()),
+            micro_batches=global_batch / dp,
+            straggler=factor,
+        )
         timed = step_time(plan, work, EFFICIENCY)
         step, breakdown, label = timed.step_seconds, timed.breakdown, "performance model"
         ideal = step - breakdown["straggler"]
@@ -95,6 +110,14 @@ def estimate_time(mb: MicroBatches, coef: FlopsCoefficients, *, plan: Plan, glob
     steps = mb.total_micro_batches / global_batch
     real_per_step = global_batch * float(mb.real_tokens.mean())
     rate = real_per_step / step / gpus if step > 0 else 0.0  # no work at all (every runtime length 0): no rate
-    return TimeEstimate(step_seconds=step, tokens_per_second_per_gpu=rate,
-                        steps_per_epoch=steps, epoch_seconds=steps * step, straggler_factor=factor, mfu=mfu_out,
-                        ideal_step_seconds=ideal, breakdown=breakdown, model=label)
+    return TimeEstimate(
+        step_seconds=step,
+        tokens_per_second_per_gpu=rate,
+        steps_per_epoch=steps,
+        epoch_seconds=steps * step,
+        straggler_factor=factor,
+        mfu=mfu_out,
+        ideal_step_seconds=ideal,
+        breakdown=breakdown,
+        model=label,
+    )

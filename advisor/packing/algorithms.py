@@ -144,8 +144,15 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     return _first_fit_decreasing_hist(counts, pack_size, _packed_items(n, counts.size - 1), room, up, off)
 
 
-def first_fit_shuffle(counts: np.ndarray, pack_size: int, seed: int | None = 1234, *, items: np.ndarray | None = None,
-                      progress=None, pause=None):
+def first_fit_shuffle(
+    counts: np.ndarray,
+    pack_size: int,
+    seed: int | None = 1234,
+    *,
+    items: np.ndarray | None = None,
+    progress=None,
+    pause=None,
+):
     """Megatron-Bridge's default ``first_fit_shuffle``: first fit in a seeded random order (``first_fit.py``).
     ``items``: that order already drawn (``offline.pack`` reuses it across pack sizes); ``progress(fraction)`` and
     ``pause()`` are called between chunks of items.
@@ -248,15 +255,17 @@ def best_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = N
     [[3, 1], [2, 2]]
     """
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    return _best_fit_decreasing_hist(counts, pack_size, max(1, int(counts.sum())),
-                                     _packed_items(int(counts.sum()), counts.size - 1))
+    return _best_fit_decreasing_hist(
+        counts, pack_size, max(1, int(counts.sum())), _packed_items(int(counts.sum()), counts.size - 1)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- shortest pack first
 
 
-def shortest_pack_first(counts: np.ndarray, pack_size: int, seed: int | None = None,
-                        max_sequences_per_pack: int | None = None):
+def shortest_pack_first(
+    counts: np.ndarray, pack_size: int, seed: int | None = None, max_sequences_per_pack: int | None = None
+):
     """Krell et al. 2021, shortest-pack-first histogram packing (SPFHP), on the histogram itself.
 
     Lengths are taken longest first; all samples of a length go, as a group, into the open pack *with the most room*
@@ -304,8 +313,9 @@ def shortest_pack_first(counts: np.ndarray, pack_size: int, seed: int | None = N
     if counts.size and counts[0]:  # length-0 samples join the first pack
         if sizes_arr.size == 0:
             sizes_arr, items_arr = np.array([0], np.int64), np.zeros(0, np.int32)
-        items_arr = np.concatenate([items_arr[: sizes_arr[0]], np.zeros(int(counts[0]), np.int32),
-                                    items_arr[sizes_arr[0]:]])
+        items_arr = np.concatenate(
+            [items_arr[: sizes_arr[0]], np.zeros(int(counts[0]), np.int32), items_arr[sizes_arr[0] :]]
+        )
         sizes_arr[0] += counts[0]
     return np.concatenate([[0], np.cumsum(sizes_arr)]), items_arr
 
@@ -328,10 +338,15 @@ def _check_vocabulary() -> None:
     algorithm nothing packs with, or a packer exist that no plan can choose. Not an ``assert``: ``python -O``
     would skip it."""
     names = set(get_args(Algorithm))
-    problems = [f"{what} {sorted(found)}" for what, found in (
-        ("no packer in ALGORITHMS for", names - set(ALGORITHMS)),
-        ("ALGORITHMS has names the plan does not:", set(ALGORITHMS) - names),
-        ("MEGATRON_BRIDGE_ALGORITHMS has names the plan does not:", set(MEGATRON_BRIDGE_ALGORITHMS) - names)) if found]
+    problems = [
+        f"{what} {sorted(found)}"
+        for what, found in (
+            ("no packer in ALGORITHMS for", names - set(ALGORITHMS)),
+            ("ALGORITHMS has names the plan does not:", set(ALGORITHMS) - names),
+            ("MEGATRON_BRIDGE_ALGORITHMS has names the plan does not:", set(MEGATRON_BRIDGE_ALGORITHMS) - names),
+        )
+        if found
+    ]
     if problems:
         raise RuntimeError("the packing algorithms and advisor.vocabulary.Algorithm differ: " + "; ".join(problems))
 

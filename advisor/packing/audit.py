@@ -27,9 +27,12 @@ def existing_packs(audit: PackedDatasetAudit, pack_size: int) -> dict:
     """
     longest = int(audit.items.max())
     if longest > pack_size:  # the histogram below has one slot per length up to the pack size
-        raise ValueError(f"the existing packs hold a sequence of {longest:,} tokens, longer than the pack size "
-                         f"{pack_size:,}")
+        raise ValueError(
+            f"the existing packs hold a sequence of {longest:,} tokens, longer than the pack size {pack_size:,}"
+        )
     counts = np.bincount(audit.items, minlength=pack_size + 1)
     fill, nseq, work = per_pack(audit.offsets, audit.items)
-    return {"metadata": megatron_bridge_metadata(fill, nseq, counts, pack_size),
-            **packing_metrics(fill, nseq, work, counts, pack_size, int(audit.items.sum())).as_dict()}
+    return {
+        "metadata": megatron_bridge_metadata(fill, nseq, counts, pack_size),
+        **packing_metrics(fill, nseq, work, counts, pack_size, int(audit.items.sum())).as_dict(),
+    }

@@ -34,16 +34,22 @@ def pad_to_sequence_length(counts: np.ndarray, seq_length: int, micro_batch_size
     """
     n = int(counts.sum())
     real = int((np.arange(counts.size) * counts).sum())
-    return Baseline(name="pad to sequence length", micro_batches=-(-n // micro_batch_size),
-                    token_slots=n * seq_length, real_tokens=real, efficiency=_percent(real, n * seq_length))
+    return Baseline(
+        name="pad to sequence length",
+        micro_batches=-(-n // micro_batch_size),
+        token_slots=n * seq_length,
+        real_tokens=real,
+        efficiency=_percent(real, n * seq_length),
+    )
 
 
 def _percent(real: int, slots: int) -> float:
     return real / slots * 100 if slots else 0.0  # all samples of runtime length 0: nothing to compute on
 
 
-def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_size: int, seed: int = 1234,
-                            multiple: int = 16) -> Baseline:
+def pad_to_longest_in_batch(
+    counts: np.ndarray, seq_length: int, micro_batch_size: int, seed: int = 1234, multiple: int = 16
+) -> Baseline:
     """Random micro batches (seeded), each padded to its longest sample rounded up to ``multiple``.
 
     >>> pad_to_longest_in_batch(np.array([0, 0, 0, 0, 2]), 16, micro_batch_size=2, multiple=1).efficiency
@@ -62,8 +68,13 @@ def pad_to_longest_in_batch(counts: np.ndarray, seq_length: int, micro_batch_siz
     padded = np.minimum(seq_length, -(-longest // multiple) * multiple)
     slots = int((padded * sizes).sum())
     real = int(items.sum())
-    return Baseline(name=f"pad to longest in micro batch of {micro_batch_size}", micro_batches=int(longest.size),
-                    token_slots=slots, real_tokens=real, efficiency=_percent(real, slots))
+    return Baseline(
+        name=f"pad to longest in micro batch of {micro_batch_size}",
+        micro_batches=int(longest.size),
+        token_slots=slots,
+        real_tokens=real,
+        efficiency=_percent(real, slots),
+    )
 
 
 def without_packing(hist: LengthHistogram, cfg: PackingConfig, micro_batch_size: int) -> tuple[Baseline, Baseline]:
@@ -78,5 +89,7 @@ def without_packing(hist: LengthHistogram, cfg: PackingConfig, micro_batch_size:
     """
     counts = runtime_lengths(hist, replace(cfg, pad_seq_to_mult=1)).counts
     size = cfg.effective_max_seq_length
-    return (pad_to_sequence_length(counts, size),
-            pad_to_longest_in_batch(counts, size, micro_batch_size, seed=cfg.seed or 0))
+    return (
+        pad_to_sequence_length(counts, size),
+        pad_to_longest_in_batch(counts, size, micro_batch_size, seed=cfg.seed or 0),
+    )

@@ -28,8 +28,9 @@ def packing_arrays(result: PackingResult | None) -> list:
     # later are among the derived values
 
 
-PACKINGS = caches.bounded("packings", size=PACKING_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES, arrays=packing_arrays,
-                          by_histogram=True)
+PACKINGS = caches.bounded(
+    "packings", size=PACKING_CACHE_SIZE, max_bytes=PACKING_CACHE_BYTES, arrays=packing_arrays, by_histogram=True
+)
 
 
 def packing_for(hist: LengthHistogram, cfg: PackingConfig, progress=None) -> PackingResult:

@@ -36,8 +36,15 @@ def _price_pattern(duals, lengths, pack_size):
     return value, pattern
 
 
-def column_generation(counts: np.ndarray, pack_size: int, seed: int | None = None, *, time_limit: float = 30.0,
-                      progress=None, stats: dict | None = None):
+def column_generation(
+    counts: np.ndarray,
+    pack_size: int,
+    seed: int | None = None,
+    *,
+    time_limit: float = 30.0,
+    progress=None,
+    stats: dict | None = None,
+):
     """Near-optimal packing of a histogram: Gilmore-Gomory column generation, then rounding.
 
     Solves the LP relaxation of bin packing over pack patterns (HiGHS, warm-started; patterns priced by a
@@ -113,6 +120,6 @@ def column_generation(counts: np.ndarray, pack_size: int, seed: int | None = Non
     sizes = np.concatenate(pack_sizes + [np.diff(rest_offsets)])
     items = np.concatenate(pack_lists + [rest_items]) if pack_lists else rest_items
     if zeros:  # length-0 samples join the first pack, as first fit would put them
-        items = np.concatenate([items[: sizes[0]], np.zeros(zeros, np.int32), items[sizes[0]:]])
+        items = np.concatenate([items[: sizes[0]], np.zeros(zeros, np.int32), items[sizes[0] :]])
         sizes[0] += zeros
     return np.concatenate([[0], np.cumsum(sizes)]), items

@@ -46,15 +46,20 @@ class PackingConfig:
             problems.append("pad_seq_to_mult must be a positive integer when provided")  # PackedSequenceSpecs' check
         if self.max_seq_length is not None and self.max_seq_length < 1:
             problems.append("max_seq_length must be a positive integer when provided")
-        elif (self.max_seq_length is not None and isinstance(self.pack_size, int)
-              and self.max_seq_length > self.pack_size):
-            problems.append(f"max_seq_length {self.max_seq_length} cannot exceed the pack size {self.pack_size} "
-                            "(Megatron-Bridge: max_single_sequence_length cannot exceed packed_sequence_size)")
+        elif (
+            self.max_seq_length is not None and isinstance(self.pack_size, int) and self.max_seq_length > self.pack_size
+        ):
+            problems.append(
+                f"max_seq_length {self.max_seq_length} cannot exceed the pack size {self.pack_size} "
+                "(Megatron-Bridge: max_single_sequence_length cannot exceed packed_sequence_size)"
+            )
         if self.overlong not in OVERLONG:
             problems.append(f"overlong must be one of {', '.join(OVERLONG)}")
         if not problems and self.multiple > 1 and self.effective_max_seq_length // self.multiple == 0:
-            problems.append(f"max_seq_length ({self.effective_max_seq_length}) must be at least the effective "
-                            f"padding multiple ({self.multiple})")  # offline.py tokenize_dataset
+            problems.append(
+                f"max_seq_length ({self.effective_max_seq_length}) must be at least the effective "
+                f"padding multiple ({self.multiple})"
+            )  # offline.py tokenize_dataset
         if problems:
             raise ValueError("; ".join(problems))
 

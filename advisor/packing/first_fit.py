@@ -80,33 +80,46 @@ def _block(context, builder, arrty, arr, base):
 @intrinsic
 def _at_least(typingctx, arr, base, s):
     """A mask of the WIDTH elements from ``base`` that are >= s (bit j: element base + j)."""
+
     def codegen(context, builder, sig, args):
         v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
         x = args[2]
-        x = builder.trunc(x, elt) if x.type.width > elt.width else builder.sext(x, elt) if x.type.width < elt.width \
+        x = (
+            builder.trunc(x, elt)
+            if x.type.width > elt.width
+            else builder.sext(x, elt)
+            if x.type.width < elt.width
             else x
+        )
         lane0 = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        splat = builder.shuffle_vector(lane0, ir.Constant(vty, ir.Undefined),
-                                       ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+        splat = builder.shuffle_vector(
+            lane0, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
+        )
         mask = builder.bitcast(builder.icmp_signed(">=", v, splat), ir.IntType(WIDTH))
         return builder.zext(mask, ir.IntType(64))
+
     return types.uint64(arr, base, s), codegen
 
 
 @intrinsic
 def _max_but(typingctx, arr, base, lane):
     """The largest of the WIDTH elements from ``base`` but ``base + lane`` (the type's minimum when alone)."""
+
     def codegen(context, builder, sig, args):
         v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
         lanes = ir.Constant(vty, list(range(WIDTH)))
-        at = builder.insert_element(ir.Constant(vty, ir.Undefined), builder.trunc(args[2], elt),
-                                    ir.Constant(ir.IntType(32), 0))
-        at = builder.shuffle_vector(at, ir.Constant(vty, ir.Undefined),
-                                    ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+        at = builder.insert_element(
+            ir.Constant(vty, ir.Undefined), builder.trunc(args[2], elt), ir.Constant(ir.IntType(32), 0)
+        )
+        at = builder.shuffle_vector(
+            at, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
+        )
         v = builder.select(builder.icmp_signed("==", lanes, at), ir.Constant(vty, [-(1 << (elt.width - 1))] * WIDTH), v)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(elt, [vty]),
-                                            f"llvm.vector.reduce.smax.v{WIDTH}i{elt.width}")
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(elt, [vty]), f"llvm.vector.reduce.smax.v{WIDTH}i{elt.width}"
+        )
         return builder.sext(builder.call(fn, [v]), ir.IntType(64))
+
     return types.int64(arr, base, lane), codegen
 
 
@@ -233,9 +246,15 @@ class FirstFit:
         return tuple(tuple(p) for p in packs)
 
 
-def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
-              pause: Callable[[], None] | None = None, bins: bool = True, table: np.ndarray | None = None,
-              tokens: int | None = None) -> FirstFit:
+def first_fit(
+    items: np.ndarray,
+    pack_size: int,
+    progress: Callable[[float], None] | None = None,
+    pause: Callable[[], None] | None = None,
+    bins: bool = True,
+    table: np.ndarray | None = None,
+    tokens: int | None = None,
+) -> FirstFit:
     """First fit of the items in the given order: Megatron-Bridge's ``first_fit`` exactly
     (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
     between chunks of items. ``bins=False``: the bin of each item is not kept (``FirstFit.bins`` empty; 4 bytes an
@@ -264,8 +283,11 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
         found, count = first_fit_tree(lengths, pack_size)
         return _from_bins(lengths, found, count)
     if tokens is None:
-        tokens = int((table.astype(np.int64) * np.bincount(items, minlength=table.size)).sum() if table.size else
-                     items.sum(dtype=np.int64))
+        tokens = int(
+            (table.astype(np.int64) * np.bincount(items, minlength=table.size)).sum()
+            if table.size
+            else items.sum(dtype=np.int64)
+        )
     dtype = np.int16 if pack_size <= INT16_PACK else np.int32
     room, up, off = _tree(n, dtype)
     # room for the bins a good packing opens and a chunk more, grown in place (realloc) when first fit needs more
@@ -294,8 +316,7 @@ def first_fit(items: np.ndarray, pack_size: int, progress: Callable[[float], Non
         fill = np.subtract(pack_size, room[:count], dtype=np.int32)
     for column in (nseq, work):  # shrunk in place to the bins opened: what a cache counts is what is held
         column.resize(count, refcheck=False)
-    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work,
-                    strip=strip[: state[1]].copy())
+    return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work, strip=strip[: state[1]].copy())
 
 
 def wide_tree(bins: int, pack_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -337,7 +358,7 @@ def _aligned(n: int, dtype) -> np.ndarray:
     itemsize = np.dtype(dtype).itemsize
     buf = np.zeros(n + ALIGN // itemsize, dtype)
     k = (-buf.ctypes.data % ALIGN) // itemsize
-    return buf[k: k + n]
+    return buf[k : k + n]
 
 
 def _blocks(n: int) -> int:
@@ -348,14 +369,22 @@ def _blocks(n: int) -> int:
 def _from_bins(items: np.ndarray, bins: np.ndarray, count: int) -> FirstFit:
     values = items.astype(np.int64)
     first = bins < STRIP
-    return FirstFit(bins=bins, count=count, fill=np.bincount(bins, weights=values, minlength=count).astype(np.int64),
-                    nseq=np.bincount(bins, minlength=count).astype(np.int64),
-                    work=np.bincount(bins, weights=values * values, minlength=count).astype(np.int64),
-                    strip=np.stack([bins[first], values[first]], axis=1))
+    return FirstFit(
+        bins=bins,
+        count=count,
+        fill=np.bincount(bins, weights=values, minlength=count).astype(np.int64),
+        nseq=np.bincount(bins, minlength=count).astype(np.int64),
+        work=np.bincount(bins, weights=values * values, minlength=count).astype(np.int64),
+        strip=np.stack([bins[first], values[first]], axis=1),
+    )
 
 
-def first_fit_bins(items: np.ndarray, pack_size: int, progress: Callable[[float], None] | None = None,
-                   pause: Callable[[], None] | None = None) -> tuple[np.ndarray, int]:
+def first_fit_bins(
+    items: np.ndarray,
+    pack_size: int,
+    progress: Callable[[float], None] | None = None,
+    pause: Callable[[], None] | None = None,
+) -> tuple[np.ndarray, int]:
     """The bin of every item under first fit in the given order, and the number of bins (``first_fit``).
 
     >>> bins, n = first_fit_bins(np.array([3, 3, 1, 2, 4], np.int32), 4)

@@ -24,7 +24,7 @@ __all__ = ["grown", "leftmost_with_room", "set_room"]
 def grown(tree, size):
     """The max-tree with twice the leaves (new bins hold 0, as unopened bins do in Megatron-Bridge's tree)."""
     bigger = np.zeros(4 * size, np.int32)
-    bigger[2 * size: 3 * size] = tree[size: 2 * size]
+    bigger[2 * size : 3 * size] = tree[size : 2 * size]
     for i in range(2 * size - 1, 0, -1):
         left, right = bigger[2 * i], bigger[2 * i + 1]
         bigger[i] = left if left > right else right

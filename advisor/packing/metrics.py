@@ -109,8 +109,7 @@ def even_histogram(values: np.ndarray, lo: float, hi: float, bins: int) -> tuple
     if lo == hi:  # numpy widens an empty range by half a unit each way
         lo, hi = lo - 0.5, hi + 0.5
     edges = np.linspace(lo, hi, bins + 1)
-    if values.dtype.kind in "iu" and values.dtype != np.uint64 and values.size and np.isfinite(lo) \
-            and np.isfinite(hi):
+    if values.dtype.kind in "iu" and values.dtype != np.uint64 and values.size and np.isfinite(lo) and np.isfinite(hi):
         first, last = int(np.ceil(lo)), int(np.floor(hi))
         if last < first:
             return np.zeros(bins, np.int64), edges
@@ -241,12 +240,22 @@ def packing_metrics(fill, nseq, work, counts, pack_size, real_tokens, lp_bound=N
     l1, l2 = l1_bound(counts, pack_size), l2_bound(counts, pack_size)
     best = max(l2, int(np.ceil(lp_bound - 1e-9)) if lp_bound is not None else 0)
     return PackingMetrics(
-        num_sequences=nsum, num_packs=packs, real_tokens=int(real_tokens), packed_tokens=packed,
-        packing_efficiency=packed / packs / pack_size * 100, padding_fraction=1 - real_tokens / (packs * pack_size),
-        lower_bound_l1=l1, lower_bound_l2=l2, lower_bound_lp=lp_bound, gap_to_bound=packs - best,
-        bound_efficiency=packed / max(best, 1) / pack_size * 100, fill_mean=packed / packs / pack_size,
-        fill_p01=percentile_of_integers(fill, 1, top=fmax) / pack_size, fill_min=float(fmin) / pack_size,
+        num_sequences=nsum,
+        num_packs=packs,
+        real_tokens=int(real_tokens),
+        packed_tokens=packed,
+        packing_efficiency=packed / packs / pack_size * 100,
+        padding_fraction=1 - real_tokens / (packs * pack_size),
+        lower_bound_l1=l1,
+        lower_bound_l2=l2,
+        lower_bound_lp=lp_bound,
+        gap_to_bound=packs - best,
+        bound_efficiency=packed / max(best, 1) / pack_size * 100,
+        fill_mean=packed / packs / pack_size,
+        fill_p01=percentile_of_integers(fill, 1, top=fmax) / pack_size,
+        fill_min=float(fmin) / pack_size,
         max_samples_per_pack=nmax,
-        attention_work_mean=mean_work, attention_work_max=wmax,
+        attention_work_mean=mean_work,
+        attention_work_max=wmax,
         straggler_ratio=float(wmax / mean_work) if mean_work > 0 else 1.0,
     )

@@ -22,8 +22,14 @@ from advisor.packing.first_fit import first_fit
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
 from advisor.packing.permutation import shuffled_lengths
 
-MB_METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
-                    "pack_size", "min_packed_seqlen")
+MB_METADATA_KEYS = (
+    "dataset_max_seqlen",
+    "max_samples_per_bin",
+    "packing_factor",
+    "packing_efficiency",
+    "pack_size",
+    "min_packed_seqlen",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,9 +64,13 @@ def runtime_lengths(hist: LengthHistogram, cfg: PackingConfig) -> RuntimeLengths
     lost = (wanted - real) * keep
     counts = np.bincount(runtime[keep], weights=n[keep], minlength=M + 1).astype(np.int64)
     return RuntimeLengths(
-        counts=counts, num_truncated=int(n[keep & (lost > 0)].sum()), tokens_truncated=int((lost * n).sum()),
-        num_skipped=int(n[skip].sum()), tokens_skipped=int((wanted * n)[skip].sum()),
-        pad_tokens=int(((runtime - real) * n)[keep].sum()), real_tokens=int((real * n)[keep].sum()),
+        counts=counts,
+        num_truncated=int(n[keep & (lost > 0)].sum()),
+        tokens_truncated=int((lost * n).sum()),
+        num_skipped=int(n[skip].sum()),
+        tokens_skipped=int((wanted * n)[skip].sum()),
+        pad_tokens=int(((runtime - real) * n)[keep].sum()),
+        real_tokens=int((real * n)[keep].sum()),
     )
 
 
@@ -208,7 +218,7 @@ class PackingResult:
         if self.csr is None and 0 <= i < len(self.first):
             return list(self.first[i])
         offsets, items = self.grouped()
-        return items[offsets[i]: offsets[i + 1]].tolist()
+        return items[offsets[i] : offsets[i + 1]].tolist()
 
     def packs(self, limit: int | None = None) -> list[list[int]]:
         n = self.num_packs if limit is None else min(limit, self.num_packs)
@@ -219,12 +229,20 @@ class PackingResult:
         r = self.runtime
         out = dict(self.metadata)
         out.update(
-            num_sequences=self.metrics.num_sequences, num_packs=self.num_packs, num_truncated=r.num_truncated,
-            padding_fraction=self.metrics.padding_fraction, tokens_truncated=r.tokens_truncated,
-            num_skipped=r.num_skipped, tokens_skipped=r.tokens_skipped, pad_tokens_added=r.pad_tokens,
-            overlong=self.config.overlong, algorithm=self.config.algorithm, seed=self.config.seed,
+            num_sequences=self.metrics.num_sequences,
+            num_packs=self.num_packs,
+            num_truncated=r.num_truncated,
+            padding_fraction=self.metrics.padding_fraction,
+            tokens_truncated=r.tokens_truncated,
+            num_skipped=r.num_skipped,
+            tokens_skipped=r.tokens_skipped,
+            pad_tokens_added=r.pad_tokens,
+            overlong=self.config.overlong,
+            algorithm=self.config.algorithm,
+            seed=self.config.seed,
             pad_seq_to_mult=self.config.multiple,
-            max_seq_length=self.config.effective_max_seq_length, seconds=self.seconds,
+            max_seq_length=self.config.effective_max_seq_length,
+            seconds=self.seconds,
         )
         out.update({k: v for k, v in self.metrics.as_dict().items() if k not in out})
         return out
@@ -254,12 +272,14 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
     if cfg.algorithm == "column_generation":
         csr = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
     elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand
-        step = (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}",
-                                      0.1 + 0.8 * done)) if progress else None
+        step = (
+            (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1 + 0.8 * done))
+            if progress
+            else None
+        )
         order = _shuffled_order(hist, cfg, rt) or (shuffled_lengths(rt.counts, cfg.seed), None)
         tokens = int((np.arange(rt.counts.size, dtype=np.int64) * rt.counts).sum())
-        fit = first_fit(order[0], cfg.pack_size, progress=step, pause=pause, bins=False, table=order[1],
-                        tokens=tokens)
+        fit = first_fit(order[0], cfg.pack_size, progress=step, pause=pause, bins=False, table=order[1], tokens=tokens)
         del order
         first = fit.first_packs()
         regroup = partial(fn, rt.counts, cfg.pack_size, cfg.seed)  # holds the few-kB counts only
@@ -272,18 +292,34 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
     metrics = packing_metrics(fill, nseq, work, rt.counts, cfg.pack_size, rt.real_tokens, stats.get("lp_bound"))
     notes = list(hist.notes)
     if rt.num_truncated:
-        notes.append(f"{rt.num_truncated:,} samples truncated to max_seq_length {cfg.effective_max_seq_length} "
-                     f"({rt.tokens_truncated:,} tokens lost)" + (
-                         "" if cfg.overlong == "truncate" else f": padding to a multiple of {cfg.multiple} cuts "
-                         "chat samples too (offline.py _pre_pad_data_point)"))
+        notes.append(
+            f"{rt.num_truncated:,} samples truncated to max_seq_length {cfg.effective_max_seq_length} "
+            f"({rt.tokens_truncated:,} tokens lost)"
+            + (
+                ""
+                if cfg.overlong == "truncate"
+                else f": padding to a multiple of {cfg.multiple} cuts chat samples too (offline.py _pre_pad_data_point)"
+            )
+        )
     if rt.num_skipped:
-        notes.append(f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist "
-                     f"({rt.tokens_skipped:,} tokens; chat data is not truncated by GPTSFTChatDataset, so "
-                     "Megatron-Bridge leaves these samples out of the packs)")
+        notes.append(
+            f"{rt.num_skipped:,} samples longer than {cfg.effective_max_seq_length} skipped by create_hist "
+            f"({rt.tokens_skipped:,} tokens; chat data is not truncated by GPTSFTChatDataset, so "
+            "Megatron-Bridge leaves these samples out of the packs)"
+        )
     if progress:
         progress("done", 1.0)
-    result = PackingResult(config=cfg, csr=csr, first=first, regroup=regroup, runtime=rt, metadata=metadata,
-                           metrics=metrics,
-                           seconds=time.perf_counter() - t0, source=hist.source, notes=tuple(notes),
-                           per_pack=(fill, nseq, work))
+    result = PackingResult(
+        config=cfg,
+        csr=csr,
+        first=first,
+        regroup=regroup,
+        runtime=rt,
+        metadata=metadata,
+        metrics=metrics,
+        seconds=time.perf_counter() - t0,
+        source=hist.source,
+        notes=tuple(notes),
+        per_pack=(fill, nseq, work),
+    )
     return result

@@ -91,7 +91,7 @@ def _population(sample: np.ndarray, size: int, rng: np.random.Generator, cap: in
     out = np.concatenate([np.repeat(sample, whole), sample[rng.choice(n, rest, replace=False)]])
     if JITTER and cap is not None and cap > 3:
         copy = np.ones(out.size, bool)
-        copy[:n * whole:whole] = False  # the first copy of each sampled length stays exact
+        copy[: n * whole : whole] = False  # the first copy of each sampled length stays exact
         below = copy & (out < cap - 1)
         noisy = np.clip(np.rint(out * np.exp(rng.normal(0.0, JITTER, out.size))), 1, cap - 2).astype(np.int64)
         out = np.where(below, noisy, out)
@@ -117,8 +117,9 @@ def max_bootstraps(sample_size: int, total: int, pack_size: int) -> int:
     return max(2, MAX_BOOTSTRAP_WORK // work - SEED_DRAWS)
 
 
-def sample_estimate(lengths, total: int, cfg: PackingConfig, *, bootstraps: int = BOOTSTRAPS, level: float = LEVEL,
-                    seed: int = 0) -> SampleEstimate:
+def sample_estimate(
+    lengths, total: int, cfg: PackingConfig, *, bootstraps: int = BOOTSTRAPS, level: float = LEVEL, seed: int = 0
+) -> SampleEstimate:
     """Packs, packing factor and efficiency of ``total`` records, estimated from these sampled ``lengths``.
 
     >>> rng = np.random.default_rng(0)
@@ -134,10 +135,17 @@ def sample_estimate(lengths, total: int, cfg: PackingConfig, *, bootstraps: int 
         raise ValueError(f"bootstraps {bootstraps} must be at least 2 (an interval needs a spread)")
     if n >= total:  # the sample is the whole data set: its packing is the answer, exactly
         exact = _figures(lengths, cfg)
-        return SampleEstimate(sample_size=n, total=n, pack_size=cfg.pack_size,
-                              **{k: Interval(estimate=v, low=v, high=v) for k, v in
-                                 zip(("packs", "packing_factor", "efficiency"), exact, strict=True)},
-                              bootstraps=0, level=level)
+        return SampleEstimate(
+            sample_size=n,
+            total=n,
+            pack_size=cfg.pack_size,
+            **{
+                k: Interval(estimate=v, low=v, high=v)
+                for k, v in zip(("packs", "packing_factor", "efficiency"), exact, strict=True)
+            },
+            bootstraps=0,
+            level=level,
+        )
     rng = np.random.default_rng(seed)
     size = population_size(n, total)
     cap = cfg.effective_max_seq_length
@@ -167,8 +175,19 @@ def sample_estimate(lengths, total: int, cfg: PackingConfig, *, bootstraps: int 
     z = _student_t((1 + level) / 2, bootstraps - 1)  # the spread is itself estimated from the replicates
 
     def interval(k: int, factor_: float = 1.0) -> Interval:
-        return Interval(estimate=float(point[k]) * factor_, low=float(point[k] - z * spread[k]) * factor_,
-                        high=float(point[k] + z * spread[k]) * factor_)
+        return Interval(
+            estimate=float(point[k]) * factor_,
+            low=float(point[k] - z * spread[k]) * factor_,
+            high=float(point[k] + z * spread[k]) * factor_,
+        )
 
-    return SampleEstimate(sample_size=n, total=total, pack_size=cfg.pack_size, packs=interval(0, scale),
-                          packing_factor=interval(1), efficiency=interval(2), bootstraps=bootstraps, level=level)
+    return SampleEstimate(
+        sample_size=n,
+        total=total,
+        pack_size=cfg.pack_size,
+        packs=interval(0, scale),
+        packing_factor=interval(1),
+        efficiency=interval(2),
+        bootstraps=bootstraps,
+        level=level,
+    )

@@ -61,55 +61,182 @@ class GpuRecord:
 
 
 GPUS: tuple[GpuRecord, ...] = (
-    GpuRecord(name='A100-40GB', memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=1.555,
-              nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-              compute_capability=8.0, host_gbps=32.0, device_patterns=(r'\bA100\b.*\b40GB\b',),
-              device_example='NVIDIA A100-SXM4-40GB',
-              source=('NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s;'
-                      ' DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand')),
-    GpuRecord(name='A100-80GB', memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, fp4_tflops=None, hbm_tbps=2.039,
-              nvlink_gbps=300.0, nics_per_node=8, nic_gbps=25.0, gpus_per_node=8, nvlink_domain=8, sms=108,
-              compute_capability=8.0, host_gbps=32.0, device_patterns=(r'\bA100\b',),
-              device_example='NVIDIA A100-SXM4-80GB',
-              source=('NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; otherwise as A100-40GB')),
-    GpuRecord(name='H100-80GB', memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None, hbm_tbps=3.35,
-              nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=132,
-              compute_capability=9.0, host_gbps=64.0, device_patterns=(r'\bH100\b',),
-              device_example='NVIDIA H100 80GB HBM3',
-              source=('NVIDIA H100 datasheet (2023), SXM: 1,979 / 3,958 TFLOP/s BF16 / FP8 with sparsity, 80 GB HBM3 at'
-                      ' 3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7')),
-    GpuRecord(name='H200-141GB', memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, fp4_tflops=None,
-              hbm_tbps=4.8, nvlink_gbps=450.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8,
-              sms=132, compute_capability=9.0, host_gbps=64.0, device_patterns=(r'\bH200\b',),
-              device_example='NVIDIA H200',
-              source=("NVIDIA H200 datasheet (2024): H100's tensor cores, 141 GB HBM3e at 4.8 TB/s; DGX H200: 8 x 400 "
-                      'Gb/s ConnectX-7')),
-    GpuRecord(name='B200', memory_gib=179.1, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, hbm_tbps=8.0,
-              nvlink_gbps=900.0, nics_per_node=8, nic_gbps=50.0, gpus_per_node=8, nvlink_domain=8, sms=148,
-              compute_capability=10.0, host_gbps=64.0, device_patterns=(r'\bB200\b',), device_example='NVIDIA B200',
-              source=('NVIDIA DGX B200 datasheet (2025): 72 / 144 PFLOP/s FP8 / FP4 with sparsity for 8 GPUs, 1,440 GB '
-                      'HBM3e at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7')),
-    GpuRecord(name='B300', memory_gib=268.2, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=13500.0, hbm_tbps=8.0,
-              nvlink_gbps=900.0, nics_per_node=8, nic_gbps=100.0, gpus_per_node=8, nvlink_domain=8, sms=160,
-              compute_capability=10.3, host_gbps=64.0, device_patterns=(r'\bB300\b',),
-              device_example='NVIDIA B300 SXM6 AC',
-              source=('NVIDIA HGX B300 datasheet (2025), per 8 GPUs: 108 PFLOP/s FP4 dense, 72 FP8 and 36 BF16 with '
-                      'sparsity, 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8')),
-    GpuRecord(name='GB200', memory_gib=173.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0, hbm_tbps=8.0,
-              nvlink_gbps=900.0, nics_per_node=4, nic_gbps=50.0, gpus_per_node=4, nvlink_domain=72, sms=148,
-              compute_capability=10.0, host_gbps=225.0, device_patterns=(r'\bGB200\b',),
-              device_example='NVIDIA GB200',
-              source=('NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 '
-                      'with sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 '
-                      'Gb/s ConnectX-7; GB200 superchip: one Grace CPU and two GPUs over NVLink-C2C, 900 GB/s '
-                      'bidirectional')),
-    GpuRecord(name='GB300', memory_gib=268.2, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=15000.0, hbm_tbps=8.0,
-              nvlink_gbps=900.0, nics_per_node=4, nic_gbps=100.0, gpus_per_node=4, nvlink_domain=72, sms=160,
-              compute_capability=10.3, host_gbps=225.0, device_patterns=(r'\bGB300\b',),
-              device_example='NVIDIA GB300',
-              source=('NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 '
-                      'with sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8; Grace CPU to '
-                      'its two GPUs over NVLink-C2C, 900 GB/s bidirectional')),
+    GpuRecord(
+        name='A100-40GB',
+        memory_gib=40.0,
+        bf16_tflops=312.0,
+        fp8_tflops=None,
+        fp4_tflops=None,
+        hbm_tbps=1.555,
+        nvlink_gbps=300.0,
+        nics_per_node=8,
+        nic_gbps=25.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=108,
+        compute_capability=8.0,
+        host_gbps=32.0,
+        device_patterns=(r'\bA100\b.*\b40GB\b',),
+        device_example='NVIDIA A100-SXM4-40GB',
+        source=(
+            'NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s;'
+            ' DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand'
+        ),
+    ),
+    GpuRecord(
+        name='A100-80GB',
+        memory_gib=80.0,
+        bf16_tflops=312.0,
+        fp8_tflops=None,
+        fp4_tflops=None,
+        hbm_tbps=2.039,
+        nvlink_gbps=300.0,
+        nics_per_node=8,
+        nic_gbps=25.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=108,
+        compute_capability=8.0,
+        host_gbps=32.0,
+        device_patterns=(r'\bA100\b',),
+        device_example='NVIDIA A100-SXM4-80GB',
+        source=('NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; otherwise as A100-40GB'),
+    ),
+    GpuRecord(
+        name='H100-80GB',
+        memory_gib=79.6,
+        bf16_tflops=989.0,
+        fp8_tflops=1979.0,
+        fp4_tflops=None,
+        hbm_tbps=3.35,
+        nvlink_gbps=450.0,
+        nics_per_node=8,
+        nic_gbps=50.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=132,
+        compute_capability=9.0,
+        host_gbps=64.0,
+        device_patterns=(r'\bH100\b',),
+        device_example='NVIDIA H100 80GB HBM3',
+        source=(
+            'NVIDIA H100 datasheet (2023), SXM: 1,979 / 3,958 TFLOP/s BF16 / FP8 with sparsity, 80 GB HBM3 at'
+            ' 3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7'
+        ),
+    ),
+    GpuRecord(
+        name='H200-141GB',
+        memory_gib=140.4,
+        bf16_tflops=989.0,
+        fp8_tflops=1979.0,
+        fp4_tflops=None,
+        hbm_tbps=4.8,
+        nvlink_gbps=450.0,
+        nics_per_node=8,
+        nic_gbps=50.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=132,
+        compute_capability=9.0,
+        host_gbps=64.0,
+        device_patterns=(r'\bH200\b',),
+        device_example='NVIDIA H200',
+        source=(
+            "NVIDIA H200 datasheet (2024): H100's tensor cores, 141 GB HBM3e at 4.8 TB/s; DGX H200: 8 x 400 "
+            'Gb/s ConnectX-7'
+        ),
+    ),
+    GpuRecord(
+        name='B200',
+        memory_gib=179.1,
+        bf16_tflops=2250.0,
+        fp8_tflops=4500.0,
+        fp4_tflops=9000.0,
+        hbm_tbps=8.0,
+        nvlink_gbps=900.0,
+        nics_per_node=8,
+        nic_gbps=50.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=148,
+        compute_capability=10.0,
+        host_gbps=64.0,
+        device_patterns=(r'\bB200\b',),
+        device_example='NVIDIA B200',
+        source=(
+            'NVIDIA DGX B200 datasheet (2025): 72 / 144 PFLOP/s FP8 / FP4 with sparsity for 8 GPUs, 1,440 GB '
+            'HBM3e at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7'
+        ),
+    ),
+    GpuRecord(
+        name='B300',
+        memory_gib=268.2,
+        bf16_tflops=2250.0,
+        fp8_tflops=4500.0,
+        fp4_tflops=13500.0,
+        hbm_tbps=8.0,
+        nvlink_gbps=900.0,
+        nics_per_node=8,
+        nic_gbps=100.0,
+        gpus_per_node=8,
+        nvlink_domain=8,
+        sms=160,
+        compute_capability=10.3,
+        host_gbps=64.0,
+        device_patterns=(r'\bB300\b',),
+        device_example='NVIDIA B300 SXM6 AC',
+        source=(
+            'NVIDIA HGX B300 datasheet (2025), per 8 GPUs: 108 PFLOP/s FP4 dense, 72 FP8 and 36 BF16 with '
+            'sparsity, 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8'
+        ),
+    ),
+    GpuRecord(
+        name='GB200',
+        memory_gib=173.2,
+        bf16_tflops=2500.0,
+        fp8_tflops=5000.0,
+        fp4_tflops=10000.0,
+        hbm_tbps=8.0,
+        nvlink_gbps=900.0,
+        nics_per_node=4,
+        nic_gbps=50.0,
+        gpus_per_node=4,
+        nvlink_domain=72,
+        sms=148,
+        compute_capability=10.0,
+        host_gbps=225.0,
+        device_patterns=(r'\bGB200\b',),
+        device_example='NVIDIA GB200',
+        source=(
+            'NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 '
+            'with sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 '
+            'Gb/s ConnectX-7; GB200 superchip: one Grace CPU and two GPUs over NVLink-C2C, 900 GB/s '
+            'bidirectional'
+        ),
+    ),
+    GpuRecord(
+        name='GB300',
+        memory_gib=268.2,
+        bf16_tflops=2500.0,
+        fp8_tflops=5000.0,
+        fp4_tflops=15000.0,
+        hbm_tbps=8.0,
+        nvlink_gbps=900.0,
+        nics_per_node=4,
+        nic_gbps=100.0,
+        gpus_per_node=4,
+        nvlink_domain=72,
+        sms=160,
+        compute_capability=10.3,
+        host_gbps=225.0,
+        device_patterns=(r'\bGB300\b',),
+        device_example='NVIDIA GB300',
+        source=(
+            'NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 '
+            'with sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8; Grace CPU to '
+            'its two GPUs over NVLink-C2C, 900 GB/s bidirectional'
+        ),
+    ),
 )
 BY_NAME: dict[str, GpuRecord] = {g.name: g for g in GPUS}
 

@@ -73,8 +73,11 @@ def parse_plan_text(text: str, name: str) -> object:
         finally:
             loader.dispose()
     except (ValueError, yaml.YAMLError, RecursionError) as e:
-        what = str(e) if isinstance(e, ValueError) and str(e).startswith(("is ", "expands")) else \
-            f"is not valid {kind}: {str(e)[:300]}"
+        what = (
+            str(e)
+            if isinstance(e, ValueError) and str(e).startswith(("is ", "expands"))
+            else f"is not valid {kind}: {str(e)[:300]}"
+        )
         raise PlanError(name, [what]) from None
 
 
@@ -92,8 +95,12 @@ def plan_from_text(text: str, name: str, base_dir: Path | None = None) -> Plan:
     if base_dir is not None and plan.data.lengths and not plan.data.lengths.lstrip().startswith("{"):
         path = Path(plan.data.lengths).expanduser()
         resolved = os.path.normpath(path if path.is_absolute() else base_dir / path)
-        if not path.is_absolute() and path.parts[:1] == ("sample_data",) and not os.path.exists(resolved) \
-                and (BUNDLED.parent / path).is_file():  # a bundled sample, as the dashboard saves it: anywhere
+        if (
+            not path.is_absolute()
+            and path.parts[:1] == ("sample_data",)
+            and not os.path.exists(resolved)
+            and (BUNDLED.parent / path).is_file()
+        ):  # a bundled sample, as the dashboard saves it: anywhere
             resolved = str(BUNDLED.parent / path)
         if resolved != plan.data.lengths:
             plan = plan.model_copy(update={"data": plan.data.model_copy(update={"lengths": resolved})})

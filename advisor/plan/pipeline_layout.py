@@ -55,8 +55,7 @@ def parse_layout(layout: str | list) -> tuple[tuple[str, ...], ...]:
         for stage in text.split("|"):
             bad = next((c for c in stage if c not in CHARS), None)
             if bad is not None:
-                raise ValueError(f"invalid layer character {bad!r} in stage {stage[:40]!r} (known: "
-                                 f"{', '.join(CHARS)})")
+                raise ValueError(f"invalid layer character {bad!r} in stage {stage[:40]!r} (known: {', '.join(CHARS)})")
             stages.append(tuple(CHARS[c] for c in stage))
         out = tuple(stages)
     elif isinstance(layout, list) and all(isinstance(row, list) for row in layout):
@@ -103,8 +102,9 @@ class _Repeats:
         return x.group(1) * n
 
 
-def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | None, num_layers: int,
-                    mtp_num_layers: int) -> list[str]:
+def layout_problems(
+    stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | None, num_layers: int, mtp_num_layers: int
+) -> list[str]:
     """What Megatron-Core refuses in a parsed layout for this pipeline (``__init__``: stages a multiple of pp;
     ``validate_layer_layout``), plus the plan's vpp against the layout's, one message per rule.
 
@@ -116,8 +116,10 @@ def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | Non
         return [f"has {len(stages)} stages, not a multiple of parallel.pp {pp}"]
     v = len(stages) // pp
     if (vpp or 1) != v:
-        out.append(f"has {len(stages)} stages: {v} virtual stage(s) per pipeline rank, and parallel.vpp is "
-                   f"{vpp} (set vpp to {v if v > 1 else 'null'})")
+        out.append(
+            f"has {len(stages)} stages: {v} virtual stage(s) per pipeline rank, and parallel.vpp is "
+            f"{vpp} (set vpp to {v if v > 1 else 'null'})"
+        )
     flat = [k for stage in stages for k in stage]
     if not flat or flat[0] != "embedding":
         out.append("must start with the embedding (E)")
@@ -130,7 +132,7 @@ def layout_problems(stages: tuple[tuple[str, ...], ...], pp: int, vpp: int | Non
         out.append(f"has {flat.count('decoder')} decoder layers (t), the model {num_layers} (model.num_layers)")
     if flat.count("mtp") != mtp_num_layers:
         out.append(f"has {flat.count('mtp')} MTP layers (m), the model {mtp_num_layers} (model.mtp_num_layers)")
-    if "mtp" in flat and "decoder" in flat[flat.index("mtp"):]:
+    if "mtp" in flat and "decoder" in flat[flat.index("mtp") :]:
         out.append("places a decoder layer after an MTP layer")
     grid = [[stages[u * pp + r] for u in range(v)] for r in range(pp)]
     if any("mtp" in grid[r][u] for r in range(pp) for u in range(v - 1)):
@@ -155,8 +157,10 @@ def rank_layers(stages: tuple[tuple[str, ...], ...], pp: int) -> list[RankLayers
                 layer += 1
             elif kind == "mtp":
                 h["mtp"] += 1
-    return [RankLayers(decoders=tuple(h["decoders"]), embedding=r == 0, loss=r == pp - 1, mtp=h["mtp"])
-            for r, h in enumerate(held)]
+    return [
+        RankLayers(decoders=tuple(h["decoders"]), embedding=r == 0, loss=r == pp - 1, mtp=h["mtp"])
+        for r, h in enumerate(held)
+    ]
 
 
 def layout_string(stages: tuple[tuple[str, ...], ...]) -> str:
@@ -183,19 +187,22 @@ def layout_string(stages: tuple[tuple[str, ...], ...]) -> str:
 def layout_summary(stages: tuple[tuple[str, ...], ...], pp: int) -> dict:
     """What a layout places, for people: the layout string and each rank's decoder layers and MTP layers.
 
-        >>> layout_summary(parse_layout("Et*3|tmL"), 2)
-        {'layout': 'Et*3|tmL', 'layers_per_rank': [3, 1], 'mtp_per_rank': [0, 1]}
+    >>> layout_summary(parse_layout("Et*3|tmL"), 2)
+    {'layout': 'Et*3|tmL', 'layers_per_rank': [3, 1], 'mtp_per_rank': [0, 1]}
     """
     ranks = rank_layers(stages, pp)
-    return {"layout": layout_string(stages), "layers_per_rank": [len(r.decoders) for r in ranks],
-            "mtp_per_rank": [r.mtp for r in ranks]}
+    return {
+        "layout": layout_string(stages),
+        "layers_per_rank": [len(r.decoders) for r in ranks],
+        "mtp_per_rank": [r.mtp for r in ranks],
+    }
 
 
 def ranks_text(summary: dict) -> str:
     """Each rank's layers from ``layout_summary``, as the CLI and the dashboard say them.
 
-        >>> ranks_text(layout_summary(parse_layout("Et*3|tmL"), 2))
-        'decoder layers per rank 3, 1, MTP 1 on rank 1'
+    >>> ranks_text(layout_summary(parse_layout("Et*3|tmL"), 2))
+    'decoder layers per rank 3, 1, MTP 1 on rank 1'
     """
     mtp = "".join(f", MTP {k} on rank {r}" for r, k in enumerate(summary["mtp_per_rank"]) if k)
     return f"decoder layers per rank {', '.join(map(str, summary['layers_per_rank']))}{mtp}"

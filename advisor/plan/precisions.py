@@ -25,13 +25,20 @@ def precision_problems(precision: str, fp8_recipe: str | None, gpu: str, compute
     high = BELOW_COMPUTE_CAPABILITY.get(precision)
     if compute_capability < low or (high is not None and compute_capability >= high):
         family = {8.9: "Ada, Hopper or Blackwell", 10.0: "Blackwell"}.get(low, "")
-        out.append(f"training.precision {precision} needs compute capability {low} or higher"
-                   + (f" and below {high}" if high else "") + f" ({family}; Transformer Engine quantization.py); "
-                   f"hardware.gpu {gpu} has {compute_capability:g}")
+        out.append(
+            f"training.precision {precision} needs compute capability {low} or higher"
+            + (f" and below {high}" if high else "")
+            + f" ({family}; Transformer Engine quantization.py); "
+            f"hardware.gpu {gpu} has {compute_capability:g}"
+        )
     if fp8_recipe is not None and precision != "fp8":
-        out.append(f"training.fp8_recipe {fp8_recipe} applies to precision fp8 only ({precision} is its own "
-                   "recipe): leave it null")
+        out.append(
+            f"training.fp8_recipe {fp8_recipe} applies to precision fp8 only ({precision} is its own "
+            "recipe): leave it null"
+        )
     if precision == "fp8" and fp8_recipe == "blockwise" and compute_capability < BLOCKWISE_MIN:
-        out.append(f"training.fp8_recipe blockwise needs compute capability {BLOCKWISE_MIN} or higher (Transformer "
-                   f"Engine quantization.py); hardware.gpu {gpu} has {compute_capability:g}")
+        out.append(
+            f"training.fp8_recipe blockwise needs compute capability {BLOCKWISE_MIN} or higher (Transformer "
+            f"Engine quantization.py); hardware.gpu {gpu} has {compute_capability:g}"
+        )
     return out

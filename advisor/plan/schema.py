@@ -87,12 +87,12 @@ class VisionSpec(_Section):
     spatial_merge_size: int = _int(1, 64, "patches merged per side", 2)
 
 
-
 class ModelSpec(_Section):
     """Architecture in Megatron TransformerConfig names; ``preset`` fills every field not given."""
 
-    preset: str | None = Field(None, description="a preset name (see `python -m advisor schema`); the other fields "
-                                                 "override it")
+    preset: str | None = Field(
+        None, description="a preset name (see `python -m advisor schema`); the other fields override it"
+    )
     hidden_size: int = _int(1, 1 << 18, "model width h")
     num_layers: int = _int(1, 4096, "transformer layers")
     num_attention_heads: int = _int(1, 4096, "query heads")
@@ -106,47 +106,64 @@ class ModelSpec(_Section):
     num_moe_experts: int | None = Field(None, ge=1, le=4096, description="routed experts; null = dense")
     moe_router_topk: int = _int(1, 64, "experts per token", 2)
     moe_ffn_hidden_size: int | None = Field(None, ge=1, le=1 << 20, description="expert MLP width")
-    moe_shared_expert_intermediate_size: int | None = Field(None, ge=1, le=1 << 20,
-                                                            description="shared expert MLP width")
+    moe_shared_expert_intermediate_size: int | None = Field(
+        None, ge=1, le=1 << 20, description="shared expert MLP width"
+    )
     moe_layer_freq: int | list[Annotated[int, Field(ge=0, le=1)]] = Field(
-        1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer")
+        1, description="1 = every layer MoE, k = every k-th, or a 0/1 list per layer"
+    )
     # What Megatron-LM's arguments need to build the same network (Megatron-Bridge's bridges read them from the HF
     # config.json: models/llama/llama_bridge.py, qwen/qwen3_bridge.py, nemotron/nemotron_bridge.py, 0.6.2)
     position_embedding_type: Literal["rope", "mrope", "yarn", "learned_absolute", "none"] = Field(
-        "rope", description="position embedding (mrope: Qwen2-VL's multimodal RoPE; yarn: YaRN-scaled RoPE)")
+        "rope", description="position embedding (mrope: Qwen2-VL's multimodal RoPE; yarn: YaRN-scaled RoPE)"
+    )
     rotary_base: int = _int(1, 10**9, "RoPE base theta (HF rope_theta)", 10000)
-    rotary_percent: float = Field(1.0, gt=0, le=1, description="share of head channels RoPE rotates (HF "
-                                                               "partial_rotary_factor)")
-    rope_scaling_factor: float | None = Field(None, ge=1, le=1024, description="RoPE scaling factor, Llama 3.x's or "
-                                              "YaRN's (HF rope_scaling.factor); null = none")
+    rotary_percent: float = Field(
+        1.0, gt=0, le=1, description="share of head channels RoPE rotates (HF partial_rotary_factor)"
+    )
+    rope_scaling_factor: float | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="RoPE scaling factor, Llama 3.x's or YaRN's (HF rope_scaling.factor); null = none",
+    )
     mrope_section: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
-        None, max_length=4, description="mrope: channels per temporal/height/width section")
+        None, max_length=4, description="mrope: channels per temporal/height/width section"
+    )
     norm_epsilon: float = Field(1e-5, gt=0, le=0.1, description="normalization epsilon (HF rms_norm_eps/norm_eps)")
-    layernorm_zero_centered_gamma: bool = Field(False, description="LayerNorm with 1 + gamma (Nemotron's "
-                                                                    "LayerNorm1p)")
+    layernorm_zero_centered_gamma: bool = Field(False, description="LayerNorm with 1 + gamma (Nemotron's LayerNorm1p)")
     activation: Literal["silu", "squared_relu", "gelu", "quick_gelu"] = Field(
-        "silu", description="MLP activation (gated with gated_linear_unit: SwiGLU; quick_gelu: GPT-OSS's gated one)")
+        "silu", description="MLP activation (gated with gated_linear_unit: SwiGLU; quick_gelu: GPT-OSS's gated one)"
+    )
     qk_layernorm: bool = Field(False, description="normalization of queries and keys (Qwen3)")
     add_bias_linear: bool = Field(False, description="biases in the linear layers")
     add_qkv_bias: bool = Field(False, description="biases in the QKV projection only (Qwen2)")
     moe_router_score_function: Literal["softmax", "sigmoid"] = Field("softmax", description="router scores")
     moe_router_enable_expert_bias: bool = Field(False, description="aux-loss-free expert bias (DeepSeek-V3)")
     moe_router_num_groups: int | None = Field(None, ge=1, le=4096, description="group-limited routing: groups")
-    moe_router_group_topk: int | None = Field(None, ge=1, le=4096, description="group-limited routing: groups "
-                                                                               "chosen per token")
-    moe_router_topk_scaling_factor: float | None = Field(None, gt=0, le=1e3, description="routed experts' output "
-                                                                                         "scale (DeepSeek-V3)")
+    moe_router_group_topk: int | None = Field(
+        None, ge=1, le=4096, description="group-limited routing: groups chosen per token"
+    )
+    moe_router_topk_scaling_factor: float | None = Field(
+        None, gt=0, le=1e3, description="routed experts' output scale (DeepSeek-V3)"
+    )
     vision: VisionSpec | None = Field(None, description="vision encoder (VLM presets)")
     window_size: int | None = Field(None, ge=1, le=MAX_TOKENS, description="sliding-window attention, tokens")
-    window_attn_skip_freq: int | None = Field(None, ge=1, le=4096, description="with window_size: every k-th layer "
-                                              "attends fully (Megatron's window_attn_skip_freq); null = all windowed")
+    window_attn_skip_freq: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="with window_size: every k-th layer "
+        "attends fully (Megatron's window_attn_skip_freq); null = all windowed",
+    )
     softmax_type: Literal["vanilla", "off-by-one", "learnable"] = Field(
-        "vanilla", description="attention softmax; learnable = a learned sink logit per head (GPT-OSS)")
+        "vanilla", description="attention softmax; learnable = a learned sink logit per head (GPT-OSS)"
+    )
     mtp_num_layers: int = _int(0, 16, "multi-token prediction layers", 0)
-    family: str = Field("gpt", max_length=64, pattern=NAME, description="model family (some cannot pack: "
-                                                                       "qwen3-omni)")
-    approximated: str | None = Field(None, max_length=200, pattern=r"^[\w .,:;()+/-]*$",
-                                     description="what a preset approximates (plain words)")
+    family: str = Field("gpt", max_length=64, pattern=NAME, description="model family (some cannot pack: qwen3-omni)")
+    approximated: str | None = Field(
+        None, max_length=200, pattern=r"^[\w .,:;()+/-]*$", description="what a preset approximates (plain words)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -191,32 +208,52 @@ class ParallelSpec(_Section):
     etp: int = _int(1, 1024, "expert tensor parallel size (MoE)", 1)
     vpp: int | None = Field(None, ge=1, le=1024, description="virtual pipeline stages per rank; needs pp > 1")
     sp: bool = Field(False, description="sequence parallelism (with TP > 1)")
-    cp_comm_type: CpCommType = Field(
-        "p2p", description="how CP ranks exchange K/V (Transformer Engine)")
+    cp_comm_type: CpCommType = Field("p2p", description="how CP ranks exchange K/V (Transformer Engine)")
     hierarchical_cp_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
-        None, max_length=4, description="for a2a+p2p: [a2a size, p2p size], multiplying to cp")
+        None, max_length=4, description="for a2a+p2p: [a2a size, p2p size], multiplying to cp"
+    )
     account_for_embedding_in_pipeline_split: bool = Field(
-        False, description="the input embedding takes a layer's place on the first pipeline stage (Megatron)")
+        False, description="the input embedding takes a layer's place on the first pipeline stage (Megatron)"
+    )
     account_for_loss_in_pipeline_split: bool = Field(
-        False, description="the output layer and loss take a layer's place on the last pipeline stage (Megatron)")
-    tp_comm_overlap: bool = Field(False, description="overlap TP communication with GEMMs (Transformer Engine "
-                                                     "userbuffers; needs sp; Megatron-Bridge's default is off)")
-    moe_dispatcher: MoeDispatcher = Field("alltoall", description=(
-        "MoE token dispatcher (Megatron-Core moe_token_dispatcher_type): alltoall (NCCL all-to-all, permutation "
-        "as separate kernels) or flex with the DeepEP or HybridEP backend (moe_flex_dispatcher_backend: "
-        "communication kernels that permute while they send)"))
-    moe_a2a_overlap: bool = Field(False, description=(
-        "overlap the expert-parallel all-to-all with the other micro batch's compute (Megatron-Core "
-        "overlap_moe_expert_parallel_comm, with delay_wgrad_compute): needs ep > 1, vpp when pp > 1, and no full "
-        "recompute"))
-    fsdp: bool = Field(False, description="Megatron FSDP (use_megatron_fsdp): weights, gradients and optimizer "
-                                          "state sharded over DP x CP, gathered layer by layer")
+        False, description="the output layer and loss take a layer's place on the last pipeline stage (Megatron)"
+    )
+    tp_comm_overlap: bool = Field(
+        False,
+        description="overlap TP communication with GEMMs (Transformer Engine "
+        "userbuffers; needs sp; Megatron-Bridge's default is off)",
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        "alltoall",
+        description=(
+            "MoE token dispatcher (Megatron-Core moe_token_dispatcher_type): alltoall (NCCL all-to-all, permutation "
+            "as separate kernels) or flex with the DeepEP or HybridEP backend (moe_flex_dispatcher_backend: "
+            "communication kernels that permute while they send)"
+        ),
+    )
+    moe_a2a_overlap: bool = Field(
+        False,
+        description=(
+            "overlap the expert-parallel all-to-all with the other micro batch's compute (Megatron-Core "
+            "overlap_moe_expert_parallel_comm, with delay_wgrad_compute): needs ep > 1, vpp when pp > 1, and no full "
+            "recompute"
+        ),
+    )
+    fsdp: bool = Field(
+        False,
+        description="Megatron FSDP (use_megatron_fsdp): weights, gradients and optimizer "
+        "state sharded over DP x CP, gathered layer by layer",
+    )
     pipeline_layout: str | list[list[Annotated[str, Field(max_length=16)]]] | None = Field(
-        None, max_length=2000, description=(
+        None,
+        max_length=2000,
+        description=(
             "which layers each pipeline stage holds (Megatron-Core pipeline_model_parallel_layout): a string such as "
             "'Et*3|(t*4|)*14tmL' (E embedding, t decoder layer, m MTP layer, L loss; | between stages, *n repeats) "
             "or a list of lists of layer names; stages = pp x vpp. Null: Megatron-Bridge's recipe layout where its "
-            "recipe sets one (DeepSeek-V3, Kimi-K2), else the even split"))
+            "recipe sets one (DeepSeek-V3, Kimi-K2), else the even split"
+        ),
+    )
 
     @property
     def dp(self) -> int:
@@ -229,52 +266,102 @@ class ParallelSpec(_Section):
         accounted for (megatron/training/arguments.py)."""
         return int(self.account_for_embedding_in_pipeline_split) + int(self.account_for_loss_in_pipeline_split)
 
+
 class TrainingSpec(_Section):
     task: Task = Field("llm-sft", description="what is trained")
     seq_length: int = _int(1, MAX_TOKENS, "sequence length, tokens (samples longer are truncated)", 4096)
     micro_batch_size: int = _int(1, 4096, "rows per micro batch (1 with offline packing: a row is a pack)", 1)
-    global_batch_size: int | None = Field(None, ge=1, le=1 << 24, description=(
-        "the framework's global batch, as its config writes it: Megatron-Bridge's cfg.train.global_batch_size "
-        "(PACKS per step under offline packing, a multiple of DP; samples otherwise), Megatron-LM's "
-        "--global-batch-size (sequences) under online packing; exclusive with global_batch_samples; 128 when "
-        "neither is given"))
-    global_batch_samples: int | None = Field(None, ge=1, le=1 << 24, description=(
-        "SAMPLES per optimizer step, as an unpacked run counts them; under offline packing the export writes "
-        "samples / n packs, rounded to DP (so the samples trained differ a little: estimate's "
-        "plan.effective_samples_per_step); exclusive with global_batch_size"))
+    global_batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 24,
+        description=(
+            "the framework's global batch, as its config writes it: Megatron-Bridge's cfg.train.global_batch_size "
+            "(PACKS per step under offline packing, a multiple of DP; samples otherwise), Megatron-LM's "
+            "--global-batch-size (sequences) under online packing; exclusive with global_batch_samples; 128 when "
+            "neither is given"
+        ),
+    )
+    global_batch_samples: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 24,
+        description=(
+            "SAMPLES per optimizer step, as an unpacked run counts them; under offline packing the export writes "
+            "samples / n packs, rounded to DP (so the samples trained differ a little: estimate's "
+            "plan.effective_samples_per_step); exclusive with global_batch_size"
+        ),
+    )
     recompute: Recompute = Field("selective", description="activation recompute")
-    recompute_num_layers: int | None = Field(None, ge=1, le=1 << 20, description=(
-        "with recompute full: Megatron-Core's block method, only the first N layers of each pipeline chunk "
-        "recomputed (Megatron-Bridge's performance recipes' recompute_num_layers); null: every layer (uniform)"))
+    recompute_num_layers: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 20,
+        description=(
+            "with recompute full: Megatron-Core's block method, only the first N layers of each pipeline chunk "
+            "recomputed (Megatron-Bridge's performance recipes' recompute_num_layers); null: every layer (uniform)"
+        ),
+    )
     distributed_optimizer: bool = Field(True, description="shard optimizer state over DP")
-    grad_reduce_in_fp32: bool = Field(True, description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
-                                                        "default; performance recipes turn it off: half the bytes)")
-    precision: Precision = Field("bf16", description="precision of the linear layers' GEMMs (attention stays BF16; "
-                                 "mxfp8 and nvfp4 need Blackwell)")
-    fp8_recipe: Fp8Recipe | None = Field(None, description="precision fp8 only: FP8 scaling (null = tensorwise, "
-                                         "current scaling)")
+    grad_reduce_in_fp32: bool = Field(
+        True,
+        description="reduce gradients in FP32 (Megatron-Bridge bf16_mixed's "
+        "default; performance recipes turn it off: half the bytes)",
+    )
+    precision: Precision = Field(
+        "bf16",
+        description="precision of the linear layers' GEMMs (attention stays BF16; mxfp8 and nvfp4 need Blackwell)",
+    )
+    fp8_recipe: Fp8Recipe | None = Field(
+        None, description="precision fp8 only: FP8 scaling (null = tensorwise, current scaling)"
+    )
     peft: Peft = Field("none", description="parameter-efficient fine-tuning")
     lora_rank: int = _int(1, 4096, "LoRA rank (Megatron-Bridge's LoRA dim, default 32)", 32)
     lora_targets: list[LoraTarget] = Field(
-        default_factory=lambda: list(get_args(LoraTarget)), min_length=1, max_length=4, description=(
+        default_factory=lambda: list(get_args(LoraTarget)),
+        min_length=1,
+        max_length=4,
+        description=(
             "linear layers LoRA adapts (Megatron-Bridge LoRA target_modules; its default: all four; the performance "
-            "scripts of Megatron-Bridge and NeMo adapt linear_qkv only); linear_fc1/fc2 include MoE experts'"))
+            "scripts of Megatron-Bridge and NeMo adapt linear_qkv only); linear_fc1/fc2 include MoE experts'"
+        ),
+    )
     cuda_graphs: bool = Field(False, description="CUDA graphs (fixed shapes: packs padded to full length)")
-    cpu_offloading_num_layers: int = _int(0, 1 << 20, (
-        "layers whose saved activations go to host memory in forward and come back for backward (Megatron-Core "
-        "cpu_offloading_num_layers, Megatron-Bridge's GB200/GB300 FSDP recipes): fewer than the layers, pp 1, no "
-        "recompute, and CUDA graphs only over the full iteration"), 0)
-    epochs: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="passes over the data; the "
-                                 "exports turn it into train_iters (null: the recipe's train_iters)")
+    cpu_offloading_num_layers: int = _int(
+        0,
+        1 << 20,
+        (
+            "layers whose saved activations go to host memory in forward and come back for backward (Megatron-Core "
+            "cpu_offloading_num_layers, Megatron-Bridge's GB200/GB300 FSDP recipes): fewer than the layers, pp 1, no "
+            "recompute, and CUDA graphs only over the full iteration"
+        ),
+        0,
+    )
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="passes over the data; the exports turn it into train_iters (null: the recipe's train_iters)",
+    )
     # Megatron-Core's names and defaults (transformer_config.py calculate_per_token_loss, DistributedDataParallelConfig
     # average_in_collective); Megatron-Bridge 0.6.2 recipes/common.py _sft_common keeps both defaults
-    calculate_per_token_loss: bool = Field(False, description=(
-        "every supervised token of the global batch weighs 1/N in the gradient (False: each micro batch's loss is "
-        "averaged over its own loss tokens, so packing changes the weights); the export sets it with CP > 1 in SFT, "
-        "as Megatron-Bridge requires"))
-    average_in_collective: bool = Field(False, description=(
-        "DDP averages gradients inside the collective (ReduceOp.AVG) instead of scaling by 1/DP first: the same "
-        "weights; Megatron-Core refuses it with calculate_per_token_loss"))
+    calculate_per_token_loss: bool = Field(
+        False,
+        description=(
+            "every supervised token of the global batch weighs 1/N in the gradient (False: each micro batch's loss is "
+            "averaged over its own loss tokens, so packing changes the weights); "
+            "the export sets it with CP > 1 in SFT, "
+            "as Megatron-Bridge requires"
+        ),
+    )
+    average_in_collective: bool = Field(
+        False,
+        description=(
+            "DDP averages gradients inside the collective (ReduceOp.AVG) instead of scaling by 1/DP first: the same "
+            "weights; Megatron-Core refuses it with calculate_per_token_loss"
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -286,9 +373,11 @@ class TrainingSpec(_Section):
         if isinstance(raw, dict):
             size, samples = raw.get("global_batch_size"), raw.get("global_batch_samples")
             if size is not None and samples is not None:
-                raise ValueError("give the batch in one unit: global_batch_size (the framework's: packs under "
-                                 "offline packing, samples otherwise) or global_batch_samples (samples per step), "
-                                 "not both")
+                raise ValueError(
+                    "give the batch in one unit: global_batch_size (the framework's: packs under "
+                    "offline packing, samples otherwise) or global_batch_samples (samples per step), "
+                    "not both"
+                )
             if size is None and samples is None:
                 raw = {**raw, "global_batch_size": DEFAULT_GLOBAL_BATCH}
         return raw
@@ -296,41 +385,62 @@ class TrainingSpec(_Section):
 
 class PackingSpec(_Section):
     mode: PackingMode = Field(
-        "auto", description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training; online: "
-                            "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler)")
-    pack_size: int | None = Field(None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; "
-                                                                          "null = seq_length")
-    algorithm: Algorithm = Field("first_fit_shuffle", description="packing algorithm (the first two are "
-                                                                   "Megatron-Bridge's)")
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="packing shuffle seed (the dataset config's "
-                                                                     "seed); null = the recipe's, 5678")
-    pad_seq_to_mult: int | None = Field(None, ge=1, le=65536, description="pad each sequence to a multiple of "
-                                                                          "this; null = the CP/SP rule")
+        "auto",
+        description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training; online: "
+        "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler)",
+    )
+    pack_size: int | None = Field(
+        None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; null = seq_length"
+    )
+    algorithm: Algorithm = Field(
+        "first_fit_shuffle", description="packing algorithm (the first two are Megatron-Bridge's)"
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=2**32 - 1,
+        description="packing shuffle seed (the dataset config's seed); null = the recipe's, 5678",
+    )
+    pad_seq_to_mult: int | None = Field(
+        None, ge=1, le=65536, description="pad each sequence to a multiple of this; null = the CP/SP rule"
+    )
     # online mode (Megatron-LM): which commit's scheduler, which scheduler, and the per-rank buffer
-    megatron_lm: MegatronLmBranch = Field("dev", description="online: Megatron-LM branch whose scheduler "
-                                                                   "runs (main d98e8a64 has it but does not call it)")
+    megatron_lm: MegatronLmBranch = Field(
+        "dev", description="online: Megatron-LM branch whose scheduler runs (main d98e8a64 has it but does not call it)"
+    )
     scheduler: OnlineScheduler = Field(
-        "dp_balanced", description="online: --sequence-packing-scheduler (default_dynamic_cp: dev only)")
-    max_seqlen_per_dp_cp_rank: int | None = Field(None, ge=1, le=MAX_TOKENS, description="online: tokens a "
-                                                  "DP x CP rank holds per micro batch; null = Megatron-LM's default")
+        "dp_balanced", description="online: --sequence-packing-scheduler (default_dynamic_cp: dev only)"
+    )
+    max_seqlen_per_dp_cp_rank: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="online: tokens a DP x CP rank holds per micro batch; null = Megatron-LM's default",
+    )
 
 
 class DataSpec(_Section):
-    lengths: str | None = Field(None, max_length=4096, description="lengths file; a relative path is read from "
-                                                                   "the plan file's folder")
+    lengths: str | None = Field(
+        None, max_length=4096, description="lengths file; a relative path is read from the plan file's folder"
+    )
     column: str | None = Field(None, max_length=256, description="column or field holding the lengths")
     format: DataFormat = Field(
-        "sft", description="what the lengths are (python -m advisor tokenize records it): sft = GPTSFTDataset, "
-                           "which truncates to the max length; chat = GPTSFTChatDataset, which does not, so offline "
-                           "packing skips samples longer than the pack (create_hist)")
+        "sft",
+        description="what the lengths are (python -m advisor tokenize records it): sft = GPTSFTDataset, "
+        "which truncates to the max length; chat = GPTSFTChatDataset, which does not, so offline "
+        "packing skips samples longer than the pack (create_hist)",
+    )
 
 
 class HardwareSpec(_Section):
-    gpu: str = Field("H100-80GB", max_length=64, pattern=NAME, description=f"GPU preset: {', '.join(GPU_PRESETS)}, "
-                                                                          "or a name with memory_gib and bf16_tflops")
+    gpu: str = Field(
+        "H100-80GB",
+        max_length=64,
+        pattern=NAME,
+        description=f"GPU preset: {', '.join(GPU_PRESETS)}, or a name with memory_gib and bf16_tflops",
+    )
     memory_gib: float | None = Field(None, gt=0, le=65536, allow_inf_nan=False, description="GPU memory, GiB")
-    bf16_tflops: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
-                                      description="dense BF16 peak, TFLOP/s")
+    bf16_tflops: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False, description="dense BF16 peak, TFLOP/s")
 
     @property
     def capacity_gib(self) -> float:
@@ -354,8 +464,11 @@ class HardwareSpec(_Section):
 class Plan(_Section):
     """A training plan. Derived settings are properties; changes are new plans (``changed``)."""
 
-    version: Literal[2] = Field(VERSION, description="plan file format: 2 = training.global_batch_size in the "
-                                "framework's unit (files without it are version 1, read with a note)")
+    version: Literal[2] = Field(
+        VERSION,
+        description="plan file format: 2 = training.global_batch_size in the "
+        "framework's unit (files without it are version 1, read with a note)",
+    )
     model: ModelSpec = Field(description="a preset name, {preset, overrides}, or every architecture field")
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
@@ -399,8 +512,11 @@ class Plan(_Section):
         if self.pipeline_stages is None:
             return None
         p = self.parallel
-        source = "the plan's" if p.pipeline_layout is not None else (
-            f"Megatron-Bridge's {self.model.preset} recipe layout for PP {p.pp} x VP {p.vpp or 1}")
+        source = (
+            "the plan's"
+            if p.pipeline_layout is not None
+            else (f"Megatron-Bridge's {self.model.preset} recipe layout for PP {p.pp} x VP {p.vpp or 1}")
+        )
         return {**layout_summary(self.pipeline_stages, p.pp), "source": source}
 
     @property
@@ -542,10 +658,15 @@ class Plan(_Section):
         if self.packing_mode != "offline":
             return f"{self.requested_samples:,} samples per step"
         if not packing_factor:
-            return (f"{self.batch_in_packs:,} packs per step" if self.batch_in_packs is not None
-                    else f"{self.requested_samples:,} samples per step")
-        text = (f"{self.global_batch_packs(packing_factor):,} packs ≈ "
-                f"{self.effective_samples_per_step(packing_factor):,.0f} samples per step")
+            return (
+                f"{self.batch_in_packs:,} packs per step"
+                if self.batch_in_packs is not None
+                else f"{self.requested_samples:,} samples per step"
+            )
+        text = (
+            f"{self.global_batch_packs(packing_factor):,} packs ≈ "
+            f"{self.effective_samples_per_step(packing_factor):,.0f} samples per step"
+        )
         if self.requested_samples is not None:
             text += f" ({self.requested_samples:,} samples requested)"
         return text
@@ -576,8 +697,10 @@ class Plan(_Section):
                     raw["model"] = {**current, **values}
             elif isinstance(values, dict) and isinstance(raw.get(section), dict):
                 if section == "training":  # the batch has one unit: setting one clears the other
-                    for unit, other in (("global_batch_size", "global_batch_samples"),
-                                        ("global_batch_samples", "global_batch_size")):
+                    for unit, other in (
+                        ("global_batch_size", "global_batch_samples"),
+                        ("global_batch_samples", "global_batch_size"),
+                    ):
                         if values.get(unit) is not None and other not in values:
                             values = {**values, other: None}
                 raw[section] = {**raw[section], **values}
@@ -604,10 +727,14 @@ class Plan(_Section):
             return raw
         if now:  # samples stay samples: Megatron-Bridge's packs are derived from them by n
             return {**raw, "training": {**t, "global_batch_samples": t["global_batch_size"], "global_batch_size": None}}
-        raise PlanError("changed plan", [
-            f"packing mode {_mode_of(raw)} counts the global batch in samples, and the plan gives "
-            f"training.global_batch_size {t['global_batch_size']} packs (offline packing's unit): give "
-            "training.global_batch_samples (about packs x n) with the change"])
+        raise PlanError(
+            "changed plan",
+            [
+                f"packing mode {_mode_of(raw)} counts the global batch in samples, and the plan gives "
+                f"training.global_batch_size {t['global_batch_size']} packs (offline packing's unit): give "
+                "training.global_batch_samples (about packs x n) with the change"
+            ],
+        )
 
     def to_dict(self) -> dict:
         """The plan as written to a file: JSON types only, a preset model as ``{preset, overrides}``."""
@@ -622,8 +749,12 @@ def stages_of(model: ModelSpec, parallel: ParallelSpec) -> tuple[tuple[str, ...]
     why the plan's own cannot be read, as a message."""
     p = parallel
     layout = p.pipeline_layout
-    if layout is None and not p.pipeline_slots and model.preset in MODEL_PRESETS and \
-            model.num_layers == MODEL_PRESETS[model.preset]["num_layers"]:  # the recipe's map is for its layers
+    if (
+        layout is None
+        and not p.pipeline_slots
+        and model.preset in MODEL_PRESETS
+        and model.num_layers == MODEL_PRESETS[model.preset]["num_layers"]
+    ):  # the recipe's map is for its layers
         layout = recipe_layout(model.preset, p.pp, p.vpp, model.mtp_num_layers)
     if layout is None:
         return None
@@ -633,8 +764,13 @@ def stages_of(model: ModelSpec, parallel: ParallelSpec) -> tuple[tuple[str, ...]
         return str(e)
 
 
-def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None, training: TrainingSpec | None,
-                         packing: PackingSpec | None, hardware: HardwareSpec | None) -> list[str]:
+def consistency_problems(
+    model: ModelSpec | None,
+    parallel: ParallelSpec | None,
+    training: TrainingSpec | None,
+    packing: PackingSpec | None,
+    hardware: HardwareSpec | None,
+) -> list[str]:
     """Megatron's divisibility rules within and across sections, one message per broken rule, each naming its
     fields. A section that did not validate is None and the rules that need it are skipped, so one pass reports
     every problem that can be seen."""
@@ -642,11 +778,14 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
     out = []
     if m is not None:
         if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
-            out.append(f"model.hidden_size {m.hidden_size} is not divisible by num_attention_heads "
-                       f"{m.num_attention_heads} (give kv_channels, the head dimension)")
+            out.append(
+                f"model.hidden_size {m.hidden_size} is not divisible by num_attention_heads "
+                f"{m.num_attention_heads} (give kv_channels, the head dimension)"
+            )
         if m.num_attention_heads % m.query_groups:
-            out.append(f"model.num_query_groups {m.query_groups} must divide model.num_attention_heads "
-                       f"{m.num_attention_heads}")
+            out.append(
+                f"model.num_query_groups {m.query_groups} must divide model.num_attention_heads {m.num_attention_heads}"
+            )
         if isinstance(m.moe_layer_freq, list) and len(m.moe_layer_freq) != m.num_layers:
             out.append(f"model.moe_layer_freq has {len(m.moe_layer_freq)} entries for {m.num_layers} layers")
     if p is not None:
@@ -663,8 +802,11 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append("parallel.moe_a2a_overlap with pp > 1 needs a virtual pipeline (parallel.vpp)")
         if p.cp_comm_type == "a2a+p2p" and (not p.hierarchical_cp_sizes or math.prod(p.hierarchical_cp_sizes) != p.cp):
             out.append(f"parallel.cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp {p.cp}")
-    unknown = hardware is not None and hardware.gpu not in GPU_PRESETS and (hardware.memory_gib is None or
-                                                                             hardware.bf16_tflops is None)
+    unknown = (
+        hardware is not None
+        and hardware.gpu not in GPU_PRESETS
+        and (hardware.memory_gib is None or hardware.bf16_tflops is None)
+    )
     if unknown:
         out.append(f"hardware.gpu: {unknown_gpu(hardware.gpu)} (or give memory_gib and bf16_tflops for another GPU)")
     if hardware is not None and t is not None and not unknown:
@@ -681,21 +823,31 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
     if t is not None and t.cpu_offloading_num_layers:  # megatron/core/transformer/transformer_config.py refuses these
         n = t.cpu_offloading_num_layers
         if m is not None and n >= m.num_layers:
-            out.append(f"training.cpu_offloading_num_layers {n} must be below model.num_layers {m.num_layers}: "
-                       "Megatron-Core offloads only layers less than the layer count")
+            out.append(
+                f"training.cpu_offloading_num_layers {n} must be below model.num_layers {m.num_layers}: "
+                "Megatron-Core offloads only layers less than the layer count"
+            )
         if p is not None and p.pp > 1:
-            out.append(f"training.cpu_offloading_num_layers needs parallel.pp 1, not {p.pp}: Megatron-Core does not "
-                       "offload with pipeline parallelism")
+            out.append(
+                f"training.cpu_offloading_num_layers needs parallel.pp 1, not {p.pp}: Megatron-Core does not "
+                "offload with pipeline parallelism"
+            )
         if t.recompute != "none":
-            out.append(f"training.cpu_offloading_num_layers needs training.recompute none, not {t.recompute}: "
-                       "Megatron-Core does not offload with activation recompute")
+            out.append(
+                f"training.cpu_offloading_num_layers needs training.recompute none, not {t.recompute}: "
+                "Megatron-Core does not offload with activation recompute"
+            )
         if t.cuda_graphs:  # 0.16.1 refuses every cuda_graph_impl with it, 0.19.2 all but full_iteration
-            out.append("training.cpu_offloading_num_layers cannot run with training.cuda_graphs: Megatron-Core "
-                       "refuses CUDA graphs with CPU offloading (only whole-iteration graphs from 0.19)")
+            out.append(
+                "training.cpu_offloading_num_layers cannot run with training.cuda_graphs: Megatron-Core "
+                "refuses CUDA graphs with CPU offloading (only whole-iteration graphs from 0.19)"
+            )
         if p is not None and p.moe_a2a_overlap:
-            out.append("training.cpu_offloading_num_layers cannot run with parallel.moe_a2a_overlap: the overlapped "
-                       "schedule runs the layers outside the block's offload context "
-                       "(megatron/core/models/common/model_chunk_schedule_plan.py), so nothing would be offloaded")
+            out.append(
+                "training.cpu_offloading_num_layers cannot run with parallel.moe_a2a_overlap: the overlapped "
+                "schedule runs the layers outside the block's offload context "
+                "(megatron/core/models/common/model_chunk_schedule_plan.py), so nothing would be offloaded"
+            )
     if p is not None and t is not None and p.fsdp and not t.distributed_optimizer:  # MB and MLM force it on
         out.append("parallel.fsdp shards the optimizer state: training.distributed_optimizer must be true")
     if m is not None and p is not None:
@@ -709,18 +861,30 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
             out.append(f"parallel.pipeline_layout: {layout}")
         elif layout is not None:
             if p.pipeline_slots:  # megatron/core/transformer/transformer_config.py refuses both
-                out.append("parallel.pipeline_layout places the embedding and the loss itself: set "
-                           "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split false")
-            out += [f"parallel.pipeline_layout {x}" for x in
-                    layout_problems(layout, p.pp, p.vpp, m.num_layers, m.mtp_num_layers)]
+                out.append(
+                    "parallel.pipeline_layout places the embedding and the loss itself: set "
+                    "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split false"
+                )
+            out += [
+                f"parallel.pipeline_layout {x}"
+                for x in layout_problems(layout, p.pp, p.vpp, m.num_layers, m.mtp_num_layers)
+            ]
         elif (m.num_layers + p.pipeline_slots) % stages:
             extra = f" + {p.pipeline_slots} (embedding/loss)" if p.pipeline_slots else ""
             known = RECIPE_LAYOUTS.get(m.preset or "")
-            recipe = (f"; Megatron-Bridge's {m.preset} recipe has layouts for PP x VP "
-                      f"{', '.join(f'{a} x {b}' for a, b in sorted(known))}") if known else ""
-            out.append(f"model.num_layers {m.num_layers}{extra} is not divisible by pp*vpp = {stages} (Megatron "
-                       "can count the embedding and the loss as layers: parallel.account_for_embedding_in_pipeline"
-                       f"_split, account_for_loss_in_pipeline_split; or give parallel.pipeline_layout{recipe})")
+            recipe = (
+                (
+                    f"; Megatron-Bridge's {m.preset} recipe has layouts for PP x VP "
+                    f"{', '.join(f'{a} x {b}' for a, b in sorted(known))}"
+                )
+                if known
+                else ""
+            )
+            out.append(
+                f"model.num_layers {m.num_layers}{extra} is not divisible by pp*vpp = {stages} (Megatron "
+                "can count the embedding and the loss as layers: parallel.account_for_embedding_in_pipeline"
+                f"_split, account_for_loss_in_pipeline_split; or give parallel.pipeline_layout{recipe})"
+            )
         if m.num_moe_experts:
             if m.num_moe_experts % p.ep:
                 out.append(f"model.num_moe_experts {m.num_moe_experts} is not divisible by parallel.ep {p.ep}")
@@ -734,51 +898,69 @@ def consistency_problems(model: ModelSpec | None, parallel: ParallelSpec | None,
         offline = resolved_mode(k.mode, t.task) == "offline"
         if k.mode == "online":
             if t.task != "llm-sft":
-                out.append(f"packing.mode online is Megatron-LM's SFT packing: training.task must be llm-sft, "
-                           f"not {t.task}")
+                out.append(
+                    f"packing.mode online is Megatron-LM's SFT packing: training.task must be llm-sft, not {t.task}"
+                )
             if k.scheduler == "default_dynamic_cp" and k.megatron_lm != "dev":
-                out.append("packing.scheduler default_dynamic_cp exists on Megatron-LM dev only "
-                           "(packing.megatron_lm: dev)")
+                out.append(
+                    "packing.scheduler default_dynamic_cp exists on Megatron-LM dev only (packing.megatron_lm: dev)"
+                )
             buffer = (p.cp if k.scheduler == "dp_balanced" else p.cp * p.dp) * (k.max_seqlen_per_dp_cp_rank or 0)
             if k.max_seqlen_per_dp_cp_rank is not None and buffer < t.seq_length:  # dev arguments.py asserts it
-                out.append(f"packing.max_seqlen_per_dp_cp_rank {k.max_seqlen_per_dp_cp_rank} x "
-                           f"{'CP' if k.scheduler == 'dp_balanced' else 'DP x CP'} = {buffer} is below "
-                           f"training.seq_length {t.seq_length}: Megatron-LM refuses a buffer smaller than a sequence")
+                out.append(
+                    f"packing.max_seqlen_per_dp_cp_rank {k.max_seqlen_per_dp_cp_rank} x "
+                    f"{'CP' if k.scheduler == 'dp_balanced' else 'DP x CP'} = {buffer} is below "
+                    f"training.seq_length {t.seq_length}: Megatron-LM refuses a buffer smaller than a sequence"
+                )
         pack = k.pack_size or t.seq_length
         if offline and t.micro_batch_size != 1:  # Megatron-Bridge ConfigContainer.validate refuses it
             mbs = t.micro_batch_size
             equal = [f"training.micro_batch_size 1, packing.pack_size {pack * mbs}"]
             if t.global_batch_size is not None:
-                equal.append(f"training.global_batch_size {max(p.dp, t.global_batch_size // mbs // p.dp * p.dp)} "
-                             "(packs)")
-            out.append(f"training.micro_batch_size {mbs} under offline packing: Megatron-Bridge refuses micro "
-                       f"batches of packs (a pack already holds several samples); its own equivalent, the same "
-                       f"tokens per step: {', '.join(equal)}")
+                equal.append(
+                    f"training.global_batch_size {max(p.dp, t.global_batch_size // mbs // p.dp * p.dp)} (packs)"
+                )
+            out.append(
+                f"training.micro_batch_size {mbs} under offline packing: Megatron-Bridge refuses micro "
+                f"batches of packs (a pack already holds several samples); its own equivalent, the same "
+                f"tokens per step: {', '.join(equal)}"
+            )
         if offline and k.pack_size is not None and k.pack_size > t.seq_length:
-            out.append(f"packing.pack_size {k.pack_size} is longer than training.seq_length {t.seq_length}: the "
-                       "model is built for seq_length tokens a row (Megatron-Bridge's model.seq_length) and a pack "
-                       f"is one row; set training.seq_length {k.pack_size}, or leave pack_size null to follow "
-                       "seq_length")
+            out.append(
+                f"packing.pack_size {k.pack_size} is longer than training.seq_length {t.seq_length}: the "
+                "model is built for seq_length tokens a row (Megatron-Bridge's model.seq_length) and a pack "
+                f"is one row; set training.seq_length {k.pack_size}, or leave pack_size null to follow "
+                "seq_length"
+            )
         longest = min(t.seq_length, pack)
         if k.pad_seq_to_mult is not None and k.pad_seq_to_mult > longest:  # Megatron-Bridge offline.py refuses it
-            out.append(f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
-                       f"holds ({longest}): every sample would be cut to nothing")
+            out.append(
+                f"packing.pad_seq_to_mult {k.pad_seq_to_mult} is larger than the longest sequence a pack "
+                f"holds ({longest}): every sample would be cut to nothing"
+            )
         elif k.pad_seq_to_mult is None and offline and (derived := offline_multiple(p)) > longest:
             # the recipes' multiple under CP (Plan.offline_pad_seq_to_mult): a pack shorter than it holds nothing
-            out.append(f"packing.pack_size {pack} is shorter than the multiple CP {p.cp} pads every sequence to "
-                       f"({derived}, Megatron-Bridge's recipes' pad_seq_to_mult): no sample fits a pack")
+            out.append(
+                f"packing.pack_size {pack} is shorter than the multiple CP {p.cp} pads every sequence to "
+                f"({derived}, Megatron-Bridge's recipes' pad_seq_to_mult): no sample fits a pack"
+            )
         if offline and k.pack_size is None and t.seq_length > MAX_PACK:
-            out.append(f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
-                       f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size")
+            out.append(
+                f"packing.pack_size: offline packing is simulated for packs up to {MAX_PACK:,} tokens; "
+                f"training.seq_length {t.seq_length:,} needs an explicit, smaller pack_size"
+            )
         given = "global_batch_size" if t.global_batch_size is not None else "global_batch_samples"
         batch = t.global_batch_size if t.global_batch_size is not None else t.global_batch_samples
         if offline and t.global_batch_size is not None and t.global_batch_size % p.dp:
-            out.append(f"training.global_batch_size {t.global_batch_size} packs is not a multiple of dp {p.dp} "
-                       "(under offline packing Megatron-Bridge's global_batch_size counts packs, micro batches of 1 "
-                       "on every DP rank)")
+            out.append(
+                f"training.global_batch_size {t.global_batch_size} packs is not a multiple of dp {p.dp} "
+                "(under offline packing Megatron-Bridge's global_batch_size counts packs, micro batches of 1 "
+                "on every DP rank)"
+            )
         elif not offline and batch % (t.micro_batch_size * p.dp):
-            out.append(f"training.{given} {batch} is not divisible by micro_batch_size*dp "
-                       f"= {t.micro_batch_size}*{p.dp}")
+            out.append(
+                f"training.{given} {batch} is not divisible by micro_batch_size*dp = {t.micro_batch_size}*{p.dp}"
+            )
     return out
 
 
@@ -787,27 +969,42 @@ def _settings_that_do_nothing(m: ModelSpec | None, p: ParallelSpec | None, t: Tr
     run would not have is a plan that says one thing and trains another."""
     out = []
     if p is not None and p.sp and p.tp == 1:  # megatron/core/model_parallel_config.py __post_init__ raises
-        out.append("parallel.sp needs tp > 1: Megatron-Core refuses sequence parallelism without tensor "
-                   "parallelism at start-up (set sp false, or tp > 1)")
+        out.append(
+            "parallel.sp needs tp > 1: Megatron-Core refuses sequence parallelism without tensor "
+            "parallelism at start-up (set sp false, or tp > 1)"
+        )
     if m is not None and p is not None and p.etp > 1 and not m.num_moe_experts:
-        out.append(f"parallel.etp {p.etp} splits MoE experts; {m.name} is a dense model (no num_moe_experts): "
-                   "set etp 1")
+        out.append(
+            f"parallel.etp {p.etp} splits MoE experts; {m.name} is a dense model (no num_moe_experts): set etp 1"
+        )
     # a plan file writes every field, so "given" is "not the default": LoRA's rank or targets changed from
     # Megatron-Bridge's defaults say the user meant LoRA
     lora_default = {"lora_rank": 32, "lora_targets": list(get_args(LoraTarget))}
     if t is not None and t.peft != "lora":
         given = [k for k, v in lora_default.items() if getattr(t, k) != v]
         if given:
-            out.append(f"training.{given[0]} sets LoRA, and training.peft is {t.peft}: it would do nothing (set "
-                       "peft lora, or drop it)")
-    if t is not None and m is not None and t.peft == "lora" and "linear_qkv" in t.lora_targets \
-            and t.lora_targets != lora_default["lora_targets"] and m.preset in MLA_PRESETS:
-        out.append(f"training.lora_targets: {m.preset}'s multi-latent attention has no linear_qkv (its projections "
-                   "are linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj and linear_kv_up_proj); target "
-                   "linear_proj, linear_fc1 and linear_fc2")
+            out.append(
+                f"training.{given[0]} sets LoRA, and training.peft is {t.peft}: it would do nothing (set "
+                "peft lora, or drop it)"
+            )
+    if (
+        t is not None
+        and m is not None
+        and t.peft == "lora"
+        and "linear_qkv" in t.lora_targets
+        and t.lora_targets != lora_default["lora_targets"]
+        and m.preset in MLA_PRESETS
+    ):
+        out.append(
+            f"training.lora_targets: {m.preset}'s multi-latent attention has no linear_qkv (its projections "
+            "are linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj and linear_kv_up_proj); target "
+            "linear_proj, linear_fc1 and linear_fc2"
+        )
     if t is not None and m is not None and t.task == "vlm-sft" and m.vision is None:
-        out.append(f"training.task vlm-sft needs a vision encoder; {m.name} is a text model (model.vision is "
-                   "empty): use llm-sft, or a VLM preset such as qwen2.5-vl-7b")
+        out.append(
+            f"training.task vlm-sft needs a vision encoder; {m.name} is a text model (model.vision is "
+            "empty): use llm-sft, or a VLM preset such as qwen2.5-vl-7b"
+        )
     return out
 
 
@@ -847,11 +1044,11 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
       - parallel.gpus 6 is not divisible by tp*pp*cp = 4
     """
     if not isinstance(raw, dict):
-        raise PlanError(source, [f"expected a mapping with sections {', '.join(SECTIONS)}; got "
-                                 f"{type(raw).__name__}"])
+        raise PlanError(source, [f"expected a mapping with sections {', '.join(SECTIONS)}; got {type(raw).__name__}"])
     if "model" not in raw or raw["model"] is None:
-        raise PlanError(source, ["model: missing (a preset name, {preset: ..., overrides}, or hidden_size, "
-                                 "num_layers, ... fields)"])
+        raise PlanError(
+            source, ["model: missing (a preset name, {preset: ..., overrides}, or hidden_size, num_layers, ... fields)"]
+        )
     raw, notes, problems = migrate(raw)
     problems += [f"{_name(name)}: unknown section" for name in list(raw)[:20] if name not in (*SECTIONS, "version")]
     sections: dict[str, Any] = {}
@@ -868,8 +1065,7 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
         except RecursionError:
             problems.append(f"{name}: nested too deeply")
             sections[name] = None
-    problems += consistency_problems(*(sections[n] for n in ("model", "parallel", "training", "packing",
-                                                             "hardware")))
+    problems += consistency_problems(*(sections[n] for n in ("model", "parallel", "training", "packing", "hardware")))
     if problems:
         raise PlanError(source, list(dict.fromkeys(problems)))
     return Plan.model_construct(**sections, version=VERSION, notes=tuple(notes))  # checked: no second validation
@@ -936,34 +1132,58 @@ def migrate(raw: dict) -> tuple[dict, list[str], list[str]]:
         training = {k: v for k, v in training.items() if k != "global_batch_packs"}
         if packs is not None:
             if training.get("global_batch_size") is not None:
-                return raw, [], ["training: give the batch in one unit: global_batch_size (samples in a version-1 "
-                                 "plan) or global_batch_packs, not both"]
+                return (
+                    raw,
+                    [],
+                    [
+                        "training: give the batch in one unit: global_batch_size (samples in a version-1 "
+                        "plan) or global_batch_packs, not both"
+                    ],
+                )
             if not offline:
-                return raw, [], [f"training.global_batch_packs counts the packs of offline packing; packing mode "
-                                 f"{_mode_of(raw)} counts samples: give training.global_batch_size"]
+                return (
+                    raw,
+                    [],
+                    [
+                        f"training.global_batch_packs counts the packs of offline packing; packing mode "
+                        f"{_mode_of(raw)} counts samples: give training.global_batch_size"
+                    ],
+                )
             training["global_batch_size"] = packs
-            notes.append(f"training.global_batch_packs {excerpt(packs)} is written training.global_batch_size now "
-                         "(plan files of version 2: the framework's own global batch, packs under offline packing)")
+            notes.append(
+                f"training.global_batch_packs {excerpt(packs)} is written training.global_batch_size now "
+                "(plan files of version 2: the framework's own global batch, packs under offline packing)"
+            )
     elif offline and training.get("global_batch_size") is not None:
         gbs = training["global_batch_size"]
-        notes.append(f"training.global_batch_size {excerpt(gbs)} is read as Megatron-Bridge reads it under offline "
-                     f"packing: {excerpt(gbs)} packs per step (about n times as many samples). This file has no "
-                     f"version, and before version 2 it meant samples: to ask for samples, write training."
-                     f"global_batch_samples: {excerpt(gbs)} (and version: 2 to silence this note; see the CHANGELOG)")
+        notes.append(
+            f"training.global_batch_size {excerpt(gbs)} is read as Megatron-Bridge reads it under offline "
+            f"packing: {excerpt(gbs)} packs per step (about n times as many samples). This file has no "
+            f"version, and before version 2 it meant samples: to ask for samples, write training."
+            f"global_batch_samples: {excerpt(gbs)} (and version: 2 to silence this note; see the CHANGELOG)"
+        )
     raw["training"] = training
     return raw, notes, []
 
 
-SECTION_TYPES: dict[str, type[_Section]] = {"model": ModelSpec, "parallel": ParallelSpec, "training": TrainingSpec,
-                                            "packing": PackingSpec, "data": DataSpec, "hardware": HardwareSpec}
+SECTION_TYPES: dict[str, type[_Section]] = {
+    "model": ModelSpec,
+    "parallel": ParallelSpec,
+    "training": TrainingSpec,
+    "packing": PackingSpec,
+    "data": DataSpec,
+    "hardware": HardwareSpec,
+}
 
 
 def json_schema() -> dict:
     """The plan's JSON Schema (for editors: ``# yaml-language-server: $schema=plan.schema.json``)."""
     schema = Plan.model_json_schema()
     schema["title"] = "Sequence packing advisor plan"
-    schema["description"] = ("training.global_batch_size is the framework's global batch (Megatron-Bridge's: packs "
-                             "under offline packing, samples otherwise; training.global_batch_samples counts "
-                             "samples); model is a preset name, "
-                             "{preset, overrides} or every field. Presets: " + ", ".join(MODEL_PRESETS))
+    schema["description"] = (
+        "training.global_batch_size is the framework's global batch (Megatron-Bridge's: packs "
+        "under offline packing, samples otherwise; training.global_batch_samples counts "
+        "samples); model is a preset name, "
+        "{preset, overrides} or every field. Presets: " + ", ".join(MODEL_PRESETS)
+    )
     return schema

@@ -69,15 +69,18 @@ def split_folder(out: str, split: str) -> str:
 def fingerprint(data_files: list[str], tokenizer: str, fmt: str, settings) -> str:
     """SHA-256 of the data files' bytes, the tokenizer's files and the format and settings, hex.
 
-        >>> import tempfile
-        >>> f = os.path.join(tempfile.mkdtemp(), "d.jsonl"); _ = open(f, "w").write("{}\\n")
-        >>> len(fingerprint([f], f, "sft", None))
-        64
+    >>> import tempfile
+    >>> f = os.path.join(tempfile.mkdtemp(), "d.jsonl"); _ = open(f, "w").write("{}\\n")
+    >>> len(fingerprint([f], f, "sft", None))
+    64
     """
     h = hashlib.sha256()
     h.update(json.dumps({"format": fmt, "settings": _settings_dict(settings)}, sort_keys=True, default=str).encode())
-    tok_files = [tokenizer] if os.path.isfile(tokenizer) else [
-        os.path.join(tokenizer, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(tokenizer, n))]
+    tok_files = (
+        [tokenizer]
+        if os.path.isfile(tokenizer)
+        else [os.path.join(tokenizer, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(tokenizer, n))]
+    )
     for path in [*data_files, *tok_files]:
         h.update(os.path.basename(path).encode() + b"\0")
         with open(path, "rb") as f:
@@ -99,8 +102,14 @@ def merge_parts(parts_dir: str, shards: int, dest: str, records: np.ndarray, met
     total = int(sum(int(k.sum()) for k in kept))
     for name in ("ids", "mask"):
         with open(os.path.join(dest, f"{name}.npy"), "xb") as f:
-            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(DTYPES[name])),
-                                                     "fortran_order": False, "shape": (total,)})
+            np.lib.format.write_array_header_1_0(
+                f,
+                {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(DTYPES[name])),
+                    "fortran_order": False,
+                    "shape": (total,),
+                },
+            )
             for i in range(shards):
                 part = np.load(part_paths(parts_dir, i)[name], mmap_mode="r", allow_pickle=False)
                 if part.size:
@@ -109,8 +118,7 @@ def merge_parts(parts_dir: str, shards: int, dest: str, records: np.ndarray, met
     stored = np.concatenate(kept) if kept else np.zeros(0, np.int64)
     offsets = np.zeros(stored.size + 1, np.int64)
     np.cumsum(stored, out=offsets[1:])
-    cut = [np.load(part_paths(parts_dir, i)["truncated"], allow_pickle=False)[x >= 0]
-           for i, x in enumerate(lengths)]
+    cut = [np.load(part_paths(parts_dir, i)["truncated"], allow_pickle=False)[x >= 0] for i, x in enumerate(lengths)]
     _save(dest, "offsets", offsets)
     _save(dest, "records", np.asarray(records, np.int64))
     _save(dest, "truncated", np.concatenate(cut) if cut else np.zeros(0, bool))
@@ -187,8 +195,12 @@ def read_meta(folder: str) -> dict:
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or None
-        raise InputError(path, where, f"{err['msg']} ({excerpt(err.get('input'))}); not a token cache prepare "
-                         "wrote, or edited since: prepare the data again") from None
+        raise InputError(
+            path,
+            where,
+            f"{err['msg']} ({excerpt(err.get('input'))}); not a token cache prepare "
+            "wrote, or edited since: prepare the data again",
+        ) from None
 
 
 def _regular(path: str) -> None:
@@ -223,8 +235,12 @@ def _header(path: str, name: str) -> tuple[int, int]:
         raise InputError(path, None, f"holds {dtype} in {len(shape)} dimension(s), not {np.dtype(DTYPES[name])} in one")
     n = int(shape[0])
     if size != start + n * dtype.itemsize:
-        raise InputError(path, None, f"its header says {n:,} values ({start + n * dtype.itemsize:,} bytes) and the "
-                         f"file holds {size:,} bytes: cut short or padded, not a token cache prepare wrote")
+        raise InputError(
+            path,
+            None,
+            f"its header says {n:,} values ({start + n * dtype.itemsize:,} bytes) and the "
+            f"file holds {size:,} bytes: cut short or padded, not a token cache prepare wrote",
+        )
     return n, start
 
 
@@ -239,32 +255,50 @@ def open_cache(out: str, split: str) -> TokenCache | None:
     sizes = {name: _header(cache.path(name), name)[0] for name in ARRAYS}
     n = sizes["offsets"] - 1
     if n > MAX_CACHE_RECORDS:
-        raise InputError(cache.path("offsets"), None, f"claims {n:,} records; a token cache holds at most "
-                         f"{MAX_CACHE_RECORDS:,}")
+        raise InputError(
+            cache.path("offsets"), None, f"claims {n:,} records; a token cache holds at most {MAX_CACHE_RECORDS:,}"
+        )
     eod, vocab = cache.meta["eod"], cache.meta["vocab_size"]
     if eod is not None and vocab is not None and eod >= vocab:
         raise InputError(os.path.join(folder, "meta.json"), "eod", f"{eod:,} is not below vocab_size {vocab:,}")
-    if (n < 0 or sizes["mask"] != sizes["ids"] or sizes["records"] != n or sizes["truncated"] != n
-            or cache.meta["records_packed_from"] != n or cache.meta["tokens"] != sizes["ids"]):
-        raise InputError(folder, None, "the token cache's arrays do not fit together or with its meta.json (ids, "
-                         "mask, offsets, records, truncated); prepare the data again")
+    if (
+        n < 0
+        or sizes["mask"] != sizes["ids"]
+        or sizes["records"] != n
+        or sizes["truncated"] != n
+        or cache.meta["records_packed_from"] != n
+        or cache.meta["tokens"] != sizes["ids"]
+    ):
+        raise InputError(
+            folder,
+            None,
+            "the token cache's arrays do not fit together or with its meta.json (ids, "
+            "mask, offsets, records, truncated); prepare the data again",
+        )
     offsets = cache.array("offsets")
     last = 0
     for a in range(0, offsets.size, _CHUNK):  # bounded temporaries: never a diff of the whole array at once
-        part = np.asarray(offsets[a:a + _CHUNK])
+        part = np.asarray(offsets[a : a + _CHUNK])
         if (a == 0 and part[0] != 0) or part[0] < last or (np.diff(part) < 0).any():
-            raise InputError(cache.path("offsets"), None, "not a running total from 0: not a token cache prepare "
-                             "wrote; prepare the data again")
+            raise InputError(
+                cache.path("offsets"),
+                None,
+                "not a running total from 0: not a token cache prepare wrote; prepare the data again",
+            )
         last = int(part[-1])
     if last != sizes["ids"]:
-        raise InputError(folder, None, f"the offsets end at {last:,} and ids holds {sizes['ids']:,} tokens; prepare "
-                         "the data again")
+        raise InputError(
+            folder, None, f"the offsets end at {last:,} and ids holds {sizes['ids']:,} tokens; prepare the data again"
+        )
     records = cache.array("records")
     for a in range(0, records.size, _CHUNK):
-        part = np.asarray(records[a:a + _CHUNK])
+        part = np.asarray(records[a : a + _CHUNK])
         if part.size and (part.min() < 0 or part.max() >= max(cache.meta["records_read"], 1)):
-            raise InputError(cache.path("records"), None, "record numbers outside the data set meta.json describes; "
-                             "prepare the data again")
+            raise InputError(
+                cache.path("records"),
+                None,
+                "record numbers outside the data set meta.json describes; prepare the data again",
+            )
     return cache
 
 

@@ -88,7 +88,7 @@ def assign_slots(runtime: np.ndarray, packing: PackingResult, seed: int, shuffle
     by_length = kept[np.argsort(runtime[kept], kind="stable")]
     counts = np.bincount(runtime[kept], minlength=int(packing.config.pack_size) + 1)
     slot_counts = np.bincount(items, minlength=counts.size)
-    if not np.array_equal(slot_counts[:counts.size], counts) or slot_counts.size != counts.size:
+    if not np.array_equal(slot_counts[: counts.size], counts) or slot_counts.size != counts.size:
         raise RuntimeError("the packs do not hold exactly the records' lengths")  # a bug, not bad input
     slots_by_length = np.argsort(items, kind="stable")  # slots of length v in pack order
     out = np.empty(items.size, np.int64)
@@ -97,6 +97,6 @@ def assign_slots(runtime: np.ndarray, packing: PackingResult, seed: int, shuffle
         c = int(counts[v])
         perm = rs.permutation(c)
         # .pop() takes the permuted list from its end: the k-th slot of length v gets perm[c - 1 - k]
-        out[slots_by_length[start:start + c]] = by_length[start:start + c][perm[::-1]]
+        out[slots_by_length[start : start + c]] = by_length[start : start + c][perm[::-1]]
         start += c
     return out

@@ -15,7 +15,7 @@ import json
 def metadata_text(splits: list[dict]) -> str:
     """The file's text: the splits' dicts as one JSON list, as ``json.dump(packing_metadata_file, f)`` writes it.
 
-        >>> metadata_text([{"pack_size": 8, "packing_factor": 2.5}])
-        '[{"pack_size": 8, "packing_factor": 2.5}]'
+    >>> metadata_text([{"pack_size": 8, "packing_factor": 2.5}])
+    '[{"pack_size": 8, "packing_factor": 2.5}]'
     """
     return json.dumps(splits)

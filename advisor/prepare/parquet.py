@@ -19,25 +19,29 @@ import pyarrow.parquet as pq
 from advisor.prepare.rows import Rows
 
 ROW_GROUP = 500  # write_packed_parquet's row_group_size
-SCHEMA = pa.schema([("input_ids", pa.list_(pa.int64())), ("loss_mask", pa.list_(pa.int8())),
-                    ("seq_start_id", pa.list_(pa.int64()))])
+SCHEMA = pa.schema(
+    [("input_ids", pa.list_(pa.int64())), ("loss_mask", pa.list_(pa.int8())), ("seq_start_id", pa.list_(pa.int64()))]
+)
 
 
 def table_of(rows: Rows) -> pa.Table:
     """The rows as Bridge's table: three list columns.
 
-        >>> import numpy as np
-        >>> r = Rows(ids=np.array([7, 8, 5], np.int64), mask=np.array([1, 0, 1], np.int8),
-        ...          offsets=np.array([0, 2, 3], np.int32), seq_start=np.array([0, 0], np.int64),
-        ...          start_offsets=np.array([0, 1, 2], np.int32))
-        >>> table_of(r).to_pylist()[0]
-        {'input_ids': [7, 8], 'loss_mask': [1, 0], 'seq_start_id': [0]}
+    >>> import numpy as np
+    >>> r = Rows(ids=np.array([7, 8, 5], np.int64), mask=np.array([1, 0, 1], np.int8),
+    ...          offsets=np.array([0, 2, 3], np.int32), seq_start=np.array([0, 0], np.int64),
+    ...          start_offsets=np.array([0, 1, 2], np.int32))
+    >>> table_of(r).to_pylist()[0]
+    {'input_ids': [7, 8], 'loss_mask': [1, 0], 'seq_start_id': [0]}
     """
-    return pa.Table.from_arrays([
-        pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.ids, pa.int64())),
-        pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.mask, pa.int8())),
-        pa.ListArray.from_arrays(pa.array(rows.start_offsets, pa.int32()), pa.array(rows.seq_start, pa.int64())),
-    ], schema=SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.ids, pa.int64())),
+            pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.mask, pa.int8())),
+            pa.ListArray.from_arrays(pa.array(rows.start_offsets, pa.int32()), pa.array(rows.seq_start, pa.int64())),
+        ],
+        schema=SCHEMA,
+    )
 
 
 def write_rows(path: str, groups: Iterable[Rows]) -> int:

@@ -31,8 +31,18 @@ class Rows:
     start_offsets: np.ndarray  # int32
 
 
-def build_rows(ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, stored: np.ndarray, slot_record: np.ndarray,
-               slot_target: np.ndarray, pack_offsets: np.ndarray, *, pad_id: int | None, mask_kind: str) -> Rows:
+def build_rows(
+    ids: np.ndarray,
+    mask: np.ndarray,
+    starts: np.ndarray,
+    stored: np.ndarray,
+    slot_record: np.ndarray,
+    slot_target: np.ndarray,
+    pack_offsets: np.ndarray,
+    *,
+    pad_id: int | None,
+    mask_kind: str,
+) -> Rows:
     """The rows of the packs whose slots are ``slot_record`` (record indices into ``starts``/``stored``, the cache's
     spans) with ``slot_target`` stored tokens each; ``pack_offsets`` cuts the slots into packs (from 0).
 
@@ -51,14 +61,29 @@ def build_rows(ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, stored: np
     out_ids = np.empty(int(out_start[-1]), np.int64)
     out_mask = np.empty(int(out_start[-1]), np.int8)
     # a memmap is an ndarray subclass: viewed as a plain array for numba, still reading the file's pages
-    _gather(ids.view(np.ndarray), mask.view(np.ndarray), np.ascontiguousarray(starts, dtype=np.int64),
-            np.ascontiguousarray(stored, dtype=np.int64), slot_record, target, 0 if pad_id is None else pad_id,
-            PAD_MASK[mask_kind], ROLLED[mask_kind], out_ids, out_mask)
+    _gather(
+        ids.view(np.ndarray),
+        mask.view(np.ndarray),
+        np.ascontiguousarray(starts, dtype=np.int64),
+        np.ascontiguousarray(stored, dtype=np.int64),
+        slot_record,
+        target,
+        0 if pad_id is None else pad_id,
+        PAD_MASK[mask_kind],
+        ROLLED[mask_kind],
+        out_ids,
+        out_mask,
+    )
     pack_offsets = np.asarray(pack_offsets, dtype=np.int64)
     offsets = out_start[pack_offsets]
     seq_start = out_start[:-1] - np.repeat(offsets[:-1], np.diff(pack_offsets))
-    return Rows(ids=out_ids, mask=out_mask, offsets=(offsets - offsets[0]).astype(np.int32), seq_start=seq_start,
-                start_offsets=(pack_offsets - pack_offsets[0]).astype(np.int32))
+    return Rows(
+        ids=out_ids,
+        mask=out_mask,
+        offsets=(offsets - offsets[0]).astype(np.int32),
+        seq_start=seq_start,
+        start_offsets=(pack_offsets - pack_offsets[0]).astype(np.int32),
+    )
 
 
 @njit(cache=True, nogil=True)  # nogil: the next row group is gathered while Arrow encodes this one

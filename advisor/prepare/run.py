@@ -64,9 +64,14 @@ class PrepareOptions:
 
     def packing(self) -> PackingConfig:
         try:  # overlong="skip": prepare decides per record (fill.runtime_of); the histogram holds runtime + 1
-            return PackingConfig(pack_size=self.pack_size, algorithm=self.algorithm, seed=self.seed,
-                                 pad_seq_to_mult=self.pad_seq_to_mult, max_seq_length=self.max_seq_length,
-                                 overlong="skip")
+            return PackingConfig(
+                pack_size=self.pack_size,
+                algorithm=self.algorithm,
+                seed=self.seed,
+                pad_seq_to_mult=self.pad_seq_to_mult,
+                max_seq_length=self.max_seq_length,
+                overlong="skip",
+            )
         except ValueError as e:
             raise InputError("prepare", None, str(e)) from None
 
@@ -118,15 +123,22 @@ class PrepareResult:
             out["max_single_sequence_length"] = self.options.max_seq_length
         for s in self.splits:
             spec = s.files[0] if len(s.files) == 1 else f"{s.split}_{self.options.pack_size}_*.idx.parquet"
-            out["packed_train_data_path" if s.split == "training" else "packed_val_data_path"] = \
-                os.path.join(self.out, spec)
+            out["packed_train_data_path" if s.split == "training" else "packed_val_data_path"] = os.path.join(
+                self.out, spec
+            )
         out["packed_metadata_path"] = os.path.join(self.out, metadata_file(self.options.pack_size))
         return out
 
 
-def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = None,
-            validation: TokenizeJob | None = None, from_cache: str | None = None,
-            progress: Progress | None = None) -> PrepareResult:
+def prepare(
+    out: str,
+    options: PrepareOptions,
+    *,
+    train: TokenizeJob | None = None,
+    validation: TokenizeJob | None = None,
+    from_cache: str | None = None,
+    progress: Progress | None = None,
+) -> PrepareResult:
     """Write the packed data set into the folder ``out`` (new, or empty, or any with ``options.force``) from raw
     data (``train``, ``validation`` jobs) or from the token cache of a folder prepared before (``from_cache``)."""
     started = time.perf_counter()
@@ -173,9 +185,16 @@ def prepare(out: str, options: PrepareOptions, *, train: TokenizeJob | None = No
         discard_folder(staging)
         raise
     say("done", 1.0)
-    return PrepareResult(out=out, options=options, splits=tuple(splits), files=tuple(names + [meta_name]),
-                         seconds=time.perf_counter() - started, tokenize_seconds=tokenize_seconds,
-                         from_cache=from_cache, notes=swept)
+    return PrepareResult(
+        out=out,
+        options=options,
+        splits=tuple(splits),
+        files=tuple(names + [meta_name]),
+        seconds=time.perf_counter() - started,
+        tokenize_seconds=tokenize_seconds,
+        from_cache=from_cache,
+        notes=swept,
+    )
 
 
 @contextlib.contextmanager
@@ -191,8 +210,9 @@ def _ray(options: PrepareOptions):
         yield notes
 
 
-def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptions,
-               say: Progress) -> token_cache.TokenCache:
+def _tokenized(
+    job: TokenizeJob, split: str, staging: str, options: PrepareOptions, say: Progress
+) -> token_cache.TokenCache:
     """Tokenize a split with the engine (its workers write the tokens), then join the parts into the cache."""
     settings = job.settings
     if job.fmt == "sft":
@@ -208,20 +228,37 @@ def _tokenized(job: TokenizeJob, split: str, staging: str, options: PrepareOptio
         # loaded here, before the pool forks: every worker inherits it instead of importing transformers itself
         # (seconds each, which on a small data set is most of the run)
         tok.transformers_tokenizer()
-    result = tokenize(job, engine=options.engine, workers=options.workers, address=options.address,
-                      progress=lambda text, done: say(f"{split}: {text}", 0.6 * done))
+    result = tokenize(
+        job,
+        engine=options.engine,
+        workers=options.workers,
+        address=options.address,
+        progress=lambda text, done: say(f"{split}: {text}", 0.6 * done),
+    )
     files, _ = data_files_and_notes(job.data)
     say(f"{split}: fingerprinting the data and the tokenizer", 0.6)
-    meta = {"split": split, "format": job.fmt, "mask_kind": mask_kind(job.fmt, settings), "eod": tok.special_id("eos"),
-            "vocab_size": tok.vocab_size,
-            "stored_max_seq_length": options.stored_max if job.fmt == "sft" else None,
-            "settings": token_cache._settings_dict(settings), "data": job.data, "tokenizer": job.tokenizer,
-            "fingerprint": token_cache.fingerprint(files, job.tokenizer, job.fmt, settings),
-            "source": result.source, "records_read": result.total_records, "tokenized": int(result.lengths.size),
-            "truncated": result.truncated, "seconds": result.seconds, "engine": result.engine,
-            "excluded": [{"reason": e.reason, "count": e.count, "first_at": e.first_at} for e in result.excluded]}
-    return token_cache.merge_parts(parts, result.shards, token_cache.split_folder(staging, split),
-                                   result.sample_index, meta)
+    meta = {
+        "split": split,
+        "format": job.fmt,
+        "mask_kind": mask_kind(job.fmt, settings),
+        "eod": tok.special_id("eos"),
+        "vocab_size": tok.vocab_size,
+        "stored_max_seq_length": options.stored_max if job.fmt == "sft" else None,
+        "settings": token_cache._settings_dict(settings),
+        "data": job.data,
+        "tokenizer": job.tokenizer,
+        "fingerprint": token_cache.fingerprint(files, job.tokenizer, job.fmt, settings),
+        "source": result.source,
+        "records_read": result.total_records,
+        "tokenized": int(result.lengths.size),
+        "truncated": result.truncated,
+        "seconds": result.seconds,
+        "engine": result.engine,
+        "excluded": [{"reason": e.reason, "count": e.count, "first_at": e.first_at} for e in result.excluded],
+    }
+    return token_cache.merge_parts(
+        parts, result.shards, token_cache.split_folder(staging, split), result.sample_index, meta
+    )
 
 
 def _cached(source: str, split: str, staging: str, options: PrepareOptions) -> token_cache.TokenCache | None:
@@ -230,15 +267,22 @@ def _cached(source: str, split: str, staging: str, options: PrepareOptions) -> t
     cache = token_cache.open_cache(source, split)
     if cache is None:
         if split == "training":
-            raise InputError(source, None, f"holds no token cache ({token_cache.CACHE_DIR}/training): give a folder "
-                             "`advisor prepare` wrote")
+            raise InputError(
+                source,
+                None,
+                f"holds no token cache ({token_cache.CACHE_DIR}/training): give a folder `advisor prepare` wrote",
+            )
         return None
     stored_max = cache.meta.get("stored_max_seq_length")
     if cache.meta["format"] == "sft" and stored_max != options.stored_max:
-        raise InputError(source, split, f"its SFT records were cut to {stored_max} tokens when they were "
-                         f"tokenized, and this packing needs them cut to {options.stored_max} (GPTSFTDataset cuts the "
-                         "input field, not the tail): use the same max_seq_length and padding (--max-seq-length, "
-                         "--pad-seq-to-mult), or prepare from the raw data")
+        raise InputError(
+            source,
+            split,
+            f"its SFT records were cut to {stored_max} tokens when they were "
+            f"tokenized, and this packing needs them cut to {options.stored_max} (GPTSFTDataset cuts the "
+            "input field, not the tail): use the same max_seq_length and padding (--max-seq-length, "
+            "--pad-seq-to-mult), or prepare from the raw data",
+        )
     dest = token_cache.split_folder(staging, split)
     os.makedirs(dest)
     for name in [*token_cache.ARRAYS, "meta"]:
@@ -251,15 +295,20 @@ def _cached(source: str, split: str, staging: str, options: PrepareOptions) -> t
     return token_cache.TokenCache(folder=dest, meta=cache.meta, origin=cache.folder)
 
 
-def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, options: PrepareOptions,
-                    cfg: PackingConfig, say: Progress) -> SplitResult:
+def _pack_and_write(
+    cache: token_cache.TokenCache, split: str, staging: str, options: PrepareOptions, cfg: PackingConfig, say: Progress
+) -> SplitResult:
     meta = cache.meta
     stored = cache.stored
     runtime = runtime_of(stored, cfg.effective_max_seq_length, cfg.multiple)
     kept = runtime.kept
     if not kept.any():
-        raise InputError(meta.get("source") or split, None, f"no record left to pack: all {stored.size:,} are longer "
-                         f"than max_seq_length {cfg.effective_max_seq_length}")
+        raise InputError(
+            meta.get("source") or split,
+            None,
+            f"no record left to pack: all {stored.size:,} are longer "
+            f"than max_seq_length {cfg.effective_max_seq_length}",
+        )
     say(f"{split}: packing {int(kept.sum()):,} records ({options.algorithm})", 0.65)
     hist = LengthHistogram.from_samples(runtime.runtime[kept] + 1, source=meta.get("source") or split)
     packing = pack(hist, cfg)
@@ -268,10 +317,20 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     save_plan(plan_dir, slot_record, runtime.target[slot_record], packing.offsets)
     names = file_names(split, options.pack_size, packing.num_packs, options.rows_per_file)
     eod = meta.get("eod")
-    specs = [ShardSpec(path=os.path.join(staging, name), first=a, last=b, plan_dir=plan_dir, cache_dir=cache.folder,
-                       pad_id=eod if isinstance(eod, int) else None, mask_kind=meta["mask_kind"],
-                       vocab_size=meta.get("vocab_size") or -1, origin=cache.origin or cache.folder)
-             for name, a, b in names]
+    specs = [
+        ShardSpec(
+            path=os.path.join(staging, name),
+            first=a,
+            last=b,
+            plan_dir=plan_dir,
+            cache_dir=cache.folder,
+            pad_id=eod if isinstance(eod, int) else None,
+            mask_kind=meta["mask_kind"],
+            vocab_size=meta.get("vocab_size") or -1,
+            origin=cache.origin or cache.folder,
+        )
+        for name, a, b in names
+    ]
 
     def wrote(done: int, of: int) -> None:
         say(f"{split}: wrote {done} of {of} file(s) ({packing.num_packs:,} packs)", 0.7 + 0.3 * done / of)
@@ -283,12 +342,22 @@ def _pack_and_write(cache: token_cache.TokenCache, split: str, staging: str, opt
     truncated = np.asarray(cache.array("truncated"))[kept] | runtime.cut[kept]
     metrics = packing.metrics
     return SplitResult(
-        split=split, source=str(meta.get("source") or split), records_read=int(meta.get("records_read", stored.size)),
-        tokenized=int(stored.size), skipped=int((~kept).sum()), truncated=int(truncated.sum()),
-        packed=int(kept.sum()), packs=packing.num_packs, metadata=dict(packing.metadata),
-        efficiency=float(metrics.packing_efficiency), packing_factor=float(packing.packing_factor),
-        lower_bound=_best_bound(packing), files=tuple(n for n, _, _ in names),
-        excluded=tuple(meta.get("excluded", ())), notes=packing.notes)
+        split=split,
+        source=str(meta.get("source") or split),
+        records_read=int(meta.get("records_read", stored.size)),
+        tokenized=int(stored.size),
+        skipped=int((~kept).sum()),
+        truncated=int(truncated.sum()),
+        packed=int(kept.sum()),
+        packs=packing.num_packs,
+        metadata=dict(packing.metadata),
+        efficiency=float(metrics.packing_efficiency),
+        packing_factor=float(packing.packing_factor),
+        lower_bound=_best_bound(packing),
+        files=tuple(n for n, _, _ in names),
+        excluded=tuple(meta.get("excluded", ())),
+        notes=packing.notes,
+    )
 
 
 def _best_bound(packing: PackingResult) -> int:

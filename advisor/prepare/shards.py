@@ -52,8 +52,10 @@ def file_names(split: str, pack_size: int, packs: int, rows_per_file: int) -> li
     """
     if packs <= rows_per_file:
         return [(split_file(split, pack_size), 0, packs)]
-    return [(split_file(split, pack_size, shard=k), a, min(a + rows_per_file, packs))
-            for k, a in enumerate(range(0, packs, rows_per_file))]
+    return [
+        (split_file(split, pack_size, shard=k), a, min(a + rows_per_file, packs))
+        for k, a in enumerate(range(0, packs, rows_per_file))
+    ]
 
 
 def save_plan(plan_dir: str, slot_record: np.ndarray, slot_target: np.ndarray, pack_offsets: np.ndarray) -> None:
@@ -76,8 +78,9 @@ class CacheReader:
         for name, dtype in (("ids", np.int32), ("mask", np.int8)):
             f = open(os.path.join(cache_dir, f"{name}.npy"), "rb")  # noqa: SIM115 - closed by close()
             version = np.lib.format.read_magic(f)
-            header = {(1, 0): np.lib.format.read_array_header_1_0,
-                      (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(
+                version
+            )
             if header is None:
                 raise ValueError(f"{name}.npy: .npy format {version} is not one prepare writes")
             shape, _, stored = header(f)
@@ -97,7 +100,7 @@ class CacheReader:
             fd, size = f.fileno(), dtype.itemsize
             for a, n, at in zip(starts.tolist(), counts.tolist(), local[:-1].tolist(), strict=True):
                 if n:
-                    got = os.preadv(fd, [view[at * size:(at + n) * size]], base + a * size)
+                    got = os.preadv(fd, [view[at * size : (at + n) * size]], base + a * size)
                     if got != n * size:
                         raise ValueError("the token cache is shorter than its offsets say")
             out.append(buf)
@@ -123,8 +126,17 @@ def _groups(spec: ShardSpec) -> Iterator[Rows]:
             # each slot's record read alone (a record is in one slot), only the tokens it keeps
             ids, mask, local = reader.read(starts[records], np.minimum(stored[records], target))
             _check_tokens(spec, ids, mask)
-            yield build_rows(ids, mask, local, stored[records], np.arange(records.size), target,
-                             np.asarray(pack_offsets[a:b + 1]) - s0, pad_id=spec.pad_id, mask_kind=spec.mask_kind)
+            yield build_rows(
+                ids,
+                mask,
+                local,
+                stored[records],
+                np.arange(records.size),
+                target,
+                np.asarray(pack_offsets[a : b + 1]) - s0,
+                pad_id=spec.pad_id,
+                mask_kind=spec.mask_kind,
+            )
     finally:
         reader.close()
 
@@ -136,13 +148,20 @@ def _check_tokens(spec: ShardSpec, ids: np.ndarray, mask: np.ndarray) -> None:
     if ids.size and (int(ids.min()) < 0 or (spec.vocab_size > 0 and int(ids.max()) >= spec.vocab_size)):
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         allowed = f"[0, {spec.vocab_size:,})" if spec.vocab_size > 0 else "0 and up"
-        raise InputError(os.path.join(spec.origin or spec.cache_dir, "ids.npy"), None, f"holds the token id "
-                         f"{bad:,}, outside the tokenizer's ids, {allowed}: not what prepare wrote; prepare the data "
-                         "again")
+        raise InputError(
+            os.path.join(spec.origin or spec.cache_dir, "ids.npy"),
+            None,
+            f"holds the token id "
+            f"{bad:,}, outside the tokenizer's ids, {allowed}: not what prepare wrote; prepare the data "
+            "again",
+        )
     if mask.size and ((mask != 0) & (mask != 1)).any():
         bad = int(mask[(mask != 0) & (mask != 1)][0])
-        raise InputError(os.path.join(spec.origin or spec.cache_dir, "mask.npy"), None, f"holds the loss mask "
-                         f"value {bad}, not 0 or 1: not what prepare wrote; prepare the data again")
+        raise InputError(
+            os.path.join(spec.origin or spec.cache_dir, "mask.npy"),
+            None,
+            f"holds the loss mask value {bad}, not 0 or 1: not what prepare wrote; prepare the data again",
+        )
 
 
 def write_shard(spec: ShardSpec) -> int:
@@ -183,11 +202,22 @@ def write_ray(specs: list[ShardSpec], progress: Callable[[int, int], None], work
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
-    items = [{"path": sp.path, "first": sp.first, "last": sp.last, "plan_dir": sp.plan_dir, "cache_dir": sp.cache_dir,
-              "pad_id": -1 if sp.pad_id is None else sp.pad_id, "mask_kind": sp.mask_kind} for sp in specs]
+    items = [
+        {
+            "path": sp.path,
+            "first": sp.first,
+            "last": sp.last,
+            "plan_dir": sp.plan_dir,
+            "cache_dir": sp.cache_dir,
+            "pad_id": -1 if sp.pad_id is None else sp.pad_id,
+            "mask_kind": sp.mask_kind,
+        }
+        for sp in specs
+    ]
     cores = int(ray.cluster_resources().get("CPU", 1))
     written = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map_batches(
-        _write_rows, batch_size=1, batch_format="numpy", concurrency=max(1, min(workers or cores, len(items))))
+        _write_rows, batch_size=1, batch_format="numpy", concurrency=max(1, min(workers or cores, len(items)))
+    )
     done = 0
     for batch in written.iter_batches(batch_size=1, batch_format="numpy"):
         done += len(batch["path"])

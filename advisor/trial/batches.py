@@ -31,12 +31,13 @@ def _mask(n: int, loss_from: int) -> np.ndarray:
     """A sample's loss mask over its n positions: labels from position ``loss_from`` on (the answer), none on the
     last position (its label would be the next sample's first token)."""
     m = np.zeros(n)
-    m[loss_from:n - 1] = 1
+    m[loss_from : n - 1] = 1
     return m
 
 
-def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, dense: bool = False,
-                 loss_from: list[int] | None = None) -> Batch:
+def packed_batch(
+    samples: list[np.ndarray], device, break_mask: bool = False, dense: bool = False, loss_from: list[int] | None = None
+) -> Batch:
     """One THD row: tokens concatenated, positions restarting, labels shifted inside each sample only.
     ``loss_from``: per sample, the first position whose label carries loss (answer-only loss); 0 for all."""
     tokens = np.concatenate(samples)
@@ -54,10 +55,16 @@ def packed_batch(samples: list[np.ndarray], device, break_mask: bool = False, de
         doc = np.repeat(np.arange(len(lens)), lens)
         same = doc[:, None] == doc[None, :]
         mask = t(same & np.tril(np.ones((len(doc), len(doc)), bool)), device=device)[None, None]
-    return Batch(tokens=t(tokens, device=device)[None], labels=t(labels, device=device)[None],
-                 loss_mask=t(loss_mask, device=device)[None], positions=t(positions, device=device)[None],
-                 cu_seqlens=t(cu, device=device), mask=mask, real_tokens=int(sum(lens) - len(lens)),
-                 attention_work=float(sum(n * n for n in lens)) if not dense else float(sum(lens)) ** 2)
+    return Batch(
+        tokens=t(tokens, device=device)[None],
+        labels=t(labels, device=device)[None],
+        loss_mask=t(loss_mask, device=device)[None],
+        positions=t(positions, device=device)[None],
+        cu_seqlens=t(cu, device=device),
+        mask=mask,
+        real_tokens=int(sum(lens) - len(lens)),
+        attention_work=float(sum(n * n for n in lens)) if not dense else float(sum(lens)) ** 2,
+    )
 
 
 def padded_batch(samples: list[np.ndarray], device, loss_from: list[int] | None = None) -> Batch:
@@ -69,18 +76,23 @@ def padded_batch(samples: list[np.ndarray], device, loss_from: list[int] | None 
     labels = np.zeros((n, longest), np.int64)
     loss_mask = np.zeros((n, longest))
     for i, s in enumerate(samples):
-        tokens[i, :len(s)] = s
-        labels[i, :len(s) - 1] = s[1:]
-        loss_mask[i, :len(s)] = _mask(len(s), loss_from[i] if loss_from else 0)
+        tokens[i, : len(s)] = s
+        labels[i, : len(s) - 1] = s[1:]
+        loss_mask[i, : len(s)] = _mask(len(s), loss_from[i] if loss_from else 0)
     valid = np.arange(longest)[None, :] < np.array([len(s) for s in samples])[:, None]
     causal = np.tril(np.ones((longest, longest), bool))
     # padding queries attend to themselves only, so no row of the mask is empty (their loss is masked anyway)
     mask = (causal[None] & valid[:, None, :]) | np.eye(longest, dtype=bool)[None]
     t = torch.tensor
-    return Batch(tokens=t(tokens, device=device), labels=t(labels, device=device),
-                 loss_mask=t(loss_mask, device=device), positions=t(np.tile(np.arange(longest), (n, 1)), device=device),
-                 mask=t(mask, device=device)[:, None],
-                 real_tokens=int(sum(len(s) - 1 for s in samples)), attention_work=float(n * longest * longest))
+    return Batch(
+        tokens=t(tokens, device=device),
+        labels=t(labels, device=device),
+        loss_mask=t(loss_mask, device=device),
+        positions=t(np.tile(np.arange(longest), (n, 1)), device=device),
+        mask=t(mask, device=device)[:, None],
+        real_tokens=int(sum(len(s) - 1 for s in samples)),
+        attention_work=float(n * longest * longest),
+    )
 
 
 def forward_loss(model, batch: Batch, mode: str):

@@ -42,15 +42,39 @@ DEFAULT = TrialConfig()  # the command line's defaults, which the dashboard's jo
 
 def cli_arguments(cfg: TrialConfig) -> list[str]:
     """The ``python -m advisor trial`` options that reproduce ``cfg`` (all of them, defaults included)."""
-    args = ["--steps", str(cfg.steps), "--warmup", str(cfg.warmup), "--device", cfg.device, "--model-scale",
-            cfg.scale, "--seed", str(cfg.seed), "--pack-size", str(cfg.pack_size), "--packs-per-step",
-            str(cfg.packs_per_step), "--micro-batch-size", str(cfg.micro_batch_size)]
+    args = [
+        "--steps",
+        str(cfg.steps),
+        "--warmup",
+        str(cfg.warmup),
+        "--device",
+        cfg.device,
+        "--model-scale",
+        cfg.scale,
+        "--seed",
+        str(cfg.seed),
+        "--pack-size",
+        str(cfg.pack_size),
+        "--packs-per-step",
+        str(cfg.packs_per_step),
+        "--micro-batch-size",
+        str(cfg.micro_batch_size),
+    ]
     threads = ["--threads", str(cfg.threads)] if cfg.threads is not None else []
     return args + threads + (["--break-mask"] if cfg.break_mask else [])
 
 
 def from_cli(args) -> TrialConfig:
     """The config of parsed ``trial`` arguments (the inverse of ``cli_arguments``)."""
-    return TrialConfig(steps=args.steps, warmup=args.warmup, device=args.device, scale=args.model_scale,
-                       seed=args.seed, pack_size=args.pack_size, packs_per_step=args.packs_per_step,
-                       micro_batch_size=args.micro_batch_size, threads=args.threads, break_mask=args.break_mask)
+    return TrialConfig(
+        steps=args.steps,
+        warmup=args.warmup,
+        device=args.device,
+        scale=args.model_scale,
+        seed=args.seed,
+        pack_size=args.pack_size,
+        packs_per_step=args.packs_per_step,
+        micro_batch_size=args.micro_batch_size,
+        threads=args.threads,
+        break_mask=args.break_mask,
+    )

@@ -33,8 +33,16 @@ from advisor.trial.config import DEFAULT, TrialConfig, cli_arguments
 from advisor.trial.report import check_result
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIAL_LIMITS = {"steps": 50, "warmup": 10, "pack_size": 8192, "scales": ("small", "medium"), "packs_per_step": 16,
-                "micro_batch_size": 16, "threads": 4, "parameters": 150_000_000}
+TRIAL_LIMITS = {
+    "steps": 50,
+    "warmup": 10,
+    "pack_size": 8192,
+    "scales": ("small", "medium"),
+    "packs_per_step": 16,
+    "micro_batch_size": 16,
+    "threads": 4,
+    "parameters": 150_000_000,
+}
 # the Trial page polls every second and every page run touches it: a job unheard of for this long lost its visitor
 HEARTBEAT_SECONDS = 90.0
 MEMORY_GIB = 2.0  # a trial's own memory on the shared server (its --memory-gib): past it, one message, not the server
@@ -71,21 +79,30 @@ class TrialJob:
 def check_request(cfg: TrialConfig, plan: Plan | None = None) -> None:
     """Refuse a trial over the server's budget, with what is allowed."""
     lim = TRIAL_LIMITS
-    if (not 1 <= cfg.steps <= lim["steps"] or not 1 <= cfg.warmup <= lim["warmup"]
-            or not 64 <= cfg.pack_size <= lim["pack_size"] or cfg.scale not in lim["scales"]
-            or not 1 <= cfg.packs_per_step <= lim["packs_per_step"]
-            or not 1 <= cfg.micro_batch_size <= lim["micro_batch_size"] or cfg.break_mask
-            or not 1 <= (cfg.threads or 1) <= lim["threads"]):
-        raise ValueError(f"a dashboard trial takes 1-{lim['steps']} steps, 1-{lim['warmup']} warm-up steps, pack size "
-                         f"64-{lim['pack_size']}, at most {lim['packs_per_step']} packs per step, micro batches of at "
-                         f"most {lim['micro_batch_size']}, at most {lim['threads']} threads and scale "
-                         f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node")
+    if (
+        not 1 <= cfg.steps <= lim["steps"]
+        or not 1 <= cfg.warmup <= lim["warmup"]
+        or not 64 <= cfg.pack_size <= lim["pack_size"]
+        or cfg.scale not in lim["scales"]
+        or not 1 <= cfg.packs_per_step <= lim["packs_per_step"]
+        or not 1 <= cfg.micro_batch_size <= lim["micro_batch_size"]
+        or cfg.break_mask
+        or not 1 <= (cfg.threads or 1) <= lim["threads"]
+    ):
+        raise ValueError(
+            f"a dashboard trial takes 1-{lim['steps']} steps, 1-{lim['warmup']} warm-up steps, pack size "
+            f"64-{lim['pack_size']}, at most {lim['packs_per_step']} packs per step, micro batches of at "
+            f"most {lim['micro_batch_size']}, at most {lim['threads']} threads and scale "
+            f"{' or '.join(lim['scales'])}; run larger trials from the command line on a GPU node"
+        )
     scale = cfg.scale
     if plan is not None:
         params = trial_parameters(plan, scale)
         if params > lim["parameters"]:
-            raise ValueError(f"this plan's {scale} trial model has {params / 1e6:,.0f}M parameters; a dashboard trial "
-                             f"takes at most {lim['parameters'] / 1e6:,.0f}M: choose small, or run it on a GPU node")
+            raise ValueError(
+                f"this plan's {scale} trial model has {params / 1e6:,.0f}M parameters; a dashboard trial "
+                f"takes at most {lim['parameters'] / 1e6:,.0f}M: choose small, or run it on a GPU node"
+            )
 
 
 def trial_parameters(plan: Plan, scale: str) -> int:
@@ -120,8 +137,9 @@ def write_lengths(hist: LengthHistogram, path: Path) -> None:
     Exact because the trial draws its samples from these counts: rescaling them (as the job did past 200k
     samples) made the job draw other samples than the command line on the same data.
     """
-    path.write_text("length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts, strict=True)
-                                              if c > 0))
+    path.write_text(
+        "length,count\n" + "".join(f"{v},{c}\n" for v, c in zip(hist.lengths, hist.counts, strict=True) if c > 0)
+    )
 
 
 def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
@@ -132,12 +150,32 @@ def _start(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialJob:
     trial_plan = plan.changed({"data": {"lengths": str(lengths), "column": None}})
     (folder / "plan.yaml").write_text(dump_plan(trial_plan))
     log = open(folder / "trial.log", "w")  # noqa: SIM115 - the child writes to it after we return
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "trial", str(folder / "plan.yaml"), *cli_arguments(cfg),
-                             # --force: the job's own temporary folder already holds its plan, lengths and log
-                             "--out", str(folder), "--force", "--heartbeat", str(folder / "heartbeat"),
-                             "--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--wall-seconds", str(WALL_SECONDS),
-                             "--memory-gib", str(MEMORY_GIB)],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "trial",
+            str(folder / "plan.yaml"),
+            *cli_arguments(cfg),
+            # --force: the job's own temporary folder already holds its plan, lengths and log
+            "--out",
+            str(folder),
+            "--force",
+            "--heartbeat",
+            str(folder / "heartbeat"),
+            "--heartbeat-seconds",
+            str(HEARTBEAT_SECONDS),
+            "--wall-seconds",
+            str(WALL_SECONDS),
+            "--memory-gib",
+            str(MEMORY_GIB),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return TrialJob(pid=proc.pid, folder=str(folder))
 
 
@@ -244,8 +282,11 @@ def read_results(data: bytes, name: str) -> dict:
         raise ValueError(f"{name}: not a trial JSON ({str(e)[:120]})") from None
     if not isinstance(result, dict):
         raise ValueError(f"{name}: not a trial result (a JSON {type(result).__name__})")
-    missing = [k for k in ("device", "packed", "padded", "block_masked", "memory", "loss_parity", "grad_parity")
-               if k not in result]
+    missing = [
+        k
+        for k in ("device", "packed", "padded", "block_masked", "memory", "loss_parity", "grad_parity")
+        if k not in result
+    ]
     if missing:
         raise ValueError(f"{name}: not a trial result, missing {', '.join(missing)}")
     check_result(result, name)  # an older format, or timed steps the report cannot use: one message

@@ -14,8 +14,10 @@ from advisor.plan import Plan
 def trial_torchrun(plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
     """The trial on one node's GPUs as data parallelism (NCCL); the plan file name is shell-quoted."""
     plan_file = shlex.quote(plan_file)
-    return (f"torchrun --nproc-per-node {gpus_per_node} -m advisor trial {plan_file} --device cuda "
-            f"--model-scale medium --steps {steps} --out trial_out --json\n")
+    return (
+        f"torchrun --nproc-per-node {gpus_per_node} -m advisor trial {plan_file} --device cuda "
+        f"--model-scale medium --steps {steps} --out trial_out --json\n"
+    )
 
 
 def trial_slurm(plan: Plan, plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:

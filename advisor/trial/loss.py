@@ -70,10 +70,17 @@ class LossCheck:
     loss_share: float = 1.0  # the share of label positions with loss (below 1: answer-only, from the data's mask)
 
     def to_dict(self) -> dict:
-        return {"rows": [asdict(r) | {"error": r.error, "ok": r.ok} for r in self.rows], "samples": self.samples,
-                "packs": self.packs, "unpacked_micro_batches": self.unpacked_micro_batches,
-                "micro_batch_size": self.micro_batch_size, "target": TARGET,
-                "position_losses": list(self.position_losses), "how": self.how, "loss_share": self.loss_share}
+        return {
+            "rows": [asdict(r) | {"error": r.error, "ok": r.ok} for r in self.rows],
+            "samples": self.samples,
+            "packs": self.packs,
+            "unpacked_micro_batches": self.unpacked_micro_batches,
+            "micro_batch_size": self.micro_batch_size,
+            "target": TARGET,
+            "position_losses": list(self.position_losses),
+            "how": self.how,
+            "loss_share": self.loss_share,
+        }
 
 
 def structured_tokens(n: int, vocab: int, rng: np.random.Generator) -> np.ndarray:
@@ -115,8 +122,9 @@ def _token_losses(net, batch, mode: str) -> tuple[list[np.ndarray], float, int]:
     """Per-token losses of each row's samples (in order, loss tokens only), the batch's loss sum and count."""
     with torch.no_grad():
         logits = net(batch.tokens, batch.positions, mode, batch.cu_seqlens, batch.mask)
-        losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), batch.labels.reshape(-1),
-                                 reduction="none").reshape(batch.labels.shape)
+        losses = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).double(), batch.labels.reshape(-1), reduction="none"
+        ).reshape(batch.labels.shape)
     mask = batch.loss_mask.to(torch.bool)
     values = losses[mask].cpu().numpy()
     return values, float(values.sum()), int(mask.sum())
@@ -125,16 +133,27 @@ def _token_losses(net, batch, mode: str) -> tuple[list[np.ndarray], float, int]:
 def _steps(lengths: list[list[int]], loss_from: list[list[int]]) -> Steps:
     """One step whose micro batches hold samples of these lengths, loss from these label positions on."""
     flat = [n for mb in lengths for n in mb]
-    return Steps(loss_start=np.array([a for mb in loss_from for a in mb], dtype=np.float64),
-                 loss_end=np.array(flat, dtype=np.float64) - 1,
-                 seq_length=np.array(flat), micro_batch=np.repeat(np.arange(len(lengths)), [len(m) for m in lengths]),
-                 step_of_micro_batch=np.zeros(len(lengths), dtype=np.int64),
-                 micro_batches_per_step=np.array([len(lengths)]), cp=1)
+    return Steps(
+        loss_start=np.array([a for mb in loss_from for a in mb], dtype=np.float64),
+        loss_end=np.array(flat, dtype=np.float64) - 1,
+        seq_length=np.array(flat),
+        micro_batch=np.repeat(np.arange(len(lengths)), [len(m) for m in lengths]),
+        step_of_micro_batch=np.zeros(len(lengths), dtype=np.int64),
+        micro_batches_per_step=np.array([len(lengths)]),
+        cp=1,
+    )
 
 
-def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: TrialModelConfig, device,
-                           micro_batch_size: int, plan_per_token_loss: bool, seed: int,
-                           loss_tokens: np.ndarray | None = None) -> LossCheck:
+def measure_loss_weighting(
+    packs: list[list[int]],
+    lengths: np.ndarray,
+    cfg: TrialModelConfig,
+    device,
+    micro_batch_size: int,
+    plan_per_token_loss: bool,
+    seed: int,
+    loss_tokens: np.ndarray | None = None,
+) -> LossCheck:
     """Step 0's packs (sample indices into ``lengths``) packed and unpacked, under both loss settings.
     ``loss_tokens``: per sample, its label positions with loss, the sample's last ones (answer-only loss from the
     data's mask); None: every label position."""
@@ -143,7 +162,7 @@ def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: Tri
     start = {i: 0 if loss_tokens is None else int(lengths[i]) - 1 - int(loss_tokens[i]) for i in data}
     net = warmed_model(cfg, device, seed)
     order = [i for p in packs for i in p]
-    rows = [order[j:j + micro_batch_size] for j in range(0, len(order), micro_batch_size)]
+    rows = [order[j : j + micro_batch_size] for j in range(0, len(order), micro_batch_size)]
     packed_sums, packed_counts, per_sample = [], [], {}
     for p in packs:
         batch = packed_batch([data[i] for i in p], device, loss_from=[start[i] for i in p])
@@ -154,8 +173,9 @@ def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: Tri
         per_sample.update(zip(p, np.split(values, cut), strict=True))
     unpacked_sums, unpacked_counts = [], []
     for row in rows:
-        _, total, n = _token_losses(net, padded_batch([data[i] for i in row], device,
-                                                      loss_from=[start[i] for i in row]), "dense")
+        _, total, n = _token_losses(
+            net, padded_batch([data[i] for i in row], device, loss_from=[start[i] for i in row]), "dense"
+        )
         unpacked_sums.append(total)
         unpacked_counts.append(n)
     # the per-position curve of these samples' losses (what a plan's prediction stands on)
@@ -163,10 +183,10 @@ def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: Tri
     table = np.zeros(longest)
     seen = np.zeros(longest)
     for i, v in per_sample.items():
-        table[start[i]:start[i] + v.size] += v
-        seen[start[i]:start[i] + v.size] += 1
+        table[start[i] : start[i] + v.size] += v
+        seen[start[i] : start[i] + v.size] += 1
     values = table / np.maximum(seen, 1)
-    values[:int(np.argmax(seen > 0))] = values[int(np.argmax(seen > 0))]  # prompt positions no loss reached
+    values[: int(np.argmax(seen > 0))] = values[int(np.argmax(seen > 0))]  # prompt positions no loss reached
     curve = LossCurve.measured(values, "the trial's measured per-position loss")
     steps_p = _steps([[int(lengths[i]) for i in p] for p in packs], [[start[i] for i in p] for p in packs])
     steps_u = _steps([[int(lengths[i]) for i in r] for r in rows], [[start[i] for i in r] for r in rows])
@@ -181,20 +201,36 @@ def measure_loss_weighting(packs: list[list[int]], lengths: np.ndarray, cfg: Tri
         (curve_u,), (rep_u,) = step_losses(steps_u, w_u, curve)
         reported = (sum(packed_sums) / sum(packed_counts)) / (sum(unpacked_sums) / sum(unpacked_counts))
         measured = reduce_step(packed_sums, packed_counts, ptl) / reduce_step(unpacked_sums, unpacked_counts, ptl)
-        out.append(LossRow(per_token_loss=ptl, plan=ptl == plan_per_token_loss, reported_measured=reported,
-                           reported_predicted=float(rep_p / rep_u), objective_measured=measured,
-                           objective_predicted=predicted_p / predicted_u,
-                           objective_from_curve=float(curve_p / curve_u)))
+        out.append(
+            LossRow(
+                per_token_loss=ptl,
+                plan=ptl == plan_per_token_loss,
+                reported_measured=reported,
+                reported_predicted=float(rep_p / rep_u),
+                objective_measured=measured,
+                objective_predicted=predicted_p / predicted_u,
+                objective_from_curve=float(curve_p / curve_u),
+            )
+        )
     labels = sum(len(data[i]) - 1 for i in order)
     share = sum(len(data[i]) - 1 - start[i] for i in order) / max(1, labels)
-    return LossCheck(rows=tuple(sorted(out, key=lambda r: r.per_token_loss)), samples=len(order), packs=len(packs),
-                     loss_share=share,
-                     unpacked_micro_batches=len(rows), micro_batch_size=micro_batch_size,
-                     position_losses=tuple(round(float(v), 4) if n else None
-                                           for v, n in zip(curve.values(min(longest, 32)), seen, strict=False)),
-                     how=f"a fresh trial model after {WARMUP_STEPS} steps on text-like tokens (the first "
-                         f"{PROMPT_TOKENS} of a sample uniform, then Zipf {ZIPF_EXPONENT}); step 0's samples packed "
-                         "(a pack per micro batch) and padded (rows of the micro batch size), reduced as "
-                         "Megatron-Core does; predicted from the same samples' per-token losses"
-                         + (f"; loss on {share:.1%} of label positions, each sample's last ones (the data's loss "
-                            "mask)" if loss_tokens is not None else ""))
+    return LossCheck(
+        rows=tuple(sorted(out, key=lambda r: r.per_token_loss)),
+        samples=len(order),
+        packs=len(packs),
+        loss_share=share,
+        unpacked_micro_batches=len(rows),
+        micro_batch_size=micro_batch_size,
+        position_losses=tuple(
+            round(float(v), 4) if n else None for v, n in zip(curve.values(min(longest, 32)), seen, strict=False)
+        ),
+        how=f"a fresh trial model after {WARMUP_STEPS} steps on text-like tokens (the first "
+        f"{PROMPT_TOKENS} of a sample uniform, then Zipf {ZIPF_EXPONENT}); step 0's samples packed "
+        "(a pack per micro batch) and padded (rows of the micro batch size), reduced as "
+        "Megatron-Core does; predicted from the same samples' per-token losses"
+        + (
+            f"; loss on {share:.1%} of label positions, each sample's last ones (the data's loss mask)"
+            if loss_tokens is not None
+            else ""
+        ),
+    )

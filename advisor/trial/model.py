@@ -93,12 +93,14 @@ def packed_attention_note(device_type: str, samples_per_pack: float, num_layers:
     if device_type == "cuda" and _flash_varlen() is not None:
         return "packed attention ran flash-attn's varlen kernel: one call per pack, bounded by cu_seqlens"
     where = "the CPU" if device_type == "cpu" else "this GPU (flash-attn is not installed)"
-    return (f"on {where} the packed way's attention is a Python loop over each pack's samples, one causal SDPA call "
-            f"per sample (here {samples_per_pack:.1f} samples a pack, x {num_layers} layers, forward and backward), "
-            "while padded and block-masked make one masked SDPA call per micro batch; the work is the same "
-            "sum(s_i^2) as flash-attn's varlen kernel, but not the cost per call, and the small model's matmuls "
-            "dominate the step. This speed-up says little about a GPU's varlen flash attention: run the trial "
-            "on the GPU node for that")
+    return (
+        f"on {where} the packed way's attention is a Python loop over each pack's samples, one causal SDPA call "
+        f"per sample (here {samples_per_pack:.1f} samples a pack, x {num_layers} layers, forward and backward), "
+        "while padded and block-masked make one masked SDPA call per micro batch; the work is the same "
+        "sum(s_i^2) as flash-attn's varlen kernel, but not the cost per call, and the small model's matmuls "
+        "dominate the step. This speed-up says little about a GPU's varlen flash attention: run the trial "
+        "on the GPU node for that"
+    )
 
 
 class Attention(nn.Module):
@@ -112,8 +114,9 @@ class Attention(nn.Module):
     def forward(self, x, positions, mode: str, cu_seqlens=None, mask=None):
         cfg = self.cfg
         b, t, _ = x.shape
-        q, k, v = self.qkv(x).split([cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim,
-                                     cfg.num_kv_heads * cfg.head_dim], dim=-1)
+        q, k, v = self.qkv(x).split(
+            [cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim], dim=-1
+        )
         q = rope(q.view(b, t, cfg.num_heads, cfg.head_dim), positions, cfg.rope_base)
         k = rope(k.view(b, t, cfg.num_kv_heads, cfg.head_dim), positions, cfg.rope_base)
         v = v.view(b, t, cfg.num_kv_heads, cfg.head_dim)
@@ -122,19 +125,24 @@ class Attention(nn.Module):
             varlen = _flash_varlen()
             if varlen is not None and x.is_cuda:
                 lens = cu_seqlens.diff()
-                out = varlen(q[0], k[0], v[0], cu_seqlens.int(), cu_seqlens.int(), int(lens.max()),
-                             int(lens.max()), causal=True)[None]
+                out = varlen(
+                    q[0], k[0], v[0], cu_seqlens.int(), cu_seqlens.int(), int(lens.max()), int(lens.max()), causal=True
+                )[None]
             else:  # one causal attention per sample: the work is sum(s_i^2), as a varlen kernel's
                 outs = []
                 for a, z in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
                     qs, ks, vs = (u[:, a:z].transpose(1, 2) for u in (q, k, v))
-                    outs.append(F.scaled_dot_product_attention(qs, ks.repeat_interleave(rep, 1),
-                                                               vs.repeat_interleave(rep, 1), is_causal=True))
+                    outs.append(
+                        F.scaled_dot_product_attention(
+                            qs, ks.repeat_interleave(rep, 1), vs.repeat_interleave(rep, 1), is_causal=True
+                        )
+                    )
                 out = torch.cat(outs, dim=2).transpose(1, 2)
         else:  # padded rows or the block-masked packed row: one dense masked attention
             qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            out = F.scaled_dot_product_attention(qs, ks.repeat_interleave(rep, 1), vs.repeat_interleave(rep, 1),
-                                                 attn_mask=mask).transpose(1, 2)
+            out = F.scaled_dot_product_attention(
+                qs, ks.repeat_interleave(rep, 1), vs.repeat_interleave(rep, 1), attn_mask=mask
+            ).transpose(1, 2)
         return self.proj(out.reshape(b, t, cfg.hidden_size))
 
 

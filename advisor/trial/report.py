@@ -66,22 +66,40 @@ def speed_report(result: dict) -> SpeedReport:
         throughput[way] = [k / s for k, s in zip(tokens, seconds, strict=True)]
         tps, sec = spread(throughput[way], way), spread(seconds, way)
         spreads[way] = tps
-        rows.append(WayRow(way=way, steps=tps.n, median_tokens_per_second=tps.median,
-                           min_tokens_per_second=tps.minimum, max_tokens_per_second=tps.maximum,
-                           iqr_tokens_per_second=tps.iqr, median_step_seconds=sec.median))
+        rows.append(
+            WayRow(
+                way=way,
+                steps=tps.n,
+                median_tokens_per_second=tps.median,
+                min_tokens_per_second=tps.minimum,
+                max_tokens_per_second=tps.maximum,
+                iqr_tokens_per_second=tps.iqr,
+                median_step_seconds=sec.median,
+            )
+        )
     speed = speedup(throughput["packed"], throughput["padded"])
     warnings = noise_warnings(speed, {w: spreads[w] for w in ("packed", "padded")})
     predicted = result.get("predicted_speedup")
-    return SpeedReport(rows=tuple(rows), speedup=speed, predicted_speedup=predicted, warnings=warnings,
-                       kernel_note=str(result.get("packed_kernel", "")))
+    return SpeedReport(
+        rows=tuple(rows),
+        speedup=speed,
+        predicted_speedup=predicted,
+        warnings=warnings,
+        kernel_note=str(result.get("packed_kernel", "")),
+    )
 
 
 def shown(row: WayRow) -> dict:
     """A row as both the CLI and the page show it: tokens/s to the token, seconds to 4 significant digits."""
-    return {"way": row.way, "steps": row.steps, "median tokens/s": round(row.median_tokens_per_second),
-            "min tokens/s": round(row.min_tokens_per_second), "max tokens/s": round(row.max_tokens_per_second),
-            "IQR tokens/s": round(row.iqr_tokens_per_second),
-            "median step s": float(f"{row.median_step_seconds:.4g}")}
+    return {
+        "way": row.way,
+        "steps": row.steps,
+        "median tokens/s": round(row.median_tokens_per_second),
+        "min tokens/s": round(row.min_tokens_per_second),
+        "max tokens/s": round(row.max_tokens_per_second),
+        "IQR tokens/s": round(row.iqr_tokens_per_second),
+        "median step s": float(f"{row.median_step_seconds:.4g}"),
+    }
 
 
 def speedup_text(rep: SpeedReport) -> str:
@@ -95,8 +113,10 @@ def speed_lines(rep: SpeedReport) -> list[str]:
     lines = [f"  {'way':<13}{'steps':>6}{'median tok/s':>14}{'min':>10}{'max':>10}{'IQR':>10}{'median step s':>15}"]
     for row in rep.rows:
         r = shown(row)
-        lines.append(f"  {r['way']:<13}{r['steps']:>6}{r['median tokens/s']:>14,}{r['min tokens/s']:>10,}"
-                     f"{r['max tokens/s']:>10,}{r['IQR tokens/s']:>10,}{r['median step s']:>15}")
+        lines.append(
+            f"  {r['way']:<13}{r['steps']:>6}{r['median tokens/s']:>14,}{r['min tokens/s']:>10,}"
+            f"{r['max tokens/s']:>10,}{r['IQR tokens/s']:>10,}{r['median step s']:>15}"
+        )
     predicted = f"{rep.predicted_speedup:.2f}x" if rep.predicted_speedup is not None else "n/a"
     lines.append(f"  speed-up packed/padded (median tokens/s): {speedup_text(rep)}; predicted from FLOPs {predicted}")
     lines += [f"  warning: {w}" for w in rep.warnings]
@@ -117,13 +137,17 @@ def loss_rows(result: dict) -> list[dict]:
     """
     rows = []
     for row in (result.get("loss_weighting") or {}).get("rows", []):
-        rows.append({"setting": f"calculate_per_token_loss={row['per_token_loss']}"
-                                + (" (the plan)" if row["plan"] else ""),
-                     "lm loss measured": row["reported_measured"], "lm loss predicted": row["reported_predicted"],
-                     "objective measured": row["objective_measured"],
-                     "objective predicted": row["objective_predicted"],
-                     "objective from the position curve": row["objective_from_curve"],
-                     "within 1 %": row["ok"]})
+        rows.append(
+            {
+                "setting": f"calculate_per_token_loss={row['per_token_loss']}" + (" (the plan)" if row["plan"] else ""),
+                "lm loss measured": row["reported_measured"],
+                "lm loss predicted": row["reported_predicted"],
+                "objective measured": row["objective_measured"],
+                "objective predicted": row["objective_predicted"],
+                "objective from the position curve": row["objective_from_curve"],
+                "within 1 %": row["ok"],
+            }
+        )
     return rows
 
 
@@ -132,13 +156,17 @@ def loss_lines(result: dict) -> list[str]:
     check = result.get("loss_weighting")
     if not check:
         return []
-    lines = [f"  loss weighting at step 0, packed / unpacked on the same {check['samples']} samples ({check['packs']} "
-             f"packs against {check['unpacked_micro_batches']} micro batches of {check['micro_batch_size']}):"]
+    lines = [
+        f"  loss weighting at step 0, packed / unpacked on the same {check['samples']} samples ({check['packs']} "
+        f"packs against {check['unpacked_micro_batches']} micro batches of {check['micro_batch_size']}):"
+    ]
     for r in loss_rows(result):
-        lines.append(f"    {r['setting']}: lm loss {r['lm loss measured']:.6f} (predicted "
-                     f"{r['lm loss predicted']:.4f}); objective {r['objective measured']:.6f} (predicted "
-                     f"{r['objective predicted']:.6f}, from the position curve "
-                     f"{r['objective from the position curve']:.4f})" + ("" if r["within 1 %"] else " OUTSIDE 1 %"))
+        lines.append(
+            f"    {r['setting']}: lm loss {r['lm loss measured']:.6f} (predicted "
+            f"{r['lm loss predicted']:.4f}); objective {r['objective measured']:.6f} (predicted "
+            f"{r['objective predicted']:.6f}, from the position curve "
+            f"{r['objective from the position curve']:.4f})" + ("" if r["within 1 %"] else " OUTSIDE 1 %")
+        )
     return lines
 
 
@@ -146,8 +174,10 @@ def check_result(result: dict, name: str) -> None:
     """Refuse a trial result this version cannot report, with one message (a ValueError naming ``name``)."""
     fmt = result.get("format")
     if fmt is None:
-        raise ValueError(f"{name}: a trial.json from an older advisor (a mean of a few steps, no per-step timings "
-                         "to take a median and spread from); rerun the trial with this version")
+        raise ValueError(
+            f"{name}: a trial.json from an older advisor (a mean of a few steps, no per-step timings "
+            "to take a median and spread from); rerun the trial with this version"
+        )
     if fmt != FORMAT:
         raise ValueError(f"{name}: trial.json format {str(fmt)[:20]!r}, this version reads format {FORMAT}")
     for way in WAYS:
@@ -155,9 +185,12 @@ def check_result(result: dict, name: str) -> None:
             seconds, tokens = timed_steps(result, way)
             ok = 0 < len(seconds) == len(tokens) <= MAX_STEPS and all(
                 isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                for v in seconds + tokens)
+                for v in seconds + tokens
+            )
         except (KeyError, TypeError):
             ok = False
         if not ok:
-            raise ValueError(f"{name}: {way}.timed_step_seconds and timed_step_tokens must be two lists of the same "
-                             "length of numbers above 0")
+            raise ValueError(
+                f"{name}: {way}.timed_step_seconds and timed_step_tokens must be two lists of the same "
+                "length of numbers above 0"
+            )

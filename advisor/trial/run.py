@@ -46,8 +46,15 @@ from advisor.trial.loss import LossCheck, measure_loss_weighting
 from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note
 from advisor.trial.report import FORMAT, WAYS, speed_report
 
-__all__ = ["ParityError", "TrialConfig", "TrialResult", "leave_process_group", "run_trial", "write_outputs",
-           "OUTPUT_NAMES"]
+__all__ = [
+    "ParityError",
+    "TrialConfig",
+    "TrialResult",
+    "leave_process_group",
+    "run_trial",
+    "write_outputs",
+    "OUTPUT_NAMES",
+]
 
 LOSS_BOUND = 1e-5  # absolute, float32
 GRAD_BOUND = 1e-4  # relative to the largest gradient entry
@@ -88,10 +95,10 @@ class Parity:
         return self.loss_diff <= LOSS_BOUND and self.grad_diff <= GRAD_BOUND
 
     def to_dict(self) -> dict:
-        return {"loss_parity": {"max_abs_diff": self.loss_diff, "bound": LOSS_BOUND,
-                                "ok": self.loss_diff <= LOSS_BOUND},
-                "grad_parity": {"max_rel_diff": self.grad_diff, "bound": GRAD_BOUND,
-                                "ok": self.grad_diff <= GRAD_BOUND}}
+        return {
+            "loss_parity": {"max_abs_diff": self.loss_diff, "bound": LOSS_BOUND, "ok": self.loss_diff <= LOSS_BOUND},
+            "grad_parity": {"max_rel_diff": self.grad_diff, "bound": GRAD_BOUND, "ok": self.grad_diff <= GRAD_BOUND},
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,33 +178,56 @@ class TrialResult:
         return [asdict(r) for r in self.timing.records]
 
     def to_dict(self) -> dict:
-        out = {"format": FORMAT, "device": self.device, "steps": self.config.steps, "warmup_steps": self.config.warmup,
-               "config": asdict(self.config), "model": self.model, "torch_threads": self.torch_threads,
-               "packed_kernel": self.kernel_note, "predicted_speedup": self.prediction.speedup}
+        out = {
+            "format": FORMAT,
+            "device": self.device,
+            "steps": self.config.steps,
+            "warmup_steps": self.config.warmup,
+            "config": asdict(self.config),
+            "model": self.model,
+            "torch_threads": self.torch_threads,
+            "packed_kernel": self.kernel_note,
+            "predicted_speedup": self.prediction.speedup,
+        }
         for way in WAYS:
             seconds, tokens = self.timing.timed(way)
-            out[way] = {"timed_step_seconds": seconds, "timed_step_tokens": tokens, "real_tokens": int(sum(tokens)),
-                        "predicted_flops_per_real_token": self.prediction.flops_per_real_token[way]}
+            out[way] = {
+                "timed_step_seconds": seconds,
+                "timed_step_tokens": tokens,
+                "real_tokens": int(sum(tokens)),
+                "predicted_flops_per_real_token": self.prediction.flops_per_real_token[way],
+            }
         rep = speed_report(out)  # the same function the CLI and the page report with
         for row in rep.rows:
-            out[row.way] |= {"tokens_per_second": row.median_tokens_per_second,
-                             "step_seconds": row.median_step_seconds,
-                             "tokens_per_second_min": row.min_tokens_per_second,
-                             "tokens_per_second_max": row.max_tokens_per_second,
-                             "tokens_per_second_iqr": row.iqr_tokens_per_second}
+            out[row.way] |= {
+                "tokens_per_second": row.median_tokens_per_second,
+                "step_seconds": row.median_step_seconds,
+                "tokens_per_second_min": row.min_tokens_per_second,
+                "tokens_per_second_max": row.max_tokens_per_second,
+                "tokens_per_second_iqr": row.iqr_tokens_per_second,
+            }
         p = self.prediction
         out["packed"] |= {"predicted_step_seconds": p.step_seconds}
         if p.step_seconds is not None:
-            out["packed"] |= {"prediction_error": p.step_seconds / out["packed"]["step_seconds"] - 1,
-                              "prediction_gpu": p.gpu}
+            out["packed"] |= {
+                "prediction_error": p.step_seconds / out["packed"]["step_seconds"] - 1,
+                "prediction_gpu": p.gpu,
+            }
         else:
             out["packed"]["prediction_note"] = p.note
         s = rep.speedup
-        return out | {"speedup": s.point, "speedup_interval": [s.low, s.high], "speedup_confidence": s.confidence,
-                      "speedup_statistic": "median tokens/s per timed step, packed over padded; paired bootstrap "
-                                           "interval over steps",
-                      "noise_warnings": list(rep.warnings), **self.parity.to_dict(), "memory": self.memory.to_dict(),
-                      "distributed": self.distributed, "loss_weighting": self.loss.to_dict()}
+        return out | {
+            "speedup": s.point,
+            "speedup_interval": [s.low, s.high],
+            "speedup_confidence": s.confidence,
+            "speedup_statistic": "median tokens/s per timed step, packed over padded; paired bootstrap "
+            "interval over steps",
+            "noise_warnings": list(rep.warnings),
+            **self.parity.to_dict(),
+            "memory": self.memory.to_dict(),
+            "distributed": self.distributed,
+            "loss_weighting": self.loss.to_dict(),
+        }
 
 
 MAX_GQA_RATIO, MAX_FFN_RATIO, MAX_HEAD_DIM = 8, 8, 256  # every real model is inside; a hostile plan is not
@@ -215,19 +245,36 @@ def model_config(plan: Plan, scale: str = "small") -> TrialModelConfig:
     head_dim = min(m.head_dim, MAX_HEAD_DIM) if scale != "small" else min(m.head_dim, 64)
     hidden = heads * head_dim
     ffn = max(16, int(round(hidden * min(MAX_FFN_RATIO, m.ffn_hidden_size / m.hidden_size) / 16) * 16))
-    return TrialModelConfig(num_layers=layers, num_heads=heads, num_kv_heads=heads // ratio, head_dim=head_dim,
-                            ffn_hidden_size=ffn, vocab_size=512 if scale == "small" else 4096)
+    return TrialModelConfig(
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads // ratio,
+        head_dim=head_dim,
+        ffn_hidden_size=ffn,
+        vocab_size=512 if scale == "small" else 4096,
+    )
 
 
 def trial_plan(plan: Plan, cfg: TrialModelConfig) -> Plan:
     """The trial's small model as a plan on one GPU with a global batch of one sample: what the estimator is asked
     about once ``predicted_step`` sets the GPU and the data-parallel world. The user's TP, PP and CP are not kept:
     the trial runs data parallel only."""
-    return plan_from_dict({"model": {"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
-                                     "num_attention_heads": cfg.num_heads, "num_query_groups": cfg.num_kv_heads,
-                                     "kv_channels": cfg.head_dim, "ffn_hidden_size": cfg.ffn_hidden_size,
-                                     "vocab_size": cfg.vocab_size},
-                           "parallel": {"gpus": 1}, "training": {"global_batch_size": 1}}, "trial")
+    return plan_from_dict(
+        {
+            "model": {
+                "hidden_size": cfg.hidden_size,
+                "num_layers": cfg.num_layers,
+                "num_attention_heads": cfg.num_heads,
+                "num_query_groups": cfg.num_kv_heads,
+                "kv_channels": cfg.head_dim,
+                "ffn_hidden_size": cfg.ffn_hidden_size,
+                "vocab_size": cfg.vocab_size,
+            },
+            "parallel": {"gpus": 1},
+            "training": {"global_batch_size": 1},
+        },
+        "trial",
+    )
 
 
 def gpu_preset(device_name: str) -> str | None:
@@ -247,15 +294,18 @@ def predicted_step(plan: Plan, cfg: TrialModelConfig, steps: list[list[list[int]
     """
     small = trial_plan(plan, cfg).changed({"parallel": {"gpus": world}, "hardware": {"gpu": gpu}})
     packs = [p for step in steps for p in step]
-    work = StepWork(tokens=float(np.mean([sum(p) for p in packs])),
-                    seqlen_squared_sum=float(np.mean([sum(n * n for n in p) for p in packs])),
-                    micro_batches=len(packs) / len(steps))
+    work = StepWork(
+        tokens=float(np.mean([sum(p) for p in packs])),
+        seqlen_squared_sum=float(np.mean([sum(n * n for n in p) for p in packs])),
+        micro_batches=len(packs) / len(steps),
+    )
     t = step_time(small, work, EFFICIENCY)
     return {"step_seconds": t.step_seconds, "gpu": gpu, "breakdown": t.breakdown}
 
 
-def sample_lengths(hist: LengthHistogram, plan_pack_size: int, pack_size: int, n: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+def sample_lengths(
+    hist: LengthHistogram, plan_pack_size: int, pack_size: int, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray | None]:
     """n sample lengths drawn from the data, scaled from the plan's pack size to the trial's, with each one's label
     positions that carry loss where the data has a loss mask (the drawn length's share of them, scaled alike)."""
     which = rng.choice(hist.lengths.size, size=n, p=hist.counts / hist.counts.sum())
@@ -297,8 +347,9 @@ def parity(model: TrialGPT, samples: list[np.ndarray], device, break_mask: bool)
     (loss_alone / count).backward()
     loss_diff = abs(float((total / n).detach()) - float((loss_alone / count).detach()))
     grad_scale = max(float(p.grad.abs().max()) for p in alone.parameters())
-    grad_diff = max(float((a.grad - b.grad).abs().max()) for a, b in zip(packed.parameters(), alone.parameters(),
-                                                                         strict=True))
+    grad_diff = max(
+        float((a.grad - b.grad).abs().max()) for a, b in zip(packed.parameters(), alone.parameters(), strict=True)
+    )
     return loss_diff, grad_diff / grad_scale
 
 
@@ -353,8 +404,9 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
     import torch.distributed as dist
 
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device(
+        "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
@@ -377,13 +429,24 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
     data = tuple(rng.integers(0, mcfg.vocab_size, n) for n in lengths)
     rng.shuffle(packs)
     pps = cfg.packs_per_step
-    steps = tuple(tuple(tuple(p) for p in packs[(s * world + rank) * pps:(s * world + rank + 1) * pps])
-                  for s in range(total_steps))
+    steps = tuple(
+        tuple(tuple(p) for p in packs[(s * world + rank) * pps : (s * world + rank + 1) * pps])
+        for s in range(total_steps)
+    )
     if any(not packs_of_step for packs_of_step in steps):
         raise ValueError(f"{len(packs)} packs are too few for {total_steps} steps of {pps} packs on {world} rank(s)")
-    return TrialSetup(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32, world=world,
-                      rank=rank, model=mcfg, data=data, packs=tuple(tuple(p) for p in packs), steps=steps,
-                      warmup=cfg.warmup, loss_tokens=loss_tokens)
+    return TrialSetup(
+        device=device,
+        dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+        world=world,
+        rank=rank,
+        model=mcfg,
+        data=data,
+        packs=tuple(tuple(p) for p in packs),
+        steps=steps,
+        warmup=cfg.warmup,
+        loss_tokens=loss_tokens,
+    )
 
 
 def check_parity(st: TrialSetup, cfg: TrialConfig) -> Parity:
@@ -395,9 +458,11 @@ def check_parity(st: TrialSetup, cfg: TrialConfig) -> Parity:
     loss_diff, grad_diff = parity(model, first, st.device, cfg.break_mask)
     result = Parity(loss_diff=loss_diff, grad_diff=grad_diff, pack_samples=len(first))
     if not result.ok:
-        raise ParityError(f"packed step differs from the samples processed alone: loss {loss_diff:.3e} (bound "
-                          f"{LOSS_BOUND:g}), gradients {grad_diff:.3e} relative (bound {GRAD_BOUND:g}): the attention "
-                          "mask or the position ids let samples see each other")
+        raise ParityError(
+            f"packed step differs from the samples processed alone: loss {loss_diff:.3e} (bound "
+            f"{LOSS_BOUND:g}), gradients {grad_diff:.3e} relative (bound {GRAD_BOUND:g}): the attention "
+            "mask or the position ids let samples see each other"
+        )
     return result
 
 
@@ -406,8 +471,9 @@ def step_batches(st: TrialSetup, step: int, mode: str, micro_batch_size: int) ->
     padded rows of ``micro_batch_size``."""
     if mode == "padded":
         samples = [st.data[i] for p in st.steps[step] for i in p]
-        return [padded_batch(samples[j:j + micro_batch_size], st.device)
-                for j in range(0, len(samples), micro_batch_size)]
+        return [
+            padded_batch(samples[j : j + micro_batch_size], st.device) for j in range(0, len(samples), micro_batch_size)
+        ]
     return [packed_batch([st.data[i] for i in p], st.device, dense=mode == "block_masked") for p in st.steps[step]]
 
 
@@ -456,8 +522,17 @@ def time_steps(st: TrialSetup, cfg: TrialConfig, progress=_progress) -> Timing:
             mode = WAYS[(s + k) % len(WAYS)]
             batches = step_batches(st, s, mode, cfg.micro_batch_size)
             dt, wait, loss, n_tokens = _train_step(nets[mode], opts[mode], batches, mode, st)
-            records.append(StepRecord(mode=mode, step=s, warmup=warm, seconds=dt, loss=loss, real_tokens=n_tokens,
-                                      allreduce_wait_seconds=wait))
+            records.append(
+                StepRecord(
+                    mode=mode,
+                    step=s,
+                    warmup=warm,
+                    seconds=dt,
+                    loss=loss,
+                    real_tokens=n_tokens,
+                    allreduce_wait_seconds=wait,
+                )
+            )
             progress(f"{mode:<12} {label}: loss {loss:.4f}, {dt * 1000:.0f} ms")
     return Timing(records=tuple(sorted(records, key=lambda r: (WAYS.index(r.mode), r.step))))
 
@@ -466,7 +541,7 @@ def _work(lengths: list[list[int]], mode: str, micro_batch_size: int) -> list[tu
     """(computed tokens, attention work) per micro batch of one step, as ``step_batches`` builds them."""
     if mode == "padded":
         flat = [n for p in lengths for n in p]
-        rows = [flat[j:j + micro_batch_size] for j in range(0, len(flat), micro_batch_size)]
+        rows = [flat[j : j + micro_batch_size] for j in range(0, len(flat), micro_batch_size)]
         return [(len(r) * max(r), float(len(r) * max(r) ** 2)) for r in rows]
     if mode == "block_masked":
         return [(sum(p), float(sum(p)) ** 2) for p in lengths]
@@ -486,8 +561,11 @@ def predict(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Prediction:
     preset = gpu_preset(torch.cuda.get_device_name()) if st.device.type == "cuda" else None
     if preset is None:
         where = torch.cuda.get_device_name() if st.device.type == "cuda" else st.device.type
-        return Prediction(speedup=speedup, flops_per_real_token=per_token,
-                          note=f"the step-time model describes the registry's GPUs ({', '.join(BY_NAME)}), not {where}")
+        return Prediction(
+            speedup=speedup,
+            flops_per_real_token=per_token,
+            note=f"the step-time model describes the registry's GPUs ({', '.join(BY_NAME)}), not {where}",
+        )
     pred = predicted_step(plan, st.model, [st.lengths(s) for s in timed], st.world, preset)
     return Prediction(speedup=speedup, flops_per_real_token=per_token, step_seconds=pred["step_seconds"], gpu=preset)
 
@@ -499,11 +577,16 @@ def measure_memory(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Memory:
     net = TrialGPT(st.model).to(device=st.device, dtype=st.dtype)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     _train_step(net, opt, step_batches(st, 0, "packed", cfg.micro_batch_size), "packed", st)
-    biggest = max((packed_batch([st.data[i] for i in p], st.device) for p in st.steps[0]),
-                  key=lambda b: b.tokens.numel())
+    biggest = max(
+        (packed_batch([st.data[i] for i in p], st.device) for p in st.steps[0]), key=lambda b: b.tokens.numel()
+    )
     state = sum(p.numel() * p.element_size() * 2 for p in net.parameters())  # weights and gradients
-    state += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
-                 if torch.is_tensor(v) and v.dim() > 0)
+    state += sum(
+        v.numel() * v.element_size()
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    )
     if st.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
         loss, n = _forward_loss(net, biggest, "packed")
@@ -513,24 +596,38 @@ def measure_memory(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> Memory:
     else:
         acts = saved_bytes(net, biggest, "packed")
         measured = state + acts
-    predicted = predicted_memory(trial_plan(plan, st.model), biggest.tokens.numel(),
-                                 2 if st.dtype == torch.bfloat16 else 4)
-    return Memory(measured_bytes=int(measured), predicted_bytes=predicted["total_bytes"],
-                  measured_state_bytes=int(state), measured_activation_bytes=int(acts),
-                  predicted_state_bytes=predicted["state_bytes"],
-                  predicted_activation_bytes=predicted["activation_bytes"],
-                  tokens_in_micro_batch=int(biggest.tokens.numel()),
-                  how="CUDA allocator peak" if st.device.type == "cuda" else
-                      "parameter, gradient and Adam bytes plus saved_tensors_hooks bytes of one forward")
+    predicted = predicted_memory(
+        trial_plan(plan, st.model), biggest.tokens.numel(), 2 if st.dtype == torch.bfloat16 else 4
+    )
+    return Memory(
+        measured_bytes=int(measured),
+        predicted_bytes=predicted["total_bytes"],
+        measured_state_bytes=int(state),
+        measured_activation_bytes=int(acts),
+        predicted_state_bytes=predicted["state_bytes"],
+        predicted_activation_bytes=predicted["activation_bytes"],
+        tokens_in_micro_batch=int(biggest.tokens.numel()),
+        how="CUDA allocator peak"
+        if st.device.type == "cuda"
+        else "parameter, gradient and Adam bytes plus saved_tensors_hooks bytes of one forward",
+    )
 
 
 def check_loss_weighting(plan: Plan, st: TrialSetup, cfg: TrialConfig) -> LossCheck:
     """Step 0's samples (every rank's packs) packed and unpacked on the same weights, under the plan's loss setting
     and the other, against the prediction (advisor/trial/loss.py)."""
-    step0 = [list(p) for p in st.packs[:st.world * cfg.packs_per_step]]
+    step0 = [list(p) for p in st.packs[: st.world * cfg.packs_per_step]]
     lengths = np.array([len(x) for x in st.data])
-    return measure_loss_weighting(step0, lengths, st.model, st.device, cfg.micro_batch_size, plan.per_token_loss,
-                                  cfg.seed, loss_tokens=st.loss_tokens)
+    return measure_loss_weighting(
+        step0,
+        lengths,
+        st.model,
+        st.device,
+        cfg.micro_batch_size,
+        plan.per_token_loss,
+        cfg.seed,
+        loss_tokens=st.loss_tokens,
+    )
 
 
 def distributed_summary(st: TrialSetup, cfg: TrialConfig, timing: Timing) -> dict:
@@ -546,13 +643,17 @@ def distributed_summary(st: TrialSetup, cfg: TrialConfig, timing: Timing) -> dic
     dist.all_gather(gathered_wait, wait)
     costs = np.array([[float(w[s]) for w in gathered_work] for s in range(len(work))])
     return {
-        "world_size": st.world, "backend": dist.get_backend(),
+        "world_size": st.world,
+        "backend": dist.get_backend(),
         "per_rank_attention_work": [float(w.sum()) for w in gathered_work],
         "per_rank_allreduce_wait_seconds": [float(w[0]) for w in gathered_wait],
         "measured_work_straggler": float(costs.max(axis=1).sum() / costs.mean(axis=1).sum()),
         "predicted_straggler_factor": straggler_factor(
             np.array([sum(len(st.data[i]) ** 2 for i in p) for p in st.packs], dtype=float),
-            cfg.packs_per_step * st.world, st.world, cfg.seed),
+            cfg.packs_per_step * st.world,
+            st.world,
+            cfg.seed,
+        ),
     }
 
 
@@ -561,21 +662,32 @@ def run_trial(plan: Plan, hist: LengthHistogram, cfg: TrialConfig = DEFAULT, pro
     bounds (before any timing)."""
     st = setup(plan, hist, cfg)
     par = check_parity(st, cfg)
-    progress(f"parity on a pack of {par.pack_samples} sample(s): loss {par.loss_diff:.2e}, gradients "
-             f"{par.grad_diff:.2e}")
+    progress(
+        f"parity on a pack of {par.pack_samples} sample(s): loss {par.loss_diff:.2e}, gradients {par.grad_diff:.2e}"
+    )
     loss = check_loss_weighting(plan, st, cfg)
     for row in loss.rows:
-        progress(f"loss weighting, calculate_per_token_loss={row.per_token_loss}: step-0 objective packed/unpacked "
-                 f"measured {row.objective_measured:.4f}, predicted {row.objective_predicted:.4f}")
+        progress(
+            f"loss weighting, calculate_per_token_loss={row.per_token_loss}: step-0 objective packed/unpacked "
+            f"measured {row.objective_measured:.4f}, predicted {row.objective_predicted:.4f}"
+        )
     timing = time_steps(st, cfg, progress)
     pred = predict(plan, st, cfg)
     memory = measure_memory(plan, st, cfg)
     samples_per_pack = float(np.mean([len(p) for s in st.steps for p in s]))
-    return TrialResult(device=str(st.device), config=cfg, model=asdict(st.model) | {"world_size": st.world},
-                       parity=par, timing=timing, prediction=pred, memory=memory,
-                       kernel_note=packed_attention_note(st.device.type, samples_per_pack, st.model.num_layers),
-                       torch_threads=torch.get_num_threads(),
-                       distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {}, loss=loss)
+    return TrialResult(
+        device=str(st.device),
+        config=cfg,
+        model=asdict(st.model) | {"world_size": st.world},
+        parity=par,
+        timing=timing,
+        prediction=pred,
+        memory=memory,
+        kernel_note=packed_attention_note(st.device.type, samples_per_pack, st.model.num_layers),
+        torch_threads=torch.get_num_threads(),
+        distributed=distributed_summary(st, cfg, timing) if st.world > 1 else {},
+        loss=loss,
+    )
 
 
 def leave_process_group() -> None:

@@ -86,12 +86,19 @@ def spread(values: Sequence[float], what: str = "steps") -> Spread:
     """Median, extremes and quartiles (linear interpolation) of per-step values."""
     a = _values(values, what)
     q1, med, q3 = np.percentile(a, [25, 50, 75])
-    return Spread(n=int(a.size), median=float(med), minimum=float(a.min()), maximum=float(a.max()), q1=float(q1),
-                  q3=float(q3))
+    return Spread(
+        n=int(a.size), median=float(med), minimum=float(a.min()), maximum=float(a.max()), q1=float(q1), q3=float(q3)
+    )
 
 
-def speedup(fast: Sequence[float], slow: Sequence[float], *, confidence: float = CONFIDENCE,
-            resamples: int = RESAMPLES, seed: int = 0) -> Speedup:
+def speedup(
+    fast: Sequence[float],
+    slow: Sequence[float],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Speedup:
     """median(fast) / median(slow) of per-step throughputs, and its paired percentile-bootstrap interval.
 
     ``fast[i]`` and ``slow[i]`` are the same step (same samples) of two ways. The bootstrap draws step indices with
@@ -112,12 +119,18 @@ def speedup(fast: Sequence[float], slow: Sequence[float], *, confidence: float =
         idx = rng.integers(0, n, (min(chunk, resamples - start), n))
         ratios.append(np.median(x[idx], axis=1) / np.median(y[idx], axis=1))
     low, high = np.quantile(np.concatenate(ratios), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return Speedup(point=point, low=min(float(low), point), high=max(float(high), point), confidence=confidence,
-                   steps=n)
+    return Speedup(
+        point=point, low=min(float(low), point), high=max(float(high), point), confidence=confidence, steps=n
+    )
 
 
-def noise_warnings(speed: Speedup, spreads: Mapping[str, Spread], *, min_steps: int = MIN_STEPS,
-                   max_relative_iqr: float = MAX_RELATIVE_IQR) -> tuple[str, ...]:
+def noise_warnings(
+    speed: Speedup,
+    spreads: Mapping[str, Spread],
+    *,
+    min_steps: int = MIN_STEPS,
+    max_relative_iqr: float = MAX_RELATIVE_IQR,
+) -> tuple[str, ...]:
     """Why the speed-up cannot be called, if it cannot: empty when the run is tight enough to trust.
 
     ``spreads`` are the per-step throughputs of the ways compared (packed and padded). Three reasons: too few
@@ -127,14 +140,20 @@ def noise_warnings(speed: Speedup, spreads: Mapping[str, Spread], *, min_steps: 
     """
     out = []
     if speed.steps < min_steps:
-        out.append(f"only {speed.steps} timed step(s) per way: too few to call the speed-up (at least {min_steps}; "
-                   "raise --steps)")
+        out.append(
+            f"only {speed.steps} timed step(s) per way: too few to call the speed-up (at least {min_steps}; "
+            "raise --steps)"
+        )
     if speed.low <= 1.0 <= speed.high:
-        out.append(f"the speed-up's {speed.confidence:.0%} interval {speed.low:.2f}x-{speed.high:.2f}x contains "
-                   "1.0: this run cannot tell packed from padded")
+        out.append(
+            f"the speed-up's {speed.confidence:.0%} interval {speed.low:.2f}x-{speed.high:.2f}x contains "
+            "1.0: this run cannot tell packed from padded"
+        )
     for way, s in spreads.items():
         if s.relative_iqr > max_relative_iqr:
-            out.append(f"{way} steps spread {s.relative_iqr:.0%} (interquartile range over median, above "
-                       f"{max_relative_iqr:.0%}; fastest {s.maximum:,.0f}, slowest {s.minimum:,.0f} tokens/s): "
-                       "the machine was busy; rerun with more steps, on an idle machine, or (CPU) with --threads 1")
+            out.append(
+                f"{way} steps spread {s.relative_iqr:.0%} (interquartile range over median, above "
+                f"{max_relative_iqr:.0%}; fastest {s.maximum:,.0f}, slowest {s.minimum:,.0f} tokens/s): "
+                "the machine was busy; rerun with more steps, on an idle machine, or (CPU) with --threads 1"
+            )
     return tuple(out)

@@ -82,8 +82,13 @@ class Ahead:
         with self._cond:
             return len(self._wishes) + (self._current is not None)
 
-    def join(self, hist: LengthHistogram, cfg: PackingConfig, progress: Callable[[str, float], None] | None = None,
-             timeout: float = 120.0) -> bool:
+    def join(
+        self,
+        hist: LengthHistogram,
+        cfg: PackingConfig,
+        progress: Callable[[str, float], None] | None = None,
+        timeout: float = 120.0,
+    ) -> bool:
         """If this packing is being computed in the background, wait for it (reporting its progress) and say whether
         it is now kept; False at once otherwise."""
         key = self._key(hist, cfg)

@@ -59,16 +59,24 @@ class Control:
 
 
 def _field(section: str, name: str) -> tuple[Callable, Callable]:
-    return (lambda s: getattr(getattr(s["plan"], section), name),
-            lambda s, v: {section: {name: v}})
+    return (lambda s: getattr(getattr(s["plan"], section), name), lambda s, v: {section: {name: v}})
 
 
 def _number(name: str, label: str, help: str, lo: int, hi: int, step: int | None = None, read=None) -> Control:
     section, field = name.split(".")
     default_read, write = _field(section, field)
     read = read or default_read
-    return Control(name=name, label=label, kind="number", help=help, lo=lo, hi=hi, step=step,
-                   read=lambda s: min(hi, max(lo, int(read(s)))), write=lambda s, v: write(s, int(v)))
+    return Control(
+        name=name,
+        label=label,
+        kind="number",
+        help=help,
+        lo=lo,
+        hi=hi,
+        step=step,
+        read=lambda s: min(hi, max(lo, int(read(s)))),
+        write=lambda s, v: write(s, int(v)),
+    )
 
 
 def _model_options(state) -> list[str]:
@@ -116,8 +124,11 @@ def _batch_write(state, value) -> dict:
     # packs is Megatron-Bridge's own global_batch_size (offline packing); samples are global_batch_samples, except
     # where the framework itself counts samples (every other mode), whose global_batch_size they are
     plan = state["plan"]
-    field = "global_batch_size" if _batch_unit(state) == "packs" or plan.packing_mode != "offline" \
+    field = (
+        "global_batch_size"
+        if _batch_unit(state) == "packs" or plan.packing_mode != "offline"
         else "global_batch_samples"
+    )
     return {"training": {field: int(value)}}
 
 
@@ -151,8 +162,9 @@ def _precision_write(state, value) -> dict:
 def _recompute_write(state, value) -> dict:
     """Another recompute drops a block size, which applies to full recompute only (the plan refuses it elsewhere)."""
     t = state["plan"].training
-    return {"training": {"recompute": value, "recompute_num_layers": t.recompute_num_layers if value == "full"
-                         else None}}
+    return {
+        "training": {"recompute": value, "recompute_num_layers": t.recompute_num_layers if value == "full" else None}
+    }
 
 
 def _recompute_options(state) -> list[str]:
@@ -163,55 +175,160 @@ def _model_field(name: str) -> Control:
     def read(state) -> int:
         m = state["plan"].model
         return int(getattr(m, name) or (m.query_groups if name == "num_query_groups" else m.head_dim))
+
     return _number(f"model.{name}", name, "custom_model", 1, 1 << 20, read=read)
 
 
-CUSTOM_FIELDS = ("hidden_size", "num_layers", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
-                 "vocab_size", "kv_channels")
+CUSTOM_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_attention_heads",
+    "num_query_groups",
+    "ffn_hidden_size",
+    "vocab_size",
+    "kv_channels",
+)
 
 _ALL = [
-    Control(name="model.preset", label="Model", kind="select", help="model",
-            read=lambda s: s["plan"].model.preset or "custom", write=_model_write, options=_model_options),
+    Control(
+        name="model.preset",
+        label="Model",
+        kind="select",
+        help="model",
+        read=lambda s: s["plan"].model.preset or "custom",
+        write=_model_write,
+        options=_model_options,
+    ),
     *[_model_field(k) for k in CUSTOM_FIELDS],
-    Control(name="hardware.gpu", label="GPU", kind="select", help="gpu", read=lambda s: s["plan"].hardware.gpu,
-            write=lambda s, v: {"hardware": {"gpu": v}},
-            options=lambda s: list(dict.fromkeys([*GPU_PRESETS, s["plan"].hardware.gpu]))),
+    Control(
+        name="hardware.gpu",
+        label="GPU",
+        kind="select",
+        help="gpu",
+        read=lambda s: s["plan"].hardware.gpu,
+        write=lambda s, v: {"hardware": {"gpu": v}},
+        options=lambda s: list(dict.fromkeys([*GPU_PRESETS, s["plan"].hardware.gpu])),
+    ),
     _number("parallel.gpus", "GPUs", "gpus", 1, MAX_GPUS),
     _number("parallel.tp", "TP", "tp", 1, 1024),
     _number("parallel.pp", "PP", "pp", 1, 1024),
     _number("parallel.cp", "CP", "cp", 1, 1024),
-    Control(name="parallel.vpp", label="VP", kind="number", help="vpp", lo=1, hi=1024,
-            read=lambda s: s["plan"].parallel.vpp or 1,
-            write=lambda s, v: {"parallel": {"vpp": None if int(v) == 1 else int(v)}}),
+    Control(
+        name="parallel.vpp",
+        label="VP",
+        kind="number",
+        help="vpp",
+        lo=1,
+        hi=1024,
+        read=lambda s: s["plan"].parallel.vpp or 1,
+        write=lambda s, v: {"parallel": {"vpp": None if int(v) == 1 else int(v)}},
+    ),
     _number("parallel.ep", "EP", "ep", 1, 4096),
-    Control(name="parallel.sp", label="SP", kind="toggle", help="sp",
-            read=lambda s: s["plan"].parallel.sp, write=lambda s, v: {"parallel": {"sp": bool(v)}}),
+    Control(
+        name="parallel.sp",
+        label="SP",
+        kind="toggle",
+        help="sp",
+        read=lambda s: s["plan"].parallel.sp,
+        write=lambda s, v: {"parallel": {"sp": bool(v)}},
+    ),
     _number("training.micro_batch_size", "micro batch", "micro_batch", 1, 4096),
-    Control(name="training.seq_length", label="seq_length", kind="number", help="seq_length", lo=16, hi=1 << 20,
-            step=1024, read=lambda s: min(1 << 20, max(16, s["plan"].training.seq_length)), write=_seq_length_write),
-    Control(name="training.recompute", label="recompute", kind="select", help="recompute",
-            read=lambda s: s["plan"].training.recompute, write=_recompute_write, options=_recompute_options),
-    Control(name="training.precision", label="precision", kind="select", help="precision",
-            read=lambda s: s["plan"].training.precision, write=_precision_write,
-            options=lambda s: list(get_args(Precision))),
-    Control(name="parallel.fsdp", label="FSDP", kind="toggle", help="fsdp",
-            read=lambda s: s["plan"].parallel.fsdp, write=lambda s, v: {"parallel": {"fsdp": bool(v)}}),
+    Control(
+        name="training.seq_length",
+        label="seq_length",
+        kind="number",
+        help="seq_length",
+        lo=16,
+        hi=1 << 20,
+        step=1024,
+        read=lambda s: min(1 << 20, max(16, s["plan"].training.seq_length)),
+        write=_seq_length_write,
+    ),
+    Control(
+        name="training.recompute",
+        label="recompute",
+        kind="select",
+        help="recompute",
+        read=lambda s: s["plan"].training.recompute,
+        write=_recompute_write,
+        options=_recompute_options,
+    ),
+    Control(
+        name="training.precision",
+        label="precision",
+        kind="select",
+        help="precision",
+        read=lambda s: s["plan"].training.precision,
+        write=_precision_write,
+        options=lambda s: list(get_args(Precision)),
+    ),
+    Control(
+        name="parallel.fsdp",
+        label="FSDP",
+        kind="toggle",
+        help="fsdp",
+        read=lambda s: s["plan"].parallel.fsdp,
+        write=lambda s, v: {"parallel": {"fsdp": bool(v)}},
+    ),
     _number("training.cpu_offloading_num_layers", "offloaded layers", "cpu_offload", 0, 1 << 20),
-    Control(name="training.batch_unit", label="global batch counts", kind="radio", help="batch_unit",
-            read=_batch_unit, write=_batch_unit_write, options=_batch_unit_options),
-    Control(name="training.batch", label="global batch", kind="number", help="global_batch", lo=1, hi=1 << 24,
-            read=_batch_read, write=_batch_write),
-    Control(name="data.format", label="data format", kind="radio", help="data_format",
-            read=lambda s: s["plan"].data.format, write=lambda s, v: {"data": {"format": v}},
-            options=lambda s: list(get_args(DataFormat))),
-    Control(name="packing.algorithm", label="Algorithm", kind="select", help="algorithm",
-            read=lambda s: s["plan"].packing.algorithm, write=lambda s, v: {"packing": {"algorithm": v}},
-            options=lambda s: list(get_args(Algorithm))),
-    Control(name="packing.pack_size", label="Pack size", kind="number", help="pack_size", lo=16,
-            hi=MAX_DASHBOARD_PACK, step=PACK_SIZE_STEP,
-            read=lambda s: max(16, min(s["plan"].pack_size, MAX_DASHBOARD_PACK)), write=_pack_size_write),
-    Control(name="packing.pad_seq_to_mult", label="pad_seq_to_mult", kind="number", help="pad_seq_to_mult", lo=1,
-            hi=65536, read=lambda s: s["plan"].pad_seq_to_mult, write=_pad_write),
+    Control(
+        name="training.batch_unit",
+        label="global batch counts",
+        kind="radio",
+        help="batch_unit",
+        read=_batch_unit,
+        write=_batch_unit_write,
+        options=_batch_unit_options,
+    ),
+    Control(
+        name="training.batch",
+        label="global batch",
+        kind="number",
+        help="global_batch",
+        lo=1,
+        hi=1 << 24,
+        read=_batch_read,
+        write=_batch_write,
+    ),
+    Control(
+        name="data.format",
+        label="data format",
+        kind="radio",
+        help="data_format",
+        read=lambda s: s["plan"].data.format,
+        write=lambda s, v: {"data": {"format": v}},
+        options=lambda s: list(get_args(DataFormat)),
+    ),
+    Control(
+        name="packing.algorithm",
+        label="Algorithm",
+        kind="select",
+        help="algorithm",
+        read=lambda s: s["plan"].packing.algorithm,
+        write=lambda s, v: {"packing": {"algorithm": v}},
+        options=lambda s: list(get_args(Algorithm)),
+    ),
+    Control(
+        name="packing.pack_size",
+        label="Pack size",
+        kind="number",
+        help="pack_size",
+        lo=16,
+        hi=MAX_DASHBOARD_PACK,
+        step=PACK_SIZE_STEP,
+        read=lambda s: max(16, min(s["plan"].pack_size, MAX_DASHBOARD_PACK)),
+        write=_pack_size_write,
+    ),
+    Control(
+        name="packing.pad_seq_to_mult",
+        label="pad_seq_to_mult",
+        kind="number",
+        help="pad_seq_to_mult",
+        lo=1,
+        hi=65536,
+        read=lambda s: s["plan"].pad_seq_to_mult,
+        write=_pad_write,
+    ),
 ]
 CONTROLS: dict[str, Control] = {c.name: c for c in _ALL}
 

@@ -105,12 +105,16 @@ class Gate:
         processes used) when given."""
         b, now = self.budget, time.monotonic()
         if meter.spent(now, b.window_seconds) >= b.session_cpu_seconds:
-            raise Busy(f"{what}: this session has used its {b.session_cpu_seconds:.0f} CPU seconds of heavy work for "
-                       f"the last {b.window_seconds / 60:.0f} minutes; it can start again in "
-                       f"{meter.free_again_in(now, b):.0f} s (or run it on your own machine: python -m advisor)")
+            raise Busy(
+                f"{what}: this session has used its {b.session_cpu_seconds:.0f} CPU seconds of heavy work for "
+                f"the last {b.window_seconds / 60:.0f} minutes; it can start again in "
+                f"{meter.free_again_in(now, b):.0f} s (or run it on your own machine: python -m advisor)"
+            )
         if memory > b.memory_bytes:
-            raise Busy(f"{what}: needs about {memory / 2**30:.1f} GiB, more than this server gives one job "
-                       f"({b.memory_bytes / 2**30:.1f} GiB); run it with python -m advisor on your own machine")
+            raise Busy(
+                f"{what}: needs about {memory / 2**30:.1f} GiB, more than this server gives one job "
+                f"({b.memory_bytes / 2**30:.1f} GiB); run it with python -m advisor on your own machine"
+            )
         with self._free:
             fits = lambda: self.running < b.slots and self.memory + memory <= b.memory_bytes  # noqa: E731
             self.waiting += 1
@@ -119,8 +123,10 @@ class Gate:
             finally:
                 self.waiting -= 1
             if not ok:
-                raise Busy(f"{what}: the server is running {self.running} heavy job(s) for other visitors; try again "
-                           "in a moment")
+                raise Busy(
+                    f"{what}: the server is running {self.running} heavy job(s) for other visitors; try again "
+                    "in a moment"
+                )
             self.running += 1
             self.memory += memory
         cpu = time.thread_time()

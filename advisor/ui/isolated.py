@@ -58,8 +58,15 @@ def _tokenize(folder: Path, args: dict, progress) -> LengthHistogram:
     from advisor.ui.raw_data import tokenize_upload
 
     data = (folder / "upload").read_bytes()
-    return tokenize_upload(data, args["name"], args["tokenizer"], args["fmt"], int(args["max_seq_length"]),
-                           progress=progress, env=args.get("env"))
+    return tokenize_upload(
+        data,
+        args["name"],
+        args["tokenizer"],
+        args["fmt"],
+        int(args["max_seq_length"]),
+        progress=progress,
+        env=args.get("env"),
+    )
 
 
 JOBS: dict[str, Callable] = {"tokenize": _tokenize}  # what a child may run: nothing else, whatever the request says
@@ -72,19 +79,26 @@ def _save(hist: LengthHistogram, folder: Path) -> None:
         np.save(folder / "order.npy", hist.order)
     if hist.loss_tokens is not None:
         np.save(folder / "loss_tokens.npy", hist.loss_tokens)
-    meta = {"source": hist.source, "notes": list(hist.notes),
-            "excluded": [{"reason": e.reason, "count": e.count, "first_at": e.first_at} for e in hist.excluded]}
+    meta = {
+        "source": hist.source,
+        "notes": list(hist.notes),
+        "excluded": [{"reason": e.reason, "count": e.count, "first_at": e.first_at} for e in hist.excluded],
+    }
     (folder / "result.json").write_text(json.dumps(meta))
 
 
 def _load(folder: Path) -> LengthHistogram:
     meta = json.loads((folder / "result.json").read_text())
     order, loss = folder / "order.npy", folder / "loss_tokens.npy"
-    return LengthHistogram(lengths=np.load(folder / "lengths.npy", allow_pickle=False),
-                           counts=np.load(folder / "counts.npy", allow_pickle=False), source=meta["source"],
-                           notes=tuple(meta["notes"]), excluded=tuple(Exclusion(**e) for e in meta["excluded"]),
-                           order=np.load(order, allow_pickle=False) if order.exists() else None,
-                           loss_tokens=np.load(loss, allow_pickle=False) if loss.exists() else None)
+    return LengthHistogram(
+        lengths=np.load(folder / "lengths.npy", allow_pickle=False),
+        counts=np.load(folder / "counts.npy", allow_pickle=False),
+        source=meta["source"],
+        notes=tuple(meta["notes"]),
+        excluded=tuple(Exclusion(**e) for e in meta["excluded"]),
+        order=np.load(order, allow_pickle=False) if order.exists() else None,
+        loss_tokens=np.load(loss, allow_pickle=False) if loss.exists() else None,
+    )
 
 
 def child(folder: Path) -> int:
@@ -113,8 +127,9 @@ def child(folder: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- the parent
-def run(job: str, args: dict, files: dict[str, bytes], *, limits: Limits = Limits(), progress=None,
-        name: str = "the upload") -> Outcome:
+def run(
+    job: str, args: dict, files: dict[str, bytes], *, limits: Limits = Limits(), progress=None, name: str = "the upload"
+) -> Outcome:
     """Run ``job`` (a key of JOBS) on ``args`` and ``files`` (written into the child's folder) in a child process;
     ``progress(what, fraction)`` hears the child's reports. The child is killed when the wall clock runs out, and
     when this thread is interrupted (a Streamlit rerun or a visitor leaving raises in it)."""
@@ -124,8 +139,11 @@ def run(job: str, args: dict, files: dict[str, bytes], *, limits: Limits = Limit
     try:
         for file, data in files.items():
             (folder / file).write_bytes(data)
-        (folder / "request.json").write_text(json.dumps({"job": job, "args": args, "cpu_seconds": limits.cpu_seconds,
-                                                         "memory_bytes": limits.memory_bytes}))
+        (folder / "request.json").write_text(
+            json.dumps(
+                {"job": job, "args": args, "cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes}
+            )
+        )
         (folder / "progress").touch()
         return _follow(folder, limits, progress, name)
     finally:
@@ -133,14 +151,25 @@ def run(job: str, args: dict, files: dict[str, bytes], *, limits: Limits = Limit
 
 
 def _follow(folder: Path, limits: Limits, progress, name: str) -> Outcome:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKENIZERS_PARALLELISM": "false",
-           "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           # pyarrow's default pool reserves ~1 GiB of address space up front, which RLIMIT_AS would count
-           "ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAYON_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        # pyarrow's default pool reserves ~1 GiB of address space up front, which RLIMIT_AS would count
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
+        "MALLOC_ARENA_MAX": "2",
+    }
     with open(folder / "stderr", "wb") as stderr:  # a file, not a pipe: a chatty child never blocks on it
-        proc = subprocess.Popen([sys.executable, "-m", "advisor.ui.isolated", str(folder)], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "advisor.ui.isolated", str(folder)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     start, seen, status, usage = time.monotonic(), 0, None, None
     try:
         while status is None:
@@ -153,8 +182,12 @@ def _follow(folder: Path, limits: Limits, progress, name: str) -> Outcome:
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, status, usage = os.wait4(proc.pid, 0)
                 cpu = usage.ru_utime + usage.ru_stime
-                return Outcome(hist=None, cpu_seconds=cpu, error=f"{name}: stopped after {limits.wall_seconds:.0f} s, "
-                               "this server's limit; use python -m advisor tokenize --sample N on your own machine")
+                return Outcome(
+                    hist=None,
+                    cpu_seconds=cpu,
+                    error=f"{name}: stopped after {limits.wall_seconds:.0f} s, "
+                    "this server's limit; use python -m advisor tokenize --sample N on your own machine",
+                )
             time.sleep(POLL_SECONDS)
     finally:
         if status is None:  # interrupted (the visitor left): the child goes too
@@ -165,15 +198,25 @@ def _follow(folder: Path, limits: Limits, progress, name: str) -> Outcome:
     cpu = usage.ru_utime + usage.ru_stime
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        why = (f"used its {limits.cpu_seconds} CPU seconds" if sig in (signal.SIGXCPU, signal.SIGKILL) and
-               cpu >= limits.cpu_seconds - 1 else f"was stopped by signal {signal.Signals(sig).name}")
-        return Outcome(hist=None, cpu_seconds=cpu, error=f"{name}: tokenizing it {why} on this server; use "
-                       "python -m advisor tokenize --sample N on your own machine")
+        why = (
+            f"used its {limits.cpu_seconds} CPU seconds"
+            if sig in (signal.SIGXCPU, signal.SIGKILL) and cpu >= limits.cpu_seconds - 1
+            else f"was stopped by signal {signal.Signals(sig).name}"
+        )
+        return Outcome(
+            hist=None,
+            cpu_seconds=cpu,
+            error=f"{name}: tokenizing it {why} on this server; use "
+            "python -m advisor tokenize --sample N on your own machine",
+        )
     if (folder / "error.json").exists():
         return Outcome(hist=None, cpu_seconds=cpu, error=json.loads((folder / "error.json").read_text())["message"])
     if os.WEXITSTATUS(status) != 0 or not (folder / "result.json").exists():
-        return Outcome(hist=None, cpu_seconds=cpu, error=f"{name}: could not be tokenized (the worker exited with "
-                       f"status {os.WEXITSTATUS(status)})")
+        return Outcome(
+            hist=None,
+            cpu_seconds=cpu,
+            error=f"{name}: could not be tokenized (the worker exited with status {os.WEXITSTATUS(status)})",
+        )
     return Outcome(hist=_load(folder), error=None, cpu_seconds=cpu)
 
 
@@ -184,7 +227,7 @@ def _report(folder: Path, seen: int, progress) -> int:
     with open(folder / "progress", "rb") as f:
         f.seek(seen)
         text = f.read()
-    complete = text[:text.rfind(b"\n") + 1]
+    complete = text[: text.rfind(b"\n") + 1]
     lines = complete.decode("utf-8", "replace").splitlines()
     if lines:
         done, _, what = lines[-1].partition("\t")

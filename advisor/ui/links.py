@@ -49,8 +49,10 @@ def plan_from_query(query: dict) -> tuple[str, Plan | None]:
     return sample, plan.model_copy(update={"notes": notes})
 
 
-LINK_UPLOAD_NOTE = ("This link was made on uploaded data, which a link cannot carry: the plan is the link's, the data "
-                    "is the bundled sample {sample}. Upload the same file on Data and plan to see the link's figures.")
+LINK_UPLOAD_NOTE = (
+    "This link was made on uploaded data, which a link cannot carry: the plan is the link's, the data "
+    "is the bundled sample {sample}. Upload the same file on Data and plan to see the link's figures."
+)
 
 
 def _plan_of(query: dict) -> Plan:
@@ -64,4 +66,3 @@ def _plan_of(query: dict) -> Plan:
     except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError):
         raise PlanError("link", ["the plan parameter is not a plan link"]) from None
     return within_budget(plan_from_dict(parse_plan_text(text, "link.json"), "link"), "link")
-

@@ -118,9 +118,13 @@ def use_upload(state, data: bytes, name: str) -> bool:
     try:
         limit = UPLOAD_LIMIT_MB if name.lower().endswith(BINARY_SUFFIXES) else TEXT_UPLOAD_LIMIT_MB
         if len(data) > limit * 2**20:
-            raise InputError(name[:80], None, f"is {len(data) / 2**20:,.0f} MB, over the dashboard's {limit} MB limit "
-                             "for this format: upload a length,count histogram (a few kB) or .npy/Parquet, or use "
-                             "the command line")
+            raise InputError(
+                name[:80],
+                None,
+                f"is {len(data) / 2**20:,.0f} MB, over the dashboard's {limit} MB limit "
+                "for this format: upload a length,count histogram (a few kB) or .npy/Parquet, or use "
+                "the command line",
+            )
         hist = _parse_upload(data, name)
         check_expandable(hist.num_samples, name[:80], "pack")  # refuse now, not on the Packing page
     except InputError as e:
@@ -141,13 +145,18 @@ def _parse_upload(data: bytes, name: str) -> LengthHistogram:
 def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: int = LOGNORMAL_SAMPLES) -> bool:
     """Megatron-LM's mock lognormal (seed 0), as a data set."""
     values = (mean, sigma, lo, hi)
-    bad = [f"{f.label} {v:g} is outside {f.lo:g}..{f.hi:g}" for f, v in zip(LOGNORMAL_INPUTS, values, strict=True)
-           if not f.holds(v)] + ([f"min_seq_len {lo} is over max_seq_len {hi}"] if lo > hi else [])
+    bad = [
+        f"{f.label} {v:g} is outside {f.lo:g}..{f.hi:g}"
+        for f, v in zip(LOGNORMAL_INPUTS, values, strict=True)
+        if not f.holds(v)
+    ] + ([f"min_seq_len {lo} is over max_seq_len {hi}"] if lo > hi else [])
     if bad or not 1 <= samples <= 10_000_000:
         state["upload_error"] = "lognormal: " + "; ".join(bad or [f"{samples} samples is outside 1..10,000,000"])
         return False
-    hist = LengthHistogram.from_samples(lognormal_lengths(samples, mean, sigma, lo, hi),
-                                        source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])")
+    hist = LengthHistogram.from_samples(
+        lognormal_lengths(samples, mean, sigma, lo, hi),
+        source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])",
+    )
     state["hist"], state["data_name"] = hist, hist.source
     state.pop("upload_error", None)
     return True
@@ -169,9 +178,11 @@ def use_plan_file(state, data: bytes, name: str) -> bool:
     current = state["plan"].data
     notes = list(plan.notes)
     if plan.data.lengths and plan.data.lengths != current.lengths:
-        notes.append(f"the plan's data.lengths {plan.data.lengths[:80]!r} is a path on your machine: the dashboard "
-                     f"keeps the data it shows ({str(state.get('data_name', current.lengths))[:80]}); upload that "
-                     "file to use it")
+        notes.append(
+            f"the plan's data.lengths {plan.data.lengths[:80]!r} is a path on your machine: the dashboard "
+            f"keeps the data it shows ({str(state.get('data_name', current.lengths))[:80]}); upload that "
+            "file to use it"
+        )
     state["plan"] = plan.changed({"data": {"lengths": current.lengths, "column": current.column}})
     state["plan_notes"] = notes
     state.pop("plan_error", None)
@@ -185,11 +196,15 @@ def saved_plan(state) -> str:
 
     name = str(state.get("data_name", ""))
     if name in SAMPLES:
-        head = (f"# data.lengths is the advisor's bundled sample {name!r}: sample_data/ is read from the advisor's own "
-                "folder wherever this file is\n")
+        head = (
+            f"# data.lengths is the advisor's bundled sample {name!r}: sample_data/ is read from the advisor's own "
+            "folder wherever this file is\n"
+        )
     else:
-        head = (f"# data.lengths names the data uploaded to the dashboard ({name[:80]!r}): put that file beside this "
-                "plan, or give --lengths FILE\n")
+        head = (
+            f"# data.lengths names the data uploaded to the dashboard ({name[:80]!r}): put that file beside this "
+            "plan, or give --lengths FILE\n"
+        )
     return head + dump_plan(state["plan"])
 
 
@@ -272,8 +287,9 @@ def ready_analysis(state):
     analysis = analysis_of(state)
     if analysis.computed("estimate") is not None or state["hist"].num_samples <= BIG_DATA:
         return analysis, None
-    done, problem = heavy(state, "the analysis of this data", lambda: estimate_of(analysis),
-                          memory=analysis_memory(state["hist"]))
+    done, problem = heavy(
+        state, "the analysis of this data", lambda: estimate_of(analysis), memory=analysis_memory(state["hist"])
+    )
     return (analysis, None) if problem is None else (None, problem)
 
 
@@ -373,15 +389,21 @@ def index_of(options, value) -> int:
     return keys.index(value) if value in keys else 0
 
 
-CUSTOM_FIELDS = ("hidden_size", "num_layers", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
-                 "vocab_size", "kv_channels")
+CUSTOM_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_attention_heads",
+    "num_query_groups",
+    "ffn_hidden_size",
+    "vocab_size",
+    "kv_channels",
+)
 
 
 def model_fields(plan: Plan) -> dict[str, int]:
     """The TransformerConfig-style fields of the plan's model that the page lets you edit."""
     m = plan.model
-    return {k: int(getattr(m, k) or (m.query_groups if k == "num_query_groups" else m.head_dim))
-            for k in CUSTOM_FIELDS}
+    return {k: int(getattr(m, k) or (m.query_groups if k == "num_query_groups" else m.head_dim)) for k in CUSTOM_FIELDS}
 
 
 def only_changes(plan: Plan, changes: dict) -> dict:
@@ -405,5 +427,3 @@ def only_changes(plan: Plan, changes: dict) -> dict:
 
 def model_presets() -> list[str]:
     return list(MODEL_PRESETS)
-
-

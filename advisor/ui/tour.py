@@ -39,67 +39,107 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step(title="Your data set is a list of lengths",
-         text="Packing and memory depend only on how many tokens each sample has after tokenization. Without "
-              "packing every sample is padded to the sequence length, and the GPUs compute on the padding.",
-         sample=SQUAD, page="pages/0_Data_and_plan.py"),
-    Step(title="Packing puts several samples in one row",
-         text="Offline packing (Megatron-Bridge) fills rows of pack_size tokens with whole samples before training. "
-              "n, the packing factor, is how many samples a row holds on average; the data share is the part of "
-              "the row that is data rather than padding.",
-         sample=SQUAD, page="pages/1_Packing.py"),
-    Step(title="The global batch counts packs",
-         text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs, and so does the "
-              "plan's: a pack holds n samples, so a step trains on about n times as many samples as its global "
-              "batch. To ask for samples per step instead, give global_batch_samples (the samples unit on the "
-              "Memory page): the export divides by n and rounds to a multiple of DP.",
-         sample=SQUAD, page="pages/3_Recommendations.py"),
-    Step(title="Attention inside a pack: sum of squares, not square of sums",
-         text="Variable-length (THD) attention keeps each sample to itself: its cost is the sum of s_i^2. A single "
-              "block-diagonal mask over the whole row would cost (sum s_i)^2, and padding every sample to the "
-              "longest costs b x s_max^2.",
-         sample=SQUAD, page="pages/2_Memory_and_FLOPs.py"),
-    Step(title="Stragglers: one long sample slows every rank",
-         text="Every step waits for the slowest data-parallel rank. Attention grows with the square of a sample's "
-              "length, so a pack with one long sample can take several times the mean: the straggler ratio.",
-         sample=CHAT, page="pages/1_Packing.py"),
-    Step(title="Context parallelism pads every sequence",
-         text="CP splits each sequence into 2*CP chunks (rank r takes r and 2CP-1-r, balancing causal attention), "
-              "so every packed sequence is padded to lcm(2*CP, CP*TP with sequence parallelism): pad_seq_to_mult.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/1_Packing.py"),
-    Step(title="Memory per GPU",
-         text="Weights, gradients and optimizer states are split by TP, PP and the distributed optimizer; "
-              "activations grow with the tokens of one micro batch, that is the pack size, divided by TP and CP.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py"),
-    Step(title="What breaks at 128k",
-         text="At long context a dense attention mask built by the data loader is gigabytes per sample, CP needs the "
-              "loss settings that survive a rank with no labels, and full recompute is slower than more CP. The "
-              "rules say which apply to your plan, why, and how to fix it.",
-         sample=LONG, page="pages/3_Recommendations.py"),
-    Step(title="Where a step's time goes",
-         text="A step is GEMMs, attention and memory-bound work on each GPU, plus the communication Megatron cannot "
-              "hide (TP, CP, pipeline sends, the gradient sync), the pipeline bubble, the optimizer and the wait for "
-              "the slowest rank. The step-time model prices each, fitted on NVIDIA's published runs; MFU is what "
-              "results.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/2_Memory_and_FLOPs.py"),
-    Step(title="Online packing: Megatron-LM packs each global batch",
-         text="Megatron-LM can pack online instead: each global batch's samples are grouped into packs as they "
-              "arrive (--sequence-packing-scheduler), so the micro batches per step change from step to step and "
-              "the packs are dealt to ranks in order, balancing their number, not their work.",
-         sample=CHAT, changes={"parallel": {"cp": 2, "tp": 2, "sp": True}}, page="pages/6_Online_packing.py"),
-    Step(title="Will my loss change with packing?",
-         text="Without calculate_per_token_loss each micro batch's loss is the mean over its own loss tokens: "
-              "unpacked at micro batch size 1 every sample counts the same, packed every pack does, so the same "
-              "samples weigh differently and turning packing on changes what is optimised. Megatron-Bridge's logged "
-              "lm loss is token-weighted, so at step 0 it reads the same on the same samples; the objective does "
-              "not. calculate_per_token_loss weighs every token 1/N, packed or not, with no learning-rate change.",
-         sample=CHAT, changes={"training": {"seq_length": 8192}, "packing": {"pack_size": 8192}},
-         page="pages/3_Recommendations.py"),
-    Step(title="Export it, then check it",
-         text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
-              "trains a small model packed, padded and block-masked on your length distribution and checks the "
-              "packed loss against each sample alone.",
-         sample=SQUAD, page="pages/4_Trial.py"),
+    Step(
+        title="Your data set is a list of lengths",
+        text="Packing and memory depend only on how many tokens each sample has after tokenization. Without "
+        "packing every sample is padded to the sequence length, and the GPUs compute on the padding.",
+        sample=SQUAD,
+        page="pages/0_Data_and_plan.py",
+    ),
+    Step(
+        title="Packing puts several samples in one row",
+        text="Offline packing (Megatron-Bridge) fills rows of pack_size tokens with whole samples before training. "
+        "n, the packing factor, is how many samples a row holds on average; the data share is the part of "
+        "the row that is data rather than padding.",
+        sample=SQUAD,
+        page="pages/1_Packing.py",
+    ),
+    Step(
+        title="The global batch counts packs",
+        text="With offline packing Megatron-Bridge's global_batch_size counts rows, that is packs, and so does the "
+        "plan's: a pack holds n samples, so a step trains on about n times as many samples as its global "
+        "batch. To ask for samples per step instead, give global_batch_samples (the samples unit on the "
+        "Memory page): the export divides by n and rounds to a multiple of DP.",
+        sample=SQUAD,
+        page="pages/3_Recommendations.py",
+    ),
+    Step(
+        title="Attention inside a pack: sum of squares, not square of sums",
+        text="Variable-length (THD) attention keeps each sample to itself: its cost is the sum of s_i^2. A single "
+        "block-diagonal mask over the whole row would cost (sum s_i)^2, and padding every sample to the "
+        "longest costs b x s_max^2.",
+        sample=SQUAD,
+        page="pages/2_Memory_and_FLOPs.py",
+    ),
+    Step(
+        title="Stragglers: one long sample slows every rank",
+        text="Every step waits for the slowest data-parallel rank. Attention grows with the square of a sample's "
+        "length, so a pack with one long sample can take several times the mean: the straggler ratio.",
+        sample=CHAT,
+        page="pages/1_Packing.py",
+    ),
+    Step(
+        title="Context parallelism pads every sequence",
+        text="CP splits each sequence into 2*CP chunks (rank r takes r and 2CP-1-r, balancing causal attention), "
+        "so every packed sequence is padded to lcm(2*CP, CP*TP with sequence parallelism): pad_seq_to_mult.",
+        sample=CHAT,
+        changes={"parallel": {"cp": 2, "tp": 2, "sp": True}},
+        page="pages/1_Packing.py",
+    ),
+    Step(
+        title="Memory per GPU",
+        text="Weights, gradients and optimizer states are split by TP, PP and the distributed optimizer; "
+        "activations grow with the tokens of one micro batch, that is the pack size, divided by TP and CP.",
+        sample=CHAT,
+        changes={"parallel": {"cp": 2, "tp": 2, "sp": True}},
+        page="pages/2_Memory_and_FLOPs.py",
+    ),
+    Step(
+        title="What breaks at 128k",
+        text="At long context a dense attention mask built by the data loader is gigabytes per sample, CP needs the "
+        "loss settings that survive a rank with no labels, and full recompute is slower than more CP. The "
+        "rules say which apply to your plan, why, and how to fix it.",
+        sample=LONG,
+        page="pages/3_Recommendations.py",
+    ),
+    Step(
+        title="Where a step's time goes",
+        text="A step is GEMMs, attention and memory-bound work on each GPU, plus the communication Megatron cannot "
+        "hide (TP, CP, pipeline sends, the gradient sync), the pipeline bubble, the optimizer and the wait for "
+        "the slowest rank. The step-time model prices each, fitted on NVIDIA's published runs; MFU is what "
+        "results.",
+        sample=CHAT,
+        changes={"parallel": {"cp": 2, "tp": 2, "sp": True}},
+        page="pages/2_Memory_and_FLOPs.py",
+    ),
+    Step(
+        title="Online packing: Megatron-LM packs each global batch",
+        text="Megatron-LM can pack online instead: each global batch's samples are grouped into packs as they "
+        "arrive (--sequence-packing-scheduler), so the micro batches per step change from step to step and "
+        "the packs are dealt to ranks in order, balancing their number, not their work.",
+        sample=CHAT,
+        changes={"parallel": {"cp": 2, "tp": 2, "sp": True}},
+        page="pages/6_Online_packing.py",
+    ),
+    Step(
+        title="Will my loss change with packing?",
+        text="Without calculate_per_token_loss each micro batch's loss is the mean over its own loss tokens: "
+        "unpacked at micro batch size 1 every sample counts the same, packed every pack does, so the same "
+        "samples weigh differently and turning packing on changes what is optimised. Megatron-Bridge's logged "
+        "lm loss is token-weighted, so at step 0 it reads the same on the same samples; the objective does "
+        "not. calculate_per_token_loss weighs every token 1/N, packed or not, with no learning-rate change.",
+        sample=CHAT,
+        changes={"training": {"seq_length": 8192}, "packing": {"pack_size": 8192}},
+        page="pages/3_Recommendations.py",
+    ),
+    Step(
+        title="Export it, then check it",
+        text="The export writes the settings Megatron-Bridge or Megatron-LM accepts as written. A short trial job "
+        "trains a small model packed, padded and block-masked on your length distribution and checks the "
+        "packed loss against each sample alone.",
+        sample=SQUAD,
+        page="pages/4_Trial.py",
+    ),
 )
 
 
@@ -116,33 +156,41 @@ def step_figures(index: int) -> list[str]:
     if index == 0:
         counts = runtime_lengths(hist, PackingConfig(pack_size=plan.pack_size)).counts
         padded = pad_to_sequence_length(counts, plan.pack_size)
-        return [f"{step.sample}: {s:,} samples, mean {hist.total_tokens / s:,.0f} tokens, longest "
-                f"{hist.max_length:,}.",
-                f"Padded to {plan.pack_size} tokens without packing: {padded.efficiency:.1f} % of the computed tokens "
-                f"are data; {100 - padded.efficiency:.1f} % is padding."]
+        return [
+            f"{step.sample}: {s:,} samples, mean {hist.total_tokens / s:,.0f} tokens, longest {hist.max_length:,}.",
+            f"Padded to {plan.pack_size} tokens without packing: {padded.efficiency:.1f} % of the computed tokens "
+            f"are data; {100 - padded.efficiency:.1f} % is padding.",
+        ]
     if index == 1:
         m = a.packing.metadata
         data = 100 * (1 - a.packing.metrics.padding_fraction)
-        return [f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
-                f"{data:.2f} % of the row is data (Megatron-Bridge's packing_efficiency, which counts the "
-                f"pad_seq_to_mult padding as filled: {m['packing_efficiency']} %)."]
+        return [
+            f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
+            f"{data:.2f} % of the row is data (Megatron-Bridge's packing_efficiency, which counts the "
+            f"pad_seq_to_mult padding as filled: {m['packing_efficiency']} %)."
+        ]
     if index == 2:
         return [views.global_batch_example_text(plan, a.packing_factor)]
     if index == 3:
         f = a.estimate.flops
-        return [views.attention_example_text(),
-                f"On this data at pack size {plan.pack_size}: THD / block-masked attention = "
-                f"{f.attention_ratio:.2f}."]
+        return [
+            views.attention_example_text(),
+            f"On this data at pack size {plan.pack_size}: THD / block-masked attention = {f.attention_ratio:.2f}.",
+        ]
     if index == 4:
-        return [f"At pack size {plan.pack_size:,} the heaviest pack has {a.packing.metrics.straggler_ratio:.2f}x the "
-                f"mean attention work; the simulated step waits x{a.estimate.time.straggler_factor:.2f}."]
+        return [
+            f"At pack size {plan.pack_size:,} the heaviest pack has {a.packing.metrics.straggler_ratio:.2f}x the "
+            f"mean attention work; the simulated step waits x{a.estimate.time.straggler_factor:.2f}."
+        ]
     if index == 5:
         return [views.cp_example_text(plan), f"The plan's pad_seq_to_mult: {plan.pad_seq_to_mult}."]
     if index == 6:
         m = a.estimate.memory
-        return [f"{plan.model_name}, {plan.parallel.gpus} GPUs (TP {plan.parallel.tp}, CP {plan.parallel.cp}), "
-                f"pack {plan.pack_size:,}: {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} "
-                f"({'fits' if m.fits else 'does not fit'})."]
+        return [
+            f"{plan.model_name}, {plan.parallel.gpus} GPUs (TP {plan.parallel.tp}, CP {plan.parallel.cp}), "
+            f"pack {plan.pack_size:,}: {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} "
+            f"({'fits' if m.fits else 'does not fit'})."
+        ]
     if index == 7:
         return [f"{f.id}: {f.message}" for f in a.findings if f.id.startswith(("long_context", "cp."))][:4]
     if index == 8:
@@ -154,17 +202,21 @@ def step_figures(index: int) -> list[str]:
         c = views.packing_comparison(plan, hist)
         rows = {r["way"]: r for r in c.rows()}
         online = next(r for w, r in rows.items() if w.startswith("online dp_balanced"))
-        return [f"Online dp_balanced: {online['micro_batches_mean']:.2f} micro batches per step "
-                f"({online['micro_batches_min']}-{online['micro_batches_max']}), ranks wait "
-                f"x{online['straggler']:.2f}.",
-                f"Recommended here: {c.recommended}."]
+        return [
+            f"Online dp_balanced: {online['micro_batches_mean']:.2f} micro batches per step "
+            f"({online['micro_batches_min']}-{online['micro_batches_max']}), ranks wait "
+            f"x{online['straggler']:.2f}.",
+            f"Recommended here: {c.recommended}.",
+        ]
     if index == 10:
         lw, fixed = a.loss, analyze(plan.changed({"training": {"calculate_per_token_loss": True}}), hist).loss
-        return [f"{lw.moved_vs_unpacked:.0%} of each step's gradient weight moves between samples when packing is "
-                f"turned on; step 0, packed / unpacked: lm loss {lw.reported_same:.3f}, objective "
-                f"{lw.objective_same.mean:.3f} (with an assumed per-token loss that falls with position).",
-                f"With calculate_per_token_loss: {fixed.moved_vs_unpacked:.0%} moves, objective "
-                f"{fixed.objective_same.mean:.3f}."]
+        return [
+            f"{lw.moved_vs_unpacked:.0%} of each step's gradient weight moves between samples when packing is "
+            f"turned on; step 0, packed / unpacked: lm loss {lw.reported_same:.3f}, objective "
+            f"{lw.objective_same.mean:.3f} (with an assumed per-token loss that falls with position).",
+            f"With calculate_per_token_loss: {fixed.moved_vs_unpacked:.0%} moves, objective "
+            f"{fixed.objective_same.mean:.3f}.",
+        ]
     lines = [line for line in a.export("python").splitlines() if "global_batch_size" in line or "Specs(" in line]
     return [f"The Megatron-Bridge export of this plan sets, among others: {line}" for line in lines]
 

@@ -24,16 +24,34 @@ def results_tables(result: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     s = rep.speedup
     # short names first, then measured, predicted and their ratio, the interval last: at 1280-1440 px the predicted
     # column stays on screen (a long first column pushed it off)
-    memory = pd.DataFrame([
-        {"quantity": "speed-up, packed / padded", "measured": s.point, "predicted": rep.predicted_speedup,
-         "note": f"medians; {s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x"},
-        {"quantity": "memory, total MiB", "measured": m["measured_bytes"] / 2**20,
-         "predicted": m["predicted_bytes"] / 2**20, "note": ""},
-        {"quantity": "memory, state MiB", "measured": m.get("measured_state_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_state_bytes", 0) / 2**20, "note": "weights, gradients, Adam"},
-        {"quantity": "memory, activations MiB", "measured": m.get("measured_activation_bytes", 0) / 2**20,
-         "predicted": m.get("predicted_activation_bytes", 0) / 2**20, "note": ""},
-    ])
+    memory = pd.DataFrame(
+        [
+            {
+                "quantity": "speed-up, packed / padded",
+                "measured": s.point,
+                "predicted": rep.predicted_speedup,
+                "note": f"medians; {s.confidence:.0%} interval {s.low:.2f}x-{s.high:.2f}x",
+            },
+            {
+                "quantity": "memory, total MiB",
+                "measured": m["measured_bytes"] / 2**20,
+                "predicted": m["predicted_bytes"] / 2**20,
+                "note": "",
+            },
+            {
+                "quantity": "memory, state MiB",
+                "measured": m.get("measured_state_bytes", 0) / 2**20,
+                "predicted": m.get("predicted_state_bytes", 0) / 2**20,
+                "note": "weights, gradients, Adam",
+            },
+            {
+                "quantity": "memory, activations MiB",
+                "measured": m.get("measured_activation_bytes", 0) / 2**20,
+                "predicted": m.get("predicted_activation_bytes", 0) / 2**20,
+                "note": "",
+            },
+        ]
+    )
     memory.insert(3, "measured / predicted", memory["measured"] / memory["predicted"])
     return speed_table(rep), memory.round(3)
 
@@ -50,13 +68,22 @@ def results_chart(result: dict) -> go.Figure:
     rep = speed_report(result)
     speed = speed_table(rep)
     med = speed["median tokens/s"]
-    fig = go.Figure(go.Bar(x=speed["way"], y=med, marker_color=["#54a24b", "#e45756", "#f58518"][:len(speed)],
-                           error_y=dict(type="data", symmetric=False, array=speed["max tokens/s"] - med,
-                                        arrayminus=med - speed["min tokens/s"])))
+    fig = go.Figure(
+        go.Bar(
+            x=speed["way"],
+            y=med,
+            marker_color=["#54a24b", "#e45756", "#f58518"][: len(speed)],
+            error_y=dict(
+                type="data", symmetric=False, array=speed["max tokens/s"] - med, arrayminus=med - speed["min tokens/s"]
+            ),
+        )
+    )
     predicted = f"{rep.predicted_speedup:.2f}x" if rep.predicted_speedup is not None else "n/a"
-    fig.update_layout(title=f"Median tokens/s on {result['device']} (speed-up {speedup_text(rep)}, predicted "
-                            f"{predicted})", yaxis_title="real tokens/s, min-max over steps",
-                      margin=dict(t=50, b=40))
+    fig.update_layout(
+        title=f"Median tokens/s on {result['device']} (speed-up {speedup_text(rep)}, predicted {predicted})",
+        yaxis_title="real tokens/s, min-max over steps",
+        margin=dict(t=50, b=40),
+    )
     return fig
 
 

@@ -25,8 +25,15 @@ from advisor.ui.samples import MAX_DASHBOARD_PACK
 # ------------------------------------------------------------------------------------------------ the data
 def summary_table(hist: LengthHistogram) -> pd.DataFrame:
     s = summarize(hist)
-    rows = [("samples", f"{s.num_samples:,}"), ("tokens", f"{s.total_tokens:,}"), ("mean", f"{s.mean:,.1f}"),
-            ("p50", f"{s.p50:,}"), ("p90", f"{s.p90:,}"), ("p99", f"{s.p99:,}"), ("max", f"{s.max:,}")]
+    rows = [
+        ("samples", f"{s.num_samples:,}"),
+        ("tokens", f"{s.total_tokens:,}"),
+        ("mean", f"{s.mean:,.1f}"),
+        ("p50", f"{s.p50:,}"),
+        ("p90", f"{s.p90:,}"),
+        ("p99", f"{s.p99:,}"),
+        ("max", f"{s.max:,}"),
+    ]
     rows += [(f"share > {k:,}", f"{v:.2%}") for k, v in s.share_above.items()]
     rows.append(("rows left out", f"{s.excluded:,}"))
     return pd.DataFrame(rows, columns=["statistic", "value"])
@@ -42,12 +49,17 @@ def packing_headline(result) -> dict:
     """The Packing page's headline figures of a packing, as shown (a few strings: kept in the session, they stay on
     screen while the next pack size is packed)."""
     m = result.metrics
-    return {"pack_size": result.config.pack_size, "algorithm": result.config.algorithm, "figures": [
-        ("packs", f"{m.num_packs:,}", "packs"),
-        ("packing factor n", str(result.metadata["packing_factor"]), "packing_factor"),
-        ("efficiency", f"{result.metadata['packing_efficiency']} %", "efficiency"),
-        ("data share", f"{100 * (1 - m.padding_fraction):.2f} %", "data_share"),
-        ("straggler ratio", f"{m.straggler_ratio:.2f}", "straggler_ratio")]}
+    return {
+        "pack_size": result.config.pack_size,
+        "algorithm": result.config.algorithm,
+        "figures": [
+            ("packs", f"{m.num_packs:,}", "packs"),
+            ("packing factor n", str(result.metadata["packing_factor"]), "packing_factor"),
+            ("efficiency", f"{result.metadata['packing_efficiency']} %", "efficiency"),
+            ("data share", f"{100 * (1 - m.padding_fraction):.2f} %", "data_share"),
+            ("straggler ratio", f"{m.straggler_ratio:.2f}", "straggler_ratio"),
+        ],
+    }
 
 
 def micro_batch_headline(plan: Plan, mb) -> dict:
@@ -66,65 +78,106 @@ def micro_batch_headline(plan: Plan, mb) -> dict:
      ('padding', '50.00 %'), ('micro batches in the epoch', '2')]
     """
     real, computed = float(mb.real_tokens.sum()), float(mb.computed_tokens.sum())
-    return {"mode": plan.packing_mode, "figures": [
-        ("samples per micro batch", f"{float(mb.samples.mean()):.1f}", "mb_samples"),
-        ("tokens per micro batch", f"{float(mb.real_tokens.mean()):,.0f}", "mb_tokens"),
-        ("computed per micro batch", f"{float(mb.computed_tokens.mean()):,.0f}", "mb_computed"),
-        ("padding", f"{100 * (1 - real / computed) if computed else 0.0:.2f} %", "mb_padding"),
-        ("micro batches in the epoch", f"{mb.total_micro_batches:,}", "mb_total")]}
+    return {
+        "mode": plan.packing_mode,
+        "figures": [
+            ("samples per micro batch", f"{float(mb.samples.mean()):.1f}", "mb_samples"),
+            ("tokens per micro batch", f"{float(mb.real_tokens.mean()):,.0f}", "mb_tokens"),
+            ("computed per micro batch", f"{float(mb.computed_tokens.mean()):,.0f}", "mb_computed"),
+            ("padding", f"{100 * (1 - real / computed) if computed else 0.0:.2f} %", "mb_padding"),
+            ("micro batches in the epoch", f"{mb.total_micro_batches:,}", "mb_total"),
+        ],
+    }
 
 
 def no_packs_text(plan: Plan) -> str:
     """Why the Packing page shows micro batches and no packs for this plan, and what the export really writes."""
     mode = plan.packing_mode
     if mode == "in-batch":
-        return (f"In-batch packing (Megatron-Bridge enable_in_batch_packing): each micro batch's "
-                f"{plan.training.micro_batch_size} samples are concatenated into one THD row in the collate step, "
-                f"each padded to a multiple of {plan.pad_seq_to_mult} (the CP/SP rule). There are no packs, no pack "
-                "size and no metadata file; the export writes enable_in_batch_packing and no packing specs.")
+        return (
+            f"In-batch packing (Megatron-Bridge enable_in_batch_packing): each micro batch's "
+            f"{plan.training.micro_batch_size} samples are concatenated into one THD row in the collate step, "
+            f"each padded to a multiple of {plan.pad_seq_to_mult} (the CP/SP rule). There are no packs, no pack "
+            "size and no metadata file; the export writes enable_in_batch_packing and no packing specs."
+        )
     if mode == "online":
-        return ("Online packing (Megatron-LM's scheduler) forms packs per global batch while training: the Online "
-                "packing page shows its schedule; there is no packed file or metadata to write.")
-    return (f"No packing: each micro batch of {plan.training.micro_batch_size} samples is padded "
-            + ("to seq_length." if plan.training.task == "pretrain" else "to its longest sample (rounded to 16)."))
+        return (
+            "Online packing (Megatron-LM's scheduler) forms packs per global batch while training: the Online "
+            "packing page shows its schedule; there is no packed file or metadata to write."
+        )
+    return f"No packing: each micro batch of {plan.training.micro_batch_size} samples is padded " + (
+        "to seq_length." if plan.training.task == "pretrain" else "to its longest sample (rounded to 16)."
+    )
 
 
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
 
-def packing_sweep(hist: LengthHistogram, pack_sizes: list[int], algorithms: list[str], micro_batch_size: int = 4,
-                  seed: int = 1234, pad_seq_to_mult: int = 1, progress=None, overlong: str = "truncate",
-                  ) -> pd.DataFrame:
+def packing_sweep(
+    hist: LengthHistogram,
+    pack_sizes: list[int],
+    algorithms: list[str],
+    micro_batch_size: int = 4,
+    seed: int = 1234,
+    pad_seq_to_mult: int = 1,
+    progress=None,
+    overlong: str = "truncate",
+) -> pd.DataFrame:
     """Efficiency, padding and n against pack size per algorithm, and the two no-packing baselines; computed once
     per (data, settings) and kept. On more than ``SCALE_MODEL_SAMPLES`` samples the curves come from a scale model
     of the data (same shape, fewer samples): the packs themselves are not shown, and the page's own packing stays
     exact."""
     setting = (tuple(pack_sizes), tuple(algorithms), micro_batch_size, seed, pad_seq_to_mult, overlong)
-    return _SWEEPS.get(hist, setting, lambda: _sweep(hist.scale_model(), pack_sizes, algorithms,
-                                                     micro_batch_size, seed, pad_seq_to_mult, progress, overlong))
+    return _SWEEPS.get(
+        hist,
+        setting,
+        lambda: _sweep(
+            hist.scale_model(), pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress, overlong
+        ),
+    )
 
 
-def _sweep(hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress=None,
-           overlong="truncate") -> pd.DataFrame:
+def _sweep(
+    hist, pack_sizes, algorithms, micro_batch_size, seed, pad_seq_to_mult, progress=None, overlong="truncate"
+) -> pd.DataFrame:
     rows = []
     steps = len(pack_sizes) * (len(algorithms) + 1)
     for i, size in enumerate(pack_sizes):
         for j, algorithm in enumerate(algorithms):
             if progress is not None:
-                progress(f"sweep {i * (len(algorithms) + 1) + j + 1} of {steps}: {algorithm} at pack size {size:,}",
-                         (i * (len(algorithms) + 1) + j) / steps)
+                progress(
+                    f"sweep {i * (len(algorithms) + 1) + j + 1} of {steps}: {algorithm} at pack size {size:,}",
+                    (i * (len(algorithms) + 1) + j) / steps,
+                )
             # not through the packing cache: the sweep is kept whole in _SWEEPS, its packs are not needed again
-            res = pack(hist, PackingConfig(pack_size=size, algorithm=algorithm, seed=seed,
-                                           pad_seq_to_mult=pad_seq_to_mult, overlong=overlong))
-            rows.append({"pack_size": size, "algorithm": algorithm,
-                         "packing_efficiency": res.metrics.packing_efficiency,
-                         "padding_fraction": res.metrics.padding_fraction,
-                         "packing_factor": res.packing_factor,
-                         "straggler_ratio": res.metrics.straggler_ratio})
+            res = pack(
+                hist,
+                PackingConfig(
+                    pack_size=size, algorithm=algorithm, seed=seed, pad_seq_to_mult=pad_seq_to_mult, overlong=overlong
+                ),
+            )
+            rows.append(
+                {
+                    "pack_size": size,
+                    "algorithm": algorithm,
+                    "packing_efficiency": res.metrics.packing_efficiency,
+                    "padding_fraction": res.metrics.padding_fraction,
+                    "packing_factor": res.packing_factor,
+                    "straggler_ratio": res.metrics.straggler_ratio,
+                }
+            )
         for b in without_packing(hist, PackingConfig(pack_size=size, seed=seed, overlong=overlong), micro_batch_size):
-            rows.append({"pack_size": size, "algorithm": f"no packing: {b.name}", "packing_efficiency": b.efficiency,
-                         "padding_fraction": b.padding_fraction, "packing_factor": 1.0, "straggler_ratio": None})
+            rows.append(
+                {
+                    "pack_size": size,
+                    "algorithm": f"no packing: {b.name}",
+                    "packing_efficiency": b.efficiency,
+                    "padding_fraction": b.padding_fraction,
+                    "packing_factor": 1.0,
+                    "straggler_ratio": None,
+                }
+            )
     if progress is not None:
         progress("sweep done", 1.0)
     frame = pd.DataFrame(rows)
@@ -161,8 +214,10 @@ def offload_text(est) -> str | None:
         return None
     exposed = est.time.breakdown.get("offload", 0.0)
     cost = f"{exposed:.3f} s a step waiting for the host link" if exposed else "hidden behind the compute"
-    return (f"CPU offloading: {m.offloaded / 2**30:.1f} GiB of activations per GPU in host memory "
-            f"(not in the GPU total); the copies out and back are {cost}.")
+    return (
+        f"CPU offloading: {m.offloaded / 2**30:.1f} GiB of activations per GPU in host memory "
+        f"(not in the GPU total); the copies out and back are {cost}."
+    )
 
 
 def pipeline_layout_text(plan) -> str | None:
@@ -177,8 +232,10 @@ def pipeline_layout_text(plan) -> str | None:
     s = plan.pipeline_layout_summary()
     if s is None:
         return None
-    return (f"Pipeline layout: {s['source']}, {s['layout']}; {ranks_text(s)}. The slowest rank sets the pace and "
-            "the fullest the memory.")
+    return (
+        f"Pipeline layout: {s['source']}, {s['layout']}; {ranks_text(s)}. The slowest rank sets the pace and "
+        "the fullest the memory."
+    )
 
 
 def candidates_table(result: SearchResult) -> pd.DataFrame:
@@ -187,12 +244,32 @@ def candidates_table(result: SearchResult) -> pd.DataFrame:
     rows += [{"plan": f"#{i + 1}", **c.summary()} for i, c in enumerate(result.best)]
     # what decides first (readable at 1280-1440 px without scrolling): the layout, memory and throughput; then the
     # batch in both units (the samples asked for are the same on every row: the page says them once)
-    frame = pd.DataFrame(rows)[["plan", "tp", "sp", "cp", "dp", "memory_gib", "fits", "tokens_per_second_per_gpu",
-                                "global_batch_packs", "effective_samples_per_step", "seq_length", "pack_size",
-                                "micro_batch_size", "why"]]
-    frame = frame.rename(columns={"memory_gib": "GiB", "tokens_per_second_per_gpu": "tokens/s/GPU",
-                                  "global_batch_packs": "packs/step (MB GBS)",
-                                  "effective_samples_per_step": "≈ samples/step"})
+    frame = pd.DataFrame(rows)[
+        [
+            "plan",
+            "tp",
+            "sp",
+            "cp",
+            "dp",
+            "memory_gib",
+            "fits",
+            "tokens_per_second_per_gpu",
+            "global_batch_packs",
+            "effective_samples_per_step",
+            "seq_length",
+            "pack_size",
+            "micro_batch_size",
+            "why",
+        ]
+    ]
+    frame = frame.rename(
+        columns={
+            "memory_gib": "GiB",
+            "tokens_per_second_per_gpu": "tokens/s/GPU",
+            "global_batch_packs": "packs/step (MB GBS)",
+            "effective_samples_per_step": "≈ samples/step",
+        }
+    )
     return frame.round({"GiB": 1, "tokens/s/GPU": 0, "≈ samples/step": 0})
 
 
@@ -201,13 +278,17 @@ def search_note(analysis: Analysis, result: SearchResult | None = None) -> str |
 
     notes = []
     if result is not None and not result.best:
-        notes.append(f"No layout of {analysis.plan.parallel.gpus} GPUs beats yours while keeping seq_length and the "
-                     "samples per step (±5 %); let the search change them to see more.")
+        notes.append(
+            f"No layout of {analysis.plan.parallel.gpus} GPUs beats yours while keeping seq_length and the "
+            "samples per step (±5 %); let the search change them to see more."
+        )
     n = analysis.hist.num_samples
     if n > SCALE_MODEL_SAMPLES:
-        notes.append(f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} "
-                     "samples, the same length distribution); your plan's own figures on the other pages use all of "
-                     "it.")
+        notes.append(
+            f"Candidates are estimated on a scale model of the data ({SCALE_MODEL_SAMPLES:,} of {n:,} "
+            "samples, the same length distribution); your plan's own figures on the other pages use all of "
+            "it."
+        )
     return " ".join(notes) or None
 
 
@@ -217,15 +298,23 @@ MB_VERSIONS = ("0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1")  # the API generatio
 MOCK_LENGTHS_FILE = "lengths.csv"  # the dashboard's mock lengths download, named in the arguments it goes with
 
 
-def export_text(analysis: Analysis, fmt: str, version: str, recommended: bool, vary=(),
-                mock: bool = False) -> tuple[str, str]:
+def export_text(
+    analysis: Analysis, fmt: str, version: str, recommended: bool, vary=(), mock: bool = False
+) -> tuple[str, str]:
     """What ``python -m advisor export`` prints for the same plan, and a file name for it (``mock``: the
     Megatron-LM arguments train on mock SFT data of the lengths in MOCK_LENGTHS_FILE, as ``export --lengths-csv
     lengths.csv`` writes them); a plan whose data cannot be estimated gets one commented line saying why."""
     try:
-        return (analysis.export(fmt, version, recommended=recommended, vary=vary,
-                                mock_lengths=MOCK_LENGTHS_FILE if mock and fmt == "megatron-lm" else None),
-                EXPORTS[fmt].file_name)
+        return (
+            analysis.export(
+                fmt,
+                version,
+                recommended=recommended,
+                vary=vary,
+                mock_lengths=MOCK_LENGTHS_FILE if mock and fmt == "megatron-lm" else None,
+            ),
+            EXPORTS[fmt].file_name,
+        )
     except ValueError as e:
         return f"# cannot export: {e}\n", "error.txt"
 
@@ -256,10 +345,12 @@ def attention_example_text(lengths: tuple[int, ...] = (100, 200, 300)) -> str:
 
     e = attention_example(list(lengths))
     squares = " + ".join(f"{s}²" for s in lengths)
-    return (f"Worked example: samples of {', '.join(map(str, lengths))} tokens in one packed row. THD computes "
-            f"{squares} = {e['thd']:,}; one block mask over the row computes ({sum(lengths)})² = "
-            f"{e['block_mask']:,} ({e['block_mask'] / e['thd']:.1f}x); padding each to {max(lengths)} computes "
-            f"{len(lengths)} x {max(lengths)}² = {e['padded']:,}.")
+    return (
+        f"Worked example: samples of {', '.join(map(str, lengths))} tokens in one packed row. THD computes "
+        f"{squares} = {e['thd']:,}; one block mask over the row computes ({sum(lengths)})² = "
+        f"{e['block_mask']:,} ({e['block_mask'] / e['thd']:.1f}x); padding each to {max(lengths)} computes "
+        f"{len(lengths)} x {max(lengths)}² = {e['padded']:,}."
+    )
 
 
 def global_batch_example_text(plan: Plan, packing_factor: float | None) -> str:
@@ -267,13 +358,20 @@ def global_batch_example_text(plan: Plan, packing_factor: float | None) -> str:
     from advisor.ui.explain import global_batch_example
 
     if plan.packing_mode != "offline" or not packing_factor:
-        return (f"Your plan packs {plan.packing_mode}: Megatron's global_batch_size counts samples "
-                f"({plan.batch_text(packing_factor)}), no division by n.")
+        return (
+            f"Your plan packs {plan.packing_mode}: Megatron's global_batch_size counts samples "
+            f"({plan.batch_text(packing_factor)}), no division by n."
+        )
     e = global_batch_example(plan, packing_factor)
-    asked = (f"your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → " if e["samples"] else
-             f"your plan counts packs (n = {packing_factor:.2f}): ")
-    return (f"Batch: {plan.batch_text(packing_factor)}. Worked example: {asked}Megatron-Bridge global_batch_size "
-            f"{e['packs']} packs (a multiple of DP {e['dp']}) ≈ {e['samples_trained']} samples per step.")
+    asked = (
+        f"your plan's {e['samples']} samples per step / n = {packing_factor:.2f} → "
+        if e["samples"]
+        else f"your plan counts packs (n = {packing_factor:.2f}): "
+    )
+    return (
+        f"Batch: {plan.batch_text(packing_factor)}. Worked example: {asked}Megatron-Bridge global_batch_size "
+        f"{e['packs']} packs (a multiple of DP {e['dp']}) ≈ {e['samples_trained']} samples per step."
+    )
 
 
 def fix_text(fix: dict) -> str:
@@ -284,7 +382,7 @@ def fix_text(fix: dict) -> str:
     """
     parts = []
     for section, values in fix.items():
-        for name, value in (values.items() if isinstance(values, dict) else [("", values)]):
+        for name, value in values.items() if isinstance(values, dict) else [("", values)]:
             shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
             parts.append(f"{section}.{name} {shown}" if name else f"{section} {shown}")
     return ", ".join(parts)
@@ -293,9 +391,11 @@ def fix_text(fix: dict) -> str:
 def memory_error_text(est) -> str:
     """The red banner of a plan that does not fit: how much, on what, and where to look."""
     m = est.memory
-    return (f"This plan does not fit: it needs {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} GiB "
-            f"({m.stage} stage). Megatron would run out of memory; the Recommendations page lists fixes that fit "
-            "(more TP, CP or PP, recompute, a smaller pack), and the export refuses this plan.")
+    return (
+        f"This plan does not fit: it needs {m.total / 2**30:.1f} GiB per GPU of {m.capacity / 2**30:.0f} GiB "
+        f"({m.stage} stage). Megatron would run out of memory; the Recommendations page lists fixes that fit "
+        "(more TP, CP or PP, recompute, a smaller pack), and the export refuses this plan."
+    )
 
 
 def cp_example_text(plan: Plan, length: int = 1001) -> str:
@@ -307,9 +407,10 @@ def cp_example_text(plan: Plan, length: int = 1001) -> str:
     if e["multiple"] == 1:
         return "Worked example: with pad_seq_to_mult 1 a sequence is packed as it is."
     cut = f" and cut into {e['chunks']} chunks of {e['chunk_tokens']}, two per CP rank" if p.cp > 1 else ""
-    return (f"Worked example: with pad_seq_to_mult {e['multiple']} (CP {p.cp}, TP {p.tp}{', SP' if p.sp else ''}) "
-            f"a {length}-token sequence is padded to {e['padded']}{cut}.")
-
+    return (
+        f"Worked example: with pad_seq_to_mult {e['multiple']} (CP {p.cp}, TP {p.tp}{', SP' if p.sp else ''}) "
+        f"a {length}-token sequence is padded to {e['padded']}{cut}."
+    )
 
 
 # ------------------------------------------------------------------------------------------ online packing
@@ -319,25 +420,33 @@ def _comparison_arrays(comparison: PackingComparison) -> list:
 
 
 # the last few settings of the Online packing page, within a byte budget: the server's memory is shared
-_COMPARISONS = caches.bounded("packing comparisons", size=8, max_bytes=768 << 20, arrays=_comparison_arrays,
-                              by_histogram=True)
+_COMPARISONS = caches.bounded(
+    "packing comparisons", size=8, max_bytes=768 << 20, arrays=_comparison_arrays, by_histogram=True
+)
 
 
 def _comparison_key(plan: Plan, hist: LengthHistogram, megatron_lm: str, max_seqlen_per_dp_cp_rank: int | None):
     return plan.model_dump_json(), hist.order_digest, megatron_lm, max_seqlen_per_dp_cp_rank
 
 
-def packing_comparison(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
-                       max_seqlen_per_dp_cp_rank: int | None = None) -> PackingComparison:
+def packing_comparison(
+    plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev", max_seqlen_per_dp_cp_rank: int | None = None
+) -> PackingComparison:
     """Offline against online packing of the session's data and plan (kept for the last few settings: a page
     rerun with the same ones reuses it)."""
     key = _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)
-    return _COMPARISONS.get(hist, key, lambda: compare_packing(plan, hist, megatron_lm=megatron_lm,
-                                                               max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank))
+    return _COMPARISONS.get(
+        hist,
+        key,
+        lambda: compare_packing(
+            plan, hist, megatron_lm=megatron_lm, max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank
+        ),
+    )
 
 
-def comparison_kept(plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev",
-                    max_seqlen_per_dp_cp_rank: int | None = None) -> bool:
+def comparison_kept(
+    plan: Plan, hist: LengthHistogram, megatron_lm: str = "dev", max_seqlen_per_dp_cp_rank: int | None = None
+) -> bool:
     """Whether this comparison is already computed (a rerun needs no room on the server)."""
     return _COMPARISONS.peek(hist, _comparison_key(plan, hist, megatron_lm, max_seqlen_per_dp_cp_rank)) is not None
 
@@ -352,10 +461,12 @@ def online_estimate_text(run) -> str | None:
     pad = iv.get("padding_fraction")
     s = run.summary
     padding = f", padding {pad[0]:.3%} ± {pad[1]:.3%}" if pad else ""
-    return (f"The epoch's figures come from {s.steps:,} of its {s.epoch_steps:,} steps (an even spread over the "
-            f"shuffled data, each scheduled exactly): micro batches per step {nmb[0]:.3f} ± {nmb[1]:.3f}, straggler "
-            f"x{strag[0]:.4f} ± {strag[1]:.4f}{padding} (95 % intervals). The step below is scheduled exactly, "
-            "whichever you pick.")
+    return (
+        f"The epoch's figures come from {s.steps:,} of its {s.epoch_steps:,} steps (an even spread over the "
+        f"shuffled data, each scheduled exactly): micro batches per step {nmb[0]:.3f} ± {nmb[1]:.3f}, straggler "
+        f"x{strag[0]:.4f} ± {strag[1]:.4f}{padding} (95 % intervals). The step below is scheduled exactly, "
+        "whichever you pick."
+    )
 
 
 def online_step(plan: Plan, hist: LengthHistogram, run, step: int):
@@ -373,28 +484,34 @@ def online_step(plan: Plan, hist: LengthHistogram, run, step: int):
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:
     """One row per way of packing, the columns a reader compares."""
     rows = comparison.rows()
-    return pd.DataFrame({
-        "way": [r["way"] for r in rows],
-        "micro batches / step": [f"{r['micro_batches_mean']:.2f} ({r['micro_batches_min']}-{r['micro_batches_max']})"
-                                 for r in rows],
-        "padding": [f"{r['padding']:.2%}" for r in rows],
-        "straggler": [f"x{r['straggler']:.3f}" for r in rows],
-        "step s": [f"{r['step_seconds']:.3f}" for r in rows],
-        "tokens/s/GPU": [f"{r['tokens_per_second_per_gpu']:,.0f}" for r in rows],
-        "FLOPs / step": [f"{r['flops_per_step']:.3e}" for r in rows],
-        "epoch h": [f"{r['epoch_hours']:.2f}" for r in rows],
-        "memory GiB": [f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
-        "refused steps": [r["refused_steps"] for r in rows]})
+    return pd.DataFrame(
+        {
+            "way": [r["way"] for r in rows],
+            "micro batches / step": [
+                f"{r['micro_batches_mean']:.2f} ({r['micro_batches_min']}-{r['micro_batches_max']})" for r in rows
+            ],
+            "padding": [f"{r['padding']:.2%}" for r in rows],
+            "straggler": [f"x{r['straggler']:.3f}" for r in rows],
+            "step s": [f"{r['step_seconds']:.3f}" for r in rows],
+            "tokens/s/GPU": [f"{r['tokens_per_second_per_gpu']:,.0f}" for r in rows],
+            "FLOPs / step": [f"{r['flops_per_step']:.3e}" for r in rows],
+            "epoch h": [f"{r['epoch_hours']:.2f}" for r in rows],
+            "memory GiB": [f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
+            "refused steps": [r["refused_steps"] for r in rows],
+        }
+    )
 
 
 def loss_metrics(lw: LossWeighting) -> list[tuple[str, str, str]]:
     """(label, value, explanation key) of the loss weighting's three headline figures, as the Recommendations page
     shows them."""
     d, o = lw.reported_drawn, lw.objective_same
-    return [("lm loss at step 0, packed / unpacked", f"{lw.reported_same:.3f}", "loss_reported_ratio"),
-            ("lm loss, two random first steps", f"{d.low:.3f}-{d.high:.3f}", "loss_reported_ratio"),
-            ("objective at step 0, packed / unpacked", f"{o.mean:.3f}", "loss_objective_ratio"),
-            ("gradient weight moved by packing", f"{lw.moved_vs_unpacked:.1%}", "loss_moved")]
+    return [
+        ("lm loss at step 0, packed / unpacked", f"{lw.reported_same:.3f}", "loss_reported_ratio"),
+        ("lm loss, two random first steps", f"{d.low:.3f}-{d.high:.3f}", "loss_reported_ratio"),
+        ("objective at step 0, packed / unpacked", f"{o.mean:.3f}", "loss_objective_ratio"),
+        ("gradient weight moved by packing", f"{lw.moved_vs_unpacked:.1%}", "loss_moved"),
+    ]
 
 
 def loss_caption(lw: LossWeighting) -> str:

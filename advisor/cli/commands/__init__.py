@@ -14,9 +14,17 @@ from advisor.cli.commands.plan import CommandFailed
 __all__ = ["COMMANDS", "CommandFailed", "run"]
 
 COMMANDS: dict[str, Callable[[Namespace], object]] = {
-    "lengths": data.lengths, "pack": data.pack, "estimate": plan.estimate, "recommend": plan.recommend,
-    "export": plan.export, "trial": plan.trial, "schedule": data.schedule, "tokenize": tokenize.tokenize,
-    "prepare": prepare.prepare, "schema": plan.schema, "warmup": data.warmup,
+    "lengths": data.lengths,
+    "pack": data.pack,
+    "estimate": plan.estimate,
+    "recommend": plan.recommend,
+    "export": plan.export,
+    "trial": plan.trial,
+    "schedule": data.schedule,
+    "tokenize": tokenize.tokenize,
+    "prepare": prepare.prepare,
+    "schema": plan.schema,
+    "warmup": data.warmup,
 }
 
 

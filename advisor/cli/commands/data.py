@@ -53,16 +53,26 @@ def load(args: Namespace, progress: Progress) -> LengthHistogram:
     from advisor.data.ingest import load_lengths
 
     progress(f"reading {args.lengths if len(args.lengths) < 80 else 'inline JSON'}")
-    return load_lengths(args.lengths, column=args.column, histogram=args.histogram, on_bad=args.on_bad,
-                        max_bytes=int(args.max_file_mb * 2**20), mock_samples=args.mock_samples)
+    return load_lengths(
+        args.lengths,
+        column=args.column,
+        histogram=args.histogram,
+        on_bad=args.on_bad,
+        max_bytes=int(args.max_file_mb * 2**20),
+        mock_samples=args.mock_samples,
+    )
 
 
 def lengths(args: Namespace) -> LengthsResult:
     from advisor.data.lengths import summarize
 
     hist = load(args, Progress(args.quiet))
-    data = {"source": hist.source, **summarize(hist).as_dict(), "excluded": [asdict(e) for e in hist.excluded],
-            "notes": list(hist.notes)}
+    data = {
+        "source": hist.source,
+        **summarize(hist).as_dict(),
+        "excluded": [asdict(e) for e in hist.excluded],
+        "notes": list(hist.notes),
+    }
     return LengthsResult(data=data, hist=hist)
 
 
@@ -72,8 +82,10 @@ def _overlong(args: Namespace) -> str:
 
     overlong = OVERLONG_OF_FORMAT[args.format] if args.format else args.overlong or OVERLONG_OF_FORMAT["sft"]
     if args.overlong and args.overlong != overlong:
-        raise ValueError(f"--overlong {args.overlong} contradicts --format {args.format} ({args.format} data is "
-                         f"{'skipped' if overlong == 'skip' else 'truncated'} past the max length): give one of them")
+        raise ValueError(
+            f"--overlong {args.overlong} contradicts --format {args.format} ({args.format} data is "
+            f"{'skipped' if overlong == 'skip' else 'truncated'} past the max length): give one of them"
+        )
     return overlong
 
 
@@ -86,21 +98,40 @@ def pack(args: Namespace) -> PackResult:
     overlong = _overlong(args)
     progress = Progress(args.quiet)
     hist = load(args, progress)
-    cfg = PackingConfig(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
-                        pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
-                        overlong=overlong)
+    cfg = PackingConfig(
+        pack_size=args.pack_size,
+        algorithm=args.algorithm,
+        seed=args.seed,
+        pad_seq_to_mult=args.pad_seq_to_mult,
+        max_seq_length=args.max_seq_length,
+        overlong=overlong,
+    )
     result = simulate(hist, cfg, progress=progress)
     baselines = without_packing(hist, cfg, args.micro_batch_size)
-    data = {**result.summary(), "source": hist.source, "excluded": [asdict(e) for e in hist.excluded],
-            "notes": list(result.notes),
-            "format": next(f for f, o in OVERLONG_OF_FORMAT.items() if o == overlong),
-            "baselines": [{"name": b.name, "efficiency": b.efficiency, "padding_fraction": b.padding_fraction,
-                           "micro_batches": b.micro_batches, "token_slots": b.token_slots} for b in baselines]}
+    data = {
+        **result.summary(),
+        "source": hist.source,
+        "excluded": [asdict(e) for e in hist.excluded],
+        "notes": list(result.notes),
+        "format": next(f for f, o in OVERLONG_OF_FORMAT.items() if o == overlong),
+        "baselines": [
+            {
+                "name": b.name,
+                "efficiency": b.efficiency,
+                "padding_fraction": b.padding_fraction,
+                "micro_batches": b.micro_batches,
+                "token_slots": b.token_slots,
+            }
+            for b in baselines
+        ],
+    }
     if hist.packs is not None:
         longest = int(hist.packs.items.max())
         if longest > args.pack_size:
-            raise ValueError(f"the existing packs hold a sequence of {longest} tokens, longer than --pack-size "
-                             f"{args.pack_size}: give the pack size they were made with")
+            raise ValueError(
+                f"the existing packs hold a sequence of {longest} tokens, longer than --pack-size "
+                f"{args.pack_size}: give the pack size they were made with"
+            )
         data["existing_packs"] = existing_packs(hist.packs, args.pack_size)
     return PackResult(data=data, hist=hist, packing=result, baselines=baselines)
 
@@ -116,8 +147,11 @@ def _ordered_lengths(args: Namespace, progress: Progress) -> tuple[np.ndarray, s
     mock = read_mock_config(args.lengths, int(args.max_file_mb * 2**20))
     if mock is not None:
         progress("drawing the mock SFT lengths as Megatron-LM does")
-        return (mock_config_lengths(mock.config, mock.source, base_dir=mock.base_dir, size=args.mock_samples),
-                mock.source, "mock config (Megatron-LM's draw order)")
+        return (
+            mock_config_lengths(mock.config, mock.source, base_dir=mock.base_dir, size=args.mock_samples),
+            mock.source,
+            "mock config (Megatron-LM's draw order)",
+        )
     hist = load(args, progress)
     how = "file order" if hist.order is not None else f"histogram shuffled with seed {args.seed}"
     return dataset_order(hist, args.seed), hist.source, how
@@ -131,21 +165,37 @@ def schedule(args: Namespace) -> ScheduleResult:
     progress = Progress(args.quiet)
     lengths, source, how = _ordered_lengths(args, progress)
     vpp = 2 if args.vpp_group else None  # VPP on; the scheduler reads only the group size
-    cfg = OnlineConfig(commit=args.megatron_lm, scheduler=args.scheduler,
-                       dataset=args.dataset or default_dataset(args.megatron_lm),
-                       seq_length=args.seq_length, global_batch_size=args.global_batch_size,
-                       micro_batch_size=args.micro_batch_size, dp=args.dp, cp=args.cp, tp=args.tp,
-                       sequence_parallel=args.sp, pp=max(1, args.vpp_group or 1), vpp=vpp,
-                       microbatch_group_size_per_vp_stage=args.vpp_group,
-                       max_seqlen_per_dp_cp_rank=args.max_seqlen_per_dp_cp_rank)
+    cfg = OnlineConfig(
+        commit=args.megatron_lm,
+        scheduler=args.scheduler,
+        dataset=args.dataset or default_dataset(args.megatron_lm),
+        seq_length=args.seq_length,
+        global_batch_size=args.global_batch_size,
+        micro_batch_size=args.micro_batch_size,
+        dp=args.dp,
+        cp=args.cp,
+        tp=args.tp,
+        sequence_parallel=args.sp,
+        pp=max(1, args.vpp_group or 1),
+        vpp=vpp,
+        microbatch_group_size_per_vp_stage=args.vpp_group,
+        max_seqlen_per_dp_cp_rank=args.max_seqlen_per_dp_cp_rank,
+    )
     progress(f"scheduling {lengths.size:,} samples ({how})")
     run = run_schedule(lengths, cfg, steps=args.steps, source=source)
     data = None
     if args.json:
-        data = {"source": source, "order": how, "config": asdict(cfg),
-                "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank, "capacity": run.capacity,
-                "padding_divisor": run.padding_divisor, "summary": asdict(run.summary),
-                "findings": [f.as_dict() for f in run.findings], "global_batches": _listing(run, cfg)}
+        data = {
+            "source": source,
+            "order": how,
+            "config": asdict(cfg),
+            "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
+            "capacity": run.capacity,
+            "padding_divisor": run.padding_divisor,
+            "summary": asdict(run.summary),
+            "findings": [f.as_dict() for f in run.findings],
+            "global_batches": _listing(run, cfg),
+        }
     return ScheduleResult(data=data, run=run, config=cfg, source=source, order=how, samples=int(lengths.size))
 
 
@@ -156,11 +206,18 @@ def _listing(run: RunSchedule, cfg: OnlineConfig) -> list[dict]:
     steps = []
     for k in range(run.seqlens.shape[0]):
         st = run.step(k)
-        steps.append({"step": k, "num_micro_batches": st.num_micro_batches, "seqlen_sum": st.seqlen_sum,
-                      "seqlen_squared_sum": st.seqlen_squared_sum,
-                      "groups": [[list(rank) for rank in mb] for mb in st.samples],
-                      "local_cp_size": [list(mb) for mb in st.local_cp_size] if cfg.dynamic_cp else None,
-                      "straggler": st.straggler, "refused": refused.get(k)})
+        steps.append(
+            {
+                "step": k,
+                "num_micro_batches": st.num_micro_batches,
+                "seqlen_sum": st.seqlen_sum,
+                "seqlen_squared_sum": st.seqlen_squared_sum,
+                "groups": [[list(rank) for rank in mb] for mb in st.samples],
+                "local_cp_size": [list(mb) for mb in st.local_cp_size] if cfg.dynamic_cp else None,
+                "straggler": st.straggler,
+                "refused": refused.get(k),
+            }
+        )
     return steps
 
 
@@ -177,12 +234,16 @@ def _listed_ids(run: RunSchedule) -> int:
 def _check_listing(run: RunSchedule) -> None:
     steps = int(run.seqlens.shape[0])
     if steps > MAX_LISTED_STEPS:
-        raise ValueError(f"--json: this schedule lists {steps:,} steps one by one, more than {MAX_LISTED_STEPS:,}; "
-                         "give fewer --steps, or leave out --json for the summary")
+        raise ValueError(
+            f"--json: this schedule lists {steps:,} steps one by one, more than {MAX_LISTED_STEPS:,}; "
+            "give fewer --steps, or leave out --json for the summary"
+        )
     listed = _listed_ids(run)
     if listed > MAX_LISTED_IDS:
-        raise ValueError(f"--json: this schedule lists {listed:,} rank entries and sample ids, more than "
-                         f"{MAX_LISTED_IDS:,}; give fewer --steps, or leave out --json for the summary")
+        raise ValueError(
+            f"--json: this schedule lists {listed:,} rank entries and sample ids, more than "
+            f"{MAX_LISTED_IDS:,}; give fewer --steps, or leave out --json for the summary"
+        )
 
 
 def warmup(args: Namespace) -> list[tuple[str, float]]:

@@ -93,9 +93,15 @@ def estimate(args: Namespace) -> EstimateResult:
     progress("estimating")
     analysis = analyze(plan, hist, **_cost_settings(args))
     loss = loss_of(analysis)
-    return EstimateResult(data={**analysis.estimate.to_dict(), "plan": analysis.summary(),
-                                "loss_weighting": loss.as_dict() if loss is not None else None},
-                          plan_file=args.plan, analysis=analysis)
+    return EstimateResult(
+        data={
+            **analysis.estimate.to_dict(),
+            "plan": analysis.summary(),
+            "loss_weighting": loss.as_dict() if loss is not None else None,
+        },
+        plan_file=args.plan,
+        analysis=analysis,
+    )
 
 
 def loss_of(analysis: Analysis):
@@ -117,12 +123,18 @@ def recommend(args: Namespace) -> RecommendResult:
         result = analysis.searched(progress=bar, vary=args.vary)
     findings = analysis.findings
     loss = loss_of(analysis)
-    data = {"findings": [f.as_dict() for f in findings], "plan": analysis.summary(),
-            "loss_weighting": loss.as_dict() if loss is not None else None,
-            "baseline": result.baseline.summary(), "candidates": [c.summary() for c in result.best],
-            "evaluated": result.evaluated, "recommended_plan": result.recommended.to_dict()}
-    return RecommendResult(data=data, plan_file=args.plan, findings=findings, search=result, vary=args.vary,
-                           analysis=analysis)
+    data = {
+        "findings": [f.as_dict() for f in findings],
+        "plan": analysis.summary(),
+        "loss_weighting": loss.as_dict() if loss is not None else None,
+        "baseline": result.baseline.summary(),
+        "candidates": [c.summary() for c in result.best],
+        "evaluated": result.evaluated,
+        "recommended_plan": result.recommended.to_dict(),
+    }
+    return RecommendResult(
+        data=data, plan_file=args.plan, findings=findings, search=result, vary=args.vary, analysis=analysis
+    )
 
 
 def export(args: Namespace) -> ExportResult:
@@ -142,10 +154,16 @@ def export(args: Namespace) -> ExportResult:
     if over and not args.force and args.format != "torchrun":  # the torchrun script does not depend on the plan
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
     if args.lengths_csv and args.format != "megatron-lm":
-        raise ValueError(f"--lengths-csv writes Megatron-LM's mock SFT lengths: it goes with --format megatron-lm, "
-                         f"not {args.format}")
-    text = analysis.export(args.format, args.megatron_bridge_version, recommended=args.recommended, vary=args.vary,
-                           mock_lengths=args.lengths_csv)
+        raise ValueError(
+            f"--lengths-csv writes Megatron-LM's mock SFT lengths: it goes with --format megatron-lm, not {args.format}"
+        )
+    text = analysis.export(
+        args.format,
+        args.megatron_bridge_version,
+        recommended=args.recommended,
+        vary=args.vary,
+        mock_lengths=args.lengths_csv,
+    )
     if args.lengths_csv:
         write_text("--lengths-csv", args.lengths_csv, mock_lengths_csv(hist, plan.packing_seed), args.force, inputs)
         progress(f"wrote {hist.num_samples:,} lengths to {args.lengths_csv} (line 1 is a header Megatron-LM drops)")
@@ -188,8 +206,10 @@ def trial(args: Namespace) -> TrialResult | None:
     except (MemoryError, RuntimeError) as e:  # torch reports an allocation it cannot make as a RuntimeError
         if args.memory_gib is None or not isinstance(e, MemoryError) and "alloc" not in str(e).lower():
             raise
-        raise ValueError(f"the trial ran out of its {args.memory_gib:g} GiB (--memory-gib): a smaller --pack-size, "
-                         "--packs-per-step, --micro-batch-size or --model-scale fits") from None
+        raise ValueError(
+            f"the trial ran out of its {args.memory_gib:g} GiB (--memory-gib): a smaller --pack-size, "
+            "--packs-per-step, --micro-batch-size or --model-scale fits"
+        ) from None
     finally:
         leave_process_group()
     data = result.to_dict()

@@ -32,12 +32,20 @@ def prepare(args: Namespace) -> PrepareOutcome:
     from advisor.safe_write import check_output_folder
 
     if args.from_cache and (args.data or args.tokenizer or args.validation):
-        raise InputError("prepare", "--from-cache", "re-packs a prepared folder's tokens: give it without DATA, "
-                         "--tokenizer and --validation (the cache has them)")
+        raise InputError(
+            "prepare",
+            "--from-cache",
+            "re-packs a prepared folder's tokens: give it without DATA, "
+            "--tokenizer and --validation (the cache has them)",
+        )
     if args.from_cache:
         dataset = tuple(o for o in DATASET_OPTIONS if o != "max_seq_length")  # prepare's is the packing's
-        _refuse(args, dataset, "a dataset option: --from-cache re-packs the tokens and masks the cache holds, "
-                "tokenized with its own settings (prepare the raw data again to change them)")
+        _refuse(
+            args,
+            dataset,
+            "a dataset option: --from-cache re-packs the tokens and masks the cache holds, "
+            "tokenized with its own settings (prepare the raw data again to change them)",
+        )
         if args.format is not None:  # given: it must be the cache's (the tokens cannot change format)
             import os
 
@@ -47,10 +55,14 @@ def prepare(args: Namespace) -> PrepareOutcome:
             folder = split_folder(args.from_cache, "training")
             held = read_meta(folder)["format"] if os.path.isdir(folder) else None
             if held is not None and held != args.format:
-                raise InputError("--format", None, f"{args.format}: the token cache of {args.from_cache[:80]} holds "
-                                 f"{held} records (tokenized by GPTSFT{'Chat' if held == 'chat' else ''}Dataset's "
-                                 "rules); --from-cache re-packs them as they are: drop --format, or prepare the raw "
-                                 "data again")
+                raise InputError(
+                    "--format",
+                    None,
+                    f"{args.format}: the token cache of {args.from_cache[:80]} holds "
+                    f"{held} records (tokenized by GPTSFT{'Chat' if held == 'chat' else ''}Dataset's "
+                    "rules); --from-cache re-packs them as they are: drop --format, or prepare the raw "
+                    "data again",
+                )
     if not args.from_cache and not (args.data and args.tokenizer):
         raise InputError("prepare", None, "give DATA and --tokenizer (or --from-cache PREPARED_FOLDER)")
     if args.ray_address:
@@ -58,10 +70,18 @@ def prepare(args: Namespace) -> PrepareOutcome:
     workers, capped = local_workers(args.workers, args.engine)
     if capped:
         print(f"note: {capped}", file=sys.stderr)
-    options = PrepareOptions(pack_size=args.pack_size, algorithm=args.algorithm, seed=args.seed,
-                             pad_seq_to_mult=args.pad_seq_to_mult, max_seq_length=args.max_seq_length,
-                             rows_per_file=args.rows_per_file, engine=args.engine, workers=workers,
-                             address=args.ray_address, force=args.force)
+    options = PrepareOptions(
+        pack_size=args.pack_size,
+        algorithm=args.algorithm,
+        seed=args.seed,
+        pad_seq_to_mult=args.pad_seq_to_mult,
+        max_seq_length=args.max_seq_length,
+        rows_per_file=args.rows_per_file,
+        engine=args.engine,
+        workers=workers,
+        address=args.ray_address,
+        force=args.force,
+    )
     jobs = {}
     if not args.from_cache:
         # the dataset's max length is the packing's (--max-seq-length, else the pack size): advisor.prepare sets it
@@ -85,7 +105,15 @@ def _data(r: PrepareResult) -> dict:
         d = asdict(s)
         d["excluded"] = list(s.excluded)
         splits.append(d)
-    return {"out": r.out, "files": list(r.files), "seconds": r.seconds, "tokenize_seconds": r.tokenize_seconds,
-            "from_cache": r.from_cache, "options": {k: v for k, v in asdict(r.options).items() if k != "force"},
-            "splits": splits, "metadata": [s.metadata for s in r.splits], "packed_sequence_specs": r.specs(),
-            "notes": list(r.notes)}
+    return {
+        "out": r.out,
+        "files": list(r.files),
+        "seconds": r.seconds,
+        "tokenize_seconds": r.tokenize_seconds,
+        "from_cache": r.from_cache,
+        "options": {k: v for k, v in asdict(r.options).items() if k != "force"},
+        "splits": splits,
+        "metadata": [s.metadata for s in r.splits],
+        "packed_sequence_specs": r.specs(),
+        "notes": list(r.notes),
+    }

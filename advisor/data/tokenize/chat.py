@@ -94,15 +94,20 @@ class ChatSettings:
 
     def __post_init__(self):
         if self.loss_mode not in ("assistant", "last_turn", "full"):
-            raise InputError(SETTINGS, "loss_mode",
-                             f"must be 'assistant', 'last_turn' or 'full', not {excerpt(self.loss_mode)}")
+            raise InputError(
+                SETTINGS, "loss_mode", f"must be 'assistant', 'last_turn' or 'full', not {excerpt(self.loss_mode)}"
+            )
         if self.chat_template is not None:
             if not isinstance(self.chat_template, str):
-                raise InputError(SETTINGS, "chat_template", f"must be a Jinja template (text), not "
-                                 f"{excerpt(self.chat_template)}")
+                raise InputError(
+                    SETTINGS, "chat_template", f"must be a Jinja template (text), not {excerpt(self.chat_template)}"
+                )
             if len(self.chat_template) > MAX_TEMPLATE_CHARS:
-                raise InputError(SETTINGS, "chat_template", f"a template of {len(self.chat_template):,} characters "
-                                 f"(at most {MAX_TEMPLATE_CHARS:,})")
+                raise InputError(
+                    SETTINGS,
+                    "chat_template",
+                    f"a template of {len(self.chat_template):,} characters (at most {MAX_TEMPLATE_CHARS:,})",
+                )
         if self.tool_schemas is not None:
             self.tools()
         if self.special_tokens is not None:
@@ -120,8 +125,9 @@ class ChatSettings:
         return self.tool_schemas
 
 
-def chat_lengths(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings | None = None
-                 ) -> tuple[np.ndarray, list[RecordProblem]]:
+def chat_lengths(
+    records: Sequence[dict], tok: Tokenizer, settings: ChatSettings | None = None
+) -> tuple[np.ndarray, list[RecordProblem]]:
     """One ``len(input_ids)`` per conversation as Megatron-Bridge 0.6.2 computes it, -1 where it cannot build one.
 
     With the chat template, each record is rendered by ``transformers`` (a template that raises gives a
@@ -147,16 +153,21 @@ def chat_template_of(tok: Tokenizer, s: ChatSettings):
     hf = tok.transformers_tokenizer()
     own = hf.chat_template
     if s.chat_template is None and not own:
-        raise InputError(str(tok.path), None, "has no chat template (tokenizer_config.json's chat_template or "
-                         "chat_template.jinja); give one in ChatSettings.chat_template")
+        raise InputError(
+            str(tok.path),
+            None,
+            "has no chat template (tokenizer_config.json's chat_template or "
+            "chat_template.jinja); give one in ChatSettings.chat_template",
+        )
     try:
         return hf, own, select_template(own, s.chat_template, None)
     except ValueError as e:
         raise InputError(str(tok.path), "chat_template", str(e)) from None
 
 
-def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
-                      ) -> tuple[np.ndarray, list[RecordProblem]]:
+def _template_lengths(
+    records: Sequence[dict], tok: Tokenizer, s: ChatSettings
+) -> tuple[np.ndarray, list[RecordProblem]]:
     hf, own, template = chat_template_of(tok, s)
     needs_assistant = _needs_assistant(template if isinstance(template, str) else None, s.loss_mode, tok)
     schemas = s.tools()
@@ -182,8 +193,13 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
             problems.append(RecordProblem(i, text.reason))
             continue
         if needs_assistant and not any(turn.get("role") == "assistant" for turn in conversation):
-            problems.append(RecordProblem(i, f"no assistant turn: Megatron-Bridge cannot build the {s.loss_mode!r} "
-                                             "loss mask (use loss_mode='full' to train on every token)"))
+            problems.append(
+                RecordProblem(
+                    i,
+                    f"no assistant turn: Megatron-Bridge cannot build the {s.loss_mode!r} "
+                    "loss mask (use loss_mode='full' to train on every token)",
+                )
+            )
             continue
         texts.append(text)
         good.append(i)
@@ -196,9 +212,16 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     return lengths, problems
 
 
-def render_boxed(source: str, conversation: list[dict], tools, special_tokens: dict,
-                 prefixes: list[int] | None = None, track: list | None = None, keep: list | None = None,
-                 emptied_last: tuple | None = None) -> str | dict[int, str] | RecordProblem:
+def render_boxed(
+    source: str,
+    conversation: list[dict],
+    tools,
+    special_tokens: dict,
+    prefixes: list[int] | None = None,
+    track: list | None = None,
+    keep: list | None = None,
+    emptied_last: tuple | None = None,
+) -> str | dict[int, str] | RecordProblem:
     """The conversation rendered as ``hf.apply_chat_template(conversation, tools=tools, tokenize=False)`` renders
     it, in a box (a template may loop or grow without end: template.py), or the problem (index -1) that stops it.
     With ``prefixes``, the renders of ``conversation[:m]`` for each m instead ({m: text}), and with ``track`` the
@@ -206,8 +229,11 @@ def render_boxed(source: str, conversation: list[dict], tools, special_tokens: d
     A template that ran out of time or
     steps on STRIKES records in a row is not rendered again in this process."""
     if _STRIKES.get(source, 0) >= STRIKES:  # it ran out of time on record after record: seconds each
-        return RecordProblem(-1, f"the chat template exceeded its limits (out of time or steps on {STRIKES} records "
-                                 "in a row before this one; not rendered again)")
+        return RecordProblem(
+            -1,
+            f"the chat template exceeded its limits (out of time or steps on {STRIKES} records "
+            "in a row before this one; not rendered again)",
+        )
 
     def render():
         if prefixes is None:
@@ -216,8 +242,16 @@ def render_boxed(source: str, conversation: list[dict], tools, special_tokens: d
             track.clear()  # a render run again after a stall starts its spans afresh
         if keep is not None:
             keep.clear()
-        return render_prefixes(source, conversation, prefixes, tools=tools, special_tokens=special_tokens,
-                               track=track, keep=keep, emptied_last=emptied_last)
+        return render_prefixes(
+            source,
+            conversation,
+            prefixes,
+            tools=tools,
+            special_tokens=special_tokens,
+            track=track,
+            keep=keep,
+            emptied_last=emptied_last,
+        )
 
     try:
         try:
@@ -247,9 +281,13 @@ def _needs_assistant(template: str | None, loss_mode: str, tok: Tokenizer) -> bo
         return False  # full loss needs no mask; a generation block always yields one (maybe all zeros)
     if template is not None and any(all(m in template for m in markers) for markers in KNOWN_MARKERS):
         return True
-    raise InputError(str(tok.path), None, f"Megatron-Bridge 0.6.2 cannot build the {loss_mode!r} loss mask with this "
-                     "chat template: it has no {% generation %} block and none of the turn markers Bridge knows "
-                     "(ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a template")
+    raise InputError(
+        str(tok.path),
+        None,
+        f"Megatron-Bridge 0.6.2 cannot build the {loss_mode!r} loss mask with this "
+        "chat template: it has no {% generation %} block and none of the turn markers Bridge knows "
+        "(ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a template",
+    )
 
 
 def normalize_conversation(rec) -> list[dict] | str:
@@ -298,10 +336,10 @@ def _encode_lengths(hf, texts: list[str], source: str) -> tuple[np.ndarray, list
     out = np.empty(len(texts), dtype=np.int64)
     panicked: list[tuple[int, str]] = []
     for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = texts[start:start + ENCODE_CHUNK]
+        chunk = texts[start : start + ENCODE_CHUNK]
         try:
             encodings = native(source, "encoding", backend.encode_batch_fast, chunk, add_special_tokens=False)
-            out[start:start + len(chunk)] = [len(e) for e in encodings]
+            out[start : start + len(chunk)] = [len(e) for e in encodings]
             continue
         except TokenizerPanic:
             pass
@@ -336,22 +374,26 @@ def _legacy_lengths(records: Sequence[dict], tok: Tokenizer, s: ChatSettings) ->
     for i, _, _, turns, speakers, mask_role, gtype in built:
         n = len(turns)
         total, header_len = counts[at], counts[at + 1]
-        turn_lens = [c - prefix for c in counts[at + 2:at + 2 + n]]
-        name_lens = [c - prefix for c in counts[at + 2 + n:at + 2 + 2 * n]]
+        turn_lens = [c - prefix for c in counts[at + 2 : at + 2 + n]]
+        name_lens = [c - prefix for c in counts[at + 2 + n : at + 2 + 2 * n]]
         at += 2 + 2 * n
-        if gtype is None and not _loss_left(total, header_len, turn_lens, name_lens, speakers, mask_role,
-                                            turn_start_tokens):
-            problems.append(RecordProblem(i, f"every token is masked (mask {mask_role!r}): Megatron-Bridge asserts "
-                                             "'loss_mask is empty'"))
+        if gtype is None and not _loss_left(
+            total, header_len, turn_lens, name_lens, speakers, mask_role, turn_start_tokens
+        ):
+            problems.append(
+                RecordProblem(
+                    i, f"every token is masked (mask {mask_role!r}): Megatron-Bridge asserts 'loss_mask is empty'"
+                )
+            )
             continue
         lengths[i] = total
     problems.sort(key=lambda p: p.index)
     return lengths, problems
 
 
-def legacy_conversations(records: Sequence[dict], tokens: Mapping[str, str]
-                         ) -> tuple[list[tuple[int, str, str, list[str], list[str], str, str | None]],
-                                    list[RecordProblem]]:
+def legacy_conversations(
+    records: Sequence[dict], tokens: Mapping[str, str]
+) -> tuple[list[tuple[int, str, str, list[str], list[str], str, str | None]], list[RecordProblem]]:
     """(index, header, whole text, turn texts, speakers, mask role, type) of each record Bridge can build, and a
     problem for each other (``_legacy_conversation``): what the lengths and the tokens both start from."""
     built, problems = [], []
@@ -364,8 +406,9 @@ def legacy_conversations(records: Sequence[dict], tokens: Mapping[str, str]
     return built, problems
 
 
-def _legacy_conversation(rec, tokens: Mapping[str, str]
-                         ) -> tuple[str, str, list[str], list[str], str, str | None] | str:
+def _legacy_conversation(
+    rec, tokens: Mapping[str, str]
+) -> tuple[str, str, list[str], list[str], str, str | None] | str:
     """``_get_header_conversation_type_mask_role`` and ``_add_speaker_and_signal``: (header, whole text, turn
     texts, speakers, mask role, type), or why Bridge fails on the record."""
     if not isinstance(rec, dict):
@@ -416,8 +459,15 @@ def _legacy_conversation(rec, tokens: Mapping[str, str]
     return header, conversation, turns, speakers, mask_role, gtype
 
 
-def _loss_left(total: int, header_len: int, turn_lens: list[int], name_lens: list[int], speakers: list[str],
-               mask_role: str, turn_start_tokens: int) -> bool:
+def _loss_left(
+    total: int,
+    header_len: int,
+    turn_lens: list[int],
+    name_lens: list[int],
+    speakers: list[str],
+    mask_role: str,
+    turn_start_tokens: int,
+) -> bool:
     """Whether ``_mask_targets`` leaves any token unmasked in an untyped conversation, from token counts."""
     masked = np.zeros(total, dtype=bool)
     masked[:header_len] = True
@@ -426,12 +476,12 @@ def _loss_left(total: int, header_len: int, turn_lens: list[int], name_lens: lis
         if cur >= total:
             break
         if j == 0:
-            masked[cur:cur + length] = True
+            masked[cur : cur + length] = True
         elif speaker in mask_role and j > 1:
-            masked[cur + turn_start_tokens:cur + length] = True
+            masked[cur + turn_start_tokens : cur + length] = True
         elif speaker in mask_role:
-            masked[cur:cur + length] = True
+            masked[cur : cur + length] = True
         else:
-            masked[cur:cur + name] = True
+            masked[cur : cur + name] = True
         cur += length
     return not masked.all()

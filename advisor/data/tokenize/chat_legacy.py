@@ -33,8 +33,9 @@ from advisor.data.tokenize.sft import RecordProblem
 from advisor.data.tokenize.tokenizer import Tokenizer
 
 
-def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
-                  ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+def legacy_tokens(
+    records: Sequence[dict], tok: Tokenizer, s: ChatSettings
+) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
     """Each record's ``input_ids`` and ``loss_mask`` (mask kind ``loss_mask``: packing rolls it by one), its
     length (-1 where Bridge fails on it) and the problems, all pieces of all records encoded in one batch."""
     tokens = dict(s.special_tokens or LEGACY_SPECIAL_TOKENS)
@@ -49,7 +50,7 @@ def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
     flat, offsets = tok.mb_ids(texts)
 
     def ids(k: int) -> np.ndarray:
-        return flat[offsets[k]:offsets[k + 1]]
+        return flat[offsets[k] : offsets[k + 1]]
 
     prefix = ids(0).size
     label_start = ids(1)[prefix:]  # id2[len(id1):]
@@ -64,14 +65,27 @@ def legacy_tokens(records: Sequence[dict], tok: Tokenizer, s: ChatSettings
         pieces = [ids(at + 2 + j)[prefix:] for j in range(n)]
         names = [ids(at + 2 + n + j).size - prefix for j in range(n)]
         at += 2 + 2 * n
-        masked = _masked(whole.size, header_len, pieces, names, speakers, mask_role, gtype, label_start,
-                         name_end_ids, turn_start_tokens)
+        masked = _masked(
+            whole.size,
+            header_len,
+            pieces,
+            names,
+            speakers,
+            mask_role,
+            gtype,
+            label_start,
+            name_end_ids,
+            turn_start_tokens,
+        )
         if isinstance(masked, str):
             problems.append(RecordProblem(i, masked))
             continue
         if masked.all():
-            problems.append(RecordProblem(i, f"every token is masked (mask {mask_role!r}): Megatron-Bridge asserts "
-                                             "'loss_mask is empty'"))
+            problems.append(
+                RecordProblem(
+                    i, f"every token is masked (mask {mask_role!r}): Megatron-Bridge asserts 'loss_mask is empty'"
+                )
+            )
             continue
         ids_out.append(whole.astype(np.int32))
         mask_out.append((~masked).astype(np.int8))
@@ -89,14 +103,23 @@ def _find(sub: np.ndarray, seq: np.ndarray) -> int:
     """
     m = sub.size
     for k in range(seq.size - m + 1):
-        if np.array_equal(seq[k:k + m], sub):
+        if np.array_equal(seq[k : k + m], sub):
             return k
     return -1
 
 
-def _masked(total: int, header_len: int, pieces: list[np.ndarray], names: list[int], speakers: list[str],
-            mask_role: str, gtype: str | None, label_start: np.ndarray, name_end_ids: np.ndarray,
-            turn_start_tokens: int) -> np.ndarray | str:
+def _masked(
+    total: int,
+    header_len: int,
+    pieces: list[np.ndarray],
+    names: list[int],
+    speakers: list[str],
+    mask_role: str,
+    gtype: str | None,
+    label_start: np.ndarray,
+    name_end_ids: np.ndarray,
+    turn_start_tokens: int,
+) -> np.ndarray | str:
     """``_mask_targets``: which of the record's tokens carry no loss, or why Bridge fails (its assertion)."""
     masked = np.zeros(total, dtype=bool)
     masked[:header_len] = True  # "not going to train on the header"
@@ -110,7 +133,7 @@ def _masked(total: int, header_len: int, pieces: list[np.ndarray], names: list[i
                     return "the label does not follow the speaker's name (Megatron-Bridge asserts it does)"
                 newline = _find(name_end_ids, s_id[skip:])
                 if newline < 0:  # the whole turn is a partial label: masked, and Bridge does not move on
-                    masked[cur:cur + length] = True
+                    masked[cur : cur + length] = True
                     continue
                 skip += newline + name_end_ids.size
             elif gtype == "TEXT_TO_VALUE":
@@ -118,14 +141,14 @@ def _masked(total: int, header_len: int, pieces: list[np.ndarray], names: list[i
         if cur >= total:
             break
         if j == 0 and gtype in ("VALUE_TO_TEXT", None):
-            masked[cur:cur + length] = True  # the first turn is context
+            masked[cur : cur + length] = True  # the first turn is context
         elif speaker in mask_role and j == 1 and gtype == "TEXT_TO_VALUE":
-            masked[cur + turn_start_tokens:cur + length] = True
+            masked[cur + turn_start_tokens : cur + length] = True
         elif speaker in mask_role and j > 1:  # its turn-start tokens end the turn before: they stay
-            masked[cur + turn_start_tokens:cur + length] = True
+            masked[cur + turn_start_tokens : cur + length] = True
         elif speaker in mask_role:
-            masked[cur:cur + length] = True
+            masked[cur : cur + length] = True
         else:  # the name (and the label, or the response and the label start) carries no loss
-            masked[cur:cur + skip] = True
+            masked[cur : cur + skip] = True
         cur += length
     return masked

@@ -25,26 +25,66 @@ import numpy as np
 # all be in the template, the assistant turn's start and end text, the end's fallbacks, the other roles' starts
 _ROLES = ("system", "developer", "user", "tool")
 CANDIDATES: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...], dict[str, str]], ...] = (
-    (("<|im_start|>assistant", "<|im_end|>"), "<|im_start|>assistant\n", "<|im_end|>\n", ("<|im_end|>",),
-     {role: f"<|im_start|>{role}\n" for role in _ROLES}),
-    (("<|im_assistant|>", "<|im_user|>", "<|im_system|>", "<|im_middle|>", "<|im_end|>"),
-     "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>", (),
-     {"system": "<|im_system|>system<|im_middle|>", "user": "<|im_user|>user<|im_middle|>"}),
+    (
+        ("<|im_start|>assistant", "<|im_end|>"),
+        "<|im_start|>assistant\n",
+        "<|im_end|>\n",
+        ("<|im_end|>",),
+        {role: f"<|im_start|>{role}\n" for role in _ROLES},
+    ),
+    (
+        ("<|im_assistant|>", "<|im_user|>", "<|im_system|>", "<|im_middle|>", "<|im_end|>"),
+        "<|im_assistant|>assistant<|im_middle|>",
+        "<|im_end|>",
+        (),
+        {"system": "<|im_system|>system<|im_middle|>", "user": "<|im_user|>user<|im_middle|>"},
+    ),
     (("<|turn>model", "<turn|>"), "<|turn>model\n", "<turn|>", (), {}),
     (("<start_of_turn>model", "<end_of_turn>"), "<start_of_turn>model\n", "<end_of_turn>", (), {}),
-    (("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|start_header_id|>assistant<|end_header_id|>\n\n",
-     "<|eot_id|>", (), {role: f"<|start_header_id|>{role}<|end_header_id|>\n\n" for role in _ROLES}),
-    (("<|start|>", "<|channel|>", "<|message|>"), "<|start|>assistant", "<|return|>", ("<|end|>", "<|call|>"),
-     {role: f"<|start|>{role}" for role in _ROLES}),
+    (
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|eot_id|>",
+        (),
+        {role: f"<|start_header_id|>{role}<|end_header_id|>\n\n" for role in _ROLES},
+    ),
+    (
+        ("<|start|>", "<|channel|>", "<|message|>"),
+        "<|start|>assistant",
+        "<|return|>",
+        ("<|end|>", "<|call|>"),
+        {role: f"<|start|>{role}" for role in _ROLES},
+    ),
 )
 # token_utils.PAD_TOKENS: added tokens by these names never carry loss
-PAD_TOKENS = frozenset({
-    "<|im_start|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
-    "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<image>", "<pad>", "<|begin_of_text|>",
-    "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>",
-    "<|image|>", "<image_soft_token>", "<audio_soft_token>", "<start_of_audio>", "<start_of_image>",
-    "<end_of_audio>", "<end_of_image>",
-})
+PAD_TOKENS = frozenset(
+    {
+        "<|im_start|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|vision_pad|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+        "<|AUDIO|>",
+        "<|audio_bos|>",
+        "<|audio_eos|>",
+        "<image>",
+        "<pad>",
+        "<|begin_of_text|>",
+        "<|finetune_right_pad_id|>",
+        "<|step_id|>",
+        "<|start_header_id|>",
+        "<|end_header_id|>",
+        "<|python_tag|>",
+        "<|image|>",
+        "<image_soft_token>",
+        "<audio_soft_token>",
+        "<start_of_audio>",
+        "<start_of_image>",
+        "<end_of_audio>",
+        "<end_of_image>",
+    }
+)
 ASSISTANT = "assistant"
 
 
@@ -89,8 +129,8 @@ def boundaries(template: str | None, encode: Callable[[str], list[int]]) -> Boun
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """``_common_token_prefix_length``: how many leading ids two sequences share.
 
-        >>> common_prefix(np.array([1, 2, 3]), np.array([1, 2, 4, 5])), common_prefix(np.array([1]), np.array([1, 2]))
-        (2, 1)
+    >>> common_prefix(np.array([1, 2, 3]), np.array([1, 2, 4, 5])), common_prefix(np.array([1]), np.array([1, 2]))
+    (2, 1)
     """
     n = min(a.size, b.size)
     differ = np.flatnonzero(a[:n] != b[:n])
@@ -100,8 +140,8 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 def find_span(ids: np.ndarray, pattern: Sequence[int], start: int = 0) -> tuple[int, int]:
     """``find_token_span``: the first ``[start, end)`` at or after ``start`` where ``pattern`` occurs, or (-1, -1).
 
-        >>> find_span(np.array([5, 1, 2, 1, 2]), [1, 2], 2)
-        (3, 5)
+    >>> find_span(np.array([5, 1, 2, 1, 2]), [1, 2], 2)
+    (3, 5)
     """
     m = len(pattern)
     if m == 0 or start >= ids.size or ids.size - start < m:
@@ -109,7 +149,7 @@ def find_span(ids: np.ndarray, pattern: Sequence[int], start: int = 0) -> tuple[
     window = ids[start:]
     hits = np.flatnonzero(window[: window.size - m + 1] == pattern[0])
     for h in hits:
-        if m == 1 or np.array_equal(window[h:h + m], pattern):
+        if m == 1 or np.array_equal(window[h : h + m], pattern):
             return start + int(h), start + int(h) + m
     return -1, -1
 
@@ -131,8 +171,9 @@ def _ends(ids: np.ndarray, patterns: list[tuple[int, ...]], search: int, limit: 
     return found
 
 
-def mask_from_turns(ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Boundaries,
-                    include_content: bool = True) -> np.ndarray | None:
+def mask_from_turns(
+    ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Boundaries, include_content: bool = True
+) -> np.ndarray | None:
     """``_assistant_mask_from_conversation_turns``: for each assistant turn, ``(before, through)`` are the
     common-prefix lengths of the renders of the conversation before and through that turn with the whole
     render; the turn's start marker is the first after ``before`` and its end the last end marker before
@@ -161,8 +202,9 @@ def mask_from_turns(ids: np.ndarray, turns: Sequence[tuple[int, int]], b: Bounda
     return mask
 
 
-def mask_from_scan(ids: np.ndarray, b: Boundaries, roles: Sequence[str] | None,
-                   include_content: bool = True) -> np.ndarray | None:
+def mask_from_scan(
+    ids: np.ndarray, b: Boundaries, roles: Sequence[str] | None, include_content: bool = True
+) -> np.ndarray | None:
     """``_assistant_mask_from_boundary_config``: every role's start markers in the ids; each assistant span runs
     to the first end marker before the next start marker. None when the assistant markers found do not match
     the conversation's assistant turns one to one, or when no assistant span ends. ``include_content=False``:
@@ -221,8 +263,9 @@ def contains_markers(value, encode: Callable[[str], list[int]], b: Boundaries) -
     return False
 
 
-def apply_loss_mode(mask: np.ndarray, ids: np.ndarray, loss_mode: str, last_turn_start: int | None,
-                    skipped: np.ndarray) -> np.ndarray:
+def apply_loss_mode(
+    mask: np.ndarray, ids: np.ndarray, loss_mode: str, last_turn_start: int | None, skipped: np.ndarray
+) -> np.ndarray:
     """``tokenize_chat_example``'s end: ``last_turn`` keeps the assistant tokens from the last assistant turn's
     first masked token on (found through the prefix render, else the last masked span), then
     ``apply_chat_loss_mode`` and the skipped tokens.

@@ -48,8 +48,9 @@ from advisor.data.tokenize.tokenizer import ENCODE_CHUNK, Tokenizer, TokenizerPa
 from advisor.errors import InputError
 
 
-def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings | None = None
-                ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+def chat_tokens(
+    records: Sequence[dict], tok: Tokenizer, settings: ChatSettings | None = None
+) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
     """Each conversation's ``input_ids`` and loss mask (mask kind ``loss_mask``, see ``sequences``), its length
     (-1 where Bridge cannot build it) and the problems, as ``chat_lengths`` reports them.
 
@@ -83,16 +84,24 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
         if named:
             # Bridge reads a template only where chat_template is a string (_get_chat_template): with a named set
             # it finds neither generation blocks nor markers, and every record fails
-            raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
-                             "with a set of named chat templates (it reads neither generation blocks nor turn "
-                             "markers from one, so every record would fail): pass one template, or use loss_mode "
-                             "'full'")
+            raise InputError(
+                source_name,
+                None,
+                f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
+                "with a set of named chat templates (it reads neither generation blocks nor turn "
+                "markers from one, so every record would fail): pass one template, or use loss_mode "
+                "'full'",
+            )
         bounds = boundaries(template, encode)
         if bounds is None and not track:
-            raise InputError(source_name, None, f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
-                             "with this chat template: it has no {% generation %} block and none of the turn markers "
-                             "Bridge knows (ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a "
-                             "template")
+            raise InputError(
+                source_name,
+                None,
+                f"Megatron-Bridge 0.6.2 cannot build the {s.loss_mode!r} loss mask "
+                "with this chat template: it has no {% generation %} block and none of the turn markers "
+                "Bridge knows (ChatML, Llama 3, Gemma, Kimi, gpt-oss); use loss_mode='full' or such a "
+                "template",
+            )
     skipped = skipped_token_ids(hf)
     markers = _marker_ids(backend)
     schemas = s.tools()
@@ -121,16 +130,24 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
             wanted = []
         r.generation = [] if track else None
         kept: list = []  # the inputs as prepared for the template, reused by the probe below
-        texts = render_boxed(chosen, conversation, tools, special_tokens, prefixes=[*wanted, len(conversation)],
-                             track=r.generation, keep=kept)
+        texts = render_boxed(
+            chosen,
+            conversation,
+            tools,
+            special_tokens,
+            prefixes=[*wanted, len(conversation)],
+            track=r.generation,
+            keep=kept,
+        )
         if isinstance(texts, RecordProblem):
             problems.append(RecordProblem(i, texts.reason))
             continue
         r.text = texts.pop(len(conversation))
         r.prefix_texts = texts
         if conversation[-1].get("role") == ASSISTANT:
-            why = _terminal_probe(chosen, conversation, tools, special_tokens, track, backend, source_name,
-                                  kept[0] if kept else None)
+            why = _terminal_probe(
+                chosen, conversation, tools, special_tokens, track, backend, source_name, kept[0] if kept else None
+            )
             if why is not None:
                 problems.append(RecordProblem(i, why))
                 continue
@@ -139,8 +156,9 @@ def chat_tokens(records: Sequence[dict], tok: Tokenizer, settings: ChatSettings 
     def generation_mask(j: int, encoding) -> None:
         work[j].hf = _generation_mask(encoding, work[j].generation, len(encoding.ids))
 
-    full_ids, panicked = _encode(backend, [r.text for r in work], source_name,
-                                 on_encoding=generation_mask if track else None)
+    full_ids, panicked = _encode(
+        backend, [r.text for r in work], source_name, on_encoding=generation_mask if track else None
+    )
     for j, why in panicked:
         problems.append(RecordProblem(work[j].index, why))
     for r, ids in zip(work, full_ids, strict=True):
@@ -198,8 +216,7 @@ class _Record:
     def spans(self, size: int) -> list[tuple[int, int]]:
         """(before, through) per assistant turn: common prefix lengths with the whole rendering."""
         n = len(self.conversation)
-        return [(self.prefix_len[k] if k > 0 else 0, self.prefix_len[k + 1] if k + 1 < n else size)
-                for k in self.turns]
+        return [(self.prefix_len[k] if k > 0 else 0, self.prefix_len[k + 1] if k + 1 < n else size) for k in self.turns]
 
 
 def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray | None:
@@ -236,8 +253,16 @@ def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray |
     return mask
 
 
-def _terminal_probe(template: str, conversation: list[dict], tools, special_tokens: dict, track: bool, backend,
-                    source: str, prepared: tuple | None = None) -> str | None:
+def _terminal_probe(
+    template: str,
+    conversation: list[dict],
+    tools,
+    special_tokens: dict,
+    track: bool,
+    backend,
+    source: str,
+    prepared: tuple | None = None,
+) -> str | None:
     """Why Bridge fails a record ending with an assistant turn where the whole render does not, or None.
 
     ``_chat_preprocess`` asks ``tokenize_chat_example`` for the final reply's start, which renders (and tokenizes)
@@ -247,11 +272,13 @@ def _terminal_probe(template: str, conversation: list[dict], tools, special_toke
     empty = [*conversation[:-1], {**conversation[-1], "content": ""}]
     spans: list[tuple[int, int]] | None = [] if track else None
     # the whole conversation's prepared inputs with the last message prepared anew: the same inputs, half the work
-    out = render_boxed(template, empty, tools, special_tokens, prefixes=[len(empty)], track=spans,
-                       emptied_last=prepared)
+    out = render_boxed(
+        template, empty, tools, special_tokens, prefixes=[len(empty)], track=spans, emptied_last=prepared
+    )
     if isinstance(out, RecordProblem):
-        return f"{out.reason} (with its last reply emptied, as Megatron-Bridge renders it to find where the reply " \
-               "starts)"
+        return (
+            f"{out.reason} (with its last reply emptied, as Megatron-Bridge renders it to find where the reply starts)"
+        )
     if spans and any(b == 0 for _, b in spans):
         encoding = native(source, "encoding", backend.encode, out[len(empty)], add_special_tokens=False)
         why = _generation_mask(encoding, spans, len(encoding.ids))
@@ -274,16 +301,20 @@ def _generation_mask(encoding, spans: list[tuple[int, int]], size: int) -> np.nd
             return f"the chat template's {{% generation %}} block cannot be mapped to tokens ({type(e).__name__})"
         if start is None:
             break
-        mask[start:(end + 1 if end else size)] = 1
+        mask[start : (end + 1 if end else size)] = 1
     return mask
 
 
 def _no_mask_reason(conversation: list[dict], loss_mode: str) -> str:
     if not any(t.get("role") == ASSISTANT for t in conversation):
-        return (f"no assistant turn: Megatron-Bridge cannot build the {loss_mode!r} loss mask (use loss_mode='full' "
-                "to train on every token)")
-    return ("Megatron-Bridge cannot find the assistant turns' markers in the tokens (AssistantMaskBoundaryConfig did "
-            "not match any loss-contributing spans)")
+        return (
+            f"no assistant turn: Megatron-Bridge cannot build the {loss_mode!r} loss mask (use loss_mode='full' "
+            "to train on every token)"
+        )
+    return (
+        "Megatron-Bridge cannot find the assistant turns' markers in the tokens (AssistantMaskBoundaryConfig did "
+        "not match any loss-contributing spans)"
+    )
 
 
 def _marker_ids(backend) -> dict[str, int] | None:
@@ -316,7 +347,7 @@ def _prefix_tokens(prefix: str, whole: str, whole_ids: np.ndarray, markers: dict
     """
     if markers is None or not prefix.endswith(">") or not whole.startswith(prefix):
         return None
-    marker = prefix[prefix.rfind("<"):]
+    marker = prefix[prefix.rfind("<") :]
     token_id = markers.get(marker)
     if token_id is None:
         return None
@@ -345,8 +376,9 @@ def _prefix_lengths(work: list[_Record], markers, backend, source: str) -> dict[
     return failed
 
 
-def _encode(backend, texts: list[str], source: str, on_encoding=None
-            ) -> tuple[list[np.ndarray | None], list[tuple[int, str]]]:
+def _encode(
+    backend, texts: list[str], source: str, on_encoding=None
+) -> tuple[list[np.ndarray | None], list[tuple[int, str]]]:
     """Token ids of rendered texts, without special tokens (as ``apply_chat_template(tokenize=True)``); a batch the
     Rust library panics on is encoded again text by text, and each text it panics on is None with its reason.
     ``on_encoding(j, encoding)``: each text's encoding with its offsets, as it is made (only then are offsets
@@ -355,7 +387,7 @@ def _encode(backend, texts: list[str], source: str, on_encoding=None
     panicked: list[tuple[int, str]] = []
     batch = backend.encode_batch_fast if on_encoding is None else backend.encode_batch
     for start in range(0, len(texts), ENCODE_CHUNK):
-        chunk = texts[start:start + ENCODE_CHUNK]
+        chunk = texts[start : start + ENCODE_CHUNK]
         try:
             encodings = native(source, "encoding", batch, chunk, add_special_tokens=False)
             for j, e in enumerate(encodings, start):

@@ -98,9 +98,14 @@ class TokenizeResult:
         """The lengths as the rest of the advisor reads them, file order kept (online packing needs it)."""
         if self.lengths.size == 0:
             raise InputError(self.source, None, "no record could be tokenized" + _excluded_text(self.excluded))
-        return LengthHistogram.from_samples(self.lengths, loss=self.loss_tokens, source=self.source,
-                                            excluded=self.excluded, notes=self.notes,
-                                            order=self.lengths.astype(np.int32))
+        return LengthHistogram.from_samples(
+            self.lengths,
+            loss=self.loss_tokens,
+            source=self.source,
+            excluded=self.excluded,
+            notes=self.notes,
+            order=self.lengths.astype(np.int32),
+        )
 
 
 def _within(name: str, where: str) -> str:
@@ -113,8 +118,11 @@ def _within(name: str, where: str) -> str:
 
 
 def _excluded_text(excluded) -> str:
-    return "" if not excluded else " (" + "; ".join(f"{e.count:,} {e.reason}, first at {e.first_at}"
-                                                    for e in excluded) + ")"
+    return (
+        ""
+        if not excluded
+        else " (" + "; ".join(f"{e.count:,} {e.reason}, first at {e.first_at}" for e in excluded) + ")"
+    )
 
 
 # ------------------------------------------------------------------------------------------- one shard
@@ -274,14 +282,27 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         flags = [b for a, b in token_parts if a is None]
         truncated = np.concatenate(flags) if flags else np.zeros(0, bool)
         cut = int(truncated.sum())
-        _save_part(job.tokens_dir, index, {
-            "ids": np.concatenate(ids) if ids else np.zeros(0, np.int32),
-            "mask": np.concatenate(masks) if masks else np.zeros(0, np.int8), "lengths": lengths.astype(np.int64),
-            "truncated": truncated})
+        _save_part(
+            job.tokens_dir,
+            index,
+            {
+                "ids": np.concatenate(ids) if ids else np.zeros(0, np.int32),
+                "mask": np.concatenate(masks) if masks else np.zeros(0, np.int8),
+                "lengths": lengths.astype(np.int64),
+                "truncated": truncated,
+            },
+        )
     losses = (np.concatenate(loss_out) if loss_out else np.zeros(0, np.int32)) if job.loss_tokens else None
-    return ShardResult(index=index, lengths=lengths, records=row, truncated=cut, loss=losses,
-                       problems=tuple(Problem(kind=k, count=v[0], first=tuple(v[1]), reason=v[2], fatal=v[3])
-                                      for k, v in problems.items()))
+    return ShardResult(
+        index=index,
+        lengths=lengths,
+        records=row,
+        truncated=cut,
+        loss=losses,
+        problems=tuple(
+            Problem(kind=k, count=v[0], first=tuple(v[1]), reason=v[2], fatal=v[3]) for k, v in problems.items()
+        ),
+    )
 
 
 # -------------------------------------------------------------------------------------------- engines
@@ -291,8 +312,14 @@ def _quiet_worker() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, progress: Callable,
-              check: Callable[[ShardResult], None]) -> list[ShardResult]:
+def run_local(
+    job: TokenizeJob,
+    shards: list[Shard],
+    workers: int,
+    selects: list,
+    progress: Callable,
+    check: Callable[[ShardResult], None],
+) -> list[ShardResult]:
     """A process pool over the shards; ``check`` sees each result as it lands (an ``error`` run stops there)."""
     total = len(shards)
     if workers <= 1 or total == 1:
@@ -311,8 +338,7 @@ def run_local(job: TokenizeJob, shards: list[Shard], workers: int, selects: list
                 check(results[-1])
                 progress(len(results), total, results)
         except BrokenProcessPool:
-            raise InputError("tokenize", None, "a worker process died (out of memory?): try fewer --workers") \
-                from None
+            raise InputError("tokenize", None, "a worker process died (out of memory?): try fewer --workers") from None
     return results
 
 
@@ -326,10 +352,11 @@ class _RayTokenize:
     def __call__(self, batch: dict) -> dict:
         import pickle
 
-        results = [tokenize_shard(int(i), self.shards[int(i)], self.job, self.selects[int(i)])
-                   for i in batch["index"]]
-        return {"index": np.array([r.index for r in results]),
-                "result": np.array([pickle.dumps(r) for r in results], dtype=object)}
+        results = [tokenize_shard(int(i), self.shards[int(i)], self.job, self.selects[int(i)]) for i in batch["index"]]
+        return {
+            "index": np.array([r.index for r in results]),
+            "result": np.array([pickle.dumps(r) for r in results], dtype=object),
+        }
 
 
 def _length_rows(batch: dict) -> dict:
@@ -339,9 +366,15 @@ def _length_rows(batch: dict) -> dict:
     return {"length": lengths[lengths >= 0].astype(np.int64)}
 
 
-def run_ray(job: TokenizeJob, shards: list[Shard], workers: int, selects: list, progress: Callable,
-            check: Callable[[ShardResult], None], address: str | None = None,
-            ) -> tuple[list[ShardResult], dict, list[str]]:
+def run_ray(
+    job: TokenizeJob,
+    shards: list[Shard],
+    workers: int,
+    selects: list,
+    progress: Callable,
+    check: Callable[[ShardResult], None],
+    address: str | None = None,
+) -> tuple[list[ShardResult], dict, list[str]]:
     """The same shards as a Ray Data pipeline: from_items(shards) -> map_batches(tokenize) -> groupby(length).
 
     ``address``: an existing cluster (``ray://host:10001`` or ``auto``); without it a local Ray is started on this
@@ -364,9 +397,13 @@ def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[
     ctx.enable_progress_bars = False
     ctx.execution_options.preserve_order = True
     ds = ray.data.from_items([{"index": i} for i in range(len(shards))], override_num_blocks=max(1, len(shards)))
-    tokenized = ds.map_batches(_RayTokenize, fn_constructor_kwargs={"job": job, "shards": shards, "selects": selects},
-                               batch_size=1, concurrency=max(1, min(workers, len(shards))),
-                               batch_format="numpy").materialize()
+    tokenized = ds.map_batches(
+        _RayTokenize,
+        fn_constructor_kwargs={"job": job, "shards": shards, "selects": selects},
+        batch_size=1,
+        concurrency=max(1, min(workers, len(shards))),
+        batch_format="numpy",
+    ).materialize()
     results = []
     for batch in tokenized.iter_batches(batch_size=None, batch_format="numpy"):
         for blob in batch["result"]:
@@ -376,8 +413,12 @@ def _ray_pipeline(job, shards, workers, selects, progress, check) -> tuple[list[
     if not any((r.lengths >= 0).any() for r in results):
         return results, {}  # nothing to aggregate (an empty dataset has no length column to group)
     parts = max(1, min(workers, len(shards)))  # Ray's default of 200 shuffle partitions costs seconds on one machine
-    hist = tokenized.map_batches(_length_rows, batch_format="numpy").groupby("length", num_partitions=parts) \
-        .count().to_pandas()
+    hist = (
+        tokenized.map_batches(_length_rows, batch_format="numpy")
+        .groupby("length", num_partitions=parts)
+        .count()
+        .to_pandas()
+    )
     counts = dict(zip(hist["length"].astype(int).tolist(), hist["count()"].astype(int).tolist(), strict=True))
     return results, counts
 
@@ -406,9 +447,16 @@ def _selection(shards: list[Shard], sample: int, seed: int) -> tuple[list, int]:
     return [chosen[shard_of == i] - starts[i] for i in range(len(shards))], total
 
 
-def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = None, sample: int | None = None,
-             seed: int = 0, address: str | None = None, progress: Callable[[str, float], None] | None = None,
-             ) -> TokenizeResult:
+def tokenize(
+    job: TokenizeJob,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    address: str | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> TokenizeResult:
     """Tokenize ``job.data`` (or a uniform random ``sample`` of its records) and return per-sample lengths."""
     if engine not in ENGINES:
         raise InputError("tokenize", "engine", f"{engine!r} is not one of {', '.join(ENGINES)}")
@@ -441,21 +489,27 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     seen = {"records": 0, "results": 0}  # a running count: results arrive one shard at a time
 
     def report(done: int, of: int, results: list[ShardResult]) -> None:
-        for r in results[seen["results"]:]:
+        for r in results[seen["results"] :]:
             seen["records"] += r.lengths.size
         seen["results"] = len(results)
         n = seen["records"]
         rate = n / max(1e-9, time.perf_counter() - started)
         left = "" if not goal or n >= goal else f", about {(goal - n) / max(rate, 1e-9):,.0f} s left"
-        say(f"tokenized {n:,}{f' of {goal:,}' if goal else ''} records ({done}/{of} shards, {rate:,.0f} "
-            f"records/s{left})", done / max(1, of))
+        say(
+            f"tokenized {n:,}{f' of {goal:,}' if goal else ''} records ({done}/{of} shards, {rate:,.0f} "
+            f"records/s{left})",
+            done / max(1, of),
+        )
 
     def check(result: ShardResult) -> None:
         if job.on_bad == "error":
             fatal = [p for p in result.problems if p.fatal]
             if fatal:
-                raise InputError(name, _within(name, fatal[0].first[0]), fatal[0].reason + " (--on-bad skip leaves "
-                                 "such records out and counts them)")
+                raise InputError(
+                    name,
+                    _within(name, fatal[0].first[0]),
+                    fatal[0].reason + " (--on-bad skip leaves such records out and counts them)",
+                )
 
     if engine == "ray":
         results, ray_counts, ray_notes = run_ray(job, shards, workers, selects, report, check, address)
@@ -463,10 +517,25 @@ def tokenize(job: TokenizeJob, *, engine: str = "local", workers: int | None = N
     else:
         results, ray_counts = run_local(job, shards, workers, selects, report, check), None
     results.sort(key=lambda r: r.index)
-    out = _assemble(job, name, shards, selects, results, ray_counts, total, selected is not None and
-                    selected < total, engine, workers, time.perf_counter() - started)
-    return replace(out, notes=out.notes + tuple(scan_notes), fmt=job.fmt,
-                   selected=selected if selected is not None else out.total_records)
+    out = _assemble(
+        job,
+        name,
+        shards,
+        selects,
+        results,
+        ray_counts,
+        total,
+        selected is not None and selected < total,
+        engine,
+        workers,
+        time.perf_counter() - started,
+    )
+    return replace(
+        out,
+        notes=out.notes + tuple(scan_notes),
+        fmt=job.fmt,
+        selected=selected if selected is not None else out.total_records,
+    )
 
 
 def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, engine, workers, seconds):
@@ -476,12 +545,17 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
             m = merged.setdefault(p.kind, [0, [], p.reason])
             m[0] += p.count
             m[1] += list(p.first)
-    excluded = tuple(Exclusion(reason=f"records left out: {v[2]}", count=v[0], first_at=v[1][0])
-                     for v in merged.values())
+    excluded = tuple(
+        Exclusion(reason=f"records left out: {v[2]}", count=v[0], first_at=v[1][0]) for v in merged.values()
+    )
     if job.on_bad == "error" and excluded:
         e = excluded[0]
-        raise InputError(name, _within(name, e.first_at), f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
-                         "(--on-bad skip leaves them out and counts them)")
+        raise InputError(
+            name,
+            _within(name, e.first_at),
+            f"{e.count:,} record(s) cannot be tokenized: {e.reason[18:]} "
+            "(--on-bad skip leaves them out and counts them)",
+        )
     base = np.cumsum([0] + [r.records for r in results])[:-1]
     index_parts, length_parts, loss_parts = [], [], []
     for r, b, sel in zip(results, base, selects, strict=True):
@@ -504,10 +578,21 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
         if dict(zip(values.tolist(), counts.tolist(), strict=True)) != ray_counts:
             raise RuntimeError("Ray's histogram differs from the shards' lengths")  # a bug, not bad input
         notes.append("Ray's groupby(length) histogram equals the per-sample lengths")
-    return TokenizeResult(source=name, sample_index=index.astype(np.int64), lengths=lengths, total_records=records,
-                          excluded=excluded, notes=tuple(notes), seconds=seconds, engine=engine, workers=workers,
-                          sampled=sampled, truncated=int(sum(r.truncated for r in results)), shards=len(results),
-                          loss_tokens=np.concatenate(loss_parts) if job.loss_tokens and loss_parts else None)
+    return TokenizeResult(
+        source=name,
+        sample_index=index.astype(np.int64),
+        lengths=lengths,
+        total_records=records,
+        excluded=excluded,
+        notes=tuple(notes),
+        seconds=seconds,
+        engine=engine,
+        workers=workers,
+        sampled=sampled,
+        truncated=int(sum(r.truncated for r in results)),
+        shards=len(results),
+        loss_tokens=np.concatenate(loss_parts) if job.loss_tokens and loss_parts else None,
+    )
 
 
 def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:

@@ -37,15 +37,31 @@ MAX_SPECIAL_TOKENS = 16384  # additional_special_tokens / extra_special_tokens: 
 MAX_ADDED_TOKENS = 1 << 16  # added_tokens_decoder / added_tokens.json entries
 MAX_TOKEN_CHARS = 1024  # one special token's text (real ones are under 100; whitespace runs under 100)
 NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-FLAGS = ("split_special_tokens", "add_bos_token", "add_eos_token", "add_prefix_space", "clean_up_tokenization_spaces",
-         "legacy", "do_lower_case", "use_default_system_prompt", "spaces_between_special_tokens", "remove_space",
-         "keep_accents", "tokenize_chinese_chars", "do_basic_tokenize", "fix_mistral_regex", "use_fast")
+FLAGS = (
+    "split_special_tokens",
+    "add_bos_token",
+    "add_eos_token",
+    "add_prefix_space",
+    "clean_up_tokenization_spaces",
+    "legacy",
+    "do_lower_case",
+    "use_default_system_prompt",
+    "spaces_between_special_tokens",
+    "remove_space",
+    "keep_accents",
+    "tokenize_chinese_chars",
+    "do_basic_tokenize",
+    "fix_mistral_regex",
+    "use_fast",
+)
 TOKEN_FLAGS = ("lstrip", "rstrip", "single_word", "normalized", "special")
 # the classes the advisor uses tokenizer.json for as written; any other name must be one transformers ships
 GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}\Z")
-NO_CODE = ("the advisor never runs a tokenizer folder's code (Megatron-Bridge loads tokenizers with "
-           "trust_remote_code=False): use a tokenizer class transformers ships")
+NO_CODE = (
+    "the advisor never runs a tokenizer folder's code (Megatron-Bridge loads tokenizers with "
+    "trust_remote_code=False): use a tokenizer class transformers ships"
+)
 
 
 def check_folder(folder: Path) -> dict:
@@ -54,8 +70,10 @@ def check_folder(folder: Path) -> dict:
     config = read_json_object(folder / "tokenizer_config.json", MAX_CONFIG_BYTES)
     check_config(config, folder / "tokenizer_config.json")
     if (folder / "special_tokens_map.json").is_file():
-        check_config(read_json_object(folder / "special_tokens_map.json", MAX_SMALL_JSON_BYTES),
-                     folder / "special_tokens_map.json")
+        check_config(
+            read_json_object(folder / "special_tokens_map.json", MAX_SMALL_JSON_BYTES),
+            folder / "special_tokens_map.json",
+        )
     _check_added_tokens(folder / "added_tokens.json")
     _check_model_config(folder / "config.json")
     _check_templates(folder)
@@ -105,11 +123,13 @@ def check_config(config: dict, path: Path) -> None:
         return InputError(src, where, what)
 
     if config.get("auto_map"):
-        raise bad("auto_map", f"names Python code in the tokenizer folder to run ({excerpt(config['auto_map'])}); "
-                              f"{NO_CODE}")
+        raise bad(
+            "auto_map", f"names Python code in the tokenizer folder to run ({excerpt(config['auto_map'])}); {NO_CODE}"
+        )
     if config.get("trust_remote_code", False) is not False:
-        raise bad("trust_remote_code",
-                  f"must be false or absent, not {excerpt(config['trust_remote_code'])}: {NO_CODE}")
+        raise bad(
+            "trust_remote_code", f"must be false or absent, not {excerpt(config['trust_remote_code'])}: {NO_CODE}"
+        )
     _check_class(config.get("tokenizer_class"), bad)
     for key in FLAGS:
         value = config.get(key)
@@ -137,8 +157,11 @@ def _check_class(name: Any, bad) -> None:
         raise bad("tokenizer_class", f"must be the name of a transformers tokenizer class, not {excerpt(name)}")
     if name in GENERIC_CLASSES or shipped_class(name):
         return
-    raise bad("tokenizer_class", f"{name!r} is not a tokenizer class transformers ships (a custom class would "
-                                 f"be code from the folder); {NO_CODE}")
+    raise bad(
+        "tokenizer_class",
+        f"{name!r} is not a tokenizer class transformers ships (a custom class would "
+        f"be code from the folder); {NO_CODE}",
+    )
 
 
 def shipped_class(name: str) -> bool:
@@ -180,13 +203,19 @@ def _check_token_list(tokens: Any, key: str, bad) -> None:
     if not isinstance(tokens, (list, dict)):
         raise bad(key, f"must be a list of tokens, not {excerpt(tokens)}")
     if len(tokens) > MAX_SPECIAL_TOKENS:
-        raise bad(key, f"{len(tokens):,} special tokens; at most {MAX_SPECIAL_TOKENS:,} (transformers takes minutes "
-                       "to add that many)")
+        raise bad(
+            key,
+            f"{len(tokens):,} special tokens; at most {MAX_SPECIAL_TOKENS:,} (transformers takes minutes "
+            "to add that many)",
+        )
     if isinstance(tokens, dict):  # extra_special_tokens as {"image_token": "<image>"}: each becomes an attribute
         for name, token in tokens.items():
             if not NAME.match(name) or not name.endswith("_token"):
-                raise bad(f"{key}.{excerpt(name)}", "names must look like 'image_token' (letters, digits and '_', "
-                                                    "ending in _token): transformers sets each as an attribute")
+                raise bad(
+                    f"{key}.{excerpt(name)}",
+                    "names must look like 'image_token' (letters, digits and '_', "
+                    "ending in _token): transformers sets each as an attribute",
+                )
             _check_token(token, f"{key}.{name}", bad)
         return
     for i, token in enumerate(tokens):
@@ -246,8 +275,9 @@ def check_added(contents: list[str], path: Path) -> None:
         raise InputError(str(path), "added_tokens", f"{len(contents):,} added tokens; at most {MAX_ADDED_TOKENS:,}")
     longest = max(contents, key=len, default="")
     if len(longest) > MAX_TOKEN_CHARS:
-        raise InputError(str(path), "added_tokens", f"an added token of {len(longest):,} characters (at most "
-                         f"{MAX_TOKEN_CHARS:,})")
+        raise InputError(
+            str(path), "added_tokens", f"an added token of {len(longest):,} characters (at most {MAX_TOKEN_CHARS:,})"
+        )
 
 
 def _check_added_tokens(path: Path) -> None:
@@ -258,8 +288,11 @@ def _check_added_tokens(path: Path) -> None:
         raise InputError(str(path), None, f"{len(tokens):,} added tokens; at most {MAX_ADDED_TOKENS:,}")
     for content, ident in tokens.items():
         if len(content) > MAX_TOKEN_CHARS or isinstance(ident, bool) or not isinstance(ident, int):
-            raise InputError(str(path), excerpt(content), f"must map a token (at most {MAX_TOKEN_CHARS} "
-                             f"characters) to its id, not {excerpt(ident)}")
+            raise InputError(
+                str(path),
+                excerpt(content),
+                f"must map a token (at most {MAX_TOKEN_CHARS} characters) to its id, not {excerpt(ident)}",
+            )
 
 
 def _check_model_config(path: Path) -> None:
@@ -269,8 +302,11 @@ def _check_model_config(path: Path) -> None:
     config = read_json_object(path, MAX_SMALL_JSON_BYTES)
     auto_map = config.get("auto_map")
     if isinstance(auto_map, dict) and "AutoTokenizer" in auto_map:
-        raise InputError(str(path), "auto_map", f"names tokenizer code in the folder to run "
-                         f"({excerpt(auto_map['AutoTokenizer'])}); {NO_CODE}")
+        raise InputError(
+            str(path),
+            "auto_map",
+            f"names tokenizer code in the folder to run ({excerpt(auto_map['AutoTokenizer'])}); {NO_CODE}",
+        )
     if config.get("tokenizer_class") is not None:
         _check_class(config["tokenizer_class"], lambda where, what: InputError(str(path), where, what))
 
@@ -279,8 +315,9 @@ def _check_templates(folder: Path) -> None:
     _check_size(folder / "chat_template.jinja", MAX_TEMPLATE_BYTES)
     if (folder / "chat_template.json").is_file():
         value = read_json_object(folder / "chat_template.json", MAX_SMALL_JSON_BYTES)
-        check_template_value(value.get("chat_template"),
-                             lambda where, what: InputError(str(folder / "chat_template.json"), where, what))
+        check_template_value(
+            value.get("chat_template"), lambda where, what: InputError(str(folder / "chat_template.json"), where, what)
+        )
     extra = folder / "additional_chat_templates"
     if extra.is_dir():
         files = sorted(extra.glob("*.jinja"))

@@ -48,6 +48,8 @@ def shard_size(total_bytes: int, workers: int) -> int:
     (1152, 8)
     """
     return int(min(SHARD_BYTES, max(MIN_SHARD_BYTES, total_bytes // (4 * max(1, workers)))))
+
+
 NO_LIMIT = 1 << 62
 
 
@@ -108,8 +110,14 @@ def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
     ['a.jsonl', 'b.jsonl']
     """
     if any(ch in data for ch in "*?["):
-        found = sorted(p for p in glob_files(data) if os.path.isfile(p) and not is_system_path(p)
-                       and p.lower().endswith(SUFFIXES) and os.path.basename(p) not in METADATA_NAMES)
+        found = sorted(
+            p
+            for p in glob_files(data)
+            if os.path.isfile(p)
+            and not is_system_path(p)
+            and p.lower().endswith(SUFFIXES)
+            and os.path.basename(p) not in METADATA_NAMES
+        )
         if not found:
             raise InputError(display_name(data), None, f"matches no data files ({', '.join(SUFFIXES)})")
         return found, []
@@ -121,13 +129,19 @@ def data_files_and_notes(data: str) -> tuple[list[str], list[str]]:
         scan = scan_folder(Path(data), (".arrow",) if arrow_dataset else SUFFIXES)
         files = [str(p) for p in scan.files if p.name not in METADATA_NAMES]
         if not files:
-            raise InputError(display_name(data), None, f"holds no data files ({', '.join(SUFFIXES)}); a "
-                             "datasets.DatasetDict folder holds one folder per split: name the split's folder")
+            raise InputError(
+                display_name(data),
+                None,
+                f"holds no data files ({', '.join(SUFFIXES)}); a "
+                "datasets.DatasetDict folder holds one folder per split: name the split's folder",
+            )
         notes = [f"{os.path.basename(data.rstrip(os.sep))}: {scan.note()}"] if scan.note() else []
         subs = [e.name for e in os.scandir(data) if e.is_dir(follow_symlinks=False)]
         if subs:
-            notes.append(f"{len(subs)} sub-folder(s) not read ({', '.join(sorted(subs)[:4])}): a DatasetDict keeps "
-                         "one folder per split; name a split's folder to read it")
+            notes.append(
+                f"{len(subs)} sub-folder(s) not read ({', '.join(sorted(subs)[:4])}): a DatasetDict keeps "
+                "one folder per split; name a split's folder to read it"
+            )
         return files, notes
     check_file(data, display_name(data), NO_LIMIT)
     return [data], []
@@ -181,9 +195,9 @@ def _glob_regex(pattern: str) -> str:
         elif pattern[i] == "?":
             out.append("[^/]")
             i += 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
             end = pattern.index("]", i + 2)
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             body = body.replace("\\", "\\\\")  # a range such as [0-9] stays a range
             out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
             i = end + 1
@@ -247,8 +261,9 @@ def _jsonl_shards(path: str, shard_bytes: int) -> list[Shard]:
                 stop = min(f.tell(), size)
             f.seek(start)
             body = f.read(stop - start)
-            shards.append(Shard(path=path, kind="jsonl", start=start, stop=stop, first_line=line,
-                                records=_count_records(body)))
+            shards.append(
+                Shard(path=path, kind="jsonl", start=start, stop=stop, first_line=line, records=_count_records(body))
+            )
             line += body.count(b"\n")
             start = stop
     if not shards:  # an empty file: one empty shard, so it is named in the "no records" message
@@ -282,8 +297,12 @@ def _parquet_shards(path: str) -> list[Shard]:
     except (FooterError, OSError) as e:
         raise InputError(name, None, f"is not a readable Parquet file: {str(e).splitlines()[0][:160]}") from None
     if len(groups) > MAX_ROW_GROUPS:
-        raise InputError(name, None, f"has {len(groups):,} row groups, over the {MAX_ROW_GROUPS:,} read here: "
-                         "rewrite it with larger row groups (pyarrow: row_group_size=100_000)")
+        raise InputError(
+            name,
+            None,
+            f"has {len(groups):,} row groups, over the {MAX_ROW_GROUPS:,} read here: "
+            "rewrite it with larger row groups (pyarrow: row_group_size=100_000)",
+        )
     for g, group in enumerate(groups):
         check_row_group(group, name, g)
     total_rows = max(1, sum(g.num_rows for g in groups))
@@ -291,12 +310,22 @@ def _parquet_shards(path: str) -> list[Shard]:
     per = max(1, -(-len(groups) // MAX_PARQUET_SHARDS))
     shards, row = [], 1
     for g in range(0, len(groups), per):
-        rows = sum(group.num_rows for group in groups[g:g + per])
-        leaves = sorted({c.leaf for group in groups[g:g + per] for c in group.chunks if c.dictionary})
-        stored = sum(group.compressed for group in groups[g:g + per])
-        shards.append(Shard(path=path, kind="parquet", start=g, stop=min(g + per, len(groups)), first_line=row,
-                            records=rows, dictionary=tuple(leaves), stored=stored,
-                            budget=max(MAX_EXPANSION * stored, MIN_BOMB_BYTES * rows // total_rows, 1)))
+        rows = sum(group.num_rows for group in groups[g : g + per])
+        leaves = sorted({c.leaf for group in groups[g : g + per] for c in group.chunks if c.dictionary})
+        stored = sum(group.compressed for group in groups[g : g + per])
+        shards.append(
+            Shard(
+                path=path,
+                kind="parquet",
+                start=g,
+                stop=min(g + per, len(groups)),
+                first_line=row,
+                records=rows,
+                dictionary=tuple(leaves),
+                stored=stored,
+                budget=max(MAX_EXPANSION * stored, MIN_BOMB_BYTES * rows // total_rows, 1),
+            )
+        )
         row += rows
     return shards or [Shard(path=path, kind="parquet", records=0)]
 
@@ -319,9 +348,13 @@ def check_row_group(group, name: str, index: int, budget: int | None = None) -> 
     need = group.decoded_estimate()
     stored = max(1, group.compressed)
     if (need > MIN_BOMB_BYTES and need > MAX_EXPANSION * stored) or (budget is not None and need > budget):
-        raise InputError(name, f"row group {index + 1}", f"would decode to about {need / 2**20:,.0f} MB from "
-                         f"{_size(stored)} stored ({need // stored:,} times; a decompression bomb?): too much to "
-                         "read" + (f" here (at most {budget / 2**20:,.0f} MB)" if budget is not None else ""))
+        raise InputError(
+            name,
+            f"row group {index + 1}",
+            f"would decode to about {need / 2**20:,.0f} MB from "
+            f"{_size(stored)} stored ({need // stored:,} times; a decompression bomb?): too much to "
+            "read" + (f" here (at most {budget / 2**20:,.0f} MB)" if budget is not None else ""),
+        )
 
 
 def check_decoded(need: int, stored: int, name: str) -> None:
@@ -336,8 +369,12 @@ def check_decoded(need: int, stored: int, name: str) -> None:
     d.arrow: decodes to about 300 MB from 195.3 kB (1,572 times its size; a decompression bomb?): too much to read
     """
     if need > MIN_BOMB_BYTES and need > MAX_EXPANSION * max(1, stored):
-        raise InputError(name, None, f"decodes to about {need / 2**20:,.0f} MB from {stored / 1024:,.1f} kB "
-                         f"({need // max(1, stored):,} times its size; a decompression bomb?): too much to read")
+        raise InputError(
+            name,
+            None,
+            f"decodes to about {need / 2**20:,.0f} MB from {stored / 1024:,.1f} kB "
+            f"({need // max(1, stored):,} times its size; a decompression bomb?): too much to read",
+        )
 
 
 def _size(n: int) -> str:
@@ -379,13 +416,21 @@ class Limits:
 FLUSH_BYTES = MAX_BATCH_BYTES  # text read before a batch goes to the tokenizer, however few records it holds
 
 
-def iter_records(shard: Shard, batch: int = 1024, limits: Limits = Limits(),
-                 ) -> Iterator[tuple[list[dict | None], list[str], list[BadRow]]]:
+def iter_records(
+    shard: Shard,
+    batch: int = 1024,
+    limits: Limits = Limits(),
+) -> Iterator[tuple[list[dict | None], list[str], list[BadRow]]]:
     """Batches of (records, where each came from, bad rows). A bad row keeps its place as None, so record k of a
     shard is row k of its output whatever was wrong with the ones before. A batch holds at most ``batch`` records
     and about ``FLUSH_BYTES`` (or ``limits.max_batch_bytes``) of their text."""
-    reader = {"jsonl": _jsonl_lines, "jsonl.gz": _jsonl_lines, "jsonl.zst": _jsonl_lines,
-              "parquet": _parquet_rows, "arrow": _arrow_rows}[shard.kind]
+    reader = {
+        "jsonl": _jsonl_lines,
+        "jsonl.gz": _jsonl_lines,
+        "jsonl.zst": _jsonl_lines,
+        "parquet": _parquet_rows,
+        "arrow": _arrow_rows,
+    }[shard.kind]
     records: list[dict | None] = []
     wheres: list[str] = []
     bad: list[BadRow] = []
@@ -453,7 +498,7 @@ def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes
                 skipping += len(chunk)
                 continue
             yield LongLine(skipping + nl + 1)
-            skipping, chunk = -1, chunk[nl + 1:]
+            skipping, chunk = -1, chunk[nl + 1 :]
         buf += chunk
         start = 0
         while (nl := buf.find(b"\n", max(start, scanned))) >= 0:
@@ -465,7 +510,7 @@ def bounded_lines(read: Callable[[int], bytes], max_line: int) -> Iterator[bytes
             if nl + 1 - start > max_line:
                 yield LongLine(nl + 1 - start)
             else:
-                yield bytes(buf[start:nl + 1])
+                yield bytes(buf[start : nl + 1])
             start = nl + 1
         del buf[:start]
         scanned = len(buf)
@@ -521,11 +566,11 @@ def zstd_problem(path: str) -> str | None:
         while pos < size:
             if size - pos < 4:
                 return cut
-            magic = int.from_bytes(m[pos:pos + 4], "little")
+            magic = int.from_bytes(m[pos : pos + 4], "little")
             if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its length, then that many bytes
                 if size - pos < 8:
                     return cut
-                pos += 8 + int.from_bytes(m[pos + 4:pos + 8], "little")
+                pos += 8 + int.from_bytes(m[pos + 4 : pos + 8], "little")
                 if pos > size:
                     return cut
                 continue
@@ -551,7 +596,7 @@ def _zstd_frame_end(m, pos: int, size: int) -> int | str | None:
     while True:
         if pos + 3 > size:
             return None
-        head = int.from_bytes(m[pos:pos + 3], "little")
+        head = int.from_bytes(m[pos : pos + 3], "little")
         kind = (head >> 1) & 3
         if kind == 3:
             return f"byte {pos:,} holds a reserved zstd block type (the file is damaged)"
@@ -672,13 +717,17 @@ def _jsonl_lines(shard: Shard, limits: Limits):
     name = shard.name
     line_no = shard.first_line - 1
     max_line = limits.record_limit()
-    budget = limits.file_limit(os.path.getsize(shard.path), MAX_STREAM_EXPANSION) if shard.kind != "jsonl" \
-        else NO_LIMIT
+    budget = limits.file_limit(os.path.getsize(shard.path), MAX_STREAM_EXPANSION) if shard.kind != "jsonl" else NO_LIMIT
     if shard.kind != "jsonl" and budget <= MIN_BOMB_BYTES and _decodes_over(shard, budget):
         # a small file at the floor: counted first, which takes a tenth of a second, rather than parsed and
         # tokenized record by record to the limit (a 7 kB zstd file of 4M short records took 25 s to refuse)
-        yield None, f"{name}, line 1", f"decompresses to over {budget / 2**20:,.0f} MB (over " \
-            f"{MAX_STREAM_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); not read", 0
+        yield (
+            None,
+            f"{name}, line 1",
+            f"decompresses to over {budget / 2**20:,.0f} MB (over "
+            f"{MAX_STREAM_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); not read",
+            0,
+        )
         return
     lines = _raw_lines(shard, max_line, budget)
     while True:
@@ -687,9 +736,14 @@ def _jsonl_lines(shard: Shard, limits: Limits):
         except StopIteration:
             return
         except OverBudget:
-            yield None, f"{name}, line {line_no + 1}", f"decompresses to over {budget / 2**20:,.0f} MB (over " \
-                f"{MAX_STREAM_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); the rest is " \
-                "not read", 0
+            yield (
+                None,
+                f"{name}, line {line_no + 1}",
+                f"decompresses to over {budget / 2**20:,.0f} MB (over "
+                f"{MAX_STREAM_EXPANSION:,} times the file's size, or the limit: a decompression bomb?); the rest is "
+                "not read",
+                0,
+            )
             return
         except _decompress_errors() as e:  # a truncated or corrupt gzip/zstd stream: the rest cannot be read
             yield None, f"{name}, line {line_no + 1}", f"cannot be decompressed from here on: {str(e)[:120]}", 0
@@ -701,8 +755,12 @@ def _jsonl_lines(shard: Shard, limits: Limits):
         size = line.size if isinstance(line, LongLine) else len(line)
         where = f"{name}, line {line_no}"
         if isinstance(line, LongLine):
-            yield None, where, f"is {size / 2**20:,.1f} MB, over the {max_line / 2**20:,.0f} MB a record may " \
-                               "have here", 0
+            yield (
+                None,
+                where,
+                f"is {size / 2**20:,.1f} MB, over the {max_line / 2**20:,.0f} MB a record may have here",
+                0,
+            )
             continue
         if line_no == 1:
             line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not part of the first record
@@ -752,8 +810,10 @@ def _parquet_rows(shard: Shard, limits: Limits):
         pf = pq.ParquetFile(shard.path)
         # string columns read as dictionaries where the file stores them so: a batch then holds each long
         # string once, and its decoded size is counted (decoded_bytes) before to_pylist builds anything
-        dictionary = sorted({c.path for c in pf.schema if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")}
-                            & set(shard.dictionary))
+        dictionary = sorted(
+            {c.path for c in pf.schema if c.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")}
+            & set(shard.dictionary)
+        )
         if dictionary:
             pf = pq.ParquetFile(shard.path, read_dictionary=dictionary)
         groups = list(range(shard.start, min(shard.stop, pf.num_row_groups)))
@@ -792,15 +852,25 @@ def _columnar_rows(shard: Shard, limits: Limits, open_batches):
             for piece, size in fitting_slices(rb, limits.record_limit()):
                 total += size
                 if total > budget:
-                    yield None, f"{shard.name}, row {row + 1}", f"decodes to over {budget / 2**20:,.0f} MB (over " \
-                        f"{MAX_EXPANSION:,} times the bytes it stores, or the limit: a decompression bomb?); the " \
-                        "rest is not read", 0
+                    yield (
+                        None,
+                        f"{shard.name}, row {row + 1}",
+                        f"decodes to over {budget / 2**20:,.0f} MB (over "
+                        f"{MAX_EXPANSION:,} times the bytes it stores, or the limit: a decompression bomb?); the "
+                        "rest is not read",
+                        0,
+                    )
                     yield from _unread(shard, row + 1)
                     return
                 if piece.num_rows == 1 and size > limits.record_limit():
                     row += 1
-                    yield None, f"{shard.name}, row {row}", f"decodes to {size / 2**20:,.1f} MB, over the " \
-                        f"{limits.record_limit() / 2**20:,.0f} MB a record may have here", 0
+                    yield (
+                        None,
+                        f"{shard.name}, row {row}",
+                        f"decodes to {size / 2**20:,.1f} MB, over the "
+                        f"{limits.record_limit() / 2**20:,.0f} MB a record may have here",
+                        0,
+                    )
                     continue
                 for rec, problem in _slice_records(piece):
                     row += 1
@@ -866,8 +936,12 @@ def _has_binary(t) -> bool:
 
     if pa.types.is_dictionary(t):
         return _has_binary(t.value_type)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or \
-            getattr(pa.types, "is_binary_view", lambda _: False)(t):
+    if (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or getattr(pa.types, "is_binary_view", lambda _: False)(t)
+    ):
         return True
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _has_binary(t.value_type)
@@ -893,8 +967,7 @@ def decoded_bytes(rb) -> int:
             if pa.types.is_string(t.value_type) or pa.types.is_binary(t.value_type):
                 return int(pc.sum(pc.take(pc.binary_length(arr.dictionary), arr.indices)).as_py() or 0)
             return size(arr.dictionary.take(arr.indices))
-        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or \
-                pa.types.is_large_binary(t):
+        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
             return int(pc.sum(pc.binary_length(arr)).as_py() or 0)
         if pa.types.is_list(t) or pa.types.is_large_list(t):
             return size(arr.flatten()) + 8 * len(arr)

@@ -80,8 +80,9 @@ class TokenBatch:
         return TokenBatch(ids=flat_ids, mask=flat_mask, offsets=offsets, truncated=np.asarray(truncated, dtype=bool))
 
     @staticmethod
-    def built(ids: Sequence[np.ndarray], masks: Sequence[np.ndarray], lengths: np.ndarray,
-              truncated: np.ndarray) -> TokenBatch:
+    def built(
+        ids: Sequence[np.ndarray], masks: Sequence[np.ndarray], lengths: np.ndarray, truncated: np.ndarray
+    ) -> TokenBatch:
         """From the records built, in order (their ids and masks as arrays), and every record's length (-1 where one
         was not built: an empty span).
 
@@ -92,27 +93,38 @@ class TokenBatch:
         """
         offsets = np.zeros(lengths.size + 1, dtype=np.int64)
         np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
-        return TokenBatch(ids=np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32),
-                          mask=np.concatenate(masks).astype(np.int8, copy=False) if masks else np.zeros(0, np.int8),
-                          offsets=offsets, truncated=np.asarray(truncated, dtype=bool))
+        return TokenBatch(
+            ids=np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, np.int32),
+            mask=np.concatenate(masks).astype(np.int8, copy=False) if masks else np.zeros(0, np.int8),
+            offsets=offsets,
+            truncated=np.asarray(truncated, dtype=bool),
+        )
 
     @staticmethod
     def empty(records: int = 0) -> TokenBatch:
-        return TokenBatch(ids=np.zeros(0, np.int32), mask=np.zeros(0, np.int8), offsets=np.zeros(records + 1, np.int64),
-                          truncated=np.zeros(records, bool))
+        return TokenBatch(
+            ids=np.zeros(0, np.int32),
+            mask=np.zeros(0, np.int8),
+            offsets=np.zeros(records + 1, np.int64),
+            truncated=np.zeros(records, bool),
+        )
 
     @staticmethod
     def concat(batches: Sequence[TokenBatch]) -> TokenBatch:
         """Batches one after another (the records of a shard's read batches).
 
-            >>> a, b = TokenBatch.of([[1]], [[1]], [False]), TokenBatch.of([[2, 3]], [[0, 1]], [True])
-            >>> TokenBatch.concat([a, b]).offsets.tolist()
-            [0, 1, 3]
+        >>> a, b = TokenBatch.of([[1]], [[1]], [False]), TokenBatch.of([[2, 3]], [[0, 1]], [True])
+        >>> TokenBatch.concat([a, b]).offsets.tolist()
+        [0, 1, 3]
         """
         if not batches:
             return TokenBatch.empty()
         sizes = np.array([b.ids.size for b in batches], dtype=np.int64)
         shift = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         offsets = np.concatenate([[0]] + [b.offsets[1:] + s for b, s in zip(batches, shift, strict=True)])
-        return TokenBatch(ids=np.concatenate([b.ids for b in batches]), mask=np.concatenate([b.mask for b in batches]),
-                          offsets=offsets.astype(np.int64), truncated=np.concatenate([b.truncated for b in batches]))
+        return TokenBatch(
+            ids=np.concatenate([b.ids for b in batches]),
+            mask=np.concatenate([b.mask for b in batches]),
+            offsets=offsets.astype(np.int64),
+            truncated=np.concatenate([b.truncated for b in batches]),
+        )

@@ -79,16 +79,23 @@ class PromptCompletion:
         except (AttributeError, IndexError, KeyError, ValueError):
             fields = None
         if not fields or any(f != "prompt" for f in fields):
-            raise InputError(SETTINGS, f"{where}.prompt_template",
-                             f"must contain {{prompt}} and no other placeholder: {excerpt(self.prompt_template)}")
+            raise InputError(
+                SETTINGS,
+                f"{where}.prompt_template",
+                f"must contain {{prompt}} and no other placeholder: {excerpt(self.prompt_template)}",
+            )
         if not isinstance(self.separator, str):
             raise InputError(SETTINGS, f"{where}.separator", f"must be a string, not {excerpt(self.separator)}")
         if self.truncation_method not in ("left", "right"):
-            raise InputError(SETTINGS, f"{where}.truncation_method",
-                             f"must be 'left' or 'right', not {excerpt(self.truncation_method)}")
+            raise InputError(
+                SETTINGS,
+                f"{where}.truncation_method",
+                f"must be 'left' or 'right', not {excerpt(self.truncation_method)}",
+            )
         if self.loss_mode not in ("completion", "full"):
-            raise InputError(SETTINGS, f"{where}.loss_mode",
-                             f"must be 'completion' or 'full', not {excerpt(self.loss_mode)}")
+            raise InputError(
+                SETTINGS, f"{where}.loss_mode", f"must be 'completion' or 'full', not {excerpt(self.loss_mode)}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,12 +141,18 @@ class SftSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(SETTINGS, name, f"must be a whole number of at least {low}, not {excerpt(value)}")
         if self.truncation_method not in ("left", "right"):
-            raise InputError(SETTINGS, "truncation_method",
-                             f"must be 'left' or 'right', not {excerpt(self.truncation_method)}")
+            raise InputError(
+                SETTINGS, "truncation_method", f"must be 'left' or 'right', not {excerpt(self.truncation_method)}"
+            )
         if self.prompt_completion is None:
             _Template.of(self)  # the checks GPTSFTDataset makes when it is built
-        elif self.virtual_tokens + self.prompt_completion.add_bos + self.prompt_completion.add_sep \
-                + self.prompt_completion.add_eos > self.max_seq_length:
+        elif (
+            self.virtual_tokens
+            + self.prompt_completion.add_bos
+            + self.prompt_completion.add_sep
+            + self.prompt_completion.add_eos
+            > self.max_seq_length
+        ):
             raise InputError(SETTINGS, "max_seq_length", "too short for the requested special tokens")
 
 
@@ -154,26 +167,36 @@ class _Template:
     @classmethod
     def of(cls, s: SftSettings) -> _Template:
         if not isinstance(s.prompt_template, str) or not s.prompt_template:
-            raise InputError(SETTINGS, "prompt_template",
-                             f"must be a non-empty string, not {excerpt(s.prompt_template)}")
+            raise InputError(
+                SETTINGS, "prompt_template", f"must be a non-empty string, not {excerpt(s.prompt_template)}"
+            )
         try:  # "When providing things like newlines in the prompt template via the CLI, they are escaped."
             text = s.prompt_template.encode("utf-8").decode("unicode_escape")
         except UnicodeDecodeError as e:
-            raise InputError(SETTINGS, "prompt_template", f"Megatron-Bridge cannot unescape it ({e.reason}): "
-                             f"{excerpt(s.prompt_template)}") from e
+            raise InputError(
+                SETTINGS,
+                "prompt_template",
+                f"Megatron-Bridge cannot unescape it ({e.reason}): {excerpt(s.prompt_template)}",
+            ) from e
         keys = re.findall(r"{(.*?)}", text)
         label = f"{{{s.label_key}}}"
-        if text[-len(label):] != label:
-            raise InputError(SETTINGS, "prompt_template", f"{label!r} (the label_key) must come last, as "
-                             f"Megatron-Bridge requires: {excerpt(s.prompt_template)}")
+        if text[-len(label) :] != label:
+            raise InputError(
+                SETTINGS,
+                "prompt_template",
+                f"{label!r} (the label_key) must come last, as Megatron-Bridge requires: {excerpt(s.prompt_template)}",
+            )
         fields = s.truncation_field.split(",") if s.truncation_field is not None else []
         if fields and keys[0] == "input" and fields[0] == "context":  # "Legacy checkpoints": context means input
             fields[0] = "input"
         unknown = sorted(set(fields) - set(keys))
         if unknown:
             verb = "is not a field" if len(unknown) == 1 else "are not fields"
-            raise InputError(SETTINGS, "truncation_field", f"{', '.join(map(repr, unknown))} {verb} of the prompt "
-                             f"template ({', '.join(dict.fromkeys(keys))})")
+            raise InputError(
+                SETTINGS,
+                "truncation_field",
+                f"{', '.join(map(repr, unknown))} {verb} of the prompt template ({', '.join(dict.fromkeys(keys))})",
+            )
         return cls(text, tuple(keys), tuple(fields))
 
     def parts(self, space_sensitive: bool) -> list[tuple[str, str | None, str]]:
@@ -190,8 +213,9 @@ class _Template:
         return out
 
 
-def sft_lengths(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
-                ) -> tuple[np.ndarray, list[RecordProblem]]:
+def sft_lengths(
+    records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
+) -> tuple[np.ndarray, list[RecordProblem]]:
     """One ``len(input_ids)`` per record as Megatron-Bridge 0.6.2 computes it, -1 where it cannot process one.
 
     All the pieces of all records are encoded together (``Tokenizer.mb_lengths``); truncation needs only counts.
@@ -207,8 +231,9 @@ def sft_lengths(records: Sequence[dict], tok: Tokenizer, settings: SftSettings |
     return _template_lengths(records, tok, s)
 
 
-def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
-                      ) -> tuple[np.ndarray, list[RecordProblem]]:
+def _template_lengths(
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+) -> tuple[np.ndarray, list[RecordProblem]]:
     template = _Template.of(s)
     parts = template.parts(tok.space_sensitive)
     literals = sorted({lit for _, key, lit in parts if key is None})
@@ -221,14 +246,20 @@ def _template_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
         try:
             lengths[i] = _truncated_total(lens, keys, template.truncation_fields, s)
         except IndexError:
-            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
-                                             "truncation field appears more than once in the prompt template"))
+            problems.append(
+                RecordProblem(
+                    i,
+                    "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
+                    "truncation field appears more than once in the prompt template",
+                )
+            )
     problems.sort(key=lambda p: p.index)
     return lengths, problems
 
 
-def _template_records(records: Sequence[dict], template: _Template, parts: list, s: SftSettings
-                      ) -> tuple[np.ndarray, list[RecordProblem], list[str], list[int]]:
+def _template_records(
+    records: Sequence[dict], template: _Template, parts: list, s: SftSettings
+) -> tuple[np.ndarray, list[RecordProblem], list[str], list[int]]:
     """The value pieces (leading spaces kept) of every record the template can fill, in order; lengths -1 and a
     problem for each other record."""
     needed = list(dict.fromkeys(template.keys))
@@ -245,8 +276,11 @@ def _template_records(records: Sequence[dict], template: _Template, parts: list,
         missing = [k for k in needed if k not in rec and not (s.is_test and k == s.label_key)]
         if missing:
             noun = "field" if len(missing) == 1 else "fields"
-            problems.append(RecordProblem(i, f"no {', '.join(map(repr, missing))} {noun} "
-                                             f"(the prompt template needs {', '.join(needed)})"))
+            problems.append(
+                RecordProblem(
+                    i, f"no {', '.join(map(repr, missing))} {noun} (the prompt template needs {', '.join(needed)})"
+                )
+            )
             continue
         wrong = [k for k in needed if k in rec and not isinstance(rec[k], str)]
         if wrong:
@@ -261,8 +295,8 @@ def _template_records(records: Sequence[dict], template: _Template, parts: list,
 def _truncated_total(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettings) -> int:
     """``GPTSFTDataset._multiple_truncation`` then ``_process_example``'s additions, on token counts: the total.
 
-        >>> _truncated_total([10, 3, 5], ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12))
-        12
+    >>> _truncated_total([10, 3, 5], ["input", "<template>", "output"], ("input",), SftSettings(max_seq_length=12))
+    12
     """
     _cut(lens, keys, fields, s)
     return s.virtual_tokens + s.add_bos + sum(lens[:-1]) + s.add_sep + lens[-1] + s.add_eos
@@ -282,8 +316,7 @@ def _cut(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettin
         (True, [3, 3, 5])
     """
     label0 = lens[-1]
-    total = (s.virtual_tokens + sum(lens[:-1]) + max(label0, s.tokens_to_generate)
-             + s.add_bos + s.add_sep + s.add_eos)
+    total = s.virtual_tokens + sum(lens[:-1]) + max(label0, s.tokens_to_generate) + s.add_bos + s.add_sep + s.add_eos
     if total <= s.max_seq_length:
         return False
     excess = total - s.max_seq_length
@@ -310,8 +343,9 @@ def _cut(lens: list[int], keys: list[str], fields: tuple[str, ...], s: SftSettin
     return True
 
 
-def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
-               ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+def sft_tokens(
+    records: Sequence[dict], tok: Tokenizer, settings: SftSettings | None = None
+) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
     """Each record's ``input_ids`` as ``GPTSFTDataset._process_example`` builds them, with the mask offline packing
     derives from ``answer_start_idx`` (mask kind ``answer_start``: ``idx >= answer_start_idx - 1``, see
     ``sequences``), and the lengths (-1 where a record cannot be built, as in ``sft_lengths``).
@@ -331,20 +365,23 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
         return _prompt_completion_tokens(records, tok, s)
     if s.add_sep:
         # build_gpt_sft_split passes no sep_id, so GPTSFTDataset's is None: Bridge would put None into input_ids
-        raise InputError(SETTINGS, "add_sep", "Megatron-Bridge 0.6.2's builder gives GPTSFTDataset no sep_id, so "
-                         "add_sep puts None into every sample; leave it off")
+        raise InputError(
+            SETTINGS,
+            "add_sep",
+            "Megatron-Bridge 0.6.2's builder gives GPTSFTDataset no sep_id, so "
+            "add_sep puts None into every sample; leave it off",
+        )
     eos = tok.special_id("eos")
     bos = tok.special_id("bos")
     if (s.add_eos or s.virtual_tokens) and eos is None:
-        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) "
-                         "need")
+        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) need")
     if s.add_bos and bos is None:
         raise InputError(str(tok.path), None, "the tokenizer has no BOS token, which add_bos needs")
     template = _Template.of(s)
     parts = template.parts(tok.space_sensitive)
     literals = sorted({lit for _, key, lit in parts if key is None})
     lit_flat, lit_off = tok.mb_ids(literals)
-    literal_ids = {lit: lit_flat[lit_off[j]:lit_off[j + 1]] for j, lit in enumerate(literals)}
+    literal_ids = {lit: lit_flat[lit_off[j] : lit_off[j + 1]] for j, lit in enumerate(literals)}
     lengths, problems, pieces, good = _template_records(records, template, parts, s)
     flat, offsets = tok.mb_ids(pieces)
     keys = [key if key is not None else "<template>" for _, key, _ in parts]
@@ -361,17 +398,24 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
             if key is None:
                 piece_ids.append(literal_ids[lit])
             else:
-                piece_ids.append(flat[offsets[at]:offsets[at + 1]])
+                piece_ids.append(flat[offsets[at] : offsets[at + 1]])
                 at += 1
         lens = [p.size for p in piece_ids]
         try:
             truncated[i] = _cut(lens, keys, template.truncation_fields, s)
         except IndexError:
-            problems.append(RecordProblem(i, "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
-                                             "truncation field appears more than once in the prompt template"))
+            problems.append(
+                RecordProblem(
+                    i,
+                    "Megatron-Bridge fails (IndexError in _multiple_truncation): a "
+                    "truncation field appears more than once in the prompt template",
+                )
+            )
             continue
-        kept = [p if k == p.size else (p[p.size - k:] if s.truncation_method == "left" else p[:k]) if k else p[:0]
-                for p, k in zip(piece_ids, lens, strict=True)]
+        kept = [
+            p if k == p.size else (p[p.size - k :] if s.truncation_method == "left" else p[:k]) if k else p[:0]
+            for p, k in zip(piece_ids, lens, strict=True)
+        ]
         context = np.concatenate([np.asarray(head, np.int32)] + kept[:-1]).astype(np.int32, copy=False)
         ids = np.concatenate([context, kept[-1], np.asarray(tail, np.int32)]).astype(np.int32, copy=False)
         # fill_packing_strategy: idx >= answer_start_idx - 1, answer_start_idx = len(context_ids)
@@ -383,8 +427,9 @@ def sft_tokens(records: Sequence[dict], tok: Tokenizer, settings: SftSettings | 
     return TokenBatch.built(ids_out, mask_out, lengths, truncated), lengths, problems
 
 
-def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSettings
-                               ) -> tuple[np.ndarray, list[RecordProblem]]:
+def _prompt_completion_lengths(
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+) -> tuple[np.ndarray, list[RecordProblem]]:
     """``tokenize_prompt_completion_example`` (megatron/bridge/data/sft_processing.py), on token counts: prompt
     and completion encoded without special tokens, BOS + virtual tokens + prompt + SEP, then completion + EOS."""
     pc = s.prompt_completion
@@ -404,8 +449,9 @@ def _prompt_completion_lengths(records: Sequence[dict], tok: Tokenizer, s: SftSe
     return lengths, problems
 
 
-def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSettings
-                              ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
+def _prompt_completion_tokens(
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
     """``tokenize_prompt_completion_example`` with the ids kept: ``[BOS] + virtual tokens (EOS ids) + prompt +
     [SEP]`` as the context, ``completion + [EOS]`` as the target, cut as ``_prompt_completion_lengths`` counts
     (a cut prompt or completion keeps its first tokens with ``right``, its last with ``left``). Its loss mask is
@@ -418,8 +464,7 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
     sep = tok.special_id("sep") if pc.add_sep else None
     eos = tok.special_id("eos")
     if (pc.add_eos or s.virtual_tokens) and eos is None:
-        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) "
-                         "need")
+        raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) need")
     skipped = skipped_token_ids(tok.transformers_tokenizer())
     texts, good, problems = _prompt_completion_texts(records, tok, s)
     flat, offsets = tok.ids(texts, special=False)
@@ -431,12 +476,12 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
     lengths = np.full(len(records), -1, dtype=np.int64)
     truncated = np.zeros(len(records), dtype=bool)
     for n, i in enumerate(good):
-        prompt = flat[offsets[2 * n]:offsets[2 * n + 1]]
-        completion = flat[offsets[2 * n + 1]:offsets[2 * n + 2]]
+        prompt = flat[offsets[2 * n] : offsets[2 * n + 1]]
+        completion = flat[offsets[2 * n + 1] : offsets[2 * n + 2]]
         p, c = _prompt_completion_cut(prompt.size, completion.size, s)
         cut = p < prompt.size or c < completion.size
-        prompt = prompt[prompt.size - p:] if pc.truncation_method == "left" else prompt[:p]
-        completion = completion[completion.size - c:] if pc.truncation_method == "left" else completion[:c]
+        prompt = prompt[prompt.size - p :] if pc.truncation_method == "left" else prompt[:p]
+        completion = completion[completion.size - c :] if pc.truncation_method == "left" else completion[:c]
         context = np.concatenate([head, prompt, sep_ids])
         ids = np.concatenate([context, completion, tail]).astype(np.int32, copy=False)
         if ids.size < 2:
@@ -455,17 +500,28 @@ def _prompt_completion_tokens(records: Sequence[dict], tok: Tokenizer, s: SftSet
 
 def _check_prompt_completion_tokenizer(tok: Tokenizer, pc: PromptCompletion) -> None:
     if tok.kind != "huggingface":
-        raise InputError(str(tok.path), None, "Megatron-Bridge 0.6.2's prompt-completion preprocessing cannot "
-                         "encode with a SentencePiece model (it calls encode(text, add_special_tokens=False))")
-    for flag, present, token in ((pc.add_bos, tok.has_bos, "BOS"), (pc.add_sep, tok.has_sep, "SEP"),
-                                 (pc.add_eos, tok.has_eos, "EOS")):
+        raise InputError(
+            str(tok.path),
+            None,
+            "Megatron-Bridge 0.6.2's prompt-completion preprocessing cannot "
+            "encode with a SentencePiece model (it calls encode(text, add_special_tokens=False))",
+        )
+    for flag, present, token in (
+        (pc.add_bos, tok.has_bos, "BOS"),
+        (pc.add_sep, tok.has_sep, "SEP"),
+        (pc.add_eos, tok.has_eos, "EOS"),
+    ):
         if flag and not present:
-            raise InputError(str(tok.path), None, f"prompt-completion preprocessing requested {token}, but the "
-                             f"tokenizer has no {token} token")
+            raise InputError(
+                str(tok.path),
+                None,
+                f"prompt-completion preprocessing requested {token}, but the tokenizer has no {token} token",
+            )
 
 
-def _prompt_completion_texts(records: Sequence[dict], tok: Tokenizer, s: SftSettings
-                             ) -> tuple[list[str], list[int], list[RecordProblem]]:
+def _prompt_completion_texts(
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+) -> tuple[list[str], list[int], list[RecordProblem]]:
     """Two texts per record Bridge can build (the rendered prompt, then the separator and the completion), those
     records' indices, and a problem for each other record."""
     pc = s.prompt_completion
@@ -530,8 +586,10 @@ def _prompt_completion_pair(rec, pc: PromptCompletion, is_test: bool) -> tuple[s
         if not all(isinstance(v, str) for v in canonical):
             return "'prompt' and 'completion' must both be text (Megatron-Bridge reads them whenever both exist)"
     if any(row.get(k) is not None for k in CONVERSATION_KEYS):
-        return (f"a conversation ({', '.join(repr(k) for k in CONVERSATION_KEYS if row.get(k) is not None)}): "
-                "prompt-completion preprocessing needs paired text columns")
+        return (
+            f"a conversation ({', '.join(repr(k) for k in CONVERSATION_KEYS if row.get(k) is not None)}): "
+            "prompt-completion preprocessing needs paired text columns"
+        )
     if pc.prompt_column in row and pc.completion_column in row:
         pair = row[pc.prompt_column], row[pc.completion_column]
     elif canonical is not None:
@@ -539,8 +597,10 @@ def _prompt_completion_pair(rec, pc: PromptCompletion, is_test: bool) -> tuple[s
     else:
         missing = [k for k in (pc.prompt_column, pc.completion_column) if k not in row]
         noun = "field" if len(missing) == 1 else "fields"
-        return (f"no {', '.join(map(repr, missing))} {noun} (prompt-completion preprocessing needs "
-                f"{pc.prompt_column}, {pc.completion_column})")
+        return (
+            f"no {', '.join(map(repr, missing))} {noun} (prompt-completion preprocessing needs "
+            f"{pc.prompt_column}, {pc.completion_column})"
+        )
     wrong = [k for k, v in zip((pc.prompt_column, pc.completion_column), pair, strict=True) if not isinstance(v, str)]
     if wrong:
         return "; ".join(f"{k!r} is {_kind(row[k] if k in row else None)}, not text" for k in wrong)
@@ -548,5 +608,11 @@ def _prompt_completion_pair(rec, pc: PromptCompletion, is_test: bool) -> tuple[s
 
 
 def _kind(value) -> str:
-    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "null",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)

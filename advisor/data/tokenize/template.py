@@ -74,9 +74,9 @@ class TemplateLimit(Exception):  # noqa: N818 - a limit, not a crash: reads bett
 class Budget:
     """What one render may still spend. ``deadline`` is a ``time.monotonic()`` value.
 
-        >>> b = Budget.for_input(10)
-        >>> b.out_chars == MIN_OUT_CHARS, b.steps == MAX_STEPS
-        (True, True)
+    >>> b = Budget.for_input(10)
+    >>> b.out_chars == MIN_OUT_CHARS, b.steps == MAX_STEPS
+    (True, True)
     """
 
     out_chars: int
@@ -90,8 +90,12 @@ class Budget:
         if seconds is None:
             seconds = round(min(MAX_RENDER_SECONDS, RENDER_SECONDS + SECONDS_PER_MB * input_chars / 1e6), 1)
         out = min(MAX_OUT_CHARS, max(MIN_OUT_CHARS, OUT_PER_INPUT * input_chars))
-        return cls(out_chars=out, alloc_chars=min(MAX_ALLOC_CHARS, 16 * out), seconds=seconds,
-                   deadline=time.monotonic() + seconds)
+        return cls(
+            out_chars=out,
+            alloc_chars=min(MAX_ALLOC_CHARS, 16 * out),
+            seconds=seconds,
+            deadline=time.monotonic() + seconds,
+        )
 
 
 _STATE = threading.local()  # the budget of the render running on this thread (None: compiling or idle)
@@ -175,7 +179,7 @@ def text_size(value: Any, limit: int, indent: int = 0) -> int:
         elif isinstance(v, (list, tuple, set, frozenset, KeysView, ValuesView)):
             stack.extend((x, depth + 1) for x in v)
         elif isinstance(v, (Mapping, ItemsView)):
-            for k, x in (v.items() if isinstance(v, Mapping) else v):
+            for k, x in v.items() if isinstance(v, Mapping) else v:
                 stack.append((k, depth + 1))
                 stack.append((x, depth + 1))
         elif isinstance(v, Namespace):  # its repr shows its attributes
@@ -275,8 +279,11 @@ def _check_method(obj: Any, args: tuple, kwargs: dict) -> None:
         n = len(seq) if hasattr(seq, "__len__") else 0
         _spend(text_size(seq, _budget().out_chars) + n * len(owner))
     elif name in ("format", "format_map"):
-        _check_format(owner, args if name == "format" else (), kwargs if name == "format" else
-                      (args[0] if args and isinstance(args[0], Mapping) else {}))
+        _check_format(
+            owner,
+            args if name == "format" else (),
+            kwargs if name == "format" else (args[0] if args and isinstance(args[0], Mapping) else {}),
+        )
     elif name == "translate" and args and isinstance(args[0], Mapping):
         longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
         _spend(len(owner) * max(1, longest))
@@ -327,7 +334,7 @@ def _guarded(fn: Callable, check: Callable | None, materialize: bool = False) ->
         if materialize:
             at = 1 if passes else 0
             if len(args) > at:
-                args = (*args[:at], _listed(args[at]), *args[at + 1:])
+                args = (*args[:at], _listed(args[at]), *args[at + 1 :])
         if check is not None:
             value_args = args[1:] if passes else args
             check(*value_args, **kwargs)
@@ -380,8 +387,11 @@ def _chk_tojson(value: Any = None, *args, **kwargs) -> None:
     ascii_only = kwargs.get("ensure_ascii", args[0] if args else False)
     indent = kwargs.get("indent", args[1] if len(args) > 1 else None)
     separators = kwargs.get("separators", args[2] if len(args) > 2 else None)
-    w = _width(indent) + sum(len(x) for x in separators if isinstance(x, str)) \
-        if isinstance(separators, (list, tuple)) else _width(indent)
+    w = (
+        _width(indent) + sum(len(x) for x in separators if isinstance(x, str))
+        if isinstance(separators, (list, tuple))
+        else _width(indent)
+    )
     if w > MAX_INDENT:
         raise TemplateLimit(f"a tojson indent or separator of {excerpt_width(w)}; the cap is {MAX_INDENT}")
     size = text_size(value, _budget().out_chars, indent=w)
@@ -414,9 +424,20 @@ def _chk_sum(value: Any = (), *_, **__) -> None:
 
 _MATERIALIZE = ("join", "sum")  # filters whose output grows with every item of a possibly lazy input
 _FILTER_CHECKS: dict[str, Callable] = {
-    "center": _chk_center, "indent": _chk_indent, "wordwrap": _chk_wordwrap, "replace": _chk_replace,
-    "join": _chk_join, "string": _chk_text, "pprint": _chk_text, "tojson": _chk_tojson, "format": _chk_format,
-    "slice": _chk_slice, "batch": _chk_batch, "sum": _chk_sum, "urlencode": _chk_text, "xmlattr": _chk_text,
+    "center": _chk_center,
+    "indent": _chk_indent,
+    "wordwrap": _chk_wordwrap,
+    "replace": _chk_replace,
+    "join": _chk_join,
+    "string": _chk_text,
+    "pprint": _chk_text,
+    "tojson": _chk_tojson,
+    "format": _chk_format,
+    "slice": _chk_slice,
+    "batch": _chk_batch,
+    "sum": _chk_sum,
+    "urlencode": _chk_text,
+    "xmlattr": _chk_text,
 }
 
 
@@ -456,8 +477,11 @@ def _environment_class() -> type:
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's own signature
             _step()
-            if args and getattr(getattr(__obj, "__self__", None), "__class__", None) is str \
-                    and getattr(__obj, "__name__", "") == "join":
+            if (
+                args
+                and getattr(getattr(__obj, "__self__", None), "__class__", None) is str
+                and getattr(__obj, "__name__", "") == "join"
+            ):
                 args = (_listed(args[0]), *args[1:])  # str.join of a generator: sized first, then checked
             _check_method(__obj, args, kwargs)
             return _check_result(super().call(__context, __obj, *args, **kwargs))
@@ -479,12 +503,26 @@ def _environment_class() -> type:
             # Literal text becomes an expression, so finalize counts it too: inside {% set %}...{% endset %}, a
             # macro or a filter block, output is collected in memory, where the stream's cap never sees it
             for node in list(tree.find_all(nodes.Output)):
-                node.nodes = [nodes.Filter(nodes.Const(n.data, lineno=n.lineno), "advisor_literal", [], [], None,
-                                           None, lineno=n.lineno) if isinstance(n, nodes.TemplateData) else n
-                              for n in node.nodes]
+                node.nodes = [
+                    nodes.Filter(
+                        nodes.Const(n.data, lineno=n.lineno), "advisor_literal", [], [], None, None, lineno=n.lineno
+                    )
+                    if isinstance(n, nodes.TemplateData)
+                    else n
+                    for n in node.nodes
+                ]
             for node in list(tree.find_all(nodes.Concat)):
-                node.nodes = [nodes.Filter(nodes.List(node.nodes, lineno=node.lineno), "advisor_concat_guard",
-                                           [], [], None, None, lineno=node.lineno)]
+                node.nodes = [
+                    nodes.Filter(
+                        nodes.List(node.nodes, lineno=node.lineno),
+                        "advisor_concat_guard",
+                        [],
+                        [],
+                        None,
+                        None,
+                        lineno=node.lineno,
+                    )
+                ]
             return tree
 
     @pass_context
@@ -557,8 +595,11 @@ def _like_transformers(cls: type):
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     theirs = _compile_jinja_template("").environment
-    env = cls(trim_blocks=theirs.trim_blocks, lstrip_blocks=theirs.lstrip_blocks,
-              extensions=[type(e) for e in theirs.extensions.values()])
+    env = cls(
+        trim_blocks=theirs.trim_blocks,
+        lstrip_blocks=theirs.lstrip_blocks,
+        extensions=[type(e) for e in theirs.extensions.values()],
+    )
     env.filters.update(_guard_filters(dict(theirs.filters)))
     env.globals.update(theirs.globals)
     env.globals["lipsum"] = _lipsum(theirs.globals["lipsum"])
@@ -582,10 +623,10 @@ caches.listed("plain compiled chat templates", compile_plain)
 def compile_template(source: str):
     """The compiled template (cached: a data set renders one template many times).
 
-        >>> compile_template("x" * (MAX_TEMPLATE_CHARS + 1))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        advisor...TemplateLimit: the chat template exceeded its limits (its source has 524,289 characters; the cap ...)
+    >>> compile_template("x" * (MAX_TEMPLATE_CHARS + 1))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    advisor...TemplateLimit: the chat template exceeded its limits (its source has 524,289 characters; the cap ...)
     """
     if len(source) > MAX_TEMPLATE_CHARS:
         raise TemplateLimit(f"its source has {len(source):,} characters; the cap is {MAX_TEMPLATE_CHARS:,}")
@@ -616,8 +657,9 @@ def select_template(own: str | Mapping | None, given: str | None, tools: Any) ->
             if "default" in own:
                 return own["default"]
             names = ", ".join(sorted(map(str, own)))
-            raise ValueError(f"the tokenizer has several chat templates and none is named 'default' (names: {names}); "
-                             "pass one")
+            raise ValueError(
+                f"the tokenizer has several chat templates and none is named 'default' (names: {names}); pass one"
+            )
     if given is not None:
         return given
     if own is None:
@@ -625,9 +667,16 @@ def select_template(own: str | Mapping | None, given: str | None, tools: Any) ->
     return own
 
 
-def render_chat(template: str, messages: list, *, tools: Any = None, documents: Any = None,
-                special_tokens: Mapping[str, str] | None = None, add_generation_prompt: bool = False,
-                seconds: float | None = None) -> str:
+def render_chat(
+    template: str,
+    messages: list,
+    *,
+    tools: Any = None,
+    documents: Any = None,
+    special_tokens: Mapping[str, str] | None = None,
+    add_generation_prompt: bool = False,
+    seconds: float | None = None,
+) -> str:
     """The text ``apply_chat_template(messages, tools=tools, tokenize=False)`` renders, within the limits.
 
     Mirrors transformers 5's ``apply_chat_template`` (tokenization_utils_base.py) and ``render_jinja_template``
@@ -641,10 +690,18 @@ def render_chat(template: str, messages: list, *, tools: Any = None, documents: 
     return _render(template, prepared, prepared[0], add_generation_prompt, seconds)
 
 
-def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
-                    special_tokens: Mapping[str, str] | None = None, seconds: float | None = None,
-                    track: list | None = None, keep: list | None = None, emptied_last: tuple | None = None
-                    ) -> dict[int, str]:
+def render_prefixes(
+    template: str,
+    messages: list,
+    counts,
+    *,
+    tools: Any = None,
+    special_tokens: Mapping[str, str] | None = None,
+    seconds: float | None = None,
+    track: list | None = None,
+    keep: list | None = None,
+    emptied_last: tuple | None = None,
+) -> dict[int, str]:
     """``render_chat`` of ``messages[:m]`` for each m in ``counts`` (each at least 1), sharing the preparation of
     the inputs (rebuilt from plain JSON types and measured once, for the whole conversation: each prefix's budget
     is the whole conversation's, at least its own). Each render has its own deadline and limits.
@@ -684,8 +741,10 @@ def render_prefixes(template: str, messages: list, counts, *, tools: Any = None,
     with _running(Budget.for_input(prepared[4], each * len(counts))):
         if track is None and len(counts) > 1 and prefix_stable(template):
             return _prefixes_of_whole(template, prepared, counts, seconds)
-        return {m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False, track=tracked(m))
-                for m in counts}
+        return {
+            m: _render(template, prepared, prepared[0][:m], False, seconds, alarm=False, track=tracked(m))
+            for m in counts
+        }
 
 
 class _Marked(list):
@@ -718,12 +777,23 @@ def _prefixes_of_whole(template: str, prepared: tuple, counts, seconds: float | 
     budget = Budget.for_input(prepared[4], seconds)
     pieces: list[str] = []
     with _budgeted(budget):
-        _stream(compile_plain(template).generate(messages=chat, tools=prepared[1], documents=prepared[2],
-                                                 add_generation_prompt=False, **prepared[3]), pieces, budget,
-                out=chat.out)
+        _stream(
+            compile_plain(template).generate(
+                messages=chat, tools=prepared[1], documents=prepared[2], add_generation_prompt=False, **prepared[3]
+            ),
+            pieces,
+            budget,
+            out=chat.out,
+        )
     text = "".join(pieces)
-    return {m: text if m == whole else text[:chat.starts[m]] if m in chat.starts else
-            _render(template, prepared, prepared[0][:m], False, seconds, alarm=False) for m in counts}
+    return {
+        m: text
+        if m == whole
+        else text[: chat.starts[m]]
+        if m in chat.starts
+        else _render(template, prepared, prepared[0][:m], False, seconds, alarm=False)
+        for m in counts
+    }
 
 
 def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mapping[str, str] | None) -> tuple:
@@ -737,8 +807,10 @@ def _prepared(messages: list, tools: Any, documents: Any, special_tokens: Mappin
     if tools is not None:
         for tool in tools:
             if not isinstance(tool, dict):
-                raise ValueError("Tools should either be a JSON schema, or a callable function with type hints "
-                                 "and a docstring suitable for auto-conversion to a schema.")
+                raise ValueError(
+                    "Tools should either be a JSON schema, or a callable function with type hints "
+                    "and a docstring suitable for auto-conversion to a schema."
+                )
         tools = list(tools)
     if documents is not None:
         for document in documents:
@@ -762,8 +834,15 @@ def _with_emptied_last(prepared: tuple, last: dict) -> tuple:
     return (chat, *prepared[1:])
 
 
-def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: bool, seconds: float | None,
-            alarm: bool = True, track: list | None = None) -> str:
+def _render(
+    template: str,
+    prepared: tuple,
+    chat: list,
+    add_generation_prompt: bool,
+    seconds: float | None,
+    alarm: bool = True,
+    track: list | None = None,
+) -> str:
     """One render in its budget; ``alarm=False``: under an alarm the caller armed (``render_prefixes``);
     ``track``: receives the generation blocks' character spans (``render_prefixes``)."""
     _, tools, documents, kwargs, size = prepared
@@ -776,9 +855,17 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
         # (template_plain); the per-operation hooks below would double its time
         pieces = []
         with _running(budget) if alarm else _budgeted(budget):
-            _stream(compile_plain(template).generate(
-                messages=chat, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
-                **kwargs), pieces, budget)
+            _stream(
+                compile_plain(template).generate(
+                    messages=chat,
+                    tools=tools,
+                    documents=documents,
+                    add_generation_prompt=add_generation_prompt,
+                    **kwargs,
+                ),
+                pieces,
+                budget,
+            )
         return "".join(pieces)
     with _running(budget) if alarm else _budgeted(budget):
         compiled = compile_template(template)
@@ -789,11 +876,21 @@ def _render(template: str, prepared: tuple, chat: list, add_generation_prompt: b
         # any render of a template with generation blocks takes the lock: an untracked one would otherwise add its
         # spans to a tracked render's list (or find the tracker switched off mid-block)
         with _TRACKING if track is not None or _has_generation(template) else contextlib.nullcontext():
-            tracker = compiled.environment.activate_tracker(pieces, track) if track is not None \
-                else contextlib.nullcontext()
+            tracker = (
+                compiled.environment.activate_tracker(pieces, track) if track is not None else contextlib.nullcontext()
+            )
             with tracker:
-                _stream(compiled.generate(messages=chat, tools=tools, documents=documents,
-                                          add_generation_prompt=add_generation_prompt, **kwargs), pieces, budget)
+                _stream(
+                    compiled.generate(
+                        messages=chat,
+                        tools=tools,
+                        documents=documents,
+                        add_generation_prompt=add_generation_prompt,
+                        **kwargs,
+                    ),
+                    pieces,
+                    budget,
+                )
     return "".join(pieces)
 
 

@@ -34,21 +34,97 @@ from dataclasses import dataclass
 from advisor import caches
 
 # filters the plain path may call (each is the box's guarded filter there: it counts what it builds)
-FILTERS = frozenset({
-    "trim", "length", "count", "lower", "upper", "title", "capitalize", "first", "last", "default", "d", "int",
-    "float", "string", "list", "items", "selectattr", "rejectattr", "select", "reject", "map", "tojson", "join",
-    "unique", "reverse", "sort", "dictsort", "abs", "bool", "round", "safe", "truncate", "wordcount", "max", "min",
-    "indent", "e", "escape", "replace",
-})
+FILTERS = frozenset(
+    {
+        "trim",
+        "length",
+        "count",
+        "lower",
+        "upper",
+        "title",
+        "capitalize",
+        "first",
+        "last",
+        "default",
+        "d",
+        "int",
+        "float",
+        "string",
+        "list",
+        "items",
+        "selectattr",
+        "rejectattr",
+        "select",
+        "reject",
+        "map",
+        "tojson",
+        "join",
+        "unique",
+        "reverse",
+        "sort",
+        "dictsort",
+        "abs",
+        "bool",
+        "round",
+        "safe",
+        "truncate",
+        "wordcount",
+        "max",
+        "min",
+        "indent",
+        "e",
+        "escape",
+        "replace",
+    }
+)
 SCALAR_FILTERS = frozenset({"length", "count", "int", "float", "abs", "bool", "round", "wordcount"})
 # string and dict methods (not guarded): none builds more than its object and arguments
-METHODS = frozenset({
-    "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "lower", "upper", "title",
-    "capitalize", "items", "keys", "values", "get", "find", "rfind", "count", "index", "isdigit", "isspace",
-    "isalpha", "isalnum", "isupper", "islower",
-})
-SCALAR_METHODS = frozenset({"startswith", "endswith", "find", "rfind", "count", "index", "isdigit", "isspace",
-                            "isalpha", "isalnum", "isupper", "islower"})
+METHODS = frozenset(
+    {
+        "strip",
+        "lstrip",
+        "rstrip",
+        "split",
+        "rsplit",
+        "splitlines",
+        "startswith",
+        "endswith",
+        "lower",
+        "upper",
+        "title",
+        "capitalize",
+        "items",
+        "keys",
+        "values",
+        "get",
+        "find",
+        "rfind",
+        "count",
+        "index",
+        "isdigit",
+        "isspace",
+        "isalpha",
+        "isalnum",
+        "isupper",
+        "islower",
+    }
+)
+SCALAR_METHODS = frozenset(
+    {
+        "startswith",
+        "endswith",
+        "find",
+        "rfind",
+        "count",
+        "index",
+        "isdigit",
+        "isspace",
+        "isalpha",
+        "isalnum",
+        "isupper",
+        "islower",
+    }
+)
 GLOBALS = frozenset({"raise_exception", "namespace", "strftime_now", "dict"})
 UNBOUNDED_NAMES = frozenset({"range", "lipsum", "cycler", "joiner", "self", "caller", "varargs", "kwargs"})
 LOOP_NUMBERS = frozenset({"index", "index0", "revindex", "revindex0", "length", "depth", "depth0"})
@@ -118,12 +194,43 @@ class _Checker:
     def node_ok(self, node) -> bool:
         from jinja2 import nodes
 
-        allowed = (nodes.Output, nodes.TemplateData, nodes.Const, nodes.Name, nodes.NSRef, nodes.Getattr,
-                   nodes.Getitem, nodes.Slice, nodes.Tuple, nodes.List, nodes.Dict, nodes.Pair, nodes.Keyword,
-                   nodes.Compare, nodes.Operand, nodes.And, nodes.Or, nodes.Not, nodes.Neg, nodes.Pos,
-                   nodes.CondExpr, nodes.If, nodes.For, nodes.Assign, nodes.Test, nodes.Filter, nodes.Call,
-                   nodes.Add, nodes.Sub, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Concat, nodes.Continue,
-                   nodes.Break)
+        allowed = (
+            nodes.Output,
+            nodes.TemplateData,
+            nodes.Const,
+            nodes.Name,
+            nodes.NSRef,
+            nodes.Getattr,
+            nodes.Getitem,
+            nodes.Slice,
+            nodes.Tuple,
+            nodes.List,
+            nodes.Dict,
+            nodes.Pair,
+            nodes.Keyword,
+            nodes.Compare,
+            nodes.Operand,
+            nodes.And,
+            nodes.Or,
+            nodes.Not,
+            nodes.Neg,
+            nodes.Pos,
+            nodes.CondExpr,
+            nodes.If,
+            nodes.For,
+            nodes.Assign,
+            nodes.Test,
+            nodes.Filter,
+            nodes.Call,
+            nodes.Add,
+            nodes.Sub,
+            nodes.Div,
+            nodes.FloorDiv,
+            nodes.Mod,
+            nodes.Concat,
+            nodes.Continue,
+            nodes.Break,
+        )
         if not isinstance(node, allowed):
             return False  # Mul, Pow, macros, call/filter blocks, block sets, {% generation %}, includes...
         if isinstance(node, nodes.For) and node.recursive:
@@ -165,8 +272,21 @@ class _Checker:
             return _Held(made=int(node.name in self.made), names=1)
         if isinstance(node, (nodes.Const, nodes.TemplateData)):
             return NOTHING
-        if isinstance(node, (nodes.Compare, nodes.Test, nodes.Not, nodes.Neg, nodes.Pos, nodes.Sub, nodes.Div,
-                             nodes.FloorDiv, nodes.Mod, nodes.Slice)):
+        if isinstance(
+            node,
+            (
+                nodes.Compare,
+                nodes.Test,
+                nodes.Not,
+                nodes.Neg,
+                nodes.Pos,
+                nodes.Sub,
+                nodes.Div,
+                nodes.FloorDiv,
+                nodes.Mod,
+                nodes.Slice,
+            ),
+        ):
             return NOTHING  # truth values and numbers (a Slice is only the bounds of a subscript)
         if isinstance(node, (nodes.Getattr, nodes.Getitem)):
             return self.held(node.node)
@@ -204,9 +324,30 @@ class _Checker:
 
 
 # filters whose result is a part of their input, never a bigger copy (a made value may go through them into itself)
-_KEEPING_FILTERS = frozenset({"trim", "lower", "upper", "title", "capitalize", "first", "last", "default", "d",
-                              "selectattr", "rejectattr", "select", "reject", "unique", "reverse", "sort",
-                              "truncate", "items", "map", "replace"})
+_KEEPING_FILTERS = frozenset(
+    {
+        "trim",
+        "lower",
+        "upper",
+        "title",
+        "capitalize",
+        "first",
+        "last",
+        "default",
+        "d",
+        "selectattr",
+        "rejectattr",
+        "select",
+        "reject",
+        "unique",
+        "reverse",
+        "sort",
+        "truncate",
+        "items",
+        "map",
+        "replace",
+    }
+)
 
 
 def _filter_ok(node) -> bool:
@@ -216,16 +357,22 @@ def _filter_ok(node) -> bool:
         return False
     args = [*node.args, *(k.value for k in node.kwargs)]
     if node.name == "tojson":  # tojson(ensure_ascii, indent, separators, sort_keys): constants, a small indent
-        return not node.args and all(k.key in ("indent", "sort_keys", "ensure_ascii") and _small(k.value, (int, bool))
-                                     for k in node.kwargs)
+        return not node.args and all(
+            k.key in ("indent", "sort_keys", "ensure_ascii") and _small(k.value, (int, bool)) for k in node.kwargs
+        )
     if node.name in ("join", "indent", "truncate"):  # a constant separator / width
         return all(_small(a, (str, int, bool)) for a in args)
     if node.name == "replace":  # constant text, never longer than what it replaces
-        return len(node.args) == 2 and not node.kwargs and all(_small(a, str) for a in node.args) and \
-            0 < len(node.args[0].value) >= len(node.args[1].value)
+        return (
+            len(node.args) == 2
+            and not node.kwargs
+            and all(_small(a, str) for a in node.args)
+            and 0 < len(node.args[0].value) >= len(node.args[1].value)
+        )
     if node.name == "map":  # map(attribute=...) picks; map('filter') would apply any filter
-        return not node.args and all(k.key in ("attribute", "default") and isinstance(k.value, nodes.Const)
-                                     for k in node.kwargs)
+        return not node.args and all(
+            k.key in ("attribute", "default") and isinstance(k.value, nodes.Const) for k in node.kwargs
+        )
     if node.name in ("select", "reject", "selectattr", "rejectattr", "sort", "dictsort", "unique", "max", "min"):
         return all(isinstance(a, nodes.Const) for a in args)  # tests and attributes by name
     return True
@@ -243,8 +390,11 @@ def _call_ok(node) -> bool:
 def _small(node, kind) -> bool:
     from jinja2 import nodes
 
-    return isinstance(node, nodes.Const) and isinstance(node.value, kind) and \
-        (len(node.value) if isinstance(node.value, str) else abs(node.value)) <= MAX_SMALL
+    return (
+        isinstance(node, nodes.Const)
+        and isinstance(node.value, kind)
+        and (len(node.value) if isinstance(node.value, str) else abs(node.value)) <= MAX_SMALL
+    )
 
 
 def _number(node) -> bool:

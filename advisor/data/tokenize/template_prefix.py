@@ -66,7 +66,7 @@ def _stable(tree) -> bool:
         return False  # the statement after the loop is read as false
     if not _before_ok(body[:at]):
         return False
-    return all(_after_ok(n) for n in body[at + 1:])
+    return all(_after_ok(n) for n in body[at + 1 :])
 
 
 def _is_messages(node) -> bool:
@@ -92,15 +92,26 @@ def _before_ok(statements) -> bool:
         nonlocal cut
         if isinstance(node, nodes.Assign) and isinstance(node.target, nodes.Name) and node.target.name == "messages":
             value = node.node
-            if not (isinstance(value, nodes.Getitem) and _is_messages(value.node) and isinstance(value.arg, nodes.Slice)
-                    and isinstance(value.arg.start, nodes.Const) and value.arg.start.value == 1
-                    and value.arg.stop is None and value.arg.step is None):
+            if not (
+                isinstance(value, nodes.Getitem)
+                and _is_messages(value.node)
+                and isinstance(value.arg, nodes.Slice)
+                and isinstance(value.arg.start, nodes.Const)
+                and value.arg.start.value == 1
+                and value.arg.stop is None
+                and value.arg.step is None
+            ):
                 return False
             cut = True  # a cut statement reads messages only to cut it
             return True
         if isinstance(node, nodes.Getitem) and _is_messages(node.node):
-            return not cut and isinstance(node.arg, nodes.Const) and node.arg.value == 0 and \
-                not isinstance(node.arg.value, bool) and all(ok(n) for n in node.arg.iter_child_nodes())
+            return (
+                not cut
+                and isinstance(node.arg, nodes.Const)
+                and node.arg.value == 0
+                and not isinstance(node.arg.value, bool)
+                and all(ok(n) for n in node.arg.iter_child_nodes())
+            )
         if _is_messages(node):
             return False  # messages read whole: its length, its last message...
         return all(ok(n) for n in node.iter_child_nodes())  # in source order: an if's test before its branches
@@ -112,5 +123,10 @@ def _after_ok(node) -> bool:
     """A statement after the loop: ``{% if add_generation_prompt %}...{% endif %}`` (nothing in these renders)."""
     from jinja2 import nodes
 
-    return isinstance(node, nodes.If) and isinstance(node.test, nodes.Name) and \
-        node.test.name == "add_generation_prompt" and not node.elif_ and not node.else_
+    return (
+        isinstance(node, nodes.If)
+        and isinstance(node.test, nodes.Name)
+        and node.test.name == "add_generation_prompt"
+        and not node.elif_
+        and not node.else_
+    )

@@ -43,8 +43,10 @@ def decode_text(value: bytes | str, path: str = "value") -> str:
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise TextProblem(f"is not UTF-8 text in {path} (byte {e.start} of the value: "
-                              f"0x{bytes(value)[e.start:e.start + 1].hex()})") from None
+            raise TextProblem(
+                f"is not UTF-8 text in {path} (byte {e.start} of the value: "
+                f"0x{bytes(value)[e.start : e.start + 1].hex()})"
+            ) from None
     m = _SURROGATE.search(value)
     if m is not None:
         raise TextProblem(f"holds a lone surrogate (\\u{ord(m.group()):04x}) in {path}: not UTF-8 text")
@@ -90,5 +92,4 @@ def _walk(record: dict, check_strings: bool) -> dict:
 
 def _key(k) -> str:
     """A key for a message: short and printable (a key is the user's text too)."""
-    return k if isinstance(k, str) and len(k) <= 40 and k.isprintable() and not _SURROGATE.search(k) \
-        else excerpt(k, 40)
+    return k if isinstance(k, str) and len(k) <= 40 and k.isprintable() and not _SURROGATE.search(k) else excerpt(k, 40)

@@ -36,9 +36,11 @@ from advisor.errors import InputError
 
 ENCODE_CHUNK = 16384  # texts per encode_batch call: one call for most data sets, bounded memory for huge ones
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-GET_ONE = ("pass a local folder holding tokenizer.json and tokenizer_config.json (or a SentencePiece .model "
-           "file); the advisor never downloads. To get one, run `huggingface-cli download NAME --local-dir DIR` "
-           "on a machine with network access and copy DIR here")
+GET_ONE = (
+    "pass a local folder holding tokenizer.json and tokenizer_config.json (or a SentencePiece .model "
+    "file); the advisor never downloads. To get one, run `huggingface-cli download NAME --local-dir DIR` "
+    "on a machine with network access and copy DIR here"
+)
 
 
 class Tokenizer:
@@ -57,9 +59,17 @@ class Tokenizer:
         [3, 1]
     """
 
-    def __init__(self, path: Path, kind: Literal["huggingface", "sentencepiece"], backend: Any, *,
-                 include_special_tokens: bool = True, special: dict[str, str | None] | None = None,
-                 chat_template: str | None = None, tokenizer_class: str | None = None):
+    def __init__(
+        self,
+        path: Path,
+        kind: Literal["huggingface", "sentencepiece"],
+        backend: Any,
+        *,
+        include_special_tokens: bool = True,
+        special: dict[str, str | None] | None = None,
+        chat_template: str | None = None,
+        tokenizer_class: str | None = None,
+    ):
         self.path = path
         self.kind = kind
         self.backend = backend
@@ -100,10 +110,14 @@ class Tokenizer:
         ``Encoding``s or SentencePiece id lists, both sized by ``len``). ``special`` adds the post-processor's
         special tokens (Hugging Face only: SentencePiece's ``encode_as_ids`` never adds any)."""
         for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk = list(texts[start:start + ENCODE_CHUNK])
+            chunk = list(texts[start : start + ENCODE_CHUNK])
             if self.kind == "huggingface":
-                yield start, native(str(self.path), "encoding", self.backend.encode_batch_fast, chunk,
-                                    add_special_tokens=special)
+                yield (
+                    start,
+                    native(
+                        str(self.path), "encoding", self.backend.encode_batch_fast, chunk, add_special_tokens=special
+                    ),
+                )
             else:
                 yield start, self.backend.encode(chunk)
 
@@ -111,7 +125,7 @@ class Tokenizer:
         """Tokens per text, encoded in batches (``_encoded``)."""
         out = np.empty(len(texts), dtype=np.int64)
         for start, encodings in self._encoded(texts, special):
-            out[start:start + len(encodings)] = [len(e) for e in encodings]
+            out[start : start + len(encodings)] = [len(e) for e in encodings]
         return out
 
     def ids(self, texts: Sequence[str], *, special: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -127,9 +141,14 @@ class Tokenizer:
         lengths = np.empty(len(texts), dtype=np.int64)
         for start, encodings in self._encoded(texts, special):
             lists = [e.ids for e in encodings] if self.kind == "huggingface" else encodings
-            lengths[start:start + len(lists)] = [len(x) for x in lists]
-            parts.append(np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32,
-                                     count=int(lengths[start:start + len(lists)].sum())))
+            lengths[start : start + len(lists)] = [len(x) for x in lists]
+            parts.append(
+                np.fromiter(
+                    itertools.chain.from_iterable(lists),
+                    dtype=np.int32,
+                    count=int(lengths[start : start + len(lists)].sum()),
+                )
+            )
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), offsets
@@ -142,8 +161,8 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Ids the tokenizer can produce, added tokens included: every id it writes is below this.
 
-            >>> load_tokenizer(_example_folder()).vocab_size > 5
-            True
+        >>> load_tokenizer(_example_folder()).vocab_size > 5
+        True
         """
         if self.kind == "sentencepiece":
             return int(self.backend.get_piece_size())
@@ -167,8 +186,11 @@ class Tokenizer:
         if name == "sep":  # the wrapper's sep_token: the tokenizer's, else its EOS
             content = self.special.get("sep_token") or self.special.get("eos_token")
         else:
-            content = (self.special.get("bos_token") or self.special.get("cls_token") if name == "bos"
-                       else self.special.get("eos_token") or self.special.get("sep_token"))
+            content = (
+                self.special.get("bos_token") or self.special.get("cls_token")
+                if name == "bos"
+                else self.special.get("eos_token") or self.special.get("sep_token")
+            )
         return None if content is None else self.backend.token_to_id(content)
 
     def mb_lengths(self, texts: Sequence[str]) -> np.ndarray:
@@ -191,8 +213,12 @@ class Tokenizer:
         Megatron-Core's wrapper loads it: ``AutoTokenizer.from_pretrained(path, use_fast=True,
         trust_remote_code=False)``, here with ``local_files_only``."""
         if self.kind != "huggingface":
-            raise InputError(str(self.path), None, "chat templates need a Hugging Face tokenizer folder "
-                             "(tokenizer.json + tokenizer_config.json with a chat_template), not a SentencePiece model")
+            raise InputError(
+                str(self.path),
+                None,
+                "chat templates need a Hugging Face tokenizer folder "
+                "(tokenizer.json + tokenizer_config.json with a chat_template), not a SentencePiece model",
+            )
         if self._hf is None:
             from transformers import AutoTokenizer  # noqa: PLC0415 - heavy, and only the chat path needs it
 
@@ -200,18 +226,27 @@ class Tokenizer:
             # is now; trust_remote_code=False and local_files_only=True: nothing imported, nothing downloaded
             check_folder(self.path)
             try:
-                self._hf = native(str(self.path), "loading", AutoTokenizer.from_pretrained, str(self.path),
-                                  use_fast=True, trust_remote_code=False, local_files_only=True)
+                self._hf = native(
+                    str(self.path),
+                    "loading",
+                    AutoTokenizer.from_pretrained,
+                    str(self.path),
+                    use_fast=True,
+                    trust_remote_code=False,
+                    local_files_only=True,
+                )
             except InputError:
                 raise
             except Exception as e:  # transformers raises many kinds; each means the folder cannot be used
-                raise InputError(str(self.path), None,
-                                 f"transformers cannot load this tokenizer: {_first_line(e)}") from e
+                raise InputError(
+                    str(self.path), None, f"transformers cannot load this tokenizer: {_first_line(e)}"
+                ) from e
         return self._hf
 
 
-def load_tokenizer(path: str | os.PathLike, *, include_special_tokens: bool = True,
-                   use_transformers: bool = False) -> Tokenizer:
+def load_tokenizer(
+    path: str | os.PathLike, *, include_special_tokens: bool = True, use_transformers: bool = False
+) -> Tokenizer:
     """Load a local Hugging Face tokenizer folder (or its ``tokenizer.json``) or a SentencePiece ``.model`` file.
 
     ``include_special_tokens`` mirrors Megatron's ``tokenizer_hf_no_include_special_tokens`` (negated): when True
@@ -244,10 +279,15 @@ def load_tokenizer(path: str | os.PathLike, *, include_special_tokens: bool = Tr
         backend = hf.backend_tokenizer
         backend.no_truncation()
         backend.no_padding()
-        tok = Tokenizer(p, "huggingface", backend, include_special_tokens=include_special_tokens,
-                        special={name: _content(getattr(hf, name, None)) for name in SPECIAL_NAMES},
-                        chat_template=hf.chat_template if isinstance(hf.chat_template, str) else tok.chat_template,
-                        tokenizer_class=tok.tokenizer_class)
+        tok = Tokenizer(
+            p,
+            "huggingface",
+            backend,
+            include_special_tokens=include_special_tokens,
+            special={name: _content(getattr(hf, name, None)) for name in SPECIAL_NAMES},
+            chat_template=hf.chat_template if isinstance(hf.chat_template, str) else tok.chat_template,
+            tokenizer_class=tok.tokenizer_class,
+        )
         tok._hf = hf
     return tok
 
@@ -260,17 +300,23 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
         if not (folder / name).is_file():
             has_model = (folder / "tokenizer.model").is_file()
             also = " (a SentencePiece tokenizer.model is here: pass that file)" if has_model else ""
-            raise InputError(str(folder / name), None, "missing: a Hugging Face tokenizer folder holds tokenizer.json "
-                             f"and tokenizer_config.json{also}; {GET_ONE}")
+            raise InputError(
+                str(folder / name),
+                None,
+                "missing: a Hugging Face tokenizer folder holds tokenizer.json "
+                f"and tokenizer_config.json{also}; {GET_ONE}",
+            )
     config = check_folder(folder)  # sizes, depth, types, and no code: before anything parses the files
     try:
-        backend = native(str(folder / "tokenizer.json"), "loading", RustTokenizer.from_file,
-                         str(folder / "tokenizer.json"))
+        backend = native(
+            str(folder / "tokenizer.json"), "loading", RustTokenizer.from_file, str(folder / "tokenizer.json")
+        )
     except InputError:
         raise
     except Exception as e:  # the Rust library raises a bare Exception for every parse error
-        raise InputError(str(folder / "tokenizer.json"), None,
-                         f"the tokenizers library cannot read it: {_first_line(e)}") from e
+        raise InputError(
+            str(folder / "tokenizer.json"), None, f"the tokenizers library cannot read it: {_first_line(e)}"
+        ) from e
     backend.no_truncation()  # transformers encodes with DO_NOT_TRUNCATE / DO_NOT_PAD (set_truncation_and_padding)
     backend.no_padding()
     if "added_tokens_decoder" not in config and (folder / "special_tokens_map.json").is_file():
@@ -290,8 +336,11 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
     for token in wanted:
         content = _content(token)
         if content and content not in present:
-            flags = {k: v for k, v in token.items() if k in ("lstrip", "rstrip", "single_word", "normalized")} \
-                if isinstance(token, dict) else {"normalized": False}
+            flags = (
+                {k: v for k, v in token.items() if k in ("lstrip", "rstrip", "single_word", "normalized")}
+                if isinstance(token, dict)
+                else {"normalized": False}
+            )
             to_add.append(AddedToken(content, special=True, **flags))
             present.add(content)
     if to_add:
@@ -299,8 +348,15 @@ def _load_huggingface(folder: Path, include_special_tokens: bool) -> Tokenizer:
     if config.get("split_special_tokens") is True:
         backend.encode_special_tokens = True
     tokenizer_class = config.get("tokenizer_class") if isinstance(config.get("tokenizer_class"), str) else None
-    return Tokenizer(folder, "huggingface", backend, include_special_tokens=include_special_tokens,
-                     special=special, chat_template=_chat_template(folder, config), tokenizer_class=tokenizer_class)
+    return Tokenizer(
+        folder,
+        "huggingface",
+        backend,
+        include_special_tokens=include_special_tokens,
+        special=special,
+        chat_template=_chat_template(folder, config),
+        tokenizer_class=tokenizer_class,
+    )
 
 
 def _load_sentencepiece(path: Path) -> Tokenizer:
@@ -340,8 +396,9 @@ def native(source: str, what: str, fn, *args, **kwargs):
     except BaseException as e:
         if not is_panic(e):
             raise
-        raise TokenizerPanic(source, None, f"the tokenizers library crashed while {what} "
-                                           f"(a Rust panic: {_first_line(e)})") from None
+        raise TokenizerPanic(
+            source, None, f"the tokenizers library crashed while {what} (a Rust panic: {_first_line(e)})"
+        ) from None
 
 
 def _content(token) -> str | None:

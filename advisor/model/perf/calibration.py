@@ -32,8 +32,14 @@ from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, PlanError, plan_from_dict
 from advisor.plan.presets import MODEL_PRESETS
 
-BOUNDS = {"gemm": (0.3, 1.0), "gemm_blackwell": (0.3, 1.0), "gemm_fp4": (0.1, 1.0), "tp_overlap": (0.0, 1.0),
-          "grouped": (0.3, 1.0), "expert_overhead_ms": (0.0, 3.0)}
+BOUNDS = {
+    "gemm": (0.3, 1.0),
+    "gemm_blackwell": (0.3, 1.0),
+    "gemm_fp4": (0.1, 1.0),
+    "tp_overlap": (0.0, 1.0),
+    "grouped": (0.3, 1.0),
+    "expert_overhead_ms": (0.0, 3.0),
+}
 # Not fitted: pre-training rows (all 4k-8k, one sequence per row) cannot tell GEMM from attention efficiency, and a
 # free fit trades one for the other (it pushed attention to 100 % of peak). Taken from kernel benchmarks instead:
 # FlashAttention-3 (Shah et al. 2024, H100 SXM5 BF16, causal, head dim 128, 4k-16k) runs forward at ~620 and
@@ -46,9 +52,16 @@ ATTENTION_EFFICIENCY = 0.55
 # softmax work (Efficiency.attention_for)
 ATTENTION_EFFICIENCY_BLACKWELL = 0.47
 # fitted by `python bench/calibrate.py` on the 101 rows of the two tables (docs/step-time.md, its calibration table)
-EFFICIENCY = Efficiency(gemm=0.635, gemm_blackwell=0.539, gemm_fp4=0.364, attention=ATTENTION_EFFICIENCY,
-                        attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL, tp_overlap=0.357, grouped=0.516,
-                        expert_overhead_ms=0.319)
+EFFICIENCY = Efficiency(
+    gemm=0.635,
+    gemm_blackwell=0.539,
+    gemm_fp4=0.364,
+    attention=ATTENTION_EFFICIENCY,
+    attention_blackwell=ATTENTION_EFFICIENCY_BLACKWELL,
+    tp_overlap=0.357,
+    grouped=0.516,
+    expert_overhead_ms=0.319,
+)
 # LoRA as the performance runs set it: the recipes' dim, 16 for Llama 3 70B and 8 for 8B (Megatron-Bridge
 # recipes/llama/llama3.py llama3_70b_peft_config / llama3_8b_peft_config, as NeMo's Llama 3 recipes), else Bridge's
 # LoRA default, 32 (megatron/bridge/peft/lora.py); on linear_qkv only, as both performance scripts set it from the
@@ -89,7 +102,8 @@ FP8_RECIPE = {"published_step_times.csv": "delayed", "mb_performance_pretrain.cs
 # never reaches the model). NeMo's Grok-1 (24.12) ran the all-to-all dispatcher without overlap, Megatron-Core's
 # defaults.
 MOE_SETTINGS = {
-    ("qwen3-235b-a22b", "GB200"): ("flex_hybridep", False), ("qwen3-235b-a22b", "GB300"): ("flex_hybridep", False),
+    ("qwen3-235b-a22b", "GB200"): ("flex_hybridep", False),
+    ("qwen3-235b-a22b", "GB300"): ("flex_hybridep", False),
     ("qwen3-235b-a22b", "H100-80GB"): ("alltoall", True),
     **{("qwen3-30b-a3b", g): ("flex_hybridep", False) for g in ("GB200", "GB300", "B200", "B300", "H100-80GB")},
     # scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: HybridEP on Blackwell (DeepEP for the
@@ -98,7 +112,8 @@ MOE_SETTINGS = {
     # GB200 and GB300, the bridge's alltoall elsewhere
     **{("deepseek-v3", g): ("flex_hybridep", False) for g in ("GB200", "GB300", "B200", "B300")},
     ("deepseek-v3", "H100-80GB"): ("flex_deepep", False),
-    ("kimi-k2", "GB200"): ("flex_hybridep", False), ("kimi-k2", "GB300"): ("flex_hybridep", False),
+    ("kimi-k2", "GB200"): ("flex_hybridep", False),
+    ("kimi-k2", "GB300"): ("flex_hybridep", False),
 }
 # The table above is the newest release's (v0.3.1), which a later table's rows get too; where an earlier release ran
 # them differently (release, model, system): the 30B on B200 ran alltoall before v0.3.1, on H100 alltoall with the
@@ -116,18 +131,24 @@ RELEASE_MOE_SETTINGS = {
 # Activation offloading in Megatron-Bridge's FSDP runs of Llama 3 70B (scripts/performance/configs/llama/
 # llama3_workload_base_configs.py at v0.3.1, V1 and V2 alike: cpu_offloading_num_layers 20 on GB300 and 40 on GB200 in
 # FP8-CS, 30 and 20 in BF16, 5 on B200 in FP8-CS): without it the plan's activations would not fit the GPU
-CPU_OFFLOAD = {("llama3.1-70b", "GB300", "fp8"): 20, ("llama3.1-70b", "GB200", "fp8"): 40,
-               ("llama3.1-70b", "GB300", "bf16"): 30, ("llama3.1-70b", "GB200", "bf16"): 20,
-               ("llama3.1-70b", "B200", "fp8"): 5}
+CPU_OFFLOAD = {
+    ("llama3.1-70b", "GB300", "fp8"): 20,
+    ("llama3.1-70b", "GB200", "fp8"): 40,
+    ("llama3.1-70b", "GB300", "bf16"): 30,
+    ("llama3.1-70b", "GB200", "bf16"): 20,
+    ("llama3.1-70b", "B200", "fp8"): 5,
+}
 
 
 # Block recompute in Megatron-Bridge's H100 runs (utils/overrides.py: recompute_num_layers sets granularity full,
 # method block): Llama 3 8B FP8-CS pre-training, 5 layers (v0.2.0 to v0.3.1); Llama 3 70B LoRA, 1 layer, in BF16
 # from v0.3.0 (26.02) and in FP8-CS before (v0.2.0); keyed (model, system, precision, task[, release])
-RECOMPUTE_LAYERS = {("llama3.1-8b", "H100-80GB", "fp8", "pretrain"): 5,
-                    ("llama3.1-70b", "H100-80GB", "bf16", "lora"): 1,
-                    ("llama3.1-70b", "H100-80GB", "fp8", "lora", "25.11"): 1,
-                    ("llama3.1-70b", "H100-80GB", "bf16", "lora", "25.11"): 0}
+RECOMPUTE_LAYERS = {
+    ("llama3.1-8b", "H100-80GB", "fp8", "pretrain"): 5,
+    ("llama3.1-70b", "H100-80GB", "bf16", "lora"): 1,
+    ("llama3.1-70b", "H100-80GB", "fp8", "lora", "25.11"): 1,
+    ("llama3.1-70b", "H100-80GB", "bf16", "lora", "25.11"): 0,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,16 +171,25 @@ def _parallel(row: dict, model: str, moe: bool, system: str = "H100-80GB") -> di
     Grok-1 keeps Megatron-Core's default expert TP = TP."""
     tp, pp, ep = int(row["tp"]), int(row["pp"]), int(row["ep"])
     mb = "fsdp" in row
-    parallel = {"gpus": int(row["gpus"]), "tp": tp, "pp": pp, "cp": int(row["cp"]), "ep": ep,
-                "etp": (1 if mb else tp) if ep > 1 else 1, "sp": tp > 1,
-                "tp_comm_overlap": tp > 1 and not (mb and moe), "fsdp": row.get("fsdp") == "yes"}
+    parallel = {
+        "gpus": int(row["gpus"]),
+        "tp": tp,
+        "pp": pp,
+        "cp": int(row["cp"]),
+        "ep": ep,
+        "etp": (1 if mb else tp) if ep > 1 else 1,
+        "sp": tp > 1,
+        "tp_comm_overlap": tp > 1 and not (mb and moe),
+        "fsdp": row.get("fsdp") == "yes",
+    }
     vpp = row["vpp"] or SOURCE_VPP.get(row["model"])
     if vpp and pp > 1:
         parallel["vpp"] = int(vpp)
     if model in PIPELINE_SLOTS:
         parallel.update(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-    dispatcher, overlap = RELEASE_MOE_SETTINGS.get((row.get("release", ""), model, system)) or \
-        MOE_SETTINGS.get((model, system), ("alltoall", False))
+    dispatcher, overlap = RELEASE_MOE_SETTINGS.get((row.get("release", ""), model, system)) or MOE_SETTINGS.get(
+        (model, system), ("alltoall", False)
+    )
     # the overlap needs a virtual pipeline with PP (Megatron-Core); a row published without one ran without it
     parallel.update(moe_dispatcher=dispatcher, moe_a2a_overlap=overlap and ep > 1 and (pp == 1 or "vpp" in parallel))
     return parallel
@@ -175,14 +205,21 @@ def plan_of_row(row: dict, table: str) -> Plan:
     precision = row["precision"].lower()
     moe = bool(MODEL_PRESETS.get(model, {}).get("num_moe_experts"))
     task = _task_of(row)
-    training = {"task": "pretrain" if task == "pretrain" else "llm-sft", "seq_length": int(row["seq_length"]),
-                "micro_batch_size": int(row["micro_batch_size"]), "recompute": "none",
-                "grad_reduce_in_fp32": False, "precision": precision,
-                "peft": "lora" if task == "lora" else "none"}
+    training = {
+        "task": "pretrain" if task == "pretrain" else "llm-sft",
+        "seq_length": int(row["seq_length"]),
+        "micro_batch_size": int(row["micro_batch_size"]),
+        "recompute": "none",
+        "grad_reduce_in_fp32": False,
+        "precision": precision,
+        "peft": "lora" if task == "lora" else "none",
+    }
     if task == "lora":  # LoRA's rank and targets only on LoRA rows (the plan refuses them without LoRA)
-        training.update(lora_rank=_whole(row.get("lora_rank"), "lora_rank") or LORA_RANKS.get(model, LORA_RANK),
-                        lora_targets=(row.get("lora_targets") or "").split()
-                        or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS))
+        training.update(
+            lora_rank=_whole(row.get("lora_rank"), "lora_rank") or LORA_RANKS.get(model, LORA_RANK),
+            lora_targets=(row.get("lora_targets") or "").split()
+            or RELEASE_LORA_TARGETS.get(row.get("release", ""), LORA_TARGETS),
+        )
     packed = task != "pretrain" and (row.get("packed") or "yes").strip().lower() != "no"
     # packed: the table's global batch counts packs (one pack a micro batch), as Megatron-Bridge's does
     training["global_batch_size"] = int(row["global_batch_size"])
@@ -197,9 +234,17 @@ def plan_of_row(row: dict, table: str) -> Plan:
         if layers:
             training.update(recompute="full", recompute_num_layers=layers)
     packing = {"mode": "offline", "pack_size": int(row["seq_length"])} if packed else {"mode": "none"}
-    return plan_from_dict({"version": 2, "model": model, "parallel": _parallel(row, model, moe, gpu),
-                           "training": training, "packing": packing, "hardware": {"gpu": gpu}},
-                          f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs")
+    return plan_from_dict(
+        {
+            "version": 2,
+            "model": model,
+            "parallel": _parallel(row, model, moe, gpu),
+            "training": training,
+            "packing": packing,
+            "hardware": {"gpu": gpu},
+        },
+        f"{table} row {row['model']} {row.get('system', '')} {row['gpus']} GPUs",
+    )
 
 
 def _whole(cell: str | None, column: str) -> int | None:
@@ -231,14 +276,19 @@ def work_of(plan: Plan) -> StepWork:
     the advisor forms from the bundled SQuAD lengths at that size, their tokens and sum(s_i^2) per micro batch."""
     t = plan.training
     if plan.packing_mode == "none":
-        return StepWork(tokens=t.micro_batch_size * t.seq_length,
-                        seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
-                        micro_batches=plan.requested_samples / (t.micro_batch_size * plan.parallel.dp))
+        return StepWork(
+            tokens=t.micro_batch_size * t.seq_length,
+            seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
+            micro_batches=plan.requested_samples / (t.micro_batch_size * plan.parallel.dp),
+        )
     from advisor.model.estimate import _micro_batches  # the estimate's own packing (it imports this module)
 
     mb, result = _micro_batches(plan, _squad(), plan.packing_mode)
-    return StepWork(tokens=float(np.mean(mb.computed_tokens)), seqlen_squared_sum=float(np.mean(mb.attention_computed)),
-                    micro_batches=plan.micro_batches_per_step(result.packing_factor if result else None))
+    return StepWork(
+        tokens=float(np.mean(mb.computed_tokens)),
+        seqlen_squared_sum=float(np.mean(mb.attention_computed)),
+        micro_batches=plan.micro_batches_per_step(result.packing_factor if result else None),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -264,17 +314,31 @@ def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS, refused: list | 
                 except (PlanError, ValueError) as e:
                     if refused is None:
                         raise
-                    refused.append((path.name, line, f"{row.get('model')} {row.get('system') or row.get('gpu')} "
-                                    f"{row.get('precision')} {row.get('gpus')}", str(e).splitlines()[-1][:300]))
+                    refused.append(
+                        (
+                            path.name,
+                            line,
+                            f"{row.get('model')} {row.get('system') or row.get('gpu')} "
+                            f"{row.get('precision')} {row.get('gpus')}",
+                            str(e).splitlines()[-1][:300],
+                        )
+                    )
                     continue
                 t = plan.training
                 work = work_of(plan)
                 release = f"{row['release']} " if row.get("release") else ""
                 task = "" if t.task == "pretrain" else f" {_task_of(row)}"
-                out.append(Measurement(
-                    name=f"{release}{row['model']}{task} {plan.hardware.gpu} {t.precision} {row['gpus']}", plan=plan,
-                    work=work, step_seconds=float(row["step_seconds"]), source=row["source"],
-                    system=plan.hardware.gpu, precision=t.precision))
+                out.append(
+                    Measurement(
+                        name=f"{release}{row['model']}{task} {plan.hardware.gpu} {t.precision} {row['gpus']}",
+                        plan=plan,
+                        work=work,
+                        step_seconds=float(row["step_seconds"]),
+                        source=row["source"],
+                        system=plan.hardware.gpu,
+                        precision=t.precision,
+                    )
+                )
     return out
 
 

@@ -52,8 +52,10 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
     h, q, kv, tp = m.hidden_size, m.head_dim * m.num_attention_heads, m.head_dim * m.query_groups, p.tp
     up = 2 if m.gated_linear_unit else 1
     base = t.peft != "lora"
-    out = [Gemm(name="linear_qkv", m=tokens, n=(q + 2 * kv) / tp, k=h, trains=base),
-           Gemm(name="linear_proj", m=tokens, n=h, k=q / tp, trains=base)]
+    out = [
+        Gemm(name="linear_qkv", m=tokens, n=(q + 2 * kv) / tp, k=h, trains=base),
+        Gemm(name="linear_proj", m=tokens, n=h, k=q / tp, trains=base),
+    ]
     if moe:
         f = m.moe_ffn_hidden_size or m.ffn_hidden_size
         local = m.num_moe_experts / p.ep
@@ -62,17 +64,23 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
         # expert tokens / TP x topk x EP x ETP / experts rows, each expert's width split by ETP
         shard = tokens / tp
         per_expert = shard * m.moe_router_topk * p.ep * p.etp / m.num_moe_experts
-        out += [Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base, quantized=False),
-                Gemm(name="expert_fc1", m=per_expert, n=up * f / p.etp, k=h, trains=base, count=local),
-                Gemm(name="expert_fc2", m=per_expert, n=h, k=f / p.etp, trains=base, count=local)]
+        out += [
+            Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base, quantized=False),
+            Gemm(name="expert_fc1", m=per_expert, n=up * f / p.etp, k=h, trains=base, count=local),
+            Gemm(name="expert_fc2", m=per_expert, n=h, k=f / p.etp, trains=base, count=local),
+        ]
         if m.moe_shared_expert_intermediate_size:
             fs = m.moe_shared_expert_intermediate_size
-            out += [Gemm(name="shared_fc1", m=tokens, n=up * fs / tp, k=h, trains=base),
-                    Gemm(name="shared_fc2", m=tokens, n=h, k=fs / tp, trains=base)]
+            out += [
+                Gemm(name="shared_fc1", m=tokens, n=up * fs / tp, k=h, trains=base),
+                Gemm(name="shared_fc2", m=tokens, n=h, k=fs / tp, trains=base),
+            ]
     else:
         f = m.ffn_hidden_size
-        out += [Gemm(name="linear_fc1", m=tokens, n=up * f / tp, k=h, trains=base),
-                Gemm(name="linear_fc2", m=tokens, n=h, k=f / tp, trains=base)]
+        out += [
+            Gemm(name="linear_fc1", m=tokens, n=up * f / tp, k=h, trains=base),
+            Gemm(name="linear_fc2", m=tokens, n=h, k=f / tp, trains=base),
+        ]
     if t.peft == "lora":
         out += lora_gemms(out, t.lora_rank, tp, t.lora_targets)
     return out
@@ -80,9 +88,12 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
 
 # the GEMMs each of LoRA's target_modules names: Megatron-Bridge matches by the module's own name, which MoE experts
 # and shared experts share with the dense MLP's
-LORA_TARGETS = {"linear_qkv": ("linear_qkv",), "linear_proj": ("linear_proj",),
-                "linear_fc1": ("linear_fc1", "expert_fc1", "shared_fc1"),
-                "linear_fc2": ("linear_fc2", "expert_fc2", "shared_fc2")}
+LORA_TARGETS = {
+    "linear_qkv": ("linear_qkv",),
+    "linear_proj": ("linear_proj",),
+    "linear_fc1": ("linear_fc1", "expert_fc1", "shared_fc1"),
+    "linear_fc2": ("linear_fc2", "expert_fc2", "shared_fc2"),
+}
 
 
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1", "expert_fc1", "shared_fc1")
@@ -98,10 +109,26 @@ def lora_gemms(base: list[Gemm], rank: int, tp: int, targets=tuple(LORA_TARGETS)
         if g.name not in adapted:
             continue
         column = g.name in COLUMN_PARALLEL
-        out += [Gemm(name=f"{g.name}_lora_a", m=g.m, n=rank / tp if column else rank, k=g.k, trains=True,
-                     count=g.count, quantized=False),
-                Gemm(name=f"{g.name}_lora_b", m=g.m, n=g.n if column else g.n / tp, k=rank, trains=True,
-                     count=g.count, quantized=False)]
+        out += [
+            Gemm(
+                name=f"{g.name}_lora_a",
+                m=g.m,
+                n=rank / tp if column else rank,
+                k=g.k,
+                trains=True,
+                count=g.count,
+                quantized=False,
+            ),
+            Gemm(
+                name=f"{g.name}_lora_b",
+                m=g.m,
+                n=g.n if column else g.n / tp,
+                k=rank,
+                trains=True,
+                count=g.count,
+                quantized=False,
+            ),
+        ]
     return out
 
 
@@ -109,5 +136,11 @@ def output_gemm(plan: Plan, tokens: float) -> Gemm:
     """The output layer (vocabulary projection) on the last pipeline stage, split over TP; frozen under LoRA."""
     m, p = plan.model, plan.parallel
     vocab = padded_vocab_size(m.vocab_size, p.tp)
-    return Gemm(name="output_layer", m=tokens, n=vocab / p.tp, k=m.hidden_size, trains=plan.training.peft != "lora",
-                quantized=False)
+    return Gemm(
+        name="output_layer",
+        m=tokens,
+        n=vocab / p.tp,
+        k=m.hidden_size,
+        trains=plan.training.peft != "lora",
+        quantized=False,
+    )

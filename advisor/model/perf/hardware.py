@@ -104,12 +104,15 @@ def gpu_of(plan: Plan) -> Gpu:
     per_gpu_nic = row["nics_per_node"] * row["nic_gbps"] / row["gpus_per_node"]
     peaks = {"bf16": row["bf16_tflops"] * 1e12}
     peaks.update({p: row[f"{p}_tflops"] * 1e12 for p in ("fp8", "fp4") if row.get(f"{p}_tflops")})
-    return Gpu(name=plan.hardware.gpu, peak=peaks["bf16"], peaks=peaks, hbm=row["hbm_tbps"] * 1e12 * HBM_EFFICIENCY,
-               sms=int(row["sms"]), domain=int(row["nvlink_domain"]),
-               compute_capability=float(row["compute_capability"]),
-               nvlink=Link(bandwidth=row["nvlink_gbps"] * 1e9 * NVLINK_EFFICIENCY, latency=NVLINK_LATENCY,
-                           name="nvlink"),
-               network=Link(bandwidth=per_gpu_nic * 1e9 * NETWORK_EFFICIENCY, latency=NETWORK_LATENCY,
-                            name="network"),
-               host=Link(bandwidth=row["host_gbps"] * 1e9 * HOST_LINK_EFFICIENCY, latency=NETWORK_LATENCY,
-                         name="host"))
+    return Gpu(
+        name=plan.hardware.gpu,
+        peak=peaks["bf16"],
+        peaks=peaks,
+        hbm=row["hbm_tbps"] * 1e12 * HBM_EFFICIENCY,
+        sms=int(row["sms"]),
+        domain=int(row["nvlink_domain"]),
+        compute_capability=float(row["compute_capability"]),
+        nvlink=Link(bandwidth=row["nvlink_gbps"] * 1e9 * NVLINK_EFFICIENCY, latency=NVLINK_LATENCY, name="nvlink"),
+        network=Link(bandwidth=per_gpu_nic * 1e9 * NETWORK_EFFICIENCY, latency=NETWORK_LATENCY, name="network"),
+        host=Link(bandwidth=row["host_gbps"] * 1e9 * HOST_LINK_EFFICIENCY, latency=NETWORK_LATENCY, name="host"),
+    )

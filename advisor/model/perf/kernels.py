@@ -41,8 +41,9 @@ def _waves(m: float, n: float, sms: int, tm: int, tn: int, count: float = 1.0) -
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, count: float = 1.0,
-                 fmt: str = "bf16") -> float:
+def gemm_seconds(
+    m: float, n: float, k: float, gpu: Gpu, efficiency: float, count: float = 1.0, fmt: str = "bf16"
+) -> float:
     """[m, k] x [k, n] with operands in ``fmt`` (bf16, fp8, fp4; the output in BF16), ``count`` of them in one
     grouped kernel (Megatron's grouped GEMM runs a rank's local experts together): compute at ``efficiency`` of
     the format's peak (times the tiles' efficiency) or moving the operands, whichever is slower, and never under
@@ -61,8 +62,15 @@ def gemm_seconds(m: float, n: float, k: float, gpu: Gpu, efficiency: float, coun
     return max(compute, memory, KERNEL_FLOOR_SECONDS)
 
 
-def attention_seconds(q_width: float, seqlen_squared_sum: float, tokens: float, gpu: Gpu, efficiency: float,
-                      chunks: int = 1, window: int | None = None) -> tuple[float, float]:
+def attention_seconds(
+    q_width: float,
+    seqlen_squared_sum: float,
+    tokens: float,
+    gpu: Gpu,
+    efficiency: float,
+    chunks: int = 1,
+    window: int | None = None,
+) -> tuple[float, float]:
     """Forward and backward seconds of causal variable-length attention (THD) over sum(s_i^2) on one GPU.
 
     ``q_width``: query heads x head dim on this GPU. Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it

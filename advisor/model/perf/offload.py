@@ -13,8 +13,7 @@ L - 1 - n + i, and layer i's backward waits for it.
 from __future__ import annotations
 
 
-def offload_seconds(layers: int, offloaded: int, forward: float, backward: float,
-                    copy: float) -> tuple[float, float]:
+def offload_seconds(layers: int, offloaded: int, forward: float, backward: float, copy: float) -> tuple[float, float]:
     """Seconds the forward and the backward of one micro batch wait for copies: ``layers`` layers of ``forward`` and
     ``backward`` seconds each, the first ``offloaded`` of them copied out and back in ``copy`` seconds each.
 

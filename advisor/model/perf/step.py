@@ -151,8 +151,10 @@ def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: flo
     def ring(ranks: int, span: int, fwd: float, bwd: float) -> tuple[float, float]:
         link = gpu.link(span)
         steps = ranks - 1
-        return (steps * max(0.0, cc.send(kv_bytes, link) - fwd / ranks),
-                steps * max(0.0, cc.send(2 * kv_bytes, link) - bwd / ranks))
+        return (
+            steps * max(0.0, cc.send(kv_bytes, link) - fwd / ranks),
+            steps * max(0.0, cc.send(2 * kv_bytes, link) - bwd / ranks),
+        )
 
     if p.cp_comm_type == "p2p":
         return ring(cp, tp * cp, attn_fwd, attn_bwd)
@@ -224,16 +226,33 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
         routed = tokens / p.tp * m.moe_router_topk * m.hidden_size * BF16
         a2a = 2 * cc.all_to_all_spread(routed, p.ep, p.etp, gpu)  # dispatch and combine
     dispatch = _moe_overhead(plan, eff) / 3 if moe else 0.0  # a third in forward, two in backward, as the work
-    fwd = Phase(gemm=fwd_gemm, attention=attn_f, memory_bound=mem, quantize=q_fwd, tp_comm=tp_f, cp_comm=cp_f,
-                moe_all_to_all=a2a, moe_dispatch=dispatch)
+    fwd = Phase(
+        gemm=fwd_gemm,
+        attention=attn_f,
+        memory_bound=mem,
+        quantize=q_fwd,
+        tp_comm=tp_f,
+        cp_comm=cp_f,
+        moe_all_to_all=a2a,
+        moe_dispatch=dispatch,
+    )
     if t.recompute == "full":  # the layer's forward runs again before its backward, in every layer or the block's
         recompute = fwd.total * recomputed_share(plan)
     elif t.recompute == "selective":
         recompute = attn_f  # core attention recomputed (Megatron's selective default)
     else:
         recompute = 0.0
-    bwd = Phase(gemm=bwd_gemm, attention=attn_b, memory_bound=2 * mem, quantize=q_bwd, tp_comm=tp_b, cp_comm=cp_b,
-                moe_all_to_all=a2a, moe_dispatch=2 * dispatch, recompute=recompute)
+    bwd = Phase(
+        gemm=bwd_gemm,
+        attention=attn_b,
+        memory_bound=2 * mem,
+        quantize=q_bwd,
+        tp_comm=tp_b,
+        cp_comm=cp_b,
+        moe_all_to_all=a2a,
+        moe_dispatch=2 * dispatch,
+        recompute=recompute,
+    )
     if moe and p.moe_a2a_overlap and a2a:
         experts = [g for g in gemms if g.name.startswith("expert_")]
         mlp_fwd = sum(run(g, g.m, g.n, g.k) for g in experts)
@@ -266,8 +285,9 @@ def _a2a_overlap(fwd: Phase, bwd: Phase, mlp_fwd: float, mlp_bwd: float) -> tupl
     return replace(fwd, moe_all_to_all=exposed_f), replace(bwd, moe_all_to_all=exposed_b)
 
 
-def _attention(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: float,
-               tokens: float) -> tuple[float, float]:
+def _attention(
+    plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: float, tokens: float
+) -> tuple[float, float]:
     """Flash attention of one layer, the mean over full and sliding-window layers (window_attn_skip_freq k: every
     k-th layer attends fully, Megatron-Core's transformer_config.py); a learnable softmax offset (attention sinks)
     adds one logit per query and head, nothing measurable."""
@@ -276,8 +296,7 @@ def _attention(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: f
     full = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency)
     if not m.window_size:
         return full
-    windowed = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency,
-                                 window=m.window_size)
+    windowed = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency, window=m.window_size)
     share = windowed_layer_share(m)
     return tuple(share * w + (1 - share) * f for w, f in zip(windowed, full, strict=True))
 
@@ -316,14 +335,23 @@ def _fsdp_layer(plan: Plan, gpu: Gpu, num: Numerics, fwd: Phase, bwd: Phase, moe
     link, expert_link = gpu.ring(ranks, p.tp), gpu.ring(expert_ranks, p.ep * p.etp)
     grad_bytes = 4 if t.grad_reduce_in_fp32 else BF16
     trains = t.peft != "lora"
-    gather = (cc.all_gather(dense * num.weight_bytes, ranks, link)
-              + cc.all_gather(routed * num.weight_bytes, expert_ranks, expert_link))
-    scatter = (cc.reduce_scatter(dense * grad_bytes, ranks, link)
-               + cc.reduce_scatter(routed * grad_bytes, expert_ranks, expert_link)) if trains else 0.0
+    gather = cc.all_gather(dense * num.weight_bytes, ranks, link) + cc.all_gather(
+        routed * num.weight_bytes, expert_ranks, expert_link
+    )
+    scatter = (
+        (
+            cc.reduce_scatter(dense * grad_bytes, ranks, link)
+            + cc.reduce_scatter(routed * grad_bytes, expert_ranks, expert_link)
+        )
+        if trains
+        else 0.0
+    )
     busy_f = fwd.total
     busy_b = bwd.total
-    return (fwd + Phase(fsdp_comm=max(0.0, gather - busy_f)),
-            bwd + Phase(fsdp_comm=max(0.0, gather + scatter - busy_b)))
+    return (
+        fwd + Phase(fsdp_comm=max(0.0, gather - busy_f)),
+        bwd + Phase(fsdp_comm=max(0.0, gather + scatter - busy_b)),
+    )
 
 
 def output_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork) -> tuple[Phase, Phase]:
@@ -338,8 +366,11 @@ def output_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork) -> tupl
         tp = cc.all_gather(tokens * plan.model.hidden_size * BF16, p.tp, gpu.ring(p.tp))
     e = eff.gemm_for("bf16", gpu)
     fwd = Phase(gemm=gemm_seconds(g.m, g.n, g.k, gpu, e), memory_bound=loss, tp_comm=tp)
-    bwd = Phase(gemm=gemm_seconds(g.m, g.k, g.n, gpu, e)
-                + (gemm_seconds(g.k, g.n, g.m, gpu, e) if g.trains else 0.0), memory_bound=loss, tp_comm=tp)
+    bwd = Phase(
+        gemm=gemm_seconds(g.m, g.k, g.n, gpu, e) + (gemm_seconds(g.k, g.n, g.m, gpu, e) if g.trains else 0.0),
+        memory_bound=loss,
+        tp_comm=tp,
+    )
     return fwd, bwd
 
 
@@ -357,8 +388,7 @@ def _trainable_per_gpu(plan: Plan, frozen: bool = False) -> tuple[float, float]:
     return dense, c.routed / p.pp / (p.ep * p.etp)
 
 
-def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
-             bwd_window: float) -> tuple[float, float, float]:
+def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float, bwd_window: float) -> tuple[float, float, float]:
     """Exposed seconds of the gradient reduce-scatter (all-reduce without the distributed optimizer) and parameter
     all-gather, the optimizer step, and the weights' cast to the precision's compute copy. Megatron-Bridge's recipes
     overlap both with the last micro batch's backward and the first one's forward (overlap_grad_reduce,
@@ -382,22 +412,26 @@ def _dp_sync(plan: Plan, gpu: Gpu, num: Numerics, fwd_window: float,
     link = gpu.ring(ranks, p.tp)
     expert_link = gpu.ring(expert_ranks, p.ep * p.etp)
     if t.distributed_optimizer:
-        grads = (cc.reduce_scatter(dense * grad_bytes, ranks, link)
-                 + cc.reduce_scatter(routed * grad_bytes, expert_ranks, expert_link))
-        params = (cc.all_gather(dense * num.weight_bytes, ranks, link)
-                  + cc.all_gather(routed * num.weight_bytes, expert_ranks, expert_link))
+        grads = cc.reduce_scatter(dense * grad_bytes, ranks, link) + cc.reduce_scatter(
+            routed * grad_bytes, expert_ranks, expert_link
+        )
+        params = cc.all_gather(dense * num.weight_bytes, ranks, link) + cc.all_gather(
+            routed * num.weight_bytes, expert_ranks, expert_link
+        )
         bucket = min(dense, max(BUCKET_PARAMETERS, 1e6 * ranks))
         tail = cc.reduce_scatter(bucket * grad_bytes, ranks, link)
         local = dense / ranks + routed / expert_ranks
     else:
-        grads = (cc.all_reduce(dense * grad_bytes, ranks, link)
-                 + cc.all_reduce(routed * grad_bytes, expert_ranks, expert_link))
+        grads = cc.all_reduce(dense * grad_bytes, ranks, link) + cc.all_reduce(
+            routed * grad_bytes, expert_ranks, expert_link
+        )
         params, local = 0.0, dense + routed
         tail = cc.all_reduce(min(dense, max(BUCKET_PARAMETERS, 1e6 * ranks)) * grad_bytes, ranks, link)
     if p.fsdp:  # the rest of FSDP's traffic is in the layers' phases
         layer, layer_routed = _layer_parameters(plan, moe=any(moe_layer_pattern(plan.model)))
-        first = (cc.all_gather(layer * num.weight_bytes, ranks, link)
-                 + cc.all_gather(layer_routed * num.weight_bytes, expert_ranks, expert_link))
+        first = cc.all_gather(layer * num.weight_bytes, ranks, link) + cc.all_gather(
+            layer_routed * num.weight_bytes, expert_ranks, expert_link
+        )
         last = cc.reduce_scatter(layer * grad_bytes, ranks, link) if t.peft != "lora" else 0.0
         return first + last, stream_seconds((dense / ranks + routed / expert_ranks) * OPTIMIZER_BYTES, gpu), cast
     # the last bucket starts only when the backward ends: exposed at least by its own transfer
@@ -414,8 +448,14 @@ def _offload(plan: Plan, gpu: Gpu, work: StepWork, forward: float, backward: flo
     return Phase(offload=fwd + bwd)
 
 
-def _rank_phases(rank: RankLayers, pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase],
-                 head: tuple[Phase, Phase], mtp_layers: int) -> tuple[Phase, Phase]:
+def _rank_phases(
+    rank: RankLayers,
+    pattern: list,
+    dense: tuple[Phase, Phase],
+    moe: tuple[Phase, Phase],
+    head: tuple[Phase, Phase],
+    mtp_layers: int,
+) -> tuple[Phase, Phase]:
     """Forward and backward of one micro batch through a pipeline rank's layers by layout: its decoder layers
     (dense or MoE by ``moe_layer_freq``), each MTP layer it holds, and on the last rank the output layer once for
     the model and once per MTP layer (Megatron-Core multi_token_prediction.py: each MTP layer's hidden states go
@@ -456,8 +496,10 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     head_f, head_b = output_phases(plan, gpu, eff, work)
     stages = plan.pipeline_stages
     if stages is not None:
-        ranks = [_rank_phases(r, pattern, (dense_f, dense_b), (moe_f, moe_b), (head_f, head_b), m.mtp_num_layers)
-                 for r in rank_layers(stages, p.pp)]
+        ranks = [
+            _rank_phases(r, pattern, (dense_f, dense_b), (moe_f, moe_b), (head_f, head_b), m.mtp_num_layers)
+            for r in rank_layers(stages, p.pp)
+        ]
         (first_f, first_b), (last_f, last_b) = ranks[0], ranks[-1]
         totals = [f + b for f, b in ranks]
         slowest = max(totals, key=lambda x: x.total)
@@ -499,6 +541,7 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     steady = slowest * mb
     breakdown = {f.name: getattr(steady, f.name) for f in fields(Phase)}
     breakdown["quantize"] += cast
-    breakdown.update(pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer,
-                     straggler=steady.total * (work.straggler - 1))
+    breakdown.update(
+        pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer, straggler=steady.total * (work.straggler - 1)
+    )
     return StepTime(step_seconds=sum(breakdown.values()), breakdown=breakdown, stage_seconds=slowest.total)

@@ -10,5 +10,16 @@ from advisor.packing.online.results import Refusal, RunSchedule, RunSummary, Ste
 from advisor.packing.online.schedule import schedule
 from advisor.packing.online.validation import Checked, check
 
-__all__ = ["Checked", "OnlineConfig", "Refusal", "RunSchedule", "RunSummary", "StepSchedule", "check",
-           "expand_histogram", "mock_config_lengths", "mock_file_lengths", "schedule"]
+__all__ = [
+    "Checked",
+    "OnlineConfig",
+    "Refusal",
+    "RunSchedule",
+    "RunSummary",
+    "StepSchedule",
+    "check",
+    "expand_histogram",
+    "mock_config_lengths",
+    "mock_file_lengths",
+    "schedule",
+]

@@ -15,8 +15,10 @@ from advisor.vocabulary import MegatronLmBranch, OnlineScheduler
 
 COMMITS = {"main": "d98e8a64", "dev": "d48bd6be"}
 # megatron/core/datasets/data_schedule.py scheduler_map (dev) / PackingSchedulerEnum (main)
-SCHEDULERS: dict[MegatronLmBranch, tuple[OnlineScheduler, ...]] = {"main": ("dp_balanced",),
-                                                                   "dev": get_args(OnlineScheduler)}
+SCHEDULERS: dict[MegatronLmBranch, tuple[OnlineScheduler, ...]] = {
+    "main": ("dp_balanced",),
+    "dev": get_args(OnlineScheduler),
+}
 # mock_sft: dev's MockSFTDataset (one sequence a sample); sft: SFTDataset with one conversation a line;
 # custom: a dataset that hands the scheduler the lengths as given (padded_seq_len, as VarlenDataset does)
 DATASETS = ("mock_sft", "sft", "custom")
@@ -80,8 +82,12 @@ class OnlineConfig:
         if self.commit not in COMMITS:
             raise InputError(SOURCE, "commit", f"{excerpt(self.commit)} is not one of {', '.join(COMMITS)}")
         if self.scheduler not in SCHEDULERS[self.commit]:
-            raise InputError(SOURCE, "scheduler", f"{excerpt(self.scheduler)} is not a scheduler of Megatron-LM "
-                             f"{self.commit} {COMMITS[self.commit]} (it has {', '.join(SCHEDULERS[self.commit])})")
+            raise InputError(
+                SOURCE,
+                "scheduler",
+                f"{excerpt(self.scheduler)} is not a scheduler of Megatron-LM "
+                f"{self.commit} {COMMITS[self.commit]} (it has {', '.join(SCHEDULERS[self.commit])})",
+            )
         if self.dataset not in DATASETS:
             raise InputError(SOURCE, "dataset", f"{excerpt(self.dataset)} is not one of {', '.join(DATASETS)}")
         if self.dataset == "mock_sft" and self.commit == "main":
@@ -94,18 +100,30 @@ class OnlineConfig:
             raise InputError(SOURCE, "dp", f"dp x cp = {self.ranks:,} ranks is beyond {MAX_GPUS:,} GPUs")
         if not isinstance(self.sequence_parallel, bool):
             raise InputError(SOURCE, "sequence_parallel", f"{excerpt(self.sequence_parallel)} is not true/false")
-        for name in ("vpp", "microbatch_group_size_per_vp_stage", "max_seqlen_per_dp_cp_rank", "max_num_seqs",
-                     "num_moe_experts"):
+        for name in (
+            "vpp",
+            "microbatch_group_size_per_vp_stage",
+            "max_seqlen_per_dp_cp_rank",
+            "max_num_seqs",
+            "num_moe_experts",
+        ):
             if getattr(self, name) is not None:
                 _whole(name, getattr(self, name), 1, MAX_TOKENS)
         _whole("min_dynamic_cp", self.min_dynamic_cp, 1, MAX_GPUS)
         if self.max_num_seqs is not None and self.commit == "main":
-            raise InputError(SOURCE, "max_num_seqs", "main d98e8a64's DpBalancedScheduler has no cap on sequences "
-                             "a pack (dev adds it)")
+            raise InputError(
+                SOURCE,
+                "max_num_seqs",
+                "main d98e8a64's DpBalancedScheduler has no cap on sequences a pack (dev adds it)",
+            )
         per_step = self.micro_batch_size * self.dp  # arguments.py: GBS divisible by MBS x DP
         if self.global_batch_size % per_step:
-            raise InputError(SOURCE, "global_batch_size", f"{self.global_batch_size} is not a multiple of "
-                             f"micro_batch_size x dp = {per_step} (Megatron-LM asserts it)")
+            raise InputError(
+                SOURCE,
+                "global_batch_size",
+                f"{self.global_batch_size} is not a multiple of "
+                f"micro_batch_size x dp = {per_step} (Megatron-LM asserts it)",
+            )
 
     @property
     def ranks(self) -> int:

@@ -100,8 +100,7 @@ def _schedule_steps(lens, n, cap, max_num_seqs, multiple, main_assert, dp, cp):
                 if d == dp:
                     d, rank = 0, 0
         packs_per_step[st] = packs - first
-    return (packs_per_step, pack_offsets[:packs + 1], items[:filled], rank_start[:packs], refused, need_out,
-            spare_out)
+    return (packs_per_step, pack_offsets[: packs + 1], items[:filled], rank_start[:packs], refused, need_out, spare_out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +113,16 @@ class DpBalancedSteps:
     spare: np.ndarray  # sequences the split could move (pack 0 excluded on main), per step
 
 
-def dp_balanced(lens: np.ndarray, *, cap: int, dp: int, cp: int, vpp_multiple: int | None, commit: str,
-                max_num_seqs: int | None = None) -> DpBalancedSteps:
+def dp_balanced(
+    lens: np.ndarray,
+    *,
+    cap: int,
+    dp: int,
+    cp: int,
+    vpp_multiple: int | None,
+    commit: str,
+    max_num_seqs: int | None = None,
+) -> DpBalancedSteps:
     """Schedule ``lens`` (shape ``(steps, GBS)``: padded lengths in global-id order), all steps at once.
 
     ``cap`` is ``max_seqlen_per_dp_cp_rank * CP``; the pack count becomes a multiple of DP (times the VPP
@@ -131,11 +138,26 @@ def dp_balanced(lens: np.ndarray, *, cap: int, dp: int, cp: int, vpp_multiple: i
     lens = np.ascontiguousarray(lens, dtype=np.int64)
     steps, n = lens.shape
     multiple = dp * (vpp_multiple or 1)
-    got = _schedule_steps(lens.ravel(), n, np.int64(cap), np.int64(max_num_seqs or 0), np.int64(multiple),
-                          commit == "main", np.int64(dp), np.int64(cp))
+    got = _schedule_steps(
+        lens.ravel(),
+        n,
+        np.int64(cap),
+        np.int64(max_num_seqs or 0),
+        np.int64(multiple),
+        commit == "main",
+        np.int64(dp),
+        np.int64(cp),
+    )
     per_step, pack_offsets, items, rank_start, refused, need, spare = got
     widths = np.broadcast_to(np.int64(cp), rank_start.shape)  # every pack spans the CP ranks of its DP rank
-    groups = Groups(num_ranks=dp * cp, mb_offsets=np.concatenate([[0], np.cumsum(per_step // dp)]),
-                    group_offsets=np.arange(0, rank_start.size + 1, dp, dtype=np.int64), rank_start=rank_start,
-                    rank_count=widths, cp=widths, item_offsets=pack_offsets, items=items)
+    groups = Groups(
+        num_ranks=dp * cp,
+        mb_offsets=np.concatenate([[0], np.cumsum(per_step // dp)]),
+        group_offsets=np.arange(0, rank_start.size + 1, dp, dtype=np.int64),
+        rank_start=rank_start,
+        rank_count=widths,
+        cp=widths,
+        item_offsets=pack_offsets,
+        items=items,
+    )
     return DpBalancedSteps(groups=groups, refused=refused, need=need, spare=spare)

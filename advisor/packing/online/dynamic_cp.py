@@ -20,11 +20,11 @@ CAP_DELTA = 0.05  # data_schedule_utils._DYNAMIC_CP_WORKLOAD_CAP_DELTA
 OK, TOO_LONG, NONE_FITS, PUSH_PAST_END = 0, 1, 2, 3
 REASONS = {
     TOO_LONG: "next_hdp_group_packing_aware asserts: a sequence of {value} tokens needs CP size {extra} but only "
-              "{ranks} DPxCP ranks are available",
+    "{ranks} DPxCP ranks are available",
     NONE_FITS: "next_hdp_group_packing_aware asserts: no sequence fits the full DPxCP group ({value} tokens "
-               "at the head)",
+    "at the head)",
     PUSH_PAST_END: "next_hdp_group_packing_aware raises IndexError: fill_empty_gpus_once pushes ranks past the "
-                   "last one while widening a CP group",
+    "last one while widening a CP group",
 }
 
 
@@ -156,17 +156,18 @@ def _schedule_steps(order_lens, order_ids, n, ranks, per_rank, min_cp):
     for st in range(steps):
         mbs0, groups0, filled0 = mbs, groups_done, filled
         nrem = n
-        rem_len[:] = order_lens[st * n:(st + 1) * n]
-        rem_id[:] = order_ids[st * n:(st + 1) * n]
+        rem_len[:] = order_lens[st * n : (st + 1) * n]
+        rem_id[:] = order_ids[st * n : (st + 1) * n]
         while nrem > 0:
-            ng, code, extra = _next_micro_batch(rem_len, nrem, ranks, per_rank, min_cp, assign, gsize, gstart,
-                                                gexec, gpack)
+            ng, code, extra = _next_micro_batch(
+                rem_len, nrem, ranks, per_rank, min_cp, assign, gsize, gstart, gexec, gpack
+            )
             if code != OK:
                 status[st] = code
                 detail[st, 0], detail[st, 1] = rem_len[0], extra
                 mbs, groups_done, filled = mbs0, groups0, filled0  # a refused step keeps nothing
                 break
-            count[:ng + 1] = 0
+            count[: ng + 1] = 0
             for k in range(nrem):  # counting sort of this micro batch's sequences by group, keeping order
                 if assign[k] >= 0:
                     count[assign[k] + 1] += 1
@@ -190,8 +191,16 @@ def _schedule_steps(order_lens, order_ids, n, ranks, per_rank, min_cp):
             mbs += 1
             nrem = kept
         mb_count[st] = mbs - mbs0
-    return (mb_count, g_mb_groups[:mbs + 1], g_start[:groups_done], g_size[:groups_done],
-            item_offsets[:groups_done + 1], items[:filled], status, detail)
+    return (
+        mb_count,
+        g_mb_groups[: mbs + 1],
+        g_start[:groups_done],
+        g_size[:groups_done],
+        item_offsets[: groups_done + 1],
+        items[:filled],
+        status,
+        detail,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,8 +212,15 @@ class DynamicCPSteps:
     defects: tuple[str | None, ...]  # steps the real code runs but where some sequence reaches no rank
 
 
-def dynamic_cp(lens: np.ndarray, *, dp: int, cp: int, max_seqlen_per_dp_cp_rank: int, min_cp: int = 1,
-               vpp_multiple: int | None = None) -> DynamicCPSteps:
+def dynamic_cp(
+    lens: np.ndarray,
+    *,
+    dp: int,
+    cp: int,
+    max_seqlen_per_dp_cp_rank: int,
+    min_cp: int = 1,
+    vpp_multiple: int | None = None,
+) -> DynamicCPSteps:
     """Schedule ``lens`` (shape ``(steps, GBS)``: padded lengths in global-id order) with dynamic CP.
 
     >>> r = dynamic_cp(np.array([[6144, 2048]]), dp=1, cp=2, max_seqlen_per_dp_cp_rank=4096)
@@ -215,14 +231,29 @@ def dynamic_cp(lens: np.ndarray, *, dp: int, cp: int, max_seqlen_per_dp_cp_rank:
     steps, n = lens.shape
     ranks = dp * cp
     order = np.argsort(-lens, axis=1, kind="stable")  # sorted(..., key=len, reverse=True) keeps id order on ties
-    got = _schedule_steps(np.take_along_axis(lens, order, 1).ravel(), order.ravel(), n, ranks,
-                          np.int64(max_seqlen_per_dp_cp_rank), np.int64(min_cp))
+    got = _schedule_steps(
+        np.take_along_axis(lens, order, 1).ravel(),
+        order.ravel(),
+        n,
+        ranks,
+        np.int64(max_seqlen_per_dp_cp_rank),
+        np.int64(min_cp),
+    )
     mb_count, group_offsets, g_start, g_size, item_offsets, items, status, detail = got
-    reasons = tuple(None if code == OK else REASONS[int(code)].format(value=int(d[0]), extra=int(d[1]), ranks=ranks)
-                    for code, d in zip(status, detail, strict=True))
-    groups = Groups(num_ranks=ranks, mb_offsets=np.concatenate([[0], np.cumsum(mb_count)]).astype(np.int64),
-                    group_offsets=group_offsets, rank_start=g_start, rank_count=g_size, cp=g_size.copy(),
-                    item_offsets=item_offsets, items=items)
+    reasons = tuple(
+        None if code == OK else REASONS[int(code)].format(value=int(d[0]), extra=int(d[1]), ranks=ranks)
+        for code, d in zip(status, detail, strict=True)
+    )
+    groups = Groups(
+        num_ranks=ranks,
+        mb_offsets=np.concatenate([[0], np.cumsum(mb_count)]).astype(np.int64),
+        group_offsets=group_offsets,
+        rank_start=g_start,
+        rank_count=g_size,
+        cp=g_size.copy(),
+        item_offsets=item_offsets,
+        items=items,
+    )
     defects: tuple[str | None, ...] = (None,) * steps
     if vpp_multiple is not None and vpp_multiple > 1:
         groups, reasons, defects = _align_run(groups, reasons, vpp_multiple)
@@ -263,8 +294,10 @@ def _unreached(mbs: list, num_ranks: int) -> str | None:
     lost = sorted(listed - {i for mb in mbs for ids in mb[:num_ranks] for i in ids})
     if not lost:
         return None
-    return (f"align_sample_id_groups leaves {len(lost)} sequence(s) (global ids {lost[:5]}) only on rank lists "
-            f"past the last of {num_ranks} ranks: no rank trains them")
+    return (
+        f"align_sample_id_groups leaves {len(lost)} sequence(s) (global ids {lost[:5]}) only on rank lists "
+        f"past the last of {num_ranks} ranks: no rank trains them"
+    )
 
 
 def _rank_lists_to_groups(mb: list, num_ranks: int) -> list:
@@ -348,8 +381,10 @@ def _widen(mb: list) -> list:
         before = list(mb)
         _widen_once(mb)
         if mb == before:
-            raise _Refused("align_sample_id_groups never returns: fill_empty_by_expanding_cp cannot widen any CP "
-                           f"group into the {sum(1 for x in mb if not x)} idle rank(s) of {len(mb)}")
+            raise _Refused(
+                "align_sample_id_groups never returns: fill_empty_by_expanding_cp cannot widen any CP "
+                f"group into the {sum(1 for x in mb if not x)} idle rank(s) of {len(mb)}"
+            )
     return mb
 
 
@@ -368,12 +403,12 @@ def _widen_once(mb: list) -> None:
         if prev and size > prev:
             start = i + 1 + size  # the narrower group just to the right
             end = prev - idle if prev - idle < 0 else None
-            mb[start + 2 * prev:end] = mb[start + prev:-idle]
-            mb[start + prev:start + 2 * prev] = mb[start:start + prev]
+            mb[start + 2 * prev : end] = mb[start + prev : -idle]
+            mb[start + prev : start + 2 * prev] = mb[start : start + prev]
             return
         if size <= idle and i == -1:
             end = size - idle if size - idle < 0 else None
-            mb[2 * size:end] = mb[size:-idle]
-            mb[size:2 * size] = mb[0:size]
+            mb[2 * size : end] = mb[size:-idle]
+            mb[size : 2 * size] = mb[0:size]
             return
         prev = size

@@ -34,11 +34,22 @@ def online_config(plan: Plan) -> OnlineConfig:
     """
     p, t, k = plan.parallel, plan.training, plan.packing
     return OnlineConfig(
-        commit=k.megatron_lm, scheduler=k.scheduler, dataset=default_dataset(k.megatron_lm),
-        seq_length=t.seq_length, global_batch_size=plan.requested_samples, micro_batch_size=t.micro_batch_size,
-        dp=p.dp, cp=p.cp, tp=p.tp, sequence_parallel=p.sp and p.tp > 1, pp=p.pp, vpp=p.vpp,
-        max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank, num_moe_experts=plan.model.num_moe_experts,
-        calculate_per_token_loss=True)
+        commit=k.megatron_lm,
+        scheduler=k.scheduler,
+        dataset=default_dataset(k.megatron_lm),
+        seq_length=t.seq_length,
+        global_batch_size=plan.requested_samples,
+        micro_batch_size=t.micro_batch_size,
+        dp=p.dp,
+        cp=p.cp,
+        tp=p.tp,
+        sequence_parallel=p.sp and p.tp > 1,
+        pp=p.pp,
+        vpp=p.vpp,
+        max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank,
+        num_moe_experts=plan.model.num_moe_experts,
+        calculate_per_token_loss=True,
+    )
 
 
 def dataset_order(hist: LengthHistogram, seed: int) -> np.ndarray:
@@ -65,8 +76,13 @@ def sample_order(hist: LengthHistogram, seed: int) -> np.ndarray | SampleOrder:
 
 
 SCHEDULE_CACHE_BYTES = PACKING_CACHE_BYTES // 2  # a 512-GPU schedule holds hundreds of MB of per-rank arrays
-SCHEDULES = caches.bounded("online schedules", size=SCHEDULE_CACHE_SIZE, max_bytes=SCHEDULE_CACHE_BYTES,
-                           arrays=caches.held_arrays, by_histogram=True)
+SCHEDULES = caches.bounded(
+    "online schedules",
+    size=SCHEDULE_CACHE_SIZE,
+    max_bytes=SCHEDULE_CACHE_BYTES,
+    arrays=caches.held_arrays,
+    by_histogram=True,
+)
 # None: every step of the epoch (the command line). A server sharing its memory sets a sample budget, and an epoch
 # over it is simulated as a scale model (schedule's max_samples): about 150 bytes a sample are held while scheduling.
 _SAMPLE_BUDGET: list[int | None] = [None]
@@ -84,15 +100,21 @@ def step_of(plan: Plan, hist: LengthHistogram, step: int) -> StepSchedule:
     """Step ``step`` of the plan's online epoch, exactly as the real run schedules it (cached), whether or not the
     page's scale model of the epoch holds it: a step costs milliseconds however large the data set."""
     cfg = online_config(plan)
-    return STEPS.get(hist, (hist.order_digest, cfg, plan.packing_seed, int(step)),
-                     lambda: schedule(sample_order(hist, plan.packing_seed), cfg, source=hist.source,
-                                      only_steps=np.array([int(step)])).step(0))
+    return STEPS.get(
+        hist,
+        (hist.order_digest, cfg, plan.packing_seed, int(step)),
+        lambda: schedule(
+            sample_order(hist, plan.packing_seed), cfg, source=hist.source, only_steps=np.array([int(step)])
+        ).step(0),
+    )
 
 
 def schedule_of(plan: Plan, hist: LengthHistogram) -> RunSchedule:
     """One epoch of the plan's data under its online scheduler (cached on the data, its order and the settings),
     a scale model of it when this process limits the samples scheduled (``limit_samples``)."""
     cfg, budget = online_config(plan), _SAMPLE_BUDGET[0]
-    return SCHEDULES.get(hist, (hist.order_digest, cfg, plan.packing_seed, budget),
-                         lambda: schedule(sample_order(hist, plan.packing_seed), cfg, source=hist.source,
-                                          max_samples=budget))
+    return SCHEDULES.get(
+        hist,
+        (hist.order_digest, cfg, plan.packing_seed, budget),
+        lambda: schedule(sample_order(hist, plan.packing_seed), cfg, source=hist.source, max_samples=budget),
+    )

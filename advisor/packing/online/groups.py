@@ -43,7 +43,7 @@ class Groups:
         m = int(self.mb_offsets[step]) + micro_batch
         out: list[tuple[int, ...]] = [()] * self.num_ranks
         for g in range(int(self.group_offsets[m]), int(self.group_offsets[m + 1])):
-            ids = tuple(int(x) for x in self.items[self.item_offsets[g]:self.item_offsets[g + 1]])
+            ids = tuple(int(x) for x in self.items[self.item_offsets[g] : self.item_offsets[g + 1]])
             for r in range(int(self.rank_start[g]), int(self.rank_start[g] + self.rank_count[g])):
                 out[r] = ids
         return tuple(out)
@@ -68,20 +68,32 @@ class Groups:
                 group_offsets.append(len(starts))
             mb_offsets.append(len(group_offsets) - 1)
         i64 = np.int64
-        return Groups(num_ranks=num_ranks, mb_offsets=np.array(mb_offsets, i64),
-                      group_offsets=np.array(group_offsets, i64), rank_start=np.array(starts, i64),
-                      rank_count=np.array(counts, i64), cp=np.array(cps, i64),
-                      item_offsets=np.array(item_offsets, i64), items=np.array(items, i64))
+        return Groups(
+            num_ranks=num_ranks,
+            mb_offsets=np.array(mb_offsets, i64),
+            group_offsets=np.array(group_offsets, i64),
+            rank_start=np.array(starts, i64),
+            rank_count=np.array(counts, i64),
+            cp=np.array(cps, i64),
+            item_offsets=np.array(item_offsets, i64),
+            items=np.array(items, i64),
+        )
 
     def step_slice(self, step: int) -> Groups:
         """One step as a run of its own."""
         m0, m1 = int(self.mb_offsets[step]), int(self.mb_offsets[step + 1])
         g0, g1 = int(self.group_offsets[m0]), int(self.group_offsets[m1])
         i0, i1 = int(self.item_offsets[g0]), int(self.item_offsets[g1])
-        return Groups(num_ranks=self.num_ranks, mb_offsets=np.array([0, m1 - m0], np.int64),
-                      group_offsets=self.group_offsets[m0:m1 + 1] - g0, rank_start=self.rank_start[g0:g1],
-                      rank_count=self.rank_count[g0:g1], cp=self.cp[g0:g1],
-                      item_offsets=self.item_offsets[g0:g1 + 1] - i0, items=self.items[i0:i1])
+        return Groups(
+            num_ranks=self.num_ranks,
+            mb_offsets=np.array([0, m1 - m0], np.int64),
+            group_offsets=self.group_offsets[m0 : m1 + 1] - g0,
+            rank_start=self.rank_start[g0:g1],
+            rank_count=self.rank_count[g0:g1],
+            cp=self.cp[g0:g1],
+            item_offsets=self.item_offsets[g0 : g1 + 1] - i0,
+            items=self.items[i0:i1],
+        )
 
     @staticmethod
     def join(num_ranks: int, runs: list[Groups]) -> Groups:
@@ -91,6 +103,7 @@ class Groups:
         >>> Groups.join(1, [a, a.step_slice(0)]).rank_lists(1, 0)
         ((0, 1),)
         """
+
         def chained(name: str) -> np.ndarray:  # CSR offsets: each run's shifted by the totals before it
             shift, out = 0, []
             for run in runs:
@@ -102,6 +115,13 @@ class Groups:
         def stacked(name: str) -> np.ndarray:
             return np.concatenate([np.asarray(getattr(run, name), np.int64) for run in runs])
 
-        return Groups(num_ranks=num_ranks, mb_offsets=chained("mb_offsets"), group_offsets=chained("group_offsets"),
-                      rank_start=stacked("rank_start"), rank_count=stacked("rank_count"), cp=stacked("cp"),
-                      item_offsets=chained("item_offsets"), items=stacked("items"))
+        return Groups(
+            num_ranks=num_ranks,
+            mb_offsets=chained("mb_offsets"),
+            group_offsets=chained("group_offsets"),
+            rank_start=stacked("rank_start"),
+            rank_count=stacked("rank_count"),
+            cp=stacked("cp"),
+            item_offsets=chained("item_offsets"),
+            items=stacked("items"),
+        )

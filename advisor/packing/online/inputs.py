@@ -52,8 +52,9 @@ class SampleOrder:
         return self.lengths[self.codes]
 
 
-def expand_histogram(lengths, counts, *, order: str = "shuffle", seed: int = 0,
-                     source: str = "histogram") -> np.ndarray:
+def expand_histogram(
+    lengths, counts, *, order: str = "shuffle", seed: int = 0, source: str = "histogram"
+) -> np.ndarray:
     """One length per sample from ``length,count`` rows.
 
     A histogram keeps no order, so one is chosen: ``shuffle`` (a seeded permutation, numpy's legacy RandomState,
@@ -79,8 +80,15 @@ def expand_histogram(lengths, counts, *, order: str = "shuffle", seed: int = 0,
     return out
 
 
-def mock_config_lengths(config: dict, source: str, *, base_dir: Path | None = None, size: int = MOCK_SIZE,
-                        allow_file_mode: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
+def mock_config_lengths(
+    config: dict,
+    source: str,
+    *,
+    base_dir: Path | None = None,
+    size: int = MOCK_SIZE,
+    allow_file_mode: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> np.ndarray:
     """The lengths ``MockSFTLowLevelDataset`` holds, in its order (``sequence_lengths[idx]``).
 
     ``distribution`` and ``verification``: ``size`` lognormal draws after ``np.random.seed(0)`` (Megatron-LM
@@ -95,8 +103,9 @@ def mock_config_lengths(config: dict, source: str, *, base_dir: Path | None = No
         shown = f"{got.name} (from {source})"
         return mock_file_lengths(text_bytes(read_file(got, shown, max_bytes), shown), shown)
     params = {**(MOCK_LOGNORMAL_DEFAULTS if config["mode"] == "verification" else {}), **config}
-    return lognormal_lengths(size, params["mean_seq_len"], params["lognormal_sigma"], params["min_seq_len"],
-                             params["max_seq_len"])
+    return lognormal_lengths(
+        size, params["mean_seq_len"], params["lognormal_sigma"], params["min_seq_len"], params["max_seq_len"]
+    )
 
 
 def mock_file_lengths(data: bytes, source: str) -> np.ndarray:
@@ -119,12 +128,16 @@ def mock_file_lengths(data: bytes, source: str) -> np.ndarray:
         nums = np.array([float(v) for v in values])
     except ValueError:
         bad = next(i for i, v in enumerate(values) if not _is_number(v))
-        raise InputError(source, f"line {where[bad]}", f"{excerpt(values[bad].decode('utf-8', 'replace'))} is not "
-                         "a number") from None
+        raise InputError(
+            source, f"line {where[bad]}", f"{excerpt(values[bad].decode('utf-8', 'replace'))} is not a number"
+        ) from None
     bad = np.flatnonzero(~np.isfinite(nums) | (nums < 0) | (nums > MAX_LENGTH))
     if bad.size:
-        raise InputError(source, f"line {where[int(bad[0])]}", f"{values[int(bad[0])].decode('utf-8', 'replace')} "
-                         f"is not a length in 0..{MAX_LENGTH:,}")
+        raise InputError(
+            source,
+            f"line {where[int(bad[0])]}",
+            f"{values[int(bad[0])].decode('utf-8', 'replace')} is not a length in 0..{MAX_LENGTH:,}",
+        )
     return nums.astype(np.int64)  # int() truncates toward zero, as astype does for non-negative values
 
 

@@ -45,11 +45,21 @@ def loads(groups: Groups, seqlens: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     >>> tok.tolist(), work.tolist(), rank_tok.tolist(), rank_work.tolist()
     ([4.0, 3.0, 5.0], [16.0, 9.0, 25.0], [[5.0, 7.0]], [[17.0, 33.0]])
     """
+
     def i64(a):
         return np.asarray(a, dtype=np.int64)  # no copy (a broadcast width array stays a view)
 
-    return _loads(i64(groups.mb_offsets), i64(groups.group_offsets), i64(groups.rank_start), i64(groups.rank_count),
-                  i64(groups.cp), i64(groups.item_offsets), i64(groups.items), i64(seqlens), groups.num_ranks)
+    return _loads(
+        i64(groups.mb_offsets),
+        i64(groups.group_offsets),
+        i64(groups.rank_start),
+        i64(groups.rank_count),
+        i64(groups.cp),
+        i64(groups.item_offsets),
+        i64(groups.items),
+        i64(seqlens),
+        groups.num_ranks,
+    )
 
 
 def _spread(index_rows: np.ndarray, rows: int, groups: Groups, values: np.ndarray) -> np.ndarray:
@@ -57,8 +67,9 @@ def _spread(index_rows: np.ndarray, rows: int, groups: Groups, values: np.ndarra
     width = groups.num_ranks + 1
     share = values / groups.cp
     flat = np.bincount(index_rows * width + groups.rank_start, weights=share, minlength=rows * width)
-    flat -= np.bincount(index_rows * width + groups.rank_start + groups.rank_count, weights=share,
-                        minlength=rows * width)
+    flat -= np.bincount(
+        index_rows * width + groups.rank_start + groups.rank_count, weights=share, minlength=rows * width
+    )
     return np.cumsum(flat.reshape(rows, width), axis=1)[:, :-1]
 
 
@@ -67,7 +78,7 @@ def per_micro_batch(groups: Groups, values: np.ndarray, step: int) -> np.ndarray
     sub = groups.step_slice(step)
     g0 = int(groups.group_offsets[groups.mb_offsets[step]])
     mb_of_group = np.repeat(np.arange(sub.mb_offsets[1], dtype=np.int64), np.diff(sub.group_offsets))
-    return _spread(mb_of_group, int(sub.mb_offsets[1]), sub, values[g0:g0 + sub.num_groups])
+    return _spread(mb_of_group, int(sub.mb_offsets[1]), sub, values[g0 : g0 + sub.num_groups])
 
 
 def straggler(rank_work: np.ndarray) -> np.ndarray:

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def padding_divisor(*, commit: str, dataset: str, cp: int, tp: int = 1, sequence_parallel: bool = False,
-                    dp: int = 1, dynamic_cp: bool = False) -> int:
+def padding_divisor(
+    *,
+    commit: str,
+    dataset: str,
+    cp: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    dp: int = 1,
+    dynamic_cp: bool = False,
+) -> int:
     """The multiple every sequence is padded to.
 
     main (``SFTDataset.__getitem__``): 2·CP when CP > 1, else 1. dev (``_calculate_padding_divisor``): 2·CP when

@@ -116,8 +116,10 @@ class RunSchedule:
         z = _z(level, k)
         out = {}
         nmb = self.num_micro_batches[ran].astype(np.float64)
-        out["micro_batches_mean"] = (float(nmb.mean()) if k else 0.0,
-                                     float(z * fpc * nmb.std(ddof=1) / np.sqrt(k)) if k > 1 else 0.0)
+        out["micro_batches_mean"] = (
+            float(nmb.mean()) if k else 0.0,
+            float(z * fpc * nmb.std(ddof=1) / np.sqrt(k)) if k > 1 else 0.0,
+        )
         busy = self.rank_work[ran]
         out["straggler_factor"] = _ratio(busy.max(axis=1), busy.mean(axis=1), z, fpc)
         if self.real_sum is not None:
@@ -150,16 +152,54 @@ class RunSchedule:
         refused = next((r.reason for r in self.refusals if r.step == k), None)
         defect = next((r.reason for r in self.defects if r.step == k), None)
         return StepSchedule(
-            step=int(self.step_ids[k]), refused=refused, defect=defect, num_micro_batches=nmb,
+            step=int(self.step_ids[k]),
+            refused=refused,
+            defect=defect,
+            num_micro_batches=nmb,
             seqlen_sum=float(self.seqlen_sum[k]),
-            seqlen_squared_sum=float(self.seqlen_squared_sum[k]), global_ids=ids, samples=samples,
-            local_cp_size=tuple(local_cp), tokens=per_micro_batch(g, self.group_tokens, k),
-            work=per_micro_batch(g, self.group_work, k), straggler=float(straggler(self.rank_work[k:k + 1])[0]))
+            seqlen_squared_sum=float(self.seqlen_squared_sum[k]),
+            global_ids=ids,
+            samples=samples,
+            local_cp_size=tuple(local_cp),
+            tokens=per_micro_batch(g, self.group_tokens, k),
+            work=per_micro_batch(g, self.group_work, k),
+            straggler=float(straggler(self.rank_work[k : k + 1])[0]),
+        )
 
 
 # two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom; past 30 the normal's
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def _z(level: float, k: int) -> float:

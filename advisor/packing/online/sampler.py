@@ -36,8 +36,16 @@ def dp_rank_of_global_id(*, global_batch_size: int, dp: int) -> np.ndarray:
     return np.repeat(np.arange(dp, dtype=np.int64), global_batch_size // dp)
 
 
-def sample_indices(num_samples: int, *, steps: int, global_batch_size: int, micro_batch_size: int, dp: int,
-                   first_step: int = 0, step_ids: np.ndarray | None = None) -> np.ndarray:
+def sample_indices(
+    num_samples: int,
+    *,
+    steps: int,
+    global_batch_size: int,
+    micro_batch_size: int,
+    dp: int,
+    first_step: int = 0,
+    step_ids: np.ndarray | None = None,
+) -> np.ndarray:
     """Dataset index of every global id of every step, shape ``(steps, GBS)``.
 
     Step g consumes samples ``g*GBS .. (g+1)*GBS - 1`` (consumed_samples grows by GBS a step); past the end the

@@ -76,16 +76,22 @@ class _Samples:
             self.table = padded_lengths(distinct, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
             counts = lengths.counts()
             long = (distinct > cfg.seq_length) & (cfg.dataset != "custom")  # as padded_lengths counts the cut
-            self.whole = np.array([int((self.table.real * counts).sum()), int(counts[long].sum()),
-                                   int(((distinct[long] - cfg.seq_length) * counts[long]).sum())])
+            self.whole = np.array(
+                [
+                    int((self.table.real * counts).sum()),
+                    int(counts[long].sum()),
+                    int(((distinct[long] - cfg.seq_length) * counts[long]).sum()),
+                ]
+            )
             self.smallest = int(distinct[counts > 0].min())
         else:
             self.order = None
             values = _lengths(lengths, source)
             self.values, self.size = values, int(values.size)
             self.padded = padded_lengths(values, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
-            self.whole = np.array([int(self.padded.real.sum()), self.padded.truncated_samples,
-                                   self.padded.truncated_tokens])
+            self.whole = np.array(
+                [int(self.padded.real.sum()), self.padded.truncated_samples, self.padded.truncated_tokens]
+            )
             self.smallest = int(values.min())
 
     def at(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,15 +125,26 @@ class _Samples:
 
 def _refusal_reason(cfg: OnlineConfig, need: int, spare: int, multiple: int) -> str:
     if cfg.commit == "main":
-        return (f"DpBalancedScheduler asserts i > 0 ('Not enough samples to move'): the packs need {need} more to "
-                f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave packs 1.. (main never "
-                "splits pack 0)")
-    return (f"DpBalancedScheduler asserts i >= 0 ('Not enough samples to move'): the packs need {need} more to "
-            f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave a pack")
+        return (
+            f"DpBalancedScheduler asserts i > 0 ('Not enough samples to move'): the packs need {need} more to "
+            f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave packs 1.. (main never "
+            "splits pack 0)"
+        )
+    return (
+        f"DpBalancedScheduler asserts i >= 0 ('Not enough samples to move'): the packs need {need} more to "
+        f"reach a multiple of {multiple}, but only {spare} sequence(s) can leave a pack"
+    )
 
 
-def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: str = "lengths",
-             max_samples: int | None = None, only_steps: np.ndarray | None = None) -> RunSchedule:
+def schedule(
+    lengths,
+    cfg: OnlineConfig,
+    *,
+    steps: int | None = None,
+    source: str = "lengths",
+    max_samples: int | None = None,
+    only_steps: np.ndarray | None = None,
+) -> RunSchedule:
     """Simulate ``steps`` global batches (default: one epoch) of ``lengths`` (per sample, in dataset order).
 
     ``max_samples`` makes a scale model of an epoch that would schedule more samples than that: about
@@ -147,12 +164,22 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
     """
     if isinstance(lengths, SampleOrder) and lengths.size == 0:
         raise InputError(source, None, "needs a flat, non-empty list of sample lengths (got shape (0,))")
-    divisor = padding_divisor(commit=cfg.commit, dataset=cfg.dataset, cp=cfg.cp, tp=cfg.tp,
-                              sequence_parallel=cfg.sequence_parallel, dp=cfg.dp, dynamic_cp=cfg.dynamic_cp)
+    divisor = padding_divisor(
+        commit=cfg.commit,
+        dataset=cfg.dataset,
+        cp=cfg.cp,
+        tp=cfg.tp,
+        sequence_parallel=cfg.sequence_parallel,
+        dp=cfg.dp,
+        dynamic_cp=cfg.dynamic_cp,
+    )
     samples = _Samples(lengths, cfg, divisor, source)
     if cfg.dataset == "custom" and samples.smallest == 0:  # no dataset pads it; dcp_gpus_needed fails on log2(0)
-        raise InputError(source, f"sample {samples.first_zero()}", "a sequence of 0 tokens: a custom data set "
-                         "hands the scheduler lengths of at least 1")
+        raise InputError(
+            source,
+            f"sample {samples.first_zero()}",
+            "a sequence of 0 tokens: a custom data set hands the scheduler lengths of at least 1",
+        )
     checked = check(cfg)
     max_seqlen = checked.max_seqlen_per_dp_cp_rank
     n = samples.size
@@ -160,8 +187,12 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
     if steps is None:
         steps = steps_in_epoch(n, cfg.global_batch_size)
         if steps == 0:
-            raise InputError(source, None, f"{n:,} samples are fewer than one global batch of "
-                             f"{cfg.global_batch_size:,}: give steps to cycle through them")
+            raise InputError(
+                source,
+                None,
+                f"{n:,} samples are fewer than one global batch of "
+                f"{cfg.global_batch_size:,}: give steps to cycle through them",
+            )
     elif isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(source, "steps", f"{excerpt(steps)} is not a positive whole number of steps")
     check_expandable(steps * cfg.global_batch_size, source, "schedule")
@@ -178,23 +209,53 @@ def schedule(lengths, cfg: OnlineConfig, *, steps: int | None = None, source: st
         step_ids = np.unique(np.linspace(0, steps - 1, keep).round().astype(np.int64))
         steps = int(step_ids.size)
     check_cost(cfg, steps)
-    index = sample_indices(n, steps=steps, global_batch_size=cfg.global_batch_size,
-                           micro_batch_size=cfg.micro_batch_size, dp=cfg.dp, step_ids=step_ids)
+    index = sample_indices(
+        n,
+        steps=steps,
+        global_batch_size=cfg.global_batch_size,
+        micro_batch_size=cfg.micro_batch_size,
+        dp=cfg.dp,
+        step_ids=step_ids,
+    )
     _, seqlens, real = samples.at(index)
     groups, capacity, refusals, defects, found = _scheduled(cfg, seqlens, max_seqlen)
     tokens, work, rank_tokens, rank_work = loads(groups, seqlens)
     nmb = np.diff(groups.mb_offsets)
     step_sums = seqlens.sum(axis=1)
-    summary = _summary(cfg, samples, epoch_steps, nmb, rank_work, int(step_sums.sum()), len(refusals),
-                       len(defects), None if step_ids is None else index)
+    summary = _summary(
+        cfg,
+        samples,
+        epoch_steps,
+        nmb,
+        rank_work,
+        int(step_sums.sum()),
+        len(refusals),
+        len(defects),
+        None if step_ids is None else index,
+    )
     return RunSchedule(
-        config=cfg, max_seqlen_per_dp_cp_rank=max_seqlen, capacity=capacity, padding_divisor=divisor,
-        findings=checked.findings + found, sample_index=index, seqlens=seqlens, groups=groups, group_tokens=tokens,
-        group_work=work, num_micro_batches=nmb, seqlen_sum=step_sums.astype(np.float64),
-        seqlen_squared_sum=_squared_sums(seqlens), rank_tokens=rank_tokens, rank_work=rank_work,
-        step_straggler=straggler(rank_work), refusals=refusals, defects=defects, summary=summary,
+        config=cfg,
+        max_seqlen_per_dp_cp_rank=max_seqlen,
+        capacity=capacity,
+        padding_divisor=divisor,
+        findings=checked.findings + found,
+        sample_index=index,
+        seqlens=seqlens,
+        groups=groups,
+        group_tokens=tokens,
+        group_work=work,
+        num_micro_batches=nmb,
+        seqlen_sum=step_sums.astype(np.float64),
+        seqlen_squared_sum=_squared_sums(seqlens),
+        rank_tokens=rank_tokens,
+        rank_work=rank_work,
+        step_straggler=straggler(rank_work),
+        refusals=refusals,
+        defects=defects,
+        summary=summary,
         real_sum=real.sum(axis=1).astype(np.float64),
-        step_ids=np.arange(steps, dtype=np.int64) if step_ids is None else step_ids)
+        step_ids=np.arange(steps, dtype=np.int64) if step_ids is None else step_ids,
+    )
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -211,19 +272,30 @@ def run_cost(cfg: OnlineConfig, steps: int) -> dict[str, tuple[int, int, str]]:
     """
     gbs, v = cfg.global_batch_size, cfg.vpp_multiple or 1
     fewer = "give fewer --steps"
-    cost = {"sub-samples": (steps * gbs, MAX_SUB_SAMPLES, f"{fewer} or a smaller --global-batch-size"),
-            "per-rank totals": (steps * cfg.ranks, MAX_RANK_CELLS, f"{fewer} or fewer DP x CP ranks")}
+    cost = {
+        "sub-samples": (steps * gbs, MAX_SUB_SAMPLES, f"{fewer} or a smaller --global-batch-size"),
+        "per-rank totals": (steps * cfg.ranks, MAX_RANK_CELLS, f"{fewer} or fewer DP x CP ranks"),
+    }
     if cfg.dynamic_cp:
         cost["CP groups"] = (steps * (gbs + v), MAX_GROUPS, f"{fewer} or a smaller --global-batch-size")
         sizes = max(1, cfg.ranks.bit_length() - 1)  # the CP sizes a sequence may take: powers of two to ranks
-        cost["sequence scans"] = (steps * gbs * gbs * sizes // 2, MAX_DYNAMIC_WORK,
-                                  f"{fewer} or a smaller --global-batch-size")
+        cost["sequence scans"] = (
+            steps * gbs * gbs * sizes // 2,
+            MAX_DYNAMIC_WORK,
+            f"{fewer} or a smaller --global-batch-size",
+        )
         if v > 1:
-            cost["VPP rank lists"] = (steps * _round_up(gbs, v) * cfg.ranks, MAX_ALIGNED_LISTS,
-                                      f"{fewer}, a smaller --vpp-group or fewer DP x CP ranks")
+            cost["VPP rank lists"] = (
+                steps * _round_up(gbs, v) * cfg.ranks,
+                MAX_ALIGNED_LISTS,
+                f"{fewer}, a smaller --vpp-group or fewer DP x CP ranks",
+            )
     else:
-        cost["packs"] = (steps * _round_up(gbs + 1, cfg.dp * v), MAX_GROUPS,
-                         f"{fewer}, a smaller --vpp-group or a smaller DP")
+        cost["packs"] = (
+            steps * _round_up(gbs + 1, cfg.dp * v),
+            MAX_GROUPS,
+            f"{fewer}, a smaller --vpp-group or a smaller DP",
+        )
     return cost
 
 
@@ -245,31 +317,62 @@ def check_cost(cfg: OnlineConfig, steps: int) -> None:
     """Refuse, before any allocation, a run beyond one of run_cost's bounds: one message with the numbers."""
     for name, (cost, limit, fix) in run_cost(cfg, steps).items():
         if cost > limit:
-            raise InputError(SOURCE, None, f"{steps:,} steps of this layout need {cost:,} {name}, more than the "
-                             f"{limit:,} one simulation holds; {fix}")
+            raise InputError(
+                SOURCE,
+                None,
+                f"{steps:,} steps of this layout need {cost:,} {name}, more than the "
+                f"{limit:,} one simulation holds; {fix}",
+            )
 
 
 def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
     """(groups, pack capacity, refusals, defects, data-dependent findings) of the configured scheduler."""
     at = f" ({cfg.commit} {COMMITS[cfg.commit]})"
     if cfg.dynamic_cp:
-        got = dynamic_cp(seqlens, dp=cfg.dp, cp=cfg.cp, max_seqlen_per_dp_cp_rank=max_seqlen,
-                         min_cp=cfg.min_dynamic_cp, vpp_multiple=cfg.vpp_multiple)
+        got = dynamic_cp(
+            seqlens,
+            dp=cfg.dp,
+            cp=cfg.cp,
+            max_seqlen_per_dp_cp_rank=max_seqlen,
+            min_cp=cfg.min_dynamic_cp,
+            vpp_multiple=cfg.vpp_multiple,
+        )
         refusals = tuple(Refusal(step=k, reason=r, source=DCP_SOURCE + at) for k, r in enumerate(got.reasons) if r)
         defects = tuple(Refusal(step=k, reason=r, source=DCP_SOURCE + at) for k, r in enumerate(got.defects) if r)
         return got.groups, max_seqlen, refusals, defects, ()
     capacity = max_seqlen * cfg.cp
-    got = dp_balanced(seqlens, cap=capacity, dp=cfg.dp, cp=cfg.cp, vpp_multiple=cfg.vpp_multiple, commit=cfg.commit,
-                      max_num_seqs=cfg.max_num_seqs)
+    got = dp_balanced(
+        seqlens,
+        cap=capacity,
+        dp=cfg.dp,
+        cp=cfg.cp,
+        vpp_multiple=cfg.vpp_multiple,
+        commit=cfg.commit,
+        max_num_seqs=cfg.max_num_seqs,
+    )
     multiple = cfg.dp * (cfg.vpp_multiple or 1)
-    refusals = tuple(Refusal(step=int(k), reason=_refusal_reason(cfg, int(got.need[k]), int(got.spare[k]), multiple),
-                             source=DP_SOURCE + at) for k in np.flatnonzero(got.refused))
+    refusals = tuple(
+        Refusal(
+            step=int(k),
+            reason=_refusal_reason(cfg, int(got.need[k]), int(got.spare[k]), multiple),
+            source=DP_SOURCE + at,
+        )
+        for k in np.flatnonzero(got.refused)
+    )
     return got.groups, capacity, refusals, (), _overlong(seqlens, capacity, cfg)
 
 
-def _summary(cfg: OnlineConfig, samples: _Samples, steps: int, nmb: np.ndarray,
-             rank_work: np.ndarray, total: int, refused: int, defects: int,
-             sampled: np.ndarray | None = None) -> RunSummary:
+def _summary(
+    cfg: OnlineConfig,
+    samples: _Samples,
+    steps: int,
+    nmb: np.ndarray,
+    rank_work: np.ndarray,
+    total: int,
+    refused: int,
+    defects: int,
+    sampled: np.ndarray | None = None,
+) -> RunSummary:
     """The run at a glance; micro-batch counts and stragglers over the steps that run (none: zeros and 1.0).
     ``sampled``: the simulated steps' sample index when they are a scale model of ``steps`` (real tokens then
     over those steps, as the padded total is; truncation still over the whole run)."""
@@ -280,14 +383,23 @@ def _summary(cfg: OnlineConfig, samples: _Samples, steps: int, nmb: np.ndarray,
     ran = nmb > 0
     busy = rank_work[ran]
     return RunSummary(
-        steps=int(nmb.size), epoch_steps=steps, refused_steps=refused, defect_steps=defects,
+        steps=int(nmb.size),
+        epoch_steps=steps,
+        refused_steps=refused,
+        defect_steps=defects,
         micro_batches_min=int(nmb[ran].min()) if ran.any() else 0,
-        micro_batches_mean=float(nmb[ran].mean()) if ran.any() else 0.0, micro_batches_max=int(nmb.max()),
+        micro_batches_mean=float(nmb[ran].mean()) if ran.any() else 0.0,
+        micro_batches_max=int(nmb.max()),
         straggler_factor=float(busy.max(axis=1).sum() / busy.mean(axis=1).sum()) if ran.any() else 1.0,
         straggler_worst=float(straggler(busy).max()) if ran.any() else 1.0,
-        padding_fraction=(total - real) / total if total else 0.0, padded_tokens=total, real_tokens=real,
-        truncated_samples=cut, truncated_tokens=cut_tokens, samples=consumed,
-        unused_samples=max(0, samples.size - consumed))
+        padding_fraction=(total - real) / total if total else 0.0,
+        padded_tokens=total,
+        real_tokens=real,
+        truncated_samples=cut,
+        truncated_tokens=cut_tokens,
+        samples=consumed,
+        unused_samples=max(0, samples.size - consumed),
+    )
 
 
 def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Finding, ...]:
@@ -297,12 +409,15 @@ def _overlong(seqlens: np.ndarray, capacity: int, cfg: OnlineConfig) -> tuple[Fi
     if not over.any():
         return ()
     opening = int(np.count_nonzero(over[:, 0]))
-    return (Finding(
-        severity="warning", id="packing.overlong",
-        message=f"{int(over.sum()):,} sequence(s) of up to {int(seqlens.max()):,} padded tokens exceed the pack "
-                f"capacity {capacity:,}" + (f"; {opening} open a global batch, leaving an empty pack 0" if opening
-                                           else ""),
-        reason="DpBalancedScheduler closes the current pack (even an empty one) when a sequence does not fit, so "
-               "an overlong sequence runs alone and over the per-rank buffer; padding to the divisor can push "
-               "seq_length past max_seqlen_per_dp_cp_rank x CP",
-        source=DP_SOURCE + f" ({cfg.commit} {COMMITS[cfg.commit]})"),)
+    return (
+        Finding(
+            severity="warning",
+            id="packing.overlong",
+            message=f"{int(over.sum()):,} sequence(s) of up to {int(seqlens.max()):,} padded tokens exceed the pack "
+            f"capacity {capacity:,}" + (f"; {opening} open a global batch, leaving an empty pack 0" if opening else ""),
+            reason="DpBalancedScheduler closes the current pack (even an empty one) when a sequence does not fit, so "
+            "an overlong sequence runs alone and over the per-rank buffer; padding to the divisor can push "
+            "seq_length past max_seqlen_per_dp_cp_rank x CP",
+            source=DP_SOURCE + f" ({cfg.commit} {COMMITS[cfg.commit]})",
+        ),
+    )
