@@ -53,7 +53,7 @@ def choose_columns(names: list[str], ctx: Ctx, where: str) -> tuple[str, str | N
             if ctx.column.isdigit() and 1 <= int(ctx.column) <= len(names):
                 return names[int(ctx.column) - 1], None
             raise InputError(ctx.name, where, f"no column {excerpt(ctx.column)}; columns are {shown}")
-        length_col = ctx.column
+        length_col: str | None = ctx.column
     else:
         length_col = pick(names, LENGTH_NAMES)
     count_col = pick([n for n in names if n != length_col], COUNT_NAMES)

@@ -24,6 +24,7 @@ import re
 import stat
 from array import array
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -66,6 +67,18 @@ ON_BAD = ("error", "skip")  # a bad row stops the read with one message, or is l
 SHARD_SUFFIXES = (".parquet", ".pq")
 
 
+class _ReadOptions(TypedDict):
+    """What ``load_lengths`` hands on to ``parse_lengths`` unchanged."""
+
+    column: str | None
+    histogram: bool | None
+    on_bad: str
+    mock_samples: int
+    max_bytes: int
+    max_length: int
+    allow_file_mode: bool
+
+
 def load_lengths(
     path,
     *,
@@ -85,7 +98,7 @@ def load_lengths(
     >>> h = load_lengths(p); h.lengths.tolist(), h.counts.tolist()
     ([5, 7], [2, 1])
     """
-    opts = dict(
+    opts = _ReadOptions(
         column=column,
         histogram=histogram,
         on_bad=on_bad,
@@ -462,7 +475,8 @@ def _read_packed_folder(folder: Path, source: str, max_bytes: int, max_length: i
                 max_length=max_length,
                 pack_size=pack_size,
             )
-    notes = [scan.note()] if scan.skipped else []
+    scan_note = scan.note()
+    notes = [scan_note] if scan_note is not None else []
     if validation:
         notes.append(
             f"the validation split ({', '.join(display_name(f.name) for f in validation[:3])}"
@@ -511,10 +525,11 @@ def _check_against_metadata(folder: Path, pack_size: int, hist: LengthHistogram,
     """The folder's ``{S}_metadata.jsonl``, when it has one, read as Megatron-Bridge reads it and held against the
     packs: its max_samples_per_bin is what every pack's cu_seqlens is padded to, so a pack holding more than that
     gives batches of another shape (sft.py, pad_cu_seqlens)."""
+    from advisor.data.packed_audit import PackedDatasetAudit
     from advisor.data.prepared import check_metadata_file, metadata_file
 
     path = folder / metadata_file(pack_size)
-    if not path.is_file() or hist.packs is None:
+    if not path.is_file() or not isinstance(hist.packs, PackedDatasetAudit):
         return
     entries = check_metadata_file(path, pack_size)
     most = int(np.diff(hist.packs.offsets).max())

@@ -112,8 +112,8 @@ def lognormal_histogram(
     dense = np.zeros(span, dtype=np.int64) if span <= _DENSE_SPAN else None  # 256 MiB at most
     values, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for done in range(0, size, _DRAW_CHUNK):
-        draw = np.clip(rng.lognormal(mu, sigma, min(_DRAW_CHUNK, size - done)), min_seq_len, max_seq_len)
-        draw = draw.astype(np.int64) - min_seq_len
+        drawn = np.clip(rng.lognormal(mu, sigma, min(_DRAW_CHUNK, size - done)), min_seq_len, max_seq_len)
+        draw = drawn.astype(np.int64) - min_seq_len
         if dense is not None and span <= _DRAW_CHUNK * 4:
             dense += np.bincount(draw, minlength=span)
         elif dense is not None:  # a wide span: a bincount per chunk would allocate the whole span each time

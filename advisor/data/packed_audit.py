@@ -339,9 +339,9 @@ def _run_pickle(body, source: str) -> _Opaque:
                 stack.append(())
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
                 k = int(name[-1])
-                items = tuple(stack[-k:])
+                members = tuple(stack[-k:])
                 del stack[-k:]
-                stack.append(items)
+                stack.append(members)
             elif name == "TUPLE":
                 stack.append(tuple(_mark_pop(stack, marks)))
             elif name in ("APPEND", "APPENDS"):
@@ -352,12 +352,12 @@ def _run_pickle(body, source: str) -> _Opaque:
                 else:
                     target.extend(items)
             elif name in ("SETITEM", "SETITEMS"):
-                items = stack[-2:] if name == "SETITEM" else _mark_pop(stack, marks)
+                pairs = stack[-2:] if name == "SETITEM" else _mark_pop(stack, marks)
                 if name == "SETITEM":
                     del stack[-2:]
-                stack[-1].update(zip(items[::2], items[1::2], strict=True))
+                stack[-1].update(zip(pairs[::2], pairs[1::2], strict=True))
             elif name in ("STACK_GLOBAL", "GLOBAL"):
-                module, attr = (stack.pop(-2), stack.pop()) if name == "STACK_GLOBAL" else arg.split(" ", 1)
+                module, attr = (stack.pop(-2), stack.pop()) if name == "STACK_GLOBAL" else str(arg).split(" ", 1)
                 if (module, attr) not in _ALLOWED_GLOBALS:
                     raise InputError(
                         source,
@@ -402,7 +402,9 @@ def _audit_rows(array: _Opaque, body_size: int, source: str, max_length: int) ->
     rows = array.state[-1]
     if not rows:
         raise InputError(source, None, "packed data set has no rows")
-    pack_tokens, starts, offsets = [], [], [0]
+    pack_tokens: list[int] = []
+    starts: list[int] = []
+    offsets = [0]
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "input_ids" not in row or "seq_start_id" not in row:
             raise InputError(source, f"pack {i}", "is not a dict with input_ids and seq_start_id")
