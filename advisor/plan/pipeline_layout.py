@@ -59,16 +59,15 @@ def parse_layout(layout: str | list) -> tuple[tuple[str, ...], ...]:
             stages.append(tuple(CHARS[c] for c in stage))
         out = tuple(stages)
     elif isinstance(layout, list) and all(isinstance(row, list) for row in layout):
-        out = []
+        rows: list[tuple[str, ...]] = []
         for row in layout:
-            names = []
+            names: list[str] = []
             for name in row:
-                key = name.strip().lower() if isinstance(name, str) else None
-                if key not in KINDS:
+                if not isinstance(name, str) or (key := name.strip().lower()) not in KINDS:
                     raise ValueError(f"{str(name)[:40]!r} is not a layer type ({', '.join(KINDS)})")
                 names.append(key)
-            out.append(tuple(names))
-        out = tuple(out)
+            rows.append(tuple(names))
+        out = tuple(rows)
     else:
         raise ValueError("must be a layout string such as 'Et*3|(t*4|)*6tL' or a list of lists of layer names")
     if len(out) > MAX_STAGES:

@@ -24,10 +24,11 @@ Two things a reader must know:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import ErrorDetails
 
 from advisor.errors import PlanError, excerpt
 from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
@@ -54,7 +55,7 @@ from advisor.vocabulary import (
 __all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from_dict"]
 
 DEFAULT_GLOBAL_BATCH = 128  # Megatron-Bridge's SFT recipes' global_batch_size
-VERSION = 2  # plan files: 2 = global_batch_size in the framework's unit (packs under offline packing)
+VERSION: Final = 2  # plan files: 2 = global_batch_size in the framework's unit (packs under offline packing)
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
 # The SFT recipes' dataset seed, which seeds the offline packing shuffle: MB 0.6.2 recipes/utils/dataset_utils.py
@@ -626,8 +627,11 @@ class Plan(_Section):
             return self.batch_in_packs
         if not packing_factor:
             raise ValueError("the global batch in packs needs the data's packing factor n")
+        samples = self.requested_samples
+        if samples is None:  # never: a plan that gives no packs gives samples (TrainingSpec._one_batch_unit)
+            raise ValueError("the plan gives no global batch")
         dp = self.dp
-        return max(dp, round(self.training.global_batch_samples / packing_factor / dp) * dp)
+        return max(dp, round(samples / packing_factor / dp) * dp)
 
     def effective_samples_per_step(self, packing_factor: float | None) -> float | None:
         """The samples an optimizer step really trains on: packs x n with offline packing (the packs are rounded to
@@ -640,7 +644,7 @@ class Plan(_Section):
         (16, 109.9)
         """
         if self.packing_mode != "offline":
-            return float(self.requested_samples)
+            return None if self.requested_samples is None else float(self.requested_samples)
         if not packing_factor:
             return None
         return self.global_batch_packs(packing_factor) * packing_factor
@@ -706,7 +710,9 @@ class Plan(_Section):
                 raw[section] = {**raw[section], **values}
             else:
                 raw[section] = values
-        training = changes.get("training") if isinstance(changes.get("training"), dict) else {}
+        training = changes.get("training")
+        if not isinstance(training, dict):
+            training = {}
         if not {"global_batch_size", "global_batch_samples"} & set(training):
             raw = self._batch_across_modes(raw)
         return plan_from_dict(raw, "changed plan")
@@ -807,7 +813,7 @@ def consistency_problems(
         and hardware.gpu not in GPU_PRESETS
         and (hardware.memory_gib is None or hardware.bf16_tflops is None)
     )
-    if unknown:
+    if unknown and hardware is not None:
         out.append(f"hardware.gpu: {unknown_gpu(hardware.gpu)} (or give memory_gib and bf16_tflops for another GPU)")
     if hardware is not None and t is not None and not unknown:
         out += precision_problems(t.precision, t.fp8_recipe, hardware.gpu, hardware.table["compute_capability"])
@@ -957,7 +963,7 @@ def consistency_problems(
                 "(under offline packing Megatron-Bridge's global_batch_size counts packs, micro batches of 1 "
                 "on every DP rank)"
             )
-        elif not offline and batch % (t.micro_batch_size * p.dp):
+        elif not offline and batch is not None and batch % (t.micro_batch_size * p.dp):
             out.append(
                 f"training.{given} {batch} is not divisible by micro_batch_size*dp = {t.micro_batch_size}*{p.dp}"
             )
@@ -1020,7 +1026,7 @@ def _name(part) -> str:
 _SEPARATOR = "\x1f"
 
 
-def _problem(err: dict, section: str = "") -> str:
+def _problem(err: ErrorDetails, section: str = "") -> str:
     path = ".".join([section] * bool(section) + [_name(x) for x in err["loc"]])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] in ("extra_forbidden",):
@@ -1099,8 +1105,9 @@ def resolved_mode(mode: str, task: str) -> str:
 
 def _mode_of(raw: dict) -> str:
     """The packing mode a raw plan resolves to (``Plan.packing_mode``), read before it is validated."""
-    packing = raw.get("packing") if isinstance(raw.get("packing"), dict) else {}
-    training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    packing, training = raw.get("packing"), raw.get("training")
+    packing = packing if isinstance(packing, dict) else {}
+    training = training if isinstance(training, dict) else {}
     return resolved_mode(str(packing.get("mode", "auto")), str(training.get("task", "llm-sft")))
 
 
