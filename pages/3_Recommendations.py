@@ -5,13 +5,12 @@ import streamlit as st
 from advisor.advice.search import FREEDOMS
 from advisor.analysis import ALL_FORMATS
 from advisor.findings import by_severity
-from advisor.ui import charts, views
+from advisor.ui import screens, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, explained, frame, progress, say, stop_on
+from pages._frame import errors, frame, place, progress, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
-
 st.title("Recommendations & export")
 analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
@@ -20,52 +19,30 @@ say("caption", views.global_batch_example_text(analysis.plan, analysis.packing_f
 for severity, group in by_severity(analysis.findings).items():
     say("subheader", f"{severity.title()}s ({len(group)})", help=H("findings"))
     for i, f in enumerate(group):
-        with st.expander(ui.plain(f"{f.id}: {f.message}"), expanded=severity == "error"):
-            say("error" if severity == "error" else "write", f.reason)
-            say("caption", f"Source: {f.source}")
-            if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"fix-{severity}-{i}"):
-                ui.set_plan(st.session_state, f.fix)
-                st.rerun()
+        place((screens.finding(f),))
+        if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"fix-{severity}-{i}"):
+            ui.set_plan(st.session_state, f.fix)
+            st.rerun()
 st.subheader("Will my loss change?", help=H("loss_weights"))
 loss, problem = ui.guarded(lambda: analysis.loss)
-if problem:
-    say("caption", problem)
-else:
-    for where, (label, value, key) in zip(st.columns(4), views.loss_metrics(loss), strict=True):
-        where.metric(label, value, help=H(key))
-    explained(charts.loss_weight_shares(loss), "loss_weights")
-    say("caption", views.loss_caption(loss))
+place((screens.Text(kind="caption", text=problem),) if problem else screens.loss(loss))
 st.subheader("Best candidates", help=H("candidates"))
 vary = st.multiselect("Let the search change", list(FREEDOMS), key="search_vary", help=H("vary"))
 with progress("searching layouts") as bar:
     result, busy = ui.ready_search(st.session_state, analysis, vary, progress=bar)
 stop_on(busy)
-st.dataframe(views.candidates_table(result), hide_index=True, width="stretch")
-if note := views.search_note(analysis, result):
-    say("caption", note)
+place(screens.candidates(analysis, result))
 st.subheader("Export")
 v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_version"))
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
-mock = fmt == "megatron-lm" and st.toggle(
-    "Train on Megatron-LM's mock data of these lengths",
-    help="Without it the arguments read your data from "
-    "$DATA_PATH; with it they name lengths.csv, downloaded beside them (export --lengths-csv lengths.csv)",
-)
+mock = fmt == "megatron-lm" and st.toggle(views.MOCK_TOGGLE, help=H("export_mock"))
 text, filename = views.export_text(analysis, fmt, version, recommended, vary, mock=mock)
-st.code(text, language=views.code_language(fmt))
+place((screens.Code(text=text, language=views.code_language(fmt)),))
 d1, d2 = st.columns(2)
 d1.download_button(f"Download {filename}", text, file_name=filename)
 if mock:
-    d2.download_button(
-        f"Download {views.MOCK_LENGTHS_FILE} (the lengths the arguments name)",
-        views.mock_lengths_file(analysis),
-        file_name=views.MOCK_LENGTHS_FILE,
-    )
-if command := views.prepare_text(analysis.plan):
-    st.caption(
-        "Write the packed data set yourself, packed as this plan says (then point data.lengths at OUT):",
-        help=H("prepare"),
-    )
-    st.code(command, language="bash")
+    label = f"Download {views.MOCK_LENGTHS_FILE} (the lengths the arguments name)"
+    d2.download_button(label, views.mock_lengths_file(analysis), file_name=views.MOCK_LENGTHS_FILE)
+place(screens.prepare(analysis.plan))

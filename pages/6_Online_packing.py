@@ -2,13 +2,12 @@
 
 import streamlit as st
 
-from advisor.ui import charts, views
+from advisor.ui import charts, screens, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import explained, frame, say, stop_on
+from pages._frame import explained, frame, place, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
-
 plan, hist = st.session_state["plan"], st.session_state["hist"]
 st.title("Online packing (Megatron-LM)")
 c = st.columns(3)
@@ -17,16 +16,12 @@ buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 <<
 with st.spinner("scheduling the global batches"):
     comparison, problem = ui.ready_comparison(st.session_state, branch, buffer or None)
 stop_on(problem)
-explained(charts.packing_comparison(comparison), "packing_comparison")
-st.dataframe(views.comparison_table(comparison), hide_index=True)
-say("info", f"Recommended: {comparison.recommended}. {comparison.why}")
+place(screens.online(comparison))
 online = [r for r in comparison.runs if r.estimate.online is not None]
 shown = c[2].selectbox("Schedule shown", [r.label for r in online], help=H("online_shown"))
 chosen = next(r for r in online if r.label == shown)
 run = chosen.estimate.online
-explained(charts.online_steps(run), "online_steps")
-if (note := views.online_estimate_text(run)) is not None:
-    say("caption", note)
+place(screens.online_run(run))
 step = int(st.slider("Step", 0, max(0, run.summary.epoch_steps - 1), 0, help=H("online_step")))
 explained(charts.online_rank_work(views.online_step(chosen.plan, hist, run, step), run.config.cp), "online_rank_work")
 labels = [r.label for r in comparison.runs]

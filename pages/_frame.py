@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from advisor.ui import blocks as b
 from advisor.ui import controls, links, tour
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
@@ -95,6 +96,15 @@ def bullets(items, where=st) -> None:
     where.markdown("\n".join(f"- {ui.plain(item)}" for item in items))
 
 
+def on_upload(upload, seen_key: str, use) -> bool:
+    """Hand a new upload to ``use`` once (Streamlit returns the same file on every rerun): what ``use`` returned, or
+    False when there was nothing new."""
+    if upload is None or st.session_state.get(seen_key) == (upload.name, upload.size):
+        return False
+    st.session_state[seen_key] = (upload.name, upload.size)
+    return bool(use(upload))
+
+
 def errors(*keys: str) -> None:
     """The last refusal's one-line message for each session key given (``plan_error``, ``upload_error``)."""
     for key in keys:
@@ -117,3 +127,45 @@ def stop_on(problem: str | None) -> None:
     if problem:
         say("error", problem)
         st.stop()
+
+
+def place(blocks: tuple[b.Block, ...], where=st) -> None:
+    """Draw the engine's blocks (advisor/ui/blocks.py) in order: the one way engine figures reach a page."""
+    for block in blocks:
+        if isinstance(block, b.Metrics):
+            for column, m in zip(where.columns(len(block.items)), block.items, strict=True):
+                column.metric(m.label, m.value, help=H(m.help) if m.help else None)
+        elif isinstance(block, b.Text):
+            kw = {"help": H(block.help)} if block.help else {}
+            getattr(where, block.kind)(block.text, **kw) if block.markdown else say(block.kind, block.text, where, **kw)
+        elif isinstance(block, b.Markdown):
+            where.markdown(block.text)
+        elif isinstance(block, b.Chart):
+            explained(block.figure, block.explain, where)
+        elif isinstance(block, b.Table):
+            where.dataframe(block.frame, hide_index=True, **({"width": "stretch"} if block.stretch else {}))
+        elif isinstance(block, b.Code):
+            where.code(block.text, language=block.language, wrap_lines=block.wrap)
+        elif isinstance(block, b.Row):
+            for column, inner in zip(where.columns(len(block.columns)), block.columns, strict=True):
+                place(inner, column)
+        elif isinstance(block, b.Fold):
+            with where.expander(ui.plain(block.label), expanded=block.expanded):
+                place(block.body)
+
+
+def control_rows(rows: tuple[tuple[tuple[str, ...], tuple[int, ...] | None], ...]) -> None:
+    """Plan-bound controls in rows: (names, column widths or None for equal) each (advisor/ui/controls.py)."""
+    for names, widths in rows:
+        for where, name in zip(st.columns(list(widths) if widths else len(names)), names, strict=True):
+            control(name, where)
+
+
+def estimate_or_stop():
+    """The session's analysis and its estimate, or the page stops with why (busy, or the plan cannot be estimated)."""
+    with st.spinner("estimating"):
+        analysis, busy = ui.ready_analysis(st.session_state)
+        stop_on(busy)
+        est, problem = ui.estimate_of(analysis)
+    stop_on(problem)
+    return analysis, est

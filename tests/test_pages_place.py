@@ -38,3 +38,24 @@ def test_the_check_sees_a_computed_caption_and_passes_a_literal_one():
         "line 1: .caption(views.note(plan))",
         "line 3: .info(f'{x}')",
     ]
+
+
+PAGE_MOST_LINES = 50  # a page places the engine's blocks and its own controls; more is layout logic to move out
+
+
+@pytest.mark.parametrize("page", page_paths())
+def test_a_page_is_at_most_fifty_lines(page):
+    lines = (ROOT / page).read_text().splitlines()
+    assert len(lines) <= PAGE_MOST_LINES, f"{page}: {len(lines)} lines; move what it computes into advisor/ui/screens"
+
+
+def test_pages_draw_blocks_only_through_place():
+    """A page calls ``place`` on what advisor/ui/screens.py builds, never ``st.metric``/``st.dataframe`` itself."""
+    drawn = {"metric", "dataframe", "plotly_chart", "table", "json"}
+    calls = [
+        f"{page}:{node.lineno} .{node.func.attr}"
+        for page in page_paths()
+        for node in ast.walk(ast.parse((ROOT / page).read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in drawn
+    ]
+    assert not calls

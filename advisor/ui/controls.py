@@ -179,6 +179,25 @@ def _model_field(name: str) -> Control:
     return _number(f"model.{name}", name, "custom_model", 1, 1 << 20, read=read)
 
 
+# the Memory & FLOPs page's controls, three rows, with widths so every name reads in full at 1280-1440 px: what
+# runs, on what; the layout; the step (names, relative column widths or None for equal)
+MEMORY_PAGE_ROWS: tuple[tuple[tuple[str, ...], tuple[int, ...] | None], ...] = (
+    (("model.preset", "hardware.gpu", "training.precision", "training.recompute", "parallel.gpus"), (3, 2, 2, 2, 2)),
+    (
+        (
+            "parallel.tp",
+            "parallel.pp",
+            "parallel.vpp",
+            "parallel.cp",
+            "parallel.ep",
+            "parallel.sp",
+            "parallel.fsdp",
+            "training.cpu_offloading_num_layers",
+        ),
+        None,
+    ),
+    (("training.seq_length", "training.micro_batch_size", "training.batch_unit", "training.batch"), None),
+)
 CUSTOM_FIELDS = (
     "hidden_size",
     "num_layers",

@@ -410,6 +410,11 @@ HELP: dict[str, Explanation] = {
         "arguments, packed-file paths, the plan, a report, or trial launch scripts.",
         "advisor/advice/exports.py",
     ),
+    "export_mock": _e(
+        "Without it the arguments read your data from $DATA_PATH; with it they name lengths.csv, downloaded beside "
+        "them (export --lengths-csv lengths.csv).",
+        "advisor/advice/exports.py megatron_lm_args",
+    ),
     "export_recommended": _e("Export the search's best candidate instead of your plan.", "advisor/advice/search.py"),
     "loss_weights": _e(
         "How much of a step's gradient falls on samples of each length (loss tokens): token-uniform, "

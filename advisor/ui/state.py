@@ -100,6 +100,19 @@ def set_plan(state, changes: dict) -> bool:
     return True
 
 
+UPLOAD_LABEL = f"Or upload lengths (csv, tsv, json, jsonl, npy, parquet; up to {UPLOAD_LIMIT_MB} MB)"
+
+
+def sample_choice(state) -> str:
+    """The bundled sample the selector shows: the one in use, else the default (uploaded data is not a sample)."""
+    return state["data_name"] if state["data_name"] in SAMPLES else DEFAULT_SAMPLE
+
+
+def use_chosen_sample(state) -> None:
+    """The sample selector's callback: use the sample it shows."""
+    use_sample(state, state["sample_choice"])
+
+
 def use_sample(state, name: str) -> None:
     fresh = default_plan(name)
     state["hist"] = load_sample(name)
@@ -324,6 +337,24 @@ def packing_kept(state) -> bool:
 
     hist = state["hist"]
     return hist.num_samples <= BIG_DATA or PACKINGS.peek(hist, packing_config(state["plan"])) is not None
+
+
+def packing_shown_before(state) -> dict | None:
+    """The headline last shown for this data while the plan's packing is not ready at once (big data, a new pack
+    size): the page keeps it on screen, said to be the previous one, instead of a blank while it packs."""
+    previous = state.get("packing_shown")
+    if previous and previous.get("data") == state.get("data_name") and not packing_kept(state):
+        return previous
+    return None
+
+
+def packing_shown(state, result) -> dict:
+    """The headline of ``result`` as shown, kept in the session for ``packing_shown_before``."""
+    from advisor.ui.views import packing_headline
+
+    shown = {**packing_headline(result), "data": state.get("data_name")}
+    state["packing_shown"] = shown
+    return shown
 
 
 def ready_packing(state, progress=None):

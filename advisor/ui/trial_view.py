@@ -6,10 +6,14 @@ page and ``python -m advisor trial`` show the same medians, spreads, interval an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import plotly.graph_objects as go
 
+from advisor.trial import jobs
 from advisor.trial.report import SpeedReport, loss_rows, shown, speed_report, speedup_text
+from advisor.ui.blocks import Block, Code, Text
 
 
 def speed_table(rep: SpeedReport) -> pd.DataFrame:
@@ -106,3 +110,76 @@ def loss_table(result: dict) -> pd.DataFrame | None:
     before the loss-weighting check)."""
     rows = loss_rows(result)
     return pd.DataFrame(rows).round(6) if rows else None
+
+
+# ---------------------------------------------------------------------------------------------- the job, followed
+# The Trial page follows its job once a second (a Streamlit fragment); what a poll means for the session is decided
+# here, so the page only draws it: polling is also the job's heartbeat (jobs.poll), and a finished job's results move
+# into the session before its folder is removed (jobs.collect).
+
+
+@dataclass(frozen=True, kw_only=True)
+class Following:
+    state: str  # running, done, failed, cancelled
+    log: str
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+def running(session) -> bool:
+    """Whether the session's trial job is still running (the Start button waits for it)."""
+    job = session.get("trial_job")
+    return job is not None and jobs.poll(job)["state"] == "running"
+
+
+def start(session, plan, hist, *, steps: int, pack_size: int, scale: str) -> str | None:
+    """Start the server's one trial for this session; None, or why not (another is running, over the budget)."""
+    try:
+        session["trial_job"] = jobs.start_trial(plan, hist, steps=steps, pack_size=pack_size, scale=scale)
+    except (jobs.JobBusy, ValueError) as e:
+        return str(e)
+    return None
+
+
+def follow(session) -> Following | None:
+    """Poll the session's job (None without one); a job that ended leaves its results and its last state and log
+    in the session (``trial_result``, ``trial_status``) and the job itself is forgotten."""
+    job = session.get("trial_job")
+    if job is None:
+        return None
+    status = jobs.poll(job)
+    if status["state"] != "running":
+        session["trial_result"] = jobs.collect(job)  # the folder is removed
+        session["trial_status"] = (status["state"], status["log"])
+        del session["trial_job"]
+    return Following(state=status["state"], log=status["log"])
+
+
+def cancel(session) -> None:
+    if (job := session.get("trial_job")) is not None:
+        jobs.cancel(job)
+
+
+def following_blocks(f: Following) -> tuple[Block, ...]:
+    """What the page shows while it follows a job: its state and the log's last lines."""
+    return (Text(kind="write", text=f"Trial {f.state}"), Code(text=f.log or "starting…"))
+
+
+def outcome_blocks(session) -> tuple[Block, ...]:
+    """How the last job ended, once it has (its log too when it did not finish)."""
+    if "trial_status" not in session or "trial_job" in session:
+        return ()
+    state, log = session["trial_status"]
+    done = state == "done"
+    return (Text(kind="success" if done else "error", text=f"Trial {state}"),) + (() if done else (Code(text=log),))
+
+
+def use_upload(session, upload) -> str | None:
+    """A trial.json from a run elsewhere as the session's result; None, or why it was refused."""
+    try:
+        session["trial_result"] = jobs.read_results(upload.getvalue(), upload.name)
+    except ValueError as e:
+        return str(e)
+    return None

@@ -111,6 +111,7 @@ def no_packs_text(plan: Plan) -> str:
 
 
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
+SWEEP_METRICS = ("packing_efficiency", "padding_fraction", "packing_factor")  # the sweep chart's curves
 SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
 
 
@@ -295,6 +296,7 @@ def search_note(analysis: Analysis, result: SearchResult | None = None) -> str |
 MB_VERSIONS = ("0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1")  # the API generations the exports are checked against
 
 
+MOCK_TOGGLE = "Train on Megatron-LM's mock data of these lengths"
 MOCK_LENGTHS_FILE = "lengths.csv"  # the dashboard's mock lengths download, named in the arguments it goes with
 
 
