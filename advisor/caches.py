@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 
 class BoundedCache:
@@ -187,6 +187,28 @@ def _register(cache):
             raise ValueError(f"a cache named {cache.name!r} already exists")
         _REGISTRY[cache.name] = cache
     return cache
+
+
+@overload
+def bounded(
+    name: str,
+    *,
+    size: int,
+    max_bytes: int | None = None,
+    arrays: Callable[[Any], list] | None = None,
+    by_histogram: Literal[False] = False,
+) -> BoundedCache: ...
+
+
+@overload
+def bounded(
+    name: str,
+    *,
+    size: int,
+    max_bytes: int | None = None,
+    arrays: Callable[[Any], list] | None = None,
+    by_histogram: Literal[True],
+) -> HistogramCache: ...
 
 
 def bounded(
