@@ -340,6 +340,16 @@ def test_bad_settings_are_refused_before_any_work(tok, tmp_path):
         tokenize(TokenizeJob(data=str(data), tokenizer=tok, settings=SftSettings()), engine="spark")
 
 
+def test_settings_of_the_other_format_are_refused_with_one_message(tok, tmp_path):
+    """A job's settings of the other format (SftSettings for chat) failed as an AttributeError deep in the
+    tokenizer path; the engine now names the mismatch before any work."""
+    data = _jsonl(tmp_path / "d.jsonl", _sft_records(3))
+    with pytest.raises(InputError, match="the chat format takes ChatSettings, not SftSettings"):
+        tokenize(TokenizeJob(data=str(data), tokenizer=tok, fmt="chat", settings=SftSettings()), workers=1)
+    with pytest.raises(InputError, match="the sft format takes SftSettings, not ChatSettings"):
+        tokenize(TokenizeJob(data=str(data), tokenizer=tok, fmt="sft", settings=ChatSettings()), workers=1)
+
+
 def test_model_specific_tokenizer_classes_load_through_transformers(tmp_path):
     """transformers 5 rebuilds e.g. Qwen2Tokenizer's pipeline from its vocabulary, as Megatron-Bridge's AutoTokenizer
     sees it: the engine then encodes with transformers' own encoder (tests/test_tokenize_exact.py compares that

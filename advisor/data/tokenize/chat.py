@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, overload
 
 import numpy as np
 
@@ -210,6 +210,32 @@ def _template_lengths(
         problems.append(RecordProblem(good[j], why))
     problems.sort(key=lambda p: p.index)
     return lengths, problems
+
+
+@overload
+def render_boxed(
+    source: str,
+    conversation: list[dict],
+    tools,
+    special_tokens: dict,
+    prefixes: None = None,
+    track: list | None = None,
+    keep: list | None = None,
+    emptied_last: tuple | None = None,
+) -> str | RecordProblem: ...
+
+
+@overload
+def render_boxed(
+    source: str,
+    conversation: list[dict],
+    tools,
+    special_tokens: dict,
+    prefixes: list[int],
+    track: list | None = None,
+    keep: list | None = None,
+    emptied_last: tuple | None = None,
+) -> dict[int, str] | RecordProblem: ...
 
 
 def render_boxed(

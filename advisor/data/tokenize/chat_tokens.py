@@ -154,16 +154,17 @@ def chat_tokens(
         work.append(r)
 
     def generation_mask(j: int, encoding) -> None:
-        work[j].hf = _generation_mask(encoding, work[j].generation, len(encoding.ids))
+        work[j].hf = _generation_mask(encoding, work[j].generation or [], len(encoding.ids))
 
     full_ids, panicked = _encode(
         backend, [r.text for r in work], source_name, on_encoding=generation_mask if track else None
     )
     for j, why in panicked:
         problems.append(RecordProblem(work[j].index, why))
-    for r, ids in zip(work, full_ids, strict=True):
+    encoded = [(r, ids) for r, ids in zip(work, full_ids, strict=True) if ids is not None]
+    for r, ids in encoded:
         r.ids = ids
-    work = [r for r in work if r.ids is not None]
+    work = [r for r, _ in encoded]
     if any(r.prefix_texts for r in work):
         failed = _prefix_lengths(work, markers, backend, source_name)
         problems.extend(RecordProblem(i, why) for i, why in failed.items())
@@ -173,18 +174,18 @@ def chat_tokens(
     ids_out: list[np.ndarray] = []
     mask_out: list[np.ndarray] = []
     for r in work:
-        ids = r.ids
-        if isinstance(r.hf, str):  # transformers fails mapping the generation spans: so does Bridge, in any mode
-            problems.append(RecordProblem(r.index, r.hf))
+        ids, generated = r.ids, r.hf
+        if isinstance(generated, str):  # transformers fails mapping the generation spans: so does Bridge, any mode
+            problems.append(RecordProblem(r.index, generated))
             continue
         if s.loss_mode == "full":
             mask = apply_loss_mode(np.zeros(ids.size, np.int8), ids, "full", None, skipped)
         else:
-            mask = _assistant_mask(r, ids, bounds, encode)
-            if mask is None:
+            assistant = _assistant_mask(r, ids, generated, bounds, encode)
+            if assistant is None:
                 problems.append(RecordProblem(r.index, _no_mask_reason(r.conversation, s.loss_mode)))
                 continue
-            mask = apply_loss_mode(mask, ids, s.loss_mode, r.last_turn_start, skipped)
+            mask = apply_loss_mode(assistant, ids, s.loss_mode, r.last_turn_start, skipped)
         lengths[r.index] = ids.size
         ids_out.append(ids.astype(np.int32))
         mask_out.append(mask)
@@ -202,7 +203,7 @@ class _Record:
         self.prefix_len: dict[int, int] = {}  # messages rendered -> common token prefix with the whole rendering
         self.turns: list[int] = [k for k, t in enumerate(conversation) if t.get("role") == ASSISTANT]
         self.last_turn_start: int | None = None
-        self.ids: np.ndarray | None = None  # the whole rendering's token ids
+        self.ids = np.zeros(0, np.int64)  # the whole rendering's token ids, once encoded
         self.generation: list[tuple[int, int]] | None = None  # {% generation %} spans (characters), when tracked
         self.hf: np.ndarray | str | None = None  # Hugging Face's assistant mask from them, or why there is none
 
@@ -219,8 +220,8 @@ class _Record:
         return [(self.prefix_len[k] if k > 0 else 0, self.prefix_len[k + 1] if k + 1 < n else size) for k in self.turns]
 
 
-def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray | None:
-    """``tokenize_chat_example``'s mask before its loss mode: with a generation mask (``r.hf``) and no turn markers
+def _assistant_mask(r: _Record, ids: np.ndarray, hf: np.ndarray | None, bounds, encode) -> np.ndarray | None:
+    """``tokenize_chat_example``'s mask before its loss mode: with a generation mask (``hf``) and no turn markers
     Bridge knows, that mask; else ``build_assistant_loss_mask``: the turns first, the scan when they fail and no
     message carries a marker of its own; a generation mask with some loss keeps its spans and gains the turns' end
     markers, one without any gives way to the markers' mask if that has some. Also sets the last turn's start
@@ -229,7 +230,6 @@ def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray |
         last = r.turns[-1]
         if last == 0 or last in r.prefix_len:
             r.last_turn_start = 0 if last == 0 else min(r.prefix_len[last], ids.size)
-    hf = r.hf
     if hf is not None and bounds is None:
         return hf
 
@@ -238,7 +238,7 @@ def _assistant_mask(r: _Record, ids: np.ndarray, bounds, encode) -> np.ndarray |
         payloads.append({"tools": r.tools} if r.tools is not None else {})
         return not contains_markers(payloads, encode, bounds)
 
-    roles = [t.get("role") for t in r.conversation]
+    roles = [str(t.get("role")) for t in r.conversation]  # only which are ASSISTANT counts: str() keeps that
     if hf is not None and hf.any():  # build_assistant_loss_mask: boundary tokens added to the generation mask
         ends = mask_from_turns(ids, r.spans(ids.size), bounds, include_content=False)
         if ends is None and safe():

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
-from typing import get_args
+from typing import TYPE_CHECKING, TypeVar, get_args
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from advisor.data.tokenize.sequences import ROLLED, mask_kind
 from advisor.errors import InputError
 from advisor.processes import process_pool
 from advisor.vocabulary import DataFormat
+
+if TYPE_CHECKING:
+    from advisor.data.tokenize.chat import ChatSettings
+    from advisor.data.tokenize.sft import SftSettings
 
 ENGINES = ("local", "ray")
 FORMATS: tuple[DataFormat, ...] = get_args(DataFormat)
@@ -42,7 +46,7 @@ class TokenizeJob:
     data: str
     tokenizer: str
     fmt: str = "sft"
-    settings: object = None
+    settings: SftSettings | ChatSettings | None = None
     on_bad: str = "error"
     limits: Limits = Limits()
     # prepare: each shard's token ids and loss masks are written here by the worker that tokenized it
@@ -155,12 +159,24 @@ def _load_tokenizer(path: str):
 def _lengths_of(records: list[dict], job: TokenizeJob):
     tok = _tokenizer(job.tokenizer)
     if job.fmt == "chat":
-        from advisor.data.tokenize.chat import chat_lengths
+        from advisor.data.tokenize.chat import ChatSettings, chat_lengths
 
-        return chat_lengths(records, tok, job.settings)
-    from advisor.data.tokenize.sft import sft_lengths
+        return chat_lengths(records, tok, _settings(job, ChatSettings))
+    from advisor.data.tokenize.sft import SftSettings, sft_lengths
 
-    return sft_lengths(records, tok, job.settings)
+    return sft_lengths(records, tok, _settings(job, SftSettings))
+
+
+_Settings = TypeVar("_Settings")
+
+
+def _settings(job: TokenizeJob, kind: type[_Settings]) -> _Settings | None:
+    """The job's settings, refused unless of its format's kind (``ChatSettings`` for chat, else ``SftSettings``)."""
+    if job.settings is None or isinstance(job.settings, kind):
+        return job.settings
+    raise InputError(
+        "tokenize", "settings", f"the {job.fmt} format takes {kind.__name__}, not {type(job.settings).__name__}"
+    )
 
 
 def _kind(reason: str) -> str:
@@ -175,12 +191,13 @@ def _kind(reason: str) -> str:
 def _tokens_of(records: list[dict], job: TokenizeJob):
     tok = _tokenizer(job.tokenizer)
     if job.fmt == "chat":
+        from advisor.data.tokenize.chat import ChatSettings
         from advisor.data.tokenize.chat_tokens import chat_tokens
 
-        return chat_tokens(records, tok, job.settings)
-    from advisor.data.tokenize.sft import sft_tokens
+        return chat_tokens(records, tok, _settings(job, ChatSettings))
+    from advisor.data.tokenize.sft import SftSettings, sft_tokens
 
-    return sft_tokens(records, tok, job.settings)
+    return sft_tokens(records, tok, _settings(job, SftSettings))
 
 
 def loss_counts(batch, kind: str) -> np.ndarray:
@@ -250,6 +267,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         keep = [k for k in range(len(records)) if wanted is None or (row + k) in wanted]
         lengths = np.full(len(keep), -1, np.int32)
         good = [(j, k) for j, k in enumerate(keep) if records[k] is not None]
+        present = [record for k in keep if (record := records[k]) is not None]  # the records of good
         for k in keep:
             if records[k] is None:
                 note(wheres[k], bad_at[wheres[k]].reason, True)
@@ -257,13 +275,13 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         loss = np.full(len(keep), -1, np.int32)
         if good:
             if keep_tokens or job.loss_tokens:
-                batch, got, record_problems = _tokens_of([records[k] for _, k in good], job)
+                batch, got, record_problems = _tokens_of(present, job)
                 truncated[[j for j, _ in good]] = batch.truncated
                 loss[[j for j, _ in good]] = loss_counts(batch, mask_kind(job.fmt, job.settings))
                 if keep_tokens:
                     token_parts.append((batch.ids, batch.mask))
             else:
-                got, record_problems = _lengths_of([records[k] for _, k in good], job)
+                got, record_problems = _lengths_of(present, job)
             got = np.asarray(got)
             for (j, _), n in zip(good, got, strict=True):
                 lengths[j] = n
@@ -276,7 +294,7 @@ def tokenize_shard(index: int, shard: Shard, job: TokenizeJob, select: np.ndarra
         row += len(records)
     lengths = np.concatenate(out) if out else np.zeros(0, np.int32)
     cut = 0
-    if keep_tokens:
+    if job.tokens_dir is not None:
         ids = [a for a, _ in token_parts if a is not None]
         masks = [b for a, b in token_parts if a is not None]
         flags = [b for a, b in token_parts if a is None]
@@ -610,7 +628,7 @@ def lengths_csv(result: TokenizeResult, histogram: bool = False) -> str:
         rows = zip(values.tolist(), counts.tolist(), strict=True)
         return "length,count\n" + "".join(f"{v},{c}\n" for v, c in rows)
     if result.loss_tokens is not None:  # a loss_tokens job: each sample's label positions with loss beside it
-        rows = zip(result.sample_index.tolist(), result.lengths.tolist(), result.loss_tokens.tolist(), strict=True)
-        return "sample_index,length,loss_tokens\n" + "".join(f"{i},{n},{x}\n" for i, n, x in rows)
+        with_loss = zip(result.sample_index.tolist(), result.lengths.tolist(), result.loss_tokens.tolist(), strict=True)
+        return "sample_index,length,loss_tokens\n" + "".join(f"{i},{n},{x}\n" for i, n, x in with_loss)
     rows = zip(result.sample_index.tolist(), result.lengths.tolist(), strict=True)
     return "sample_index,length\n" + "".join(f"{i},{n}\n" for i, n in rows)

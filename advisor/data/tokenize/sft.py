@@ -227,7 +227,7 @@ def sft_lengths(
     """
     s = settings if settings is not None else SftSettings()
     if s.prompt_completion is not None:
-        return _prompt_completion_lengths(records, tok, s)
+        return _prompt_completion_lengths(records, tok, s, s.prompt_completion)
     return _template_lengths(records, tok, s)
 
 
@@ -362,7 +362,7 @@ def sft_tokens(
     """
     s = settings if settings is not None else SftSettings()
     if s.prompt_completion is not None:
-        return _prompt_completion_tokens(records, tok, s)
+        return _prompt_completion_tokens(records, tok, s, s.prompt_completion)
     if s.add_sep:
         # build_gpt_sft_split passes no sep_id, so GPTSFTDataset's is None: Bridge would put None into input_ids
         raise InputError(
@@ -428,18 +428,17 @@ def sft_tokens(
 
 
 def _prompt_completion_lengths(
-    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings, pc: PromptCompletion
 ) -> tuple[np.ndarray, list[RecordProblem]]:
     """``tokenize_prompt_completion_example`` (megatron/bridge/data/sft_processing.py), on token counts: prompt
     and completion encoded without special tokens, BOS + virtual tokens + prompt + SEP, then completion + EOS."""
-    pc = s.prompt_completion
     _check_prompt_completion_tokenizer(tok, pc)
-    texts, good, problems = _prompt_completion_texts(records, tok, s)
+    texts, good, problems = _prompt_completion_texts(records, tok, s, pc)
     lengths = np.full(len(records), -1, dtype=np.int64)
     counts = tok.lengths(texts, special=False).tolist()
-    special = _special_count(s)
+    special = _special_count(s, pc)
     for n, i in enumerate(good):
-        p, c = _prompt_completion_cut(counts[2 * n], counts[2 * n + 1], s)
+        p, c = _prompt_completion_cut(counts[2 * n], counts[2 * n + 1], s, pc)
         total = special + p + c
         if total < 2:
             problems.append(RecordProblem(i, _too_short(total)))
@@ -450,7 +449,7 @@ def _prompt_completion_lengths(
 
 
 def _prompt_completion_tokens(
-    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings, pc: PromptCompletion
 ) -> tuple[TokenBatch, np.ndarray, list[RecordProblem]]:
     """``tokenize_prompt_completion_example`` with the ids kept: ``[BOS] + virtual tokens (EOS ids) + prompt +
     [SEP]`` as the context, ``completion + [EOS]`` as the target, cut as ``_prompt_completion_lengths`` counts
@@ -458,7 +457,6 @@ def _prompt_completion_tokens(
     the example's own ``loss_mask`` (mask kind ``loss_mask``, which packing rolls by one): 0 over the context and
     1 over the target with ``loss_mode`` ``completion``, 1 everywhere with ``full``; the tokenizer's pad-like added
     tokens 0 either way (``extract_skipped_token_ids``)."""
-    pc = s.prompt_completion
     _check_prompt_completion_tokenizer(tok, pc)
     bos = tok.special_id("bos") if pc.add_bos else None
     sep = tok.special_id("sep") if pc.add_sep else None
@@ -466,7 +464,7 @@ def _prompt_completion_tokens(
     if (pc.add_eos or s.virtual_tokens) and eos is None:
         raise InputError(str(tok.path), None, "the tokenizer has no EOS token, which add_eos (and virtual tokens) need")
     skipped = skipped_token_ids(tok.transformers_tokenizer())
-    texts, good, problems = _prompt_completion_texts(records, tok, s)
+    texts, good, problems = _prompt_completion_texts(records, tok, s, pc)
     flat, offsets = tok.ids(texts, special=False)
     head = np.asarray(([bos] if bos is not None else []) + [eos] * s.virtual_tokens, np.int32)
     sep_ids = np.asarray([sep] if sep is not None else [], np.int32)
@@ -478,7 +476,7 @@ def _prompt_completion_tokens(
     for n, i in enumerate(good):
         prompt = flat[offsets[2 * n] : offsets[2 * n + 1]]
         completion = flat[offsets[2 * n + 1] : offsets[2 * n + 2]]
-        p, c = _prompt_completion_cut(prompt.size, completion.size, s)
+        p, c = _prompt_completion_cut(prompt.size, completion.size, s, pc)
         cut = p < prompt.size or c < completion.size
         prompt = prompt[prompt.size - p :] if pc.truncation_method == "left" else prompt[:p]
         completion = completion[completion.size - c :] if pc.truncation_method == "left" else completion[:c]
@@ -520,11 +518,10 @@ def _check_prompt_completion_tokenizer(tok: Tokenizer, pc: PromptCompletion) -> 
 
 
 def _prompt_completion_texts(
-    records: Sequence[dict], tok: Tokenizer, s: SftSettings
+    records: Sequence[dict], tok: Tokenizer, s: SftSettings, pc: PromptCompletion
 ) -> tuple[list[str], list[int], list[RecordProblem]]:
     """Two texts per record Bridge can build (the rendered prompt, then the separator and the completion), those
     records' indices, and a problem for each other record."""
-    pc = s.prompt_completion
     separator = pc.separator
     if separator.startswith(" ") and not tok.space_sensitive:
         separator = separator[1:]  # the split-template rule: a space-insensitive tokenizer drops one space
@@ -544,26 +541,25 @@ def _prompt_completion_texts(
     return texts, good, problems
 
 
-def _special_count(s: SftSettings) -> int:
-    pc = s.prompt_completion
+def _special_count(s: SftSettings, pc: PromptCompletion) -> int:
     return s.virtual_tokens + pc.add_bos + pc.add_sep + pc.add_eos
 
 
-def _prompt_completion_cut(p: int, c: int, s: SftSettings) -> tuple[int, int]:
+def _prompt_completion_cut(p: int, c: int, s: SftSettings, pc: PromptCompletion) -> tuple[int, int]:
     """The prompt's and the completion's tokens kept under ``max_seq_length``: the prompt gives first, then the
     completion, keeping Bridge's generation reserve (``tokens_to_generate``) when it is cut from the right.
 
-        >>> s = SftSettings(prompt_completion=PromptCompletion(), max_seq_length=10)
-        >>> _prompt_completion_cut(6, 3, s), _prompt_completion_cut(12, 3, s), _prompt_completion_cut(2, 20, s)
-        ((6, 3), (6, 3), (0, 9))
+        >>> pc = PromptCompletion(); s = SftSettings(prompt_completion=pc, max_seq_length=10)
+        >>> [_prompt_completion_cut(p, c, s, pc) for p, c in ((6, 3), (12, 3), (2, 20))]
+        [(6, 3), (6, 3), (0, 9)]
     """
-    overflow = p + max(c, s.tokens_to_generate) - (s.max_seq_length - _special_count(s))
+    overflow = p + max(c, s.tokens_to_generate) - (s.max_seq_length - _special_count(s, pc))
     if overflow > 0:
         cut = min(p, overflow)
         p -= cut
         overflow -= cut
     if overflow > 0:
-        if s.prompt_completion.truncation_method == "right":
+        if pc.truncation_method == "right":
             overflow += min(c, s.tokens_to_generate)  # the generation reserve, as GPTSFTDataset keeps it
         c = max(0, c - overflow)
     return p, c

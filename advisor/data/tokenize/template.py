@@ -219,7 +219,7 @@ def _check_percent(fmt: str, args: Any) -> None:
     _spend(len(fmt) + text_size(args, _budget().out_chars))
 
 
-def _check_format(fmt: str, args: tuple, kwargs: dict) -> None:
+def _check_format(fmt: str, args: tuple, kwargs: Mapping) -> None:
     widths: list[str] = []
     try:
         for _, _, spec, _ in string.Formatter().parse(fmt):
@@ -525,26 +525,26 @@ def _environment_class() -> type:
                 ]
             return tree
 
-    @pass_context
-    def loop_guard(context, iterable):
-        for item in iterable:
-            _step()
-            yield item
+        @staticmethod
+        @pass_context
+        def loop_guard(context, iterable):
+            for item in iterable:
+                _step()
+                yield item
 
-    @pass_context
-    def concat_guard(context, parts):
-        _spend(sum(text_size(p, _budget().out_chars) for p in parts))
-        # the join Jinja's Concat node compiles to (compiler.py visit_Concat), so the text is the same
-        return (markup_join if context.eval_ctx.autoescape else str_join)(parts)
+        @staticmethod
+        @pass_context
+        def concat_guard(context, parts):
+            _spend(sum(text_size(p, _budget().out_chars) for p in parts))
+            # the join Jinja's Concat node compiles to (compiler.py visit_Concat), so the text is the same
+            return (markup_join if context.eval_ctx.autoescape else str_join)(parts)
 
-    @pass_context
-    def literal(context, data):
-        # template data is never escaped, even under {% autoescape true %} (compiler.py visit_Output)
-        return Markup(data) if context.eval_ctx.autoescape else data
+        @staticmethod
+        @pass_context
+        def literal(context, data):
+            # template data is never escaped, even under {% autoescape true %} (compiler.py visit_Output)
+            return Markup(data) if context.eval_ctx.autoescape else data
 
-    LimitedEnvironment.literal = staticmethod(literal)
-    LimitedEnvironment.loop_guard = staticmethod(loop_guard)
-    LimitedEnvironment.concat_guard = staticmethod(concat_guard)
     return LimitedEnvironment
 
 
@@ -637,7 +637,7 @@ caches.listed("chat templates compiled", compile_template)
 
 
 # ------------------------------------------------------------------------------------------- rendering
-def select_template(own: str | Mapping | None, given: str | None, tools: Any) -> str:
+def select_template(own: str | Mapping[str, str] | None, given: str | None, tools: Any) -> str:
     """The template ``apply_chat_template`` uses (``get_chat_template`` in transformers/tokenization_utils_base.py):
     with named templates, ``given`` may name one, else ``tool_use`` when there are tools, else ``default``.
 
@@ -649,17 +649,16 @@ def select_template(own: str | Mapping | None, given: str | None, tools: Any) ->
         ValueError: the tokenizer has several chat templates and none is named 'default' (names: rag); pass one
     """
     if isinstance(own, Mapping):
-        if given is not None and given in own:
-            return own[given]
-        if given is None:
-            if tools is not None and "tool_use" in own:
-                return own["tool_use"]
-            if "default" in own:
-                return own["default"]
-            names = ", ".join(sorted(map(str, own)))
-            raise ValueError(
-                f"the tokenizer has several chat templates and none is named 'default' (names: {names}); pass one"
-            )
+        if given is not None:
+            return own.get(given, given)  # a name of one of them, else the template itself
+        if tools is not None and "tool_use" in own:
+            return own["tool_use"]
+        if "default" in own:
+            return own["default"]
+        names = ", ".join(sorted(map(str, own)))
+        raise ValueError(
+            f"the tokenizer has several chat templates and none is named 'default' (names: {names}); pass one"
+        )
     if given is not None:
         return given
     if own is None:
@@ -752,6 +751,9 @@ class _Marked(list):
     (``starts``: index in the whole conversation -> characters), through ``messages[1:]`` too."""
 
     __slots__ = ("offset", "starts", "out")
+    offset: int
+    starts: dict[int, int]
+    out: list[int]
 
     def __getitem__(self, key):
         got = list.__getitem__(self, key)
@@ -853,7 +855,7 @@ def _render(
         # a template that cannot blow up renders in transformers' own environment with the guarded filters and
         # finalize: the deadline's timer, the output cap and the filters' allowance are its limits
         # (template_plain); the per-operation hooks below would double its time
-        pieces = []
+        pieces: list[str] = []
         with _running(budget) if alarm else _budgeted(budget):
             _stream(
                 compile_plain(template).generate(
@@ -869,7 +871,7 @@ def _render(
         return "".join(pieces)
     with _running(budget) if alarm else _budgeted(budget):
         compiled = compile_template(template)
-        pieces: list[str] = []
+        pieces = []
         # transformers' _render_with_assistant_indices: the tracker measures the pieces yielded so far, so they
         # are appended to the very list it holds before the stream goes on. Its state lives on the environment
         # all renders share: one tracked render at a time

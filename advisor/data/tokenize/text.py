@@ -14,6 +14,7 @@ batch; here each makes its own record a bad record with one message, counted und
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from advisor.errors import excerpt
 
@@ -28,7 +29,7 @@ class TextProblem(ValueError):
     """A value of a record that is not text the tokenizer can take; the message says which and where."""
 
 
-def decode_text(value: bytes | str, path: str = "value") -> str:
+def decode_text(value: bytes | bytearray | memoryview | str, path: str = "value") -> str:
     """``value`` as a str fit for UTF-8: bytes decoded strictly, a str checked for lone surrogates.
 
     >>> decode_text(b"caf\\xc3\\xa9"), decode_text("ok")
@@ -70,16 +71,16 @@ def clean_record(record: dict, check_strings: bool = True) -> tuple[dict | None,
 
 def _walk(record: dict, check_strings: bool) -> dict:
     root = {"": record}
-    stack: list[tuple[dict | list, object, str]] = [(root, "", "")]
+    stack: list[tuple[dict | list, Any, str]] = [(root, "", "")]  # Any: a dict's key, or a list's index
     seen = 0
     while stack:
         parent, key, path = stack.pop()
-        value = parent[key]  # type: ignore[index]
+        value = parent[key]
         seen += 1
         if seen > MAX_ELEMENTS:
             raise TextProblem(f"holds over {MAX_ELEMENTS:,} values: far more than any chat or prompt")
         if isinstance(value, (bytes, bytearray, memoryview)) or (check_strings and isinstance(value, str)):
-            parent[key] = decode_text(value, path or "the record")  # type: ignore[index]
+            parent[key] = decode_text(value, path or "the record")
         elif isinstance(value, dict):
             for k in reversed(list(value)):  # reversed: the first problem in reading order is the one named
                 if isinstance(k, str) and check_strings:
