@@ -195,6 +195,7 @@ def _follow(folder: Path, limits: Limits, progress, name: str) -> Outcome:
             os.wait4(proc.pid, 0)
         proc.returncode = 0  # reaped above: Popen must not wait for it again
     _report(folder, seen, progress)
+    assert usage is not None  # the loop ends only once wait4 reported the child, with its usage
     cpu = usage.ru_utime + usage.ru_stime
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

@@ -283,7 +283,7 @@ def use_raw_upload(
         state["upload_error"] = str(e)
         return False
     if outcome.hist is None:
-        state["upload_error"] = _without_server_names(outcome.error, name[:80])
+        state["upload_error"] = _without_server_names(outcome.error or "no lengths came back", name[:80])
         return False
     hist = outcome.hist
     state["hist"], state["data_name"] = hist, hist.source

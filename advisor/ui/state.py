@@ -312,7 +312,7 @@ def ready_analysis(state):
 def packing_changes(plan: Plan, algorithm: str, pack_size: int, pad_seq_to_mult: int) -> dict:
     """The plan changes the Packing page's controls ask for: only what differs from the plan's effective values, so
     opening the page changes nothing (``pack_size: null`` and the CP/SP padding rule stay as they are)."""
-    changes = {}
+    changes: dict[str, str | int] = {}
     if algorithm != plan.packing.algorithm:
         changes["algorithm"] = algorithm
     if pack_size != plan.pack_size:

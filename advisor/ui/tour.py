@@ -147,6 +147,13 @@ def step_plan(step: Step) -> Plan:
     return ui.default_plan(step.sample).changed(step.changes) if step.changes else ui.default_plan(step.sample)
 
 
+def _packed(a, index: int):
+    """The step's packing: the steps that show packs run on plans that pack offline."""
+    if a.packing is None:
+        raise ValueError(f"tour step {index}: its plan packs no packs")
+    return a.packing
+
+
 def step_figures(index: int) -> list[str]:
     """The step's figures, computed on its sample (each a line to show)."""
     step = STEPS[index]
@@ -162,10 +169,11 @@ def step_figures(index: int) -> list[str]:
             f"are data; {100 - padded.efficiency:.1f} % is padding.",
         ]
     if index == 1:
-        m = a.packing.metadata
-        data = 100 * (1 - a.packing.metrics.padding_fraction)
+        packing = _packed(a, index)
+        m = packing.metadata
+        data = 100 * (1 - packing.metrics.padding_fraction)
         return [
-            f"Packed into rows of {plan.pack_size}: {a.packing.num_packs:,} packs, n = {m['packing_factor']}, "
+            f"Packed into rows of {plan.pack_size}: {packing.num_packs:,} packs, n = {m['packing_factor']}, "
             f"{data:.2f} % of the row is data (Megatron-Bridge's packing_efficiency, which counts the "
             f"pad_seq_to_mult padding as filled: {m['packing_efficiency']} %)."
         ]
@@ -178,8 +186,9 @@ def step_figures(index: int) -> list[str]:
             f"On this data at pack size {plan.pack_size}: THD / block-masked attention = {f.attention_ratio:.2f}.",
         ]
     if index == 4:
+        packing = _packed(a, index)
         return [
-            f"At pack size {plan.pack_size:,} the heaviest pack has {a.packing.metrics.straggler_ratio:.2f}x the "
+            f"At pack size {plan.pack_size:,} the heaviest pack has {packing.metrics.straggler_ratio:.2f}x the "
             f"mean attention work; the simulated step waits x{a.estimate.time.straggler_factor:.2f}."
         ]
     if index == 5:

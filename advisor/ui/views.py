@@ -20,6 +20,7 @@ from advisor.packing.offline import pack
 from advisor.plan import Plan
 from advisor.plan.pipeline_layout import ranks_text
 from advisor.ui.samples import MAX_DASHBOARD_PACK
+from advisor.vocabulary import ExportFormat
 
 
 # ------------------------------------------------------------------------------------------------ the data
@@ -196,7 +197,7 @@ def sweep_sizes(hist: LengthHistogram, most: int = 6) -> list[int]:
     """
     top = min(MAX_DASHBOARD_PACK, 1 << max(4, int(hist.max_length - 1).bit_length()))
     low = min(top, 1 << max(4, int(hist.percentile(10)).bit_length()))
-    sizes = []
+    sizes: list[int] = []
     size = top
     while size >= low and len(sizes) < most:
         sizes.append(size)
@@ -301,7 +302,7 @@ MOCK_LENGTHS_FILE = "lengths.csv"  # the dashboard's mock lengths download, name
 
 
 def export_text(
-    analysis: Analysis, fmt: str, version: str, recommended: bool, vary=(), mock: bool = False
+    analysis: Analysis, fmt: ExportFormat, version: str, recommended: bool, vary=(), mock: bool = False
 ) -> tuple[str, str]:
     """What ``python -m advisor export`` prints for the same plan, and a file name for it (``mock``: the
     Megatron-LM arguments train on mock SFT data of the lengths in MOCK_LENGTHS_FILE, as ``export --lengths-csv
