@@ -268,7 +268,8 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
         progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1)
     fn = ALGORITHMS[cfg.algorithm]
     stats: dict = {}
-    csr, first, regroup = None, (), None
+    csr, regroup = None, None
+    first: tuple[tuple[int, ...], ...] = ()
     if cfg.algorithm == "column_generation":
         csr = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
     elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand

@@ -101,8 +101,8 @@ def legacy_shuffle(x: np.ndarray, seed: int | None) -> None:
     if x.size >= 1 << 32 or x.ndim != 1:
         state.shuffle(x)
         return
-    _, key, pos, _, _ = state.get_state()
-    _shuffled(x, key.astype(np.uint32), int(pos))
+    mt = state.get_state(legacy=False)["state"]  # the legacy tuple's key and pos, by name
+    _shuffled(x, mt["key"].astype(np.uint32), int(mt["pos"]))
 
 
 @njit(cache=True, nogil=True)

@@ -19,7 +19,7 @@ from advisor.packing.offline import pack
 def warm_up(progress=None) -> list[tuple[str, float]]:
     """Pack a tiny histogram with every algorithm (with and without padding to a multiple): (algorithm, seconds)."""
     tiny = LengthHistogram.from_samples([3, 5, 8, 13, 21, 34, 55, 60, 64, 2, 7] * 3, source="warm-up")
-    out = []
+    out: list[tuple[str, float]] = []
     for i, algorithm in enumerate(ALGORITHMS):
         if progress is not None:
             progress(f"compiling {algorithm}", i / len(ALGORITHMS))

@@ -11,11 +11,11 @@ from typing import get_args
 
 from advisor.errors import InputError, excerpt
 from advisor.limits import MAX_GPUS, MAX_TOKENS
-from advisor.vocabulary import MegatronLmBranch, OnlineScheduler
+from advisor.vocabulary import OnlineScheduler
 
 COMMITS = {"main": "d98e8a64", "dev": "d48bd6be"}
 # megatron/core/datasets/data_schedule.py scheduler_map (dev) / PackingSchedulerEnum (main)
-SCHEDULERS: dict[MegatronLmBranch, tuple[OnlineScheduler, ...]] = {
+SCHEDULERS: dict[str, tuple[OnlineScheduler, ...]] = {  # by MegatronLmBranch, read with a commit checked in COMMITS
     "main": ("dp_balanced",),
     "dev": get_args(OnlineScheduler),
 }

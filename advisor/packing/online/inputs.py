@@ -131,12 +131,12 @@ def mock_file_lengths(data: bytes, source: str) -> np.ndarray:
         raise InputError(
             source, f"line {where[bad]}", f"{excerpt(values[bad].decode('utf-8', 'replace'))} is not a number"
         ) from None
-    bad = np.flatnonzero(~np.isfinite(nums) | (nums < 0) | (nums > MAX_LENGTH))
-    if bad.size:
+    outside = np.flatnonzero(~np.isfinite(nums) | (nums < 0) | (nums > MAX_LENGTH))
+    if outside.size:
         raise InputError(
             source,
-            f"line {where[int(bad[0])]}",
-            f"{values[int(bad[0])].decode('utf-8', 'replace')} is not a length in 0..{MAX_LENGTH:,}",
+            f"line {where[int(outside[0])]}",
+            f"{values[int(outside[0])].decode('utf-8', 'replace')} is not a length in 0..{MAX_LENGTH:,}",
         )
     return nums.astype(np.int64)  # int() truncates toward zero, as astype does for non-negative values
 

@@ -69,6 +69,8 @@ class _Samples:
     ``SampleOrder`` (a histogram's shuffled order: padded once per distinct length, read through its indices, so a
     scale model of 16M samples touches only the samples its steps hold)."""
 
+    order: SampleOrder | None
+
     def __init__(self, lengths, cfg: OnlineConfig, divisor: int, source: str):
         if isinstance(lengths, SampleOrder):
             self.order, self.size = lengths, lengths.size
@@ -341,7 +343,7 @@ def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
         defects = tuple(Refusal(step=k, reason=r, source=DCP_SOURCE + at) for k, r in enumerate(got.defects) if r)
         return got.groups, max_seqlen, refusals, defects, ()
     capacity = max_seqlen * cfg.cp
-    got = dp_balanced(
+    balanced = dp_balanced(
         seqlens,
         cap=capacity,
         dp=cfg.dp,
@@ -354,12 +356,12 @@ def _scheduled(cfg: OnlineConfig, seqlens: np.ndarray, max_seqlen: int):
     refusals = tuple(
         Refusal(
             step=int(k),
-            reason=_refusal_reason(cfg, int(got.need[k]), int(got.spare[k]), multiple),
+            reason=_refusal_reason(cfg, int(balanced.need[k]), int(balanced.spare[k]), multiple),
             source=DP_SOURCE + at,
         )
-        for k in np.flatnonzero(got.refused)
+        for k in np.flatnonzero(balanced.refused)
     )
-    return got.groups, capacity, refusals, (), _overlong(seqlens, capacity, cfg)
+    return balanced.groups, capacity, refusals, (), _overlong(seqlens, capacity, cfg)
 
 
 def _summary(
