@@ -19,46 +19,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import get_args
 
 from advisor import caches
-from advisor.advice.exports import DEFAULT_MB_VERSION, FORMATS, export
+from advisor.advice.exports import DEFAULT_MB_VERSION
 from advisor.advice.rules import check
 from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
 from advisor.findings import Finding
+from advisor.formats import ExportInputs, export_spec
 from advisor.model.estimate import Estimate, estimate, packing_of
 from advisor.model.loss_expectation import LossWeighting, loss_weighting
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, packing_arrays
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError
-from advisor.trial.launch import trial_slurm, trial_torchrun
-from advisor.vocabulary import ExportFormat
 
-
-@dataclass(frozen=True, kw_only=True)
-class ExportKind:
-    """How an export is saved and shown."""
-
-    file_name: str
-    language: str  # the code block's highlighting on the page
-
-
-# every export format (advisor/vocabulary.py ExportFormat), in the order the CLI and the page offer them
-EXPORTS: dict[ExportFormat, ExportKind] = {
-    "python": ExportKind(file_name="packing_config.py", language="python"),
-    "overrides": ExportKind(file_name="overrides.txt", language="text"),
-    "megatron-lm": ExportKind(file_name="megatron_lm_args.sh", language="bash"),
-    "paths": ExportKind(file_name="packed_paths.txt", language="text"),
-    "plan": ExportKind(file_name="plan.yaml", language="yaml"),
-    "markdown": ExportKind(file_name="report.md", language="markdown"),
-    "torchrun": ExportKind(file_name="trial_torchrun.sh", language="bash"),
-    "slurm": ExportKind(file_name="trial.sbatch", language="bash"),
-}
-ALL_FORMATS: tuple[ExportFormat, ...] = tuple(EXPORTS)
-if set(ALL_FORMATS) != set(get_args(ExportFormat)) or not set(FORMATS) <= set(ALL_FORMATS):
-    raise RuntimeError("advisor/analysis.py EXPORTS and advisor/vocabulary.py ExportFormat differ")
 ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
 
 
@@ -182,30 +157,25 @@ class Analysis:
     ) -> str:
         """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
         with these freedoms; ``mock_lengths``: the Megatron-LM export trains on mock data read from that file)."""
-        if fmt not in ALL_FORMATS:
-            raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(ALL_FORMATS)}")
+        spec = export_spec(fmt)
         result = self.searched(vary=vary) if recommended else None
         target = (
             analyze(result.recommended, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
             if result is not None
             else self
         )
-        if fmt == "torchrun":
-            return trial_torchrun()
-        if fmt == "slurm":
-            return trial_slurm(target.plan)
-        if fmt == "markdown":
-            return export(
-                target.plan, fmt, version, target.packing_factor, list(target.findings), target.estimate, result
+        return spec.render(
+            ExportInputs(
+                plan=target.plan,
+                version=version,
+                packing_factor=target.packing_factor,
+                num_samples=target.hist.num_samples,
+                num_packs=target.packing.num_packs if target.packing is not None else None,
+                findings=target.findings if spec.report else (),
+                estimate=target.estimate if spec.report else None,
+                search=result,
+                mock_lengths=mock_lengths,
             )
-        return export(
-            target.plan,
-            fmt,
-            version,
-            target.packing_factor,
-            num_samples=target.hist.num_samples,
-            num_packs=target.packing.num_packs if target.packing is not None else None,
-            mock_lengths=mock_lengths,
         )
 
     def summary(self) -> dict:

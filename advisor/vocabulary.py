@@ -22,11 +22,13 @@ LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 MoeDispatcher = Literal["alltoall", "flex_deepep", "flex_hybridep"]
 CpCommType = Literal["p2p", "a2a", "all_gather", "a2a+p2p"]  # Transformer Engine spells all_gather with an underscore
 # the packing algorithms: the first two are Megatron-Bridge's own (reproduced exactly), the others the advisor's;
-# advisor.packing.algorithms refuses to import unless its registry has exactly these
+# advisor/packing/packers.py refuses to import unless its records are exactly these
 Algorithm = Literal[
     "first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first", "column_generation"
 ]
 MEGATRON_BRIDGE_ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)[:2]
+# prepare_gpt_sft_packed_data's default (Megatron-Bridge 0.6.2 data/packing/offline.py); the builder passes no other
+MB_DEFAULT_ALGORITHM: Algorithm = "first_fit_shuffle"
 MegatronLmBranch = Literal["main", "dev"]
 OnlineScheduler = Literal["dp_balanced", "default_dynamic_cp"]  # Megatron-LM's --sequence-packing-scheduler
 # every export: Megatron-Bridge (python snippet, CLI overrides, packed data paths), Megatron-LM arguments, the plan

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.data.ingest import load_lengths  # noqa: E402
 from advisor.data.lengths import LengthHistogram  # noqa: E402
-from advisor.packing.algorithms import ALGORITHMS  # noqa: E402
+from advisor.packing.packers import PACKERS  # noqa: E402
 from advisor.packing.config import PackingConfig  # noqa: E402
 from advisor.packing.offline import pack  # noqa: E402
 
@@ -138,7 +138,7 @@ def main() -> None:
     from advisor import caches
     from advisor.packing.first_fit import first_fit, first_fit_tree
     from advisor.packing.permutation import shuffled_lengths
-    from tests.mb_reference import load_module
+    from tests.support.mb_reference import load_module
 
     mb = load_module("megatron.bridge.data.packing.algorithms")
     pack(wikipedia_shape(1000), PackingConfig(pack_size=512))  # load the compiled kernels once
@@ -202,7 +202,7 @@ def main() -> None:
     print(f"{'data':<16} {'algorithm':<22} {'packs':>10} {'eff %':>7} {'L2 eff %':>9} {'LP eff %':>9} {'s':>7}")
     for path, size in ((WIKI, 512), (SQUAD, 384)):
         hist = load_lengths(path)
-        for algorithm in ALGORITHMS:
+        for algorithm in PACKERS:
             t0 = time.perf_counter()
             res = pack(hist, PackingConfig(pack_size=size, algorithm=algorithm))
             s = time.perf_counter() - t0

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from advisor.advice.search import FREEDOMS
-from advisor.analysis import ALL_FORMATS
 from advisor.findings import by_severity
+from advisor.formats import ALL_FORMATS, EXPORTS
 from advisor.ui import screens, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
@@ -37,7 +37,7 @@ v, f, r = st.columns(3)
 version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_version"))
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
-mock = fmt == "megatron-lm" and st.toggle(views.MOCK_TOGGLE, help=H("export_mock"))
+mock = EXPORTS[fmt].mock_lengths and st.toggle(views.MOCK_TOGGLE, help=H("export_mock"))
 text, filename = views.export_text(analysis, fmt, version, recommended, vary, mock=mock)
 place((screens.Code(text=text, language=views.code_language(fmt)),))
 d1, d2 = st.columns(2)

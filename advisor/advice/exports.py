@@ -14,17 +14,15 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import find_prepared
 from advisor.model.numerics import numerics_of
 from advisor.packing.online.from_plan import dataset_order
-from advisor.plan import Plan, dump_plan
+from advisor.plan import Plan
 from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_string
 from advisor.plan.presets import HF_REPOS, PROVIDER_MTP_LAYERS
-from advisor.vocabulary import ExportFormat
 
 DEFAULT_MB_VERSION = "0.6.2"
 _VERSION = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})", re.ASCII)
@@ -871,41 +869,3 @@ def markdown_report(
                 f"{eff} | {gib} | {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |"
             )
     return "\n".join(lines) + "\n"
-
-
-def export(
-    plan: Plan,
-    fmt: str,
-    version: str = DEFAULT_MB_VERSION,
-    packing_factor: float | None = None,
-    findings=None,
-    est=None,
-    search_result=None,
-    *,
-    num_samples: int | None = None,
-    num_packs: int | None = None,
-    mock_lengths: str | None = None,
-) -> str:
-    """One export of the plan as text; ``fmt`` is one of FORMATS. Offline packing needs the data's packing factor n;
-    the data's size (samples, and packs with offline packing) turns ``training.epochs`` into train_iters.
-    ``mock_lengths``: the Megatron-LM export trains on mock data of the lengths written to that file (else on
-    ``--data-path``, the user's data)."""
-    _version(version)
-    size = {"num_samples": num_samples, "num_packs": num_packs}
-    renderers: dict[ExportFormat, Callable[[], str]] = {
-        "python": lambda: python_snippet(plan, version, packing_factor, **size),
-        "overrides": lambda: overrides(plan, version, packing_factor, **size),
-        "megatron-lm": lambda: megatron_lm_args(
-            plan, mock_lengths, num_samples=num_samples, packing_factor=packing_factor
-        ),
-        "paths": lambda: packed_paths(plan, version, packing_factor=packing_factor or 1.0),
-        "plan": lambda: dump_plan(plan),
-        "markdown": lambda: markdown_report(plan, findings or [], est, search_result, packing_factor),
-    }
-    if fmt not in renderers:
-        raise ValueError(f"unknown export format {str(fmt)[:40]!r}; choose from {', '.join(FORMATS)}")
-    return renderers[fmt]()
-
-
-# the plan's exports (the trial's launch scripts, the other ExportFormats, are written by advisor/trial/launch.py)
-FORMATS: tuple[ExportFormat, ...] = ("python", "overrides", "megatron-lm", "paths", "plan", "markdown")

@@ -3,9 +3,9 @@
 Megatron-Bridge's two (first_fit_shuffle, first_fit_decreasing) are reproduced exactly: the same packs, as
 multisets, in the same order. Two more greedy ones are here to compare with: best_fit_decreasing, and Krell et
 al.'s shortest-pack-first histogram packing. Kernels are compiled with numba: Megatron-Bridge's pure-Python
-segment tree takes ~9 s for 1M samples; first fit in a given order is ``first_fit.py``'s. ``ALGORITHMS`` holds
-these and ``column_generation`` (near-optimal, with a lower bound; its own module), keyed by the plan's
-``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
+segment tree takes ~9 s for 1M samples; first fit in a given order is ``first_fit.py``'s. ``packers.PACKERS``
+holds these and ``column_generation`` (near-optimal, with a lower bound; its own module) with their traits, keyed
+by the plan's ``Algorithm`` names; first_fit_shuffle's order is ``permutation``'s.
 
 Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v = 0..pack_size) and returns
 ``(offsets, items)``: pack i holds ``items[offsets[i]:offsets[i+1]]``, in the order the algorithm placed them.
@@ -13,13 +13,9 @@ Every function takes ``counts`` (``counts[v]`` = samples of runtime length v, v 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import get_args
-
 import numpy as np
 from numba import njit
 
-from advisor.packing.column_generation import column_generation
 from advisor.packing.first_fit import (  # the wide tree's steps, inlined in kernels
     FirstFit,
     _leftmost,
@@ -29,7 +25,6 @@ from advisor.packing.first_fit import (  # the wide tree's steps, inlined in ker
     wide_tree,
 )
 from advisor.packing.permutation import shuffled_lengths
-from advisor.vocabulary import MEGATRON_BRIDGE_ALGORITHMS, Algorithm  # re-exported: the two reproduced exactly
 
 # ---------------------------------------------------------------------------------------------- first fit
 
@@ -318,37 +313,3 @@ def shortest_pack_first(
         )
         sizes_arr[0] += counts[0]
     return np.concatenate([[0], np.cumsum(sizes_arr)]), items_arr
-
-
-# ---------------------------------------------------------------------------------------------- the registry
-Packer = Callable[..., tuple[np.ndarray, np.ndarray]]  # (counts, pack_size, seed) -> (offsets, items)
-
-# Keyed by the plan's ``Algorithm`` names, the one vocabulary: a plan can name only these, and each has a packer.
-ALGORITHMS: dict[Algorithm, Packer] = {
-    "first_fit_shuffle": first_fit_shuffle,
-    "first_fit_decreasing": first_fit_decreasing,
-    "best_fit_decreasing": best_fit_decreasing,
-    "shortest_pack_first": shortest_pack_first,
-    "column_generation": column_generation,
-}
-
-
-def _check_vocabulary() -> None:
-    """Refuse to import when the registry and the plan's ``Algorithm`` disagree: a plan could then name an
-    algorithm nothing packs with, or a packer exist that no plan can choose. Not an ``assert``: ``python -O``
-    would skip it."""
-    names = set(get_args(Algorithm))
-    problems = [
-        f"{what} {sorted(found)}"
-        for what, found in (
-            ("no packer in ALGORITHMS for", names - set(ALGORITHMS)),
-            ("ALGORITHMS has names the plan does not:", set(ALGORITHMS) - names),
-            ("MEGATRON_BRIDGE_ALGORITHMS has names the plan does not:", set(MEGATRON_BRIDGE_ALGORITHMS) - names),
-        )
-        if found
-    ]
-    if problems:
-        raise RuntimeError("the packing algorithms and advisor.vocabulary.Algorithm differ: " + "; ".join(problems))
-
-
-_check_vocabulary()

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.packing.algorithms import ALGORITHMS
-from advisor.vocabulary import Algorithm
+from advisor.packing.packers import PACKERS
+from advisor.vocabulary import MB_DEFAULT_ALGORITHM, Algorithm
 
-# prepare_gpt_sft_packed_data's default; the builder passes no other
-MB_DEFAULT_ALGORITHM: Algorithm = "first_fit_shuffle"
 MB_DEFAULT_SEED = 1234  # GPTSFTDatasetConfig.seed (data/builders/gpt_sft.py, 0.6.2)
 # A plan's data.format -> what happens to a sample longer than the max length: GPTSFTDataset (sft) truncates it;
 # GPTSFTChatDataset (chat) does not, so create_hist skips it
@@ -30,7 +28,7 @@ class PackingConfig:
     """
 
     pack_size: int
-    algorithm: Algorithm = MB_DEFAULT_ALGORITHM  # checked against ALGORITHMS below: a dataclass does not check types
+    algorithm: Algorithm = MB_DEFAULT_ALGORITHM  # checked against PACKERS below: a dataclass does not check types
     seed: int | None = MB_DEFAULT_SEED
     pad_seq_to_mult: int | None = 1
     max_seq_length: int | None = None
@@ -40,8 +38,8 @@ class PackingConfig:
         problems = []
         if not isinstance(self.pack_size, int) or self.pack_size < 1:
             problems.append(f"pack_size must be a positive integer, got {self.pack_size!r}")
-        if self.algorithm not in ALGORITHMS:
-            problems.append(f"unknown algorithm {self.algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+        if self.algorithm not in PACKERS:
+            problems.append(f"unknown algorithm {self.algorithm!r}; choose from {', '.join(PACKERS)}")
         if self.pad_seq_to_mult is not None and self.pad_seq_to_mult < 1:
             problems.append("pad_seq_to_mult must be a positive integer when provided")  # PackedSequenceSpecs' check
         if self.max_seq_length is not None and self.max_seq_length < 1:

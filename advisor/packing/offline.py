@@ -16,10 +16,10 @@ from functools import partial
 import numpy as np
 
 from advisor.data.lengths import LengthHistogram, check_expandable
-from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.config import PackingConfig
 from advisor.packing.first_fit import first_fit
 from advisor.packing.metrics import PackingMetrics, packing_metrics, per_pack
+from advisor.packing.packers import PACKERS
 from advisor.packing.permutation import shuffled_lengths
 
 MB_METADATA_KEYS = (
@@ -113,7 +113,7 @@ def _shuffled_order(hist: LengthHistogram, cfg: PackingConfig, rt: RuntimeLength
     to shuffle)."""
     from advisor.packing.permutation import shuffled_codes
 
-    if cfg.algorithm != "first_fit_shuffle" or rt.num_skipped:
+    if not PACKERS[cfg.algorithm].streamed or rt.num_skipped:
         return None
     table = runtime_of(hist.lengths, cfg).astype(np.int32)
     if np.any(np.diff(table) < 0):  # never, as runtime_of is monotone; the order would not be MB's otherwise
@@ -266,13 +266,14 @@ def pack(hist: LengthHistogram, cfg: PackingConfig, progress=None, pause=None) -
         raise ValueError(f"{hist.source or 'data'}: no samples left to pack ({rt.num_skipped} skipped as overlong)")
     if progress:
         progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1)
-    fn = ALGORITHMS[cfg.algorithm]
+    spec = PACKERS[cfg.algorithm]
+    fn = spec.run
     stats: dict = {}
     csr, regroup = None, None
     first: tuple[tuple[int, ...], ...] = ()
-    if cfg.algorithm == "column_generation":
+    if spec.solver:  # its progress, and the bound and budget it reports
         csr = fn(rt.counts, cfg.pack_size, cfg.seed, progress=progress, stats=stats)
-    elif cfg.algorithm == "first_fit_shuffle":  # the figures from the packing itself; the packs grouped on demand
+    elif spec.streamed:  # the figures from the packing itself; the packs grouped on demand
         step = (
             (lambda done: progress(f"packing {int(rt.counts.sum()):,} samples with {cfg.algorithm}", 0.1 + 0.8 * done))
             if progress

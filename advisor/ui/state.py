@@ -16,6 +16,7 @@ from advisor.data.megatron_mock import lognormal_lengths
 from advisor.errors import InputError
 from advisor.packing.cache import packing_for
 from advisor.packing.offline import PackingResult
+from advisor.packing.packers import PACKERS
 from advisor.plan import Plan, PlanError
 from advisor.plan.io import plan_from_text
 from advisor.plan.presets import MODEL_PRESETS
@@ -382,7 +383,7 @@ def pack_ahead(state) -> int:
     from advisor.ui.ahead import WORKER
 
     hist, plan = state["hist"], state["plan"]
-    if hist.num_samples <= BIG_DATA or plan.packing.algorithm == "column_generation":
+    if hist.num_samples <= BIG_DATA or PACKERS[plan.packing.algorithm].solver:  # a solver's seconds per size
         return 0
     configs = []
     for size in (plan.pack_size + PACK_SIZE_STEP, plan.pack_size - PACK_SIZE_STEP):

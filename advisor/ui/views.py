@@ -10,10 +10,12 @@ from advisor import caches
 from advisor.advice.compare import PackingComparison, compare_packing
 from advisor.advice.exports import prepare_command
 from advisor.advice.search import SearchResult
-from advisor.analysis import EXPORTS, Analysis, memory_grid
+from advisor.analysis import Analysis, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram, summarize
 from advisor.data.prepared import find_prepared
+from advisor.formats import EXPORTS
 from advisor.model.loss_expectation import LossWeighting
+from advisor.packing import packers
 from advisor.packing.baselines import without_packing
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -113,7 +115,7 @@ def no_packs_text(plan: Plan) -> str:
 
 _SWEEPS = caches.bounded("pack-size sweeps", size=16, by_histogram=True)
 SWEEP_METRICS = ("packing_efficiency", "padding_fraction", "packing_factor")  # the sweep chart's curves
-SWEEP_ALGORITHMS = ("first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing")  # the Packing page's curves
+SWEEP_ALGORITHMS = packers.SWEEP_ALGORITHMS  # the Packing page's curves
 
 
 def packing_sweep(
@@ -314,7 +316,7 @@ def export_text(
                 version,
                 recommended=recommended,
                 vary=vary,
-                mock_lengths=MOCK_LENGTHS_FILE if mock and fmt == "megatron-lm" else None,
+                mock_lengths=MOCK_LENGTHS_FILE if mock and EXPORTS[fmt].mock_lengths else None,
             ),
             EXPORTS[fmt].file_name,
         )

@@ -140,20 +140,22 @@ def recommend(args: Namespace) -> RecommendResult:
 def export(args: Namespace) -> ExportResult:
     from advisor.advice.exports import mock_lengths_csv
     from advisor.analysis import analyze
+    from advisor.formats import export_spec
 
     progress = Progress(args.quiet)
     plan, hist = plan_and_lengths(args, progress)
-    inputs = (args.plan, args.lengths or plan.data.lengths)
+    inputs = tuple(p for p in (args.plan, args.lengths or plan.data.lengths) if p is not None)
     if args.lengths_csv:  # refused before the search, not after it
         check_output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
     analysis = analyze(plan, hist)
     if args.recommended:
         progress("searching layouts")
     exported = analyze(analysis.searched(vary=args.vary).recommended, hist) if args.recommended else analysis
+    spec = export_spec(args.format)
     over = [f for f in exported.findings if f.id == "memory.exceeds"]
-    if over and not args.force and args.format != "torchrun":  # the torchrun script does not depend on the plan
+    if over and not args.force and spec.uses_plan:
         raise ValueError(f"{over[0].message} (use --force to export anyway)")
-    if args.lengths_csv and args.format != "megatron-lm":
+    if args.lengths_csv and not spec.mock_lengths:
         raise ValueError(
             f"--lengths-csv writes Megatron-LM's mock SFT lengths: it goes with --format megatron-lm, not {args.format}"
         )
