@@ -6,7 +6,7 @@ Writes ``--records`` synthetic chat conversations (seeded, the bundled chat samp
 quarter of them, one to three user/assistant turns) as JSONL, streamed, and in one run, each step in a fresh
 process so its peak memory is its own:
 
-1. Megatron-Bridge's own preparation from its wheel (tests/mb_prepare_oracle.py; its default
+1. Megatron-Bridge's own preparation from its wheel (tests/support/mb_prepare_oracle.py; its default
    ``num_tokenizer_workers``, one process) with the same tokenizer (``tiny-bpe``), on ``--mb-records`` of them
    (default all, at most 10,000) and extrapolated linearly per record to ``--records`` when fewer (said so);
 2. ``prepare`` from the raw data (every core), the files checked identical to Bridge's when both ran on the
@@ -68,8 +68,8 @@ def run_step(spec: dict) -> None:
         import logging
 
         logging.disable(logging.WARNING)
-        from tests import mb_prepare_oracle as oracle
-        from tests.mb_sft_oracle import build_mb_tokenizer
+        from tests.support import mb_prepare_oracle as oracle
+        from tests.support.mb_sft_oracle import build_mb_tokenizer
 
         m = oracle.modules()
         out = Path(spec["out"])
@@ -148,7 +148,7 @@ def main() -> None:
         ]
         mb = None
         if not args.skip_mb:
-            from tests.mb_prepare_oracle import missing_reason
+            from tests.support.mb_prepare_oracle import missing_reason
 
             reason = missing_reason()
             if reason:

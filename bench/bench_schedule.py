@@ -3,7 +3,7 @@
 Same data in one run: dev's mock SFT data (the default lognormal config at seq_length 4096, 1,000,000 samples,
 seed 0, exactly as MockSFTLowLevelDataset draws it), padded as MockSFTDataset pads it. For each scheduler the
 advisor schedules the whole epoch (every global batch: micro batches, CP groups, FLOPs sums, per-rank work, the
-summary); the oracle (the real classes from ../shared/oracles/megatron-lm, loaded by tests/mlm_oracle.py) runs
+summary); the oracle (the real classes from ../shared/oracles/megatron-lm, loaded by tests/support/mlm_oracle.py) runs
 ``get_groups_and_subsamples`` and the FLOPs sums of ``run`` for each step, on the same global-id ordered lengths,
 and every step it runs is checked to give the same groups. Where a full epoch of the oracle would take too long
 (dynamic CP), it runs the first ``--oracle-steps`` steps and its time is extrapolated per step; the output says so.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.data.megatron_mock import default_mock_config  # noqa: E402
 from advisor.packing.online import OnlineConfig, mock_config_lengths, schedule  # noqa: E402
 from advisor.packing.online.padding import padded_lengths, padding_divisor  # noqa: E402
-from tests.mlm_oracle import load, missing_reason  # noqa: E402
+from tests.support.mlm_oracle import load, missing_reason  # noqa: E402
 
 SEQ = 4096
 CASES = [  # label, commit, scheduler, DP, CP

@@ -74,7 +74,7 @@ def main() -> None:
         ours = next(iter(timings.values()))[1].lengths
         assert all(np.array_equal(r.lengths, ours) for _, r in timings.values()), "engines disagree"
 
-        from tests.mb_sft_oracle import build_mb_tokenizer, mb_dataset, missing_reason
+        from tests.support.mb_sft_oracle import build_mb_tokenizer, mb_dataset, missing_reason
 
         reason = missing_reason()
         if reason:

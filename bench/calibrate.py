@@ -5,7 +5,7 @@
     python bench/calibrate.py --csv F    # other tables with the same columns (repeat --csv)
     python bench/calibrate.py --quick    # the stored constants only
 
-The fitted constants are pasted into advisor/model/perf/calibration.py (EFFICIENCY); tests/test_perf_model.py
+The fitted constants are pasted into advisor/model/perf/calibration.py (EFFICIENCY); tests/unit/model/test_perf_model.py
 checks that they are the fit's result and that the errors are what docs/step-time.md says.
 """
 

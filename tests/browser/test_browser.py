@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT, SCREENSHOTS
 
 pytestmark = pytest.mark.slow  # Chromium driving a served dashboard
 
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = ROOT / "tests" / "screenshots"
+SHOTS = SCREENSHOTS
 READY = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 

@@ -10,7 +10,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT, open_page
+from tests.support import ROOT
+from tests.support.apptest import open_page
 
 pytestmark = pytest.mark.slow  # every test runs a page in Streamlit's AppTest, seconds each
 

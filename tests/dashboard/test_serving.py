@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def _listeners(port: int) -> set[str]:

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 spec = importlib.util.spec_from_file_location("fuzz_options", ROOT / "bench" / "fuzz_options.py")
 fuzz = importlib.util.module_from_spec(spec)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 spec = importlib.util.spec_from_file_location("fuzz_round4", ROOT / "bench" / "fuzz_round4.py")
 fuzz = importlib.util.module_from_spec(spec)

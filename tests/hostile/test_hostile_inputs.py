@@ -11,7 +11,6 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +22,7 @@ from advisor.data.ingest import load_lengths, parse_lengths
 from advisor.data.megatron_mock import MAX_MOCK_SAMPLES
 from advisor.data.parquet_footer import column_chunks
 from advisor.errors import InputError
+from tests.support import ROOT
 
 LOGNORMAL = {
     "mode": "distribution",
@@ -327,7 +327,7 @@ def test_parquet_footer_that_aborts_pyarrow_metadata(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-500:]
     assert "is not a readable Parquet file" in run.stdout
@@ -489,8 +489,6 @@ def test_inline_json_with_surrogates_is_an_input_error():
 def test_a_valid_but_enormous_histogram_is_refused_before_it_is_expanded(tmp_path):
     import subprocess
     import sys
-
-    from tests.conftest import ROOT
 
     huge = tmp_path / "huge.csv"
     huge.write_text("length,count\n100,1000000000000\n300,5\n")

@@ -20,46 +20,8 @@ from advisor.data.tokenize.engine import TokenizeJob, tokenize
 from advisor.data.tokenize.template import Budget, TemplateLimit, _running, render_chat
 from advisor.data.tokenize.tokenizer import TokenizerPanic, is_panic, load_tokenizer, native
 from advisor.errors import InputError
-from tests.test_tokenize_exact import GENERATION_TEMPLATE, PLAIN_TEMPLATE
-from tests.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
-
-USER = {"role": "user", "content": "Hello there"}
-CHATS = [
-    [{"role": "system", "content": "Be brief."}, USER, {"role": "assistant", "content": "Hi ~ {{ x }} %s"}],
-    [
-        USER,
-        {
-            "role": "assistant",
-            "content": None,
-            "reasoning": "think",
-            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}],
-        },
-        {"role": "tool", "content": {"result": [1, 2]}},
-        {"role": "assistant", "content": "done"},
-    ],
-    [{"role": "user", "content": "é ✓ \U0001f600 " * 20}, {"role": "assistant", "content": "  padded  "}],
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "f",
-            "description": "d",
-            "parameters": {"type": "object", "properties": {"a": {"type": "int"}}},
-        },
-    }
-]
-FEATURES_TEMPLATE = (  # the Jinja features real templates use: tojson, loop vars, macros, namespace, ~, %, format
-    "{{ bos_token }}{% macro show(m) %}[{{ m.role|upper }}]{% endmacro %}{% set ns = namespace(n=0) %}"
-    "{% for m in messages %}{{ show(m) }}{{ loop.index }}/{{ loop.length }}{% if loop.last %}!{% endif %}"
-    "{% if m.content is mapping %}{{ m.content|tojson(indent=2) }}{% elif m.content is defined %}"
-    "{{ m.content|trim }}{% endif %}{{ m.reasoning_content|default('') }}{% set ns.n = ns.n + 1 %}"
-    "{% endfor %}{{ '%-5s|%3d' % ('a', ns.n) }}{{ '{:>6}'.format('x') }}{{ 'ab' * 3 }}{{ [1, 2] + [3] }}"
-    "{{ tools|tojson if tools else '' }}{{ messages|map(attribute='role')|join(', ') }}{{ 'x'|center(7) }}"
-    "{% for k, v in {'a': 1}.items() %}{{ k ~ v }}{% endfor %}{{ dict(a=1)|tojson }}{{ range(3)|list }}"
-    "{% set block %}<b>{{ messages|length }}</b>{% endset %}{{ block }}{% filter upper %}up & <i>{% endfilter %}"
-    "{% autoescape true %}<p>{{ '<x>' }}{{ '&' ~ '<' }}</p>{% endautoescape %}{% raw %}{{ raw }}{% endraw %}"
-)
+from tests.support.templates import ATTACKS, CHATS, FEATURES_TEMPLATE, GENERATION_TEMPLATE, PLAIN_TEMPLATE, TOOLS, USER
+from tests.support.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -105,61 +67,6 @@ def test_template_errors_are_the_ones_transformers_raises(hf):
 
 
 # --------------------------------------------------------------------------------------------- limits
-ATTACKS = {
-    "string product": ("{{ 'a' * 10**9 }}", "a string of 1,000,000,000 characters"),
-    "range product": ("{{ (range(100000)|list) * 100000 }}", "a list of 10,000,000,000 items"),
-    "huge power": ("{{ 7 ** 1000000 }}", "an integer of over"),
-    "nested loops": (
-        "{% set x = range(100000)|list %}{% for a in x %}{% for b in x %}{% endfor %}{% endfor %}",
-        "loop iterations",
-    ),
-    "strftime loop": (
-        "{% for i in range(100000) %}{% for j in range(100000) %}{{ strftime_now('%Y') }}{% endfor %}{% endfor %}",
-        "over",
-    ),  # its output cap or its deadline, whichever comes first
-    "lipsum": ("{{ lipsum(10**8) }}", "lipsum(n=100,000,000)"),
-    "macro fan-out": (
-        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(60) }}",
-        "over",
-    ),
-    "tojson indent": ("{{ messages|tojson(indent=10**8) }}", "tojson indent"),
-    "concat doubling": (
-        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-        "a string of",
-    ),
-    "list of references": (
-        "{% set ns = namespace(s=['x' * 1000]) %}{% for i in range(64) %}"
-        "{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}",
-        "a string of",
-    ),
-    "block set": (
-        "{% set ns = namespace(s='') %}{% set ns.s %}{% for i in range(100000) %}"
-        + "x" * 5000
-        + "{% endfor %}{% endset %}",
-        "more than its total allowance",
-    ),
-    "macro body": (
-        "{% macro f() %}{% for i in range(100000) %}{{ messages[0].content * 500 }}{% endfor %}"
-        "{% endmacro %}{% set y = f() %}",
-        "more than its total allowance",
-    ),
-    "format width": ("{{ '{:>999999999}'.format('a') }}", "a field width"),
-    "percent width": ("{{ '%999999999s' % 'a' }}", "a field width"),
-    "padding method": ("{{ 'a'.ljust(10**9) }}", "a string of 1,000,000,000"),
-    "center filter": ("{{ 'a'|center(10**9) }}", "a string of 1,000,000,000"),
-    "replace filter": ("{{ ('a' * 100000)|replace('a', 'b' * 100000) }}", "a string of"),
-    "join filter": ("{{ (['x' * 100000] * 10000)|join }}", "a string of"),
-    "join of a lazy select": (
-        "{{ dict.fromkeys(range(100000), messages[0].content * 50).values()|select|join }}",
-        "a string of",
-    ),
-    "str.join of a view": (
-        "{{ ''.join(dict.fromkeys(range(100000), messages[0].content * 50).values()) }}",
-        "a string of",
-    ),
-    "slice filter": ("{{ [1]|slice(10**9)|list }}", "a list of 1,000,000,000"),
-    "translate": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) }}", "a string of"),
-}
 
 
 @pytest.mark.slow  # each runs a template to its limit

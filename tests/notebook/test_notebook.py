@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "tour.ipynb"
 

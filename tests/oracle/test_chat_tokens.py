@@ -1,7 +1,7 @@
 """advisor.data.tokenize.chat_tokens and sft_tokens against Megatron-Bridge 0.6.2's datasets, record by record:
 the token ids and the loss mask each record reaches offline packing with.
 
-Bridge's ``GPTSFTChatDataset`` (tests/mb_sft_oracle.py) builds every record of generated conversations (tools,
+Bridge's ``GPTSFTChatDataset`` (tests/support/mb_sft_oracle.py) builds every record of generated conversations (tools,
 ShareGPT, tool calls, records it rejects) and of hypothesis-generated ones whose messages may hold the template's
 own markers (then Bridge's turn search or its marker scan decides the mask); the advisor's ids and mask must be
 its ``input_ids`` and ``loss_mask``, and a record Bridge raises for must be a problem at the same index. The
@@ -26,10 +26,10 @@ from advisor.data.tokenize.sft import SftSettings, sft_tokens
 from advisor.data.tokenize.template import render_chat
 from advisor.data.tokenize.tokenizer import load_tokenizer
 from advisor.prepare.rows import build_rows
-from tests import mb_prepare_oracle
-from tests import mb_sft_oracle as oracle
-from tests.test_tokenize_exact import SFT_CASES, TOOLS, chat_records, sft_records
-from tests.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
+from tests.support import mb_prepare_oracle
+from tests.support import mb_sft_oracle as oracle
+from tests.support.records import SFT_CASES, TOOLS, chat_records, sft_records
+from tests.support.tokenizer_fixture import CHAT_TEMPLATE, build_tokenizer
 
 MARKERS = [
     "<|eot_id|>",
@@ -347,7 +347,7 @@ def test_legacy_chat_ids_and_masks_match_megatron_bridge(tmp_path_factory, work,
     """The legacy ``<extra_id_*>`` format (``use_hf_tokenizer_chat_template=False``): ids and loss masks record by
     record as Bridge's ``_preprocess`` and ``_mask_targets`` build them, typed conversations (labels) and masked
     speakers included, and the records Bridge fails on."""
-    from tests.test_tokenize_exact import legacy_records
+    from tests.support.records import legacy_records
 
     reason = oracle.missing_reason()
     if reason:

@@ -1,6 +1,6 @@
 """data.format: sft data is truncated to the max length (GPTSFTDataset), chat data is not (GPTSFTChatDataset), so
 Megatron-Bridge's create_hist skips chat samples longer than the max length. Checked against Megatron-Bridge 0.6.2's
-own create_hist, create_packing_strategy and prepare_gpt_sft_packed_data (its wheel, tests/mb_reference.py)."""
+own create_hist, create_packing_strategy and prepare_gpt_sft_packed_data (its wheel, tests/support/mb_reference.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from advisor.model.estimate import packing_config
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
 from advisor.plan import plan_from_dict
-from tests.conftest import FakeTokenizer, fake_sft_builder
-from tests.test_cli import run
-from tests.test_tokenize import advisor, tok  # noqa: F401 - the tiny tokenizer fixture
+from tests.support.cli import advisor
+from tests.support.mb_fakes import FakeTokenizer, fake_sft_builder
 
 CHAT_SAMPLE = "sample_data/raw/chat_sample.jsonl"
 
@@ -133,20 +132,20 @@ def test_the_plans_format_drives_estimate_exports_and_findings(chat):
 def test_pack_command_format_and_its_counts():
     sample = "sample_data/chat_like_hist.csv"
     chat_, sft = (
-        json.loads(run("pack", sample, "--pack-size", "8192", "--format", f, "--json", "--quiet").stdout)
+        json.loads(advisor("pack", sample, "--pack-size", "8192", "--format", f, "--json", "--quiet").stdout)
         for f in ("chat", "sft")
     )
     assert chat_["format"] == "chat" and chat_["num_skipped"] > 0 and chat_["num_truncated"] == 0
     assert sft["format"] == "sft" and sft["num_skipped"] == 0 and sft["num_truncated"] > 0
     assert (chat_["packing_factor"], sft["packing_factor"]) == (6.87, 6.31)
-    text = run("pack", sample, "--pack-size", "8192", "--format", "chat", "--quiet").stdout
+    text = advisor("pack", sample, "--pack-size", "8192", "--format", "chat", "--quiet").stdout
     assert f"skipped {chat_['num_skipped']:,} samples" in text
-    clash = run("pack", sample, "--pack-size", "8192", "--format", "chat", "--overlong", "truncate")
+    clash = advisor("pack", sample, "--pack-size", "8192", "--format", "chat", "--overlong", "truncate")
     assert clash.returncode == 2 and "contradicts --format chat" in clash.stderr
 
 
 @pytest.mark.slow  # big data through Megatron-Bridge's Python packer or the command line
-def test_tokenize_records_the_format_a_plan_reads(tok, tmp_path):  # noqa: F811 - the fixture
+def test_tokenize_records_the_format_a_plan_reads(tok, tmp_path):
     lengths = tmp_path / "chat_lengths.csv"
     proc = advisor("tokenize", CHAT_SAMPLE, "--tokenizer", tok, "--format", "chat", "-o", lengths, "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,10 @@ from advisor.data.ingest import load_lengths
 from advisor.errors import InputError
 from advisor.model.numerics import numerics_of
 from advisor.plan import dump_plan, plan_from_dict
-from tests.conftest import ROOT, SAMPLE, slow_after
+from tests.support import ROOT, SAMPLE
+from tests.support.snippet_check import PACKING_FACTOR as N
+from tests.support.snippet_check import check_exports
+from tests.support.tiers import slow_after
 
 PLANS = {
     "offline-cp-sp": {
@@ -158,32 +160,11 @@ PLANS = {
 }
 
 
-N = 2.5  # a packing factor: offline exports write the global batch in packs, samples / n
-
-
 def run_check(version, name, tmp_path, recipe="specs", peft="full", **size):
+    """The plan (one of PLANS by name, or a plan) and what Megatron-Bridge ``version``'s real code made of its exports
+    (tests/support/snippet_check.py), written at packing factor N."""
     plan = name if not isinstance(name, str) else plan_from_dict(PLANS[name])
-    (tmp_path / "s.py").write_text(python_snippet(plan, version, N, **size))
-    (tmp_path / "o.txt").write_text(overrides(plan, version, N, **size))
-    env = {**os.environ, "ADVISOR_MB_VERSION": version}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.snippet_check",
-            plan.training.task,
-            str(tmp_path / "s.py"),
-            str(tmp_path / "o.txt"),
-            recipe,
-            peft,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return plan, json.loads(proc.stdout.strip().splitlines()[-1])
+    return plan, check_exports(plan, version, tmp_path, recipe, peft, **size)
 
 
 @pytest.mark.parametrize("version", ["0.6.2", "0.3.1"])

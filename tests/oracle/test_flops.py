@@ -13,7 +13,7 @@ from advisor.plan import plan_from_dict
 
 @pytest.fixture(scope="session")
 def mlm_flops():
-    from tests.mb_reference import load_function
+    from tests.support.mb_reference import load_function
 
     return load_function(
         "megatron/training/training.py",

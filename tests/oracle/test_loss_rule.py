@@ -1,6 +1,7 @@
 """The finding ``loss.per_token``: it fires on every plan whose training objective depends on packing, and never on
-one whose objective does not, judged by Megatron-Bridge's and Megatron-Core's own loss code (tests/loss_oracle.py)
-on the plan's own steps; its fix makes the plan packing-invariant without rescaling anything."""
+one whose objective does not, judged by Megatron-Bridge's and Megatron-Core's own loss code
+(tests/support/loss_oracle.py) on the plan's own steps; its fix makes the plan packing-invariant without rescaling
+anything."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from advisor.analysis import analyze
 from advisor.data.lengths import LengthHistogram
 from advisor.model.loss_expectation import MOVED_THRESHOLD, plan_steps
 from advisor.plan import PlanError, plan_from_dict
-from tests.loss_oracle import oracle_weights
+from tests.support.loss_oracle import oracle_weights
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

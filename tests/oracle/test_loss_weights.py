@@ -16,7 +16,7 @@ from advisor.model.loss_expectation import plan_steps
 from advisor.model.loss_weights import Steps, step_losses, weigh
 from advisor.plan import plan_from_dict
 from advisor.ui.samples import default_plan, load_sample
-from tests.loss_oracle import oracle_weights
+from tests.support.loss_oracle import oracle_weights
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

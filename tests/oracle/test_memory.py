@@ -19,7 +19,7 @@ from advisor.trial.run import saved_tensor_bytes
 @pytest.fixture(scope="session")
 def mb_memory():
     """theoretical_memory_utils from the Megatron-Bridge wheel; its vocab padding from the Megatron-Core wheel."""
-    from tests.mb_reference import load_module
+    from tests.support.mb_reference import load_module
 
     vocab = load_module("megatron.training.vocab_utils", stubs={"megatron.training.utils": {"print_rank_0": print}})
     return load_module(

@@ -13,8 +13,8 @@ import pytest
 from advisor.advice.exports import MAX_CONNECTIONS, megatron_lm_args
 from advisor.plan import plan_from_dict
 from advisor.plan.presets import HF_REPOS, MODEL_PRESETS
-from tests.conftest import ROOT
-from tests.mlm_args_check import missing_reason
+from tests.support import ROOT
+from tests.support.mlm_args_check import missing_reason
 
 REASON = missing_reason()
 # Megatron-LM's argument parser takes ~15 s to load
@@ -181,7 +181,11 @@ def parsed(tmp_path_factory):
     path = tmp_path_factory.mktemp("mlm") / "argv.json"
     path.write_text(json.dumps(items))
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.mlm_args_check", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=900
+        [sys.executable, "-m", "tests.support.mlm_args_check", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(zip(cases, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True)), cases

@@ -23,10 +23,10 @@ from advisor.packing.online import OnlineConfig, check, expand_histogram, mock_c
 from advisor.packing.online.dp_balanced import dp_balanced
 from advisor.packing.online.dynamic_cp import dynamic_cp
 from advisor.packing.online.padding import padded_lengths, padding_divisor
-from tests.mlm_oracle import load, missing_reason, pg_collection
+from tests.support import SAMPLE, SHARED
+from tests.support.mlm_oracle import load, missing_reason, pg_collection
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+DATA = SHARED / "data"
 
 
 def oracle(commit: str):

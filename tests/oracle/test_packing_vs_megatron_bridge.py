@@ -13,7 +13,9 @@ from advisor.packing.algorithms import first_fit_decreasing, first_fit_shuffle
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack, runtime_lengths
 from advisor.packing.permutation import shuffled_lengths
-from tests.conftest import FakeTokenizer, fake_sft_builder, scaled, slow_after
+from tests.support.histograms import scaled
+from tests.support.mb_fakes import FakeTokenizer, fake_sft_builder
+from tests.support.tiers import slow_after
 
 
 def _multisets(packs) -> list[list[int]]:

@@ -21,7 +21,7 @@ from advisor.plan.pipeline_layout import (
     rank_layers,
     recipe_layout,
 )
-from tests.mb_reference import load_function, load_module
+from tests.support.mb_reference import load_function, load_module
 
 LETTERS = "EtmL"
 
@@ -335,9 +335,9 @@ def test_exports_carry_the_layout(tmp_path):
 @pytest.mark.parametrize("version", ["0.6.2", "0.3.1"])
 def test_the_layout_fields_are_the_bridges(version, tmp_path):
     """The snippet and the overrides with a layout and the MTP count, against the version's real dataclasses."""
-    from tests.test_exports import run_check
+    from tests.support.snippet_check import check_exports
 
-    _, out = run_check(version, plan_from_dict(DEEPSEEK), tmp_path)
+    out = check_exports(plan_from_dict(DEEPSEEK), version, tmp_path)
     assert out["unknown"] == [] and out["bad_overrides"] == []
     assert {"cfg.model.pipeline_model_parallel_layout", "cfg.model.mtp_num_layers"} <= set(out["set"])
 
@@ -384,23 +384,24 @@ def test_lora_needs_a_fine_tuning_task():
         plan_from_dict({**DEEPSEEK, "training": {**DEEPSEEK["training"], "peft": "lora"}})
 
 
-def test_the_estimate_says_which_layout_placed_the_layers(tmp_path):
+def test_the_estimate_says_which_layout_placed_the_layers(tmp_path, capsys):
     """A user sees the recipe layout that made their pipeline valid, and each rank's layers, in text and JSON."""
     import json
-    import subprocess
-    import sys
 
     from advisor.plan import dump_plan
-    from tests.conftest import ROOT, SAMPLE
+    from tests.support import SAMPLE
+    from tests.support.cli import in_process
 
     path = tmp_path / "plan.yaml"
     path.write_text(dump_plan(plan_from_dict(DEEPSEEK)))
     lengths = str(SAMPLE / "wikipedia_bert_len512_hist.csv")
-    run = [sys.executable, "-m", "advisor", "estimate", str(path), "--lengths", lengths]
-    text = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    run = ["estimate", str(path), "--lengths", lengths]
+    done = in_process(capsys, *run)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     assert (
         "(Megatron-Bridge's deepseek-v3 recipe layout for PP 4 x VP 4): decoder layers per rank 16, 16, 16, 13" in text
     )
-    out = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, cwd=ROOT, check=True).stdout)
+    out = json.loads(in_process(capsys, *run, "--json").stdout)
     assert out["pipeline_layout"]["layers_per_rank"] == [16, 16, 16, 13]
     assert parse_layout(out["pipeline_layout"]["layout"]) == plan_from_dict(DEEPSEEK).pipeline_stages

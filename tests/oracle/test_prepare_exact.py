@@ -1,7 +1,7 @@
 """``advisor prepare`` against Megatron-Bridge 0.6.2's own ``prepare_gpt_sft_packed_data``, from its wheel.
 
 The bundled raw samples (300 SFT records, 300 conversations) and tokenizer (``tiny-bpe``) go through Bridge's
-real preparation (tests/mb_prepare_oracle.py: its offline.py, algorithms.py, parquet.py and the builder's
+real preparation (tests/support/mb_prepare_oracle.py: its offline.py, algorithms.py, parquet.py and the builder's
 ``build_gpt_sft_split`` with the real ``GPTSFTDataset`` / ``GPTSFTChatDataset``, one tokenizer worker) and
 through the advisor's. With Bridge's algorithms and the same seed the Parquet files must be the same bytes (so the
 same rows, in order) and the metadata files the same text, SFT and chat, several seeds, with and without
@@ -32,11 +32,11 @@ from advisor.data.tokenize.sft import PromptCompletion, SftSettings
 from advisor.data.tokenize.tokenizer import load_tokenizer
 from advisor.packing.offline import megatron_bridge_metadata
 from advisor.prepare.run import PrepareOptions, prepare
-from tests import mb_prepare_oracle as oracle
+from tests.support import SAMPLE
+from tests.support import mb_prepare_oracle as oracle
 
-ROOT = Path(__file__).resolve().parent.parent
-RAW = ROOT / "sample_data" / "raw"
-TOKENIZER = ROOT / "sample_data" / "tokenizers" / "tiny-bpe"
+RAW = SAMPLE / "raw"
+TOKENIZER = SAMPLE / "tokenizers" / "tiny-bpe"
 SOURCES = {"sft": "sft_sample.jsonl", "chat": "chat_sample.jsonl"}
 # SFT: 232 of 300 records cut by the dataset; chat: 15 longer than the pack. "prompt_completion": the SFT sample
 # through Bridge's prompt-completion preprocessing; "legacy": generated conversations in the <extra_id_*> format
@@ -109,7 +109,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
     (folder / "sft-val.jsonl").write_text("".join((RAW / SOURCES["sft"]).read_text().splitlines(keepends=True)[:150]))
     out["sft-val"] = folder / "sft-val.jsonl"
     # the legacy <extra_id_*> chat format: generated conversations Bridge can build (it stops at any other)
-    from tests.test_tokenize_exact import legacy_records
+    from tests.support.records import legacy_records
 
     records = legacy_records(seed=9, n=300)
     _, lengths, _ = chat_tokens(records, load_tokenizer(TOKENIZER), ChatSettings(use_hf_tokenizer_chat_template=False))

@@ -1,11 +1,11 @@
 """advisor.data.tokenize against Megatron-Bridge 0.6.2's own dataset classes, record by record.
 
-Every data set here is generated (seeded loops and hypothesis), written as JSONL and read by Bridge's real
-``GPTSFTDataset`` / ``GPTSFTChatDataset`` (tests/mb_sft_oracle.py) with Bridge's own tokenizer wrapper around the
-fixture tokenizer (tests/tokenizer_fixture.py); the advisor reads the same folder. For each record the advisor's
-length must equal ``len(input_ids)`` of Bridge's processed example, and a record Bridge fails on must be a
-``RecordProblem`` (-1) at the same index. Without the unpacked wheels those comparisons skip; the bad-input tests
-run anyway.
+Every data set here is generated (seeded loops and hypothesis, tests/support/records.py), written as JSONL and read
+by Bridge's real ``GPTSFTDataset`` / ``GPTSFTChatDataset`` (tests/support/mb_sft_oracle.py) with Bridge's own
+tokenizer wrapper around the fixture tokenizer (tests/support/tokenizer_fixture.py); the advisor reads the same
+folder. For each record the advisor's length must equal ``len(input_ids)`` of Bridge's processed example, and a
+record Bridge fails on must be a ``RecordProblem`` (-1) at the same index. Without the unpacked wheels those
+comparisons skip; the bad-input tests run anyway.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from advisor.data.tokenize.chat import ChatSettings, chat_lengths
 from advisor.data.tokenize.sft import PromptCompletion, RecordProblem, SftSettings, sft_lengths, sft_tokens
 from advisor.data.tokenize.tokenizer import Tokenizer, load_tokenizer
 from advisor.errors import InputError
-from tests import mb_sft_oracle as oracle
-from tests.conftest import slow_after
-from tests.tokenizer_fixture import CORPUS, EOS, build_tokenizer
-
-WORDS = CORPUS.read_text(encoding="utf-8").split()
-SPECIAL_TEXT = ["<|eot_id|>", "<|begin_of_text|>", "<extra_id_1>", "{output}", "\\n"]  # tokens and braces in data
-
+from tests.support import mb_sft_oracle as oracle
+from tests.support.records import SFT_CASES, TOOLS, chat_records, legacy_records, sft_records, text
+from tests.support.templates import GENERATION_TEMPLATE, PLAIN_TEMPLATE
+from tests.support.tiers import slow_after
+from tests.support.tokenizer_fixture import CORPUS, EOS, build_tokenizer
 
 # ---------------------------------------------------------------- fixtures
 
@@ -110,59 +108,6 @@ def assert_same(mb_out: list, ours: tuple[np.ndarray, list[RecordProblem]], what
 
 
 # ---------------------------------------------------------------- generated data
-
-
-def text(rng: random.Random, max_words: int) -> str:
-    """Words of the corpus with its spacing habits: sometimes long, sometimes empty, odd spaces and specials."""
-    n = rng.choice([0, 1, 2, 5, 12, 30, max_words, rng.randint(0, max_words)])
-    words = [rng.choice(WORDS) for _ in range(n)]
-    if words and rng.random() < 0.15:
-        words.insert(rng.randrange(len(words)), rng.choice(SPECIAL_TEXT))
-    sep = rng.choice([" ", " ", " ", "\n", "  ", "\t"])
-    out = sep.join(words)
-    if rng.random() < 0.2:
-        out = " " * rng.randint(1, 3) + out
-    if rng.random() < 0.2:
-        out += rng.choice([" ", "  ", "\n", " \n"])
-    return out
-
-
-def sft_records(seed: int, n: int, max_words: int = 120) -> list[dict]:
-    """Records with every key the templates below use; a few lack one or hold a number instead of text."""
-    rng = random.Random(seed)
-    keys = ("input", "output", "context", "question", "answer", "a", "b")
-    records = [{k: text(rng, max_words) for k in keys} for _ in range(n)]
-    for i in rng.sample(range(n), 4):
-        del records[i][rng.choice(keys)]
-    records[rng.randrange(n)]["output"] = 42
-    return records
-
-
-# (Bridge's GPTSFTDataset keyword arguments, the advisor's settings)
-SFT_CASES = {
-    "defaults": dict(),
-    "bos_sep_no_eos_left": dict(add_bos=True, add_sep=True, add_eos=False, truncation_method="left"),
-    "three_fields": dict(
-        prompt_template="Context: {context}\n\nQuestion: {question}\n\nAnswer: {answer}",
-        label_key="answer",
-        truncation_field="context,question",
-    ),
-    "escaped_no_field_right": dict(
-        prompt_template="Q: {question}\\nA:{answer}", label_key="answer", truncation_field=None
-    ),
-    "escaped_no_field_left": dict(
-        prompt_template="Q: {question}\\nA:{answer}",
-        label_key="answer",
-        truncation_field=None,
-        truncation_method="left",
-    ),
-    "legacy_context_name": dict(prompt_template="{input}\n### {output}", truncation_field="context"),
-    "virtual_generate_right": dict(virtual_tokens=3, tokens_to_generate=20, add_bos=True),
-    "generate_left": dict(tokens_to_generate=40, truncation_method="left", add_sep=True),
-    "label_truncated_too": dict(truncation_field="input,output"),
-    "spaces_in_template": dict(prompt_template="  {a}   {b}  x{input} \t {output}", truncation_field="b,a"),
-    "is_test": dict(is_test=True),
-}
 
 
 def _mb_kwargs(case: dict, max_seq_length: int, tok) -> dict:
@@ -402,72 +347,6 @@ def test_prompt_completion_ids_and_masks_match_megatron_bridge(mb, mb_tok, folde
 # ---------------------------------------------------------------- chat: the tokenizer's chat template
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    },
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
-]
-
-
-def chat_records(seed: int, n: int) -> list[dict]:
-    """messages (system prompts, multi-turn, tool calls and results, row tools), singular ``conversation``,
-    ShareGPT ``conversations`` (human/gpt, User/Assistant, a top-level system), and a few Bridge rejects."""
-    rng = random.Random(seed)
-    records = []
-    for _ in range(n):
-        roll = rng.random()
-        turns = []
-        if rng.random() < 0.5:
-            turns.append({"role": "system", "content": text(rng, 40)})
-        for _ in range(rng.randint(1, 4)):
-            turns.append({"role": "user", "content": text(rng, 60)})
-            if rng.random() < 0.2:
-                call = {
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": {"city": rng.choice(WORDS)}},
-                }
-                turns.append({"role": "assistant", "content": None, "tool_calls": [call]})
-                turns.append({"role": "tool", "content": json.dumps({"temp": rng.randint(-10, 30)})})
-            turns.append({"role": "assistant", "content": text(rng, 80)})
-        if roll < 0.55:
-            rec = {"messages": turns}
-            if rng.random() < 0.3:
-                rec["tools"] = TOOLS[: rng.randint(0, 2)]
-        elif roll < 0.65:
-            rec = {"conversation": turns}
-        else:
-            names = rng.choice([("human", "gpt"), ("User", "Assistant"), ("user", "assistant")])
-            plain = [t for t in turns if t["role"] in ("user", "assistant") and t["content"] is not None]
-            rec = {"conversations": [{"from": names[t["role"] == "assistant"], "value": t["content"]} for t in plain]}
-            if rng.random() < 0.5:
-                rec["system"] = text(rng, 20)
-        records.append(rec)
-    bad = [
-        {"messages": [{"role": "user", "content": "no answer"}]},  # no assistant turn
-        {"messages": [{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}]},  # template raises
-        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": []}]},  # no content
-        {"messages": []},
-        {"text": "not a chat"},
-        {"messages": "hello"},
-        {
-            "messages": [
-                {"role": "user", "content": "a"},
-                {"role": "system", "content": "late"},
-                {"role": "assistant", "content": "b"},
-            ]
-        },
-    ]
-    for rec in bad:
-        records.insert(rng.randrange(len(records) + 1), rec)
-    return records
-
-
 @pytest.mark.parametrize("loss_mode", slow_after(["assistant", "last_turn", "full"]))
 def test_chat_template_lengths_match_megatron_bridge(mb_tok, folders, work, loss_mode):
     records = chat_records(seed=11, n=80)
@@ -489,14 +368,6 @@ def test_chat_tool_schemas_of_the_data_set(mb_tok, folders, work):
     )
     ours = chat_lengths(records, load_tokenizer(folders["bos"]), ChatSettings(tool_schemas=schemas))
     assert_same(expected, ours, "tool_schemas")
-
-
-GENERATION_TEMPLATE = (
-    "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
-    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|eot_id|>{% endgeneration %}"
-    "{% else %}{{ m['content'] }}<|eot_id|>{% endif %}\n{% endfor %}"
-)
-PLAIN_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
 
 
 @pytest.mark.slow  # more chat templates through Megatron-Bridge
@@ -586,35 +457,6 @@ def _cached_chat_dataset(work: Path, mb_tokenizer):
 
 
 # ---------------------------------------------------------------- chat: the legacy <extra_id_*> format
-
-
-def legacy_records(seed: int, n: int) -> list[dict]:
-    rng = random.Random(seed)
-    records = []
-    for _ in range(n):
-        speakers = rng.choice([("User", "Assistant"), ("User", "Bot"), ("Human", "Assistant")])
-        turns = [{"from": speakers[j % 2], "value": text(rng, 50)} for j in range(rng.randint(2, 6))]
-        rec = {"system": text(rng, 20), "conversations": turns}
-        roll = rng.random()
-        if roll < 0.15:
-            rec["mask"] = speakers[1]
-        elif roll < 0.25:
-            rec["mask"] = f"{speakers[0]},{speakers[1]}"
-        elif roll < 0.3:
-            rec["type"] = "VALUE_TO_TEXT"
-            for t in turns:
-                t["label"] = "quality:" + str(rng.randint(0, 9))
-        records.append(rec)
-    records += [
-        {"system": "", "conversations": [{"from": "User", "value": "only the user"}]},  # all masked
-        {"system": "s", "conversations": [{"from": "Assistant", "value": "a"}]},  # mask role User absent
-        {"conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": "b"}]},  # no system
-        {"system": "s", "messages": [{"role": "user", "content": "a"}]},
-        {"system": "s", "type": "SUMMARY", "conversations": [{"from": "User", "value": "a"}]},
-        {"system": None, "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": ""}]},
-        {"system": "s", "conversations": [{"from": "User", "value": "a"}, {"from": "Assistant", "value": 3}]},
-    ]
-    return records
 
 
 @pytest.mark.parametrize("variant", slow_after(["bos", "plain"]))

@@ -1,6 +1,6 @@
 """The trial's loss-weighting phase: the step-0 ratio packed / unpacked it measures on the chat-like and SFT-like
 samples is within 1 % of the prediction under both loss settings, exactly 1 with per-token loss; and its reduction
-is Megatron-Core's (autograd through the wheels' code, tests/loss_oracle.py)."""
+is Megatron-Core's (autograd through the wheels' code, tests/support/loss_oracle.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from advisor.trial.config import TrialConfig
 from advisor.trial.loss import TARGET, reduce_step
 from advisor.trial.run import check_loss_weighting, setup
 from advisor.ui.samples import default_plan, load_sample
-from tests.loss_oracle import oracle_weights
+from tests.support.loss_oracle import oracle_weights
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ import pytest
 
 from advisor.cli.parser import COMMANDS
 from advisor.cli.reference import cli_reference, options_of, plan_fields, plan_reference
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
 SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")

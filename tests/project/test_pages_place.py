@@ -8,7 +8,7 @@ import ast
 import pytest
 
 from advisor.ui.pages import page_paths
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 TEXT_CALLS = {"caption", "info", "error", "warning", "write", "markdown", "subheader", "success", "text"}
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from advisor.model.loss_weights import Steps
-from tests.mb_reference import _register_namespace, _roots, load_function
+from tests.support.mb_reference import _register_namespace, _roots, load_function
 
 _CACHE: dict = {}
 

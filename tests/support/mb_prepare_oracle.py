@@ -7,7 +7,7 @@ parquet.py (``write_packed_parquet``, ``GPTSFTPackedParquetDataset``), packing/g
 ``build_gpt_sft_split`` (data/builders/gpt_sft.py), compiled from its own source with only the names it uses
 (the module's other imports pull in Hugging Face sources and process groups, which preparing never touches).
 
-conftest.MB_STUBS registers stand-ins for some of these modules (and modules built on them) for tests that need
+mb_reference.MB_STUBS registers stand-ins for some of these modules (and modules built on them) for tests that need
 only the writer; they are set aside here so the real classes load.
 """
 
@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from tests import mb_sft_oracle
+from tests.support import mb_sft_oracle
 
 PACKING = (
     "megatron.bridge.utils.safe_pickle",
@@ -39,7 +39,7 @@ def missing_reason() -> str | None:
 def modules() -> types.SimpleNamespace:
     """``.offline``, ``.parquet``, ``.algorithms``, ``.build_split`` (the builder's), ``.sft`` (mb_sft_oracle)."""
     sft = mb_sft_oracle.modules()
-    from tests.mb_reference import load_function, load_module
+    from tests.support.mb_reference import load_function, load_module
 
     for name in PACKING:  # a stand-in, or a real module built on one: loaded again on the real classes
         if name in sys.modules:

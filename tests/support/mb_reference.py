@@ -21,13 +21,33 @@ import types
 import zipfile
 from pathlib import Path
 
+from tests.support import ROOT
+
 MB_VERSION = "0.6.2"
 MCORE_VERSION = "0.19.2"  # the newest megatron-core wheel; megatron-bridge 0.6.2 requires megatron-core unpinned
 MCORE_FOR = {"0.6.2": "0.19.2", "0.3.1": "0.16.1"}  # 0.3.1 requires megatron-core >=0.15, <0.17
 # which wheels load_module reads: tests of another version set these in their own process
 ACTIVE = {"megatron-bridge": os.environ.get("ADVISOR_MB_VERSION", MB_VERSION)}
 ACTIVE["megatron-core"] = MCORE_FOR.get(ACTIVE["megatron-bridge"], MCORE_VERSION)
-CACHE = Path(os.environ.get("ADVISOR_CACHE", Path(__file__).resolve().parent.parent / ".cache"))
+CACHE = Path(os.environ.get("ADVISOR_CACHE", ROOT / ".cache"))
+
+
+def _msc_stub():
+    class MultiStorageClientFeature:  # Megatron-Core's switch for remote storage: off, as on a plain file system
+        @staticmethod
+        def is_enabled():
+            return False
+
+    return {"MultiStorageClientFeature": MultiStorageClientFeature}
+
+
+# stand-ins for the modules Megatron-Bridge's packing and data modules import but a test never needs (``stubs=``)
+MB_STUBS = {
+    "megatron.core.msc_utils": _msc_stub(),
+    "megatron.bridge.training.tokenizers.tokenizer": {"MegatronTokenizer": object},
+    "megatron.bridge.data.datasets.gpt_sft": {"GPTSFTDataset": object},
+    "megatron.bridge.data.packing.gpt_sft": {"GPTSFTPackedDataset": object},
+}
 
 
 def wheel_root(package: str = "megatron-bridge", version: str = MB_VERSION) -> Path:

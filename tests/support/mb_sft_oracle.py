@@ -26,7 +26,7 @@ import sys
 import types
 from pathlib import Path
 
-from tests.mb_reference import CACHE, MB_VERSION, MCORE_VERSION
+from tests.support.mb_reference import CACHE, MB_VERSION, MCORE_VERSION
 
 MB_ROOT = CACHE / f"megatron_bridge-{MB_VERSION}"
 MCORE_ROOT = CACHE / f"megatron_core-{MCORE_VERSION}"
@@ -37,7 +37,7 @@ def missing_reason() -> str | None:
     """Why the oracle cannot load here, or None."""
     for root in (MB_ROOT, MCORE_ROOT):
         if not (root / "megatron").is_dir():
-            return f"unpacked wheel not found at {root} (tests/mb_reference.py fetches it)"
+            return f"unpacked wheel not found at {root} (tests/support/mb_reference.py fetches it)"
     for package in ("torch", "transformers", "sentencepiece"):
         try:
             __import__(package)
@@ -101,9 +101,9 @@ def modules() -> types.SimpleNamespace:
     reason = missing_reason()
     if reason:
         raise FileNotFoundError(reason)
-    from tests.mb_reference import load_module
+    from tests.support.mb_reference import load_module
 
-    for name in REAL:  # conftest.MB_STUBS registers bare stand-ins for some of these (no __file__)
+    for name in REAL:  # mb_reference.MB_STUBS registers bare stand-ins for some of these (no __file__)
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None) is None and not hasattr(module, "__path__"):
             del sys.modules[name]

@@ -1,6 +1,6 @@
 """Parse exported Megatron-LM arguments with Megatron-LM's own parser, in its own process.
 
-    python -m tests.mlm_args_check ARGV.json
+    python -m tests.support.mlm_args_check ARGV.json
 
 ``ARGV.json`` holds ``{"argv": [...], "world_size": N, "env": {...}}`` items (the arguments as the shell splits them).
 Megatron-LM's ``arguments.py`` is the oracle's
@@ -26,11 +26,10 @@ import sys
 import types
 from pathlib import Path
 
-from tests.mlm_oracle import folder
+from tests.support import ROOT
+from tests.support.mlm_oracle import folder
 
-TREE = Path(
-    os.environ.get("ADVISOR_MLM_TREE") or Path(__file__).resolve().parent.parent / ".cache" / "megatron-lm-d48bd6be"
-)
+TREE = Path(os.environ.get("ADVISOR_MLM_TREE") or ROOT / ".cache" / "megatron-lm-d48bd6be")
 STUBBED = {"megatron.core.transformer.moe.ops.paged_stash"}  # imports triton at module level
 CHECKED = (
     "pipeline_model_parallel_layout",

@@ -18,9 +18,9 @@ import sys
 import types
 from pathlib import Path
 
-ORACLE_ROOT = Path(
-    os.environ.get("ADVISOR_MLM_ORACLE") or Path(__file__).resolve().parents[2] / "shared" / "oracles" / "megatron-lm"
-)
+from tests.support import SHARED
+
+ORACLE_ROOT = Path(os.environ.get("ADVISOR_MLM_ORACLE") or SHARED / "oracles" / "megatron-lm")
 FOLDERS = {"main": "main-d98e8a64", "dev": "dev-d48bd6be"}
 MODULES = (
     "megatron.core.datasets.data_schedule",

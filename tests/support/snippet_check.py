@@ -1,6 +1,6 @@
 """Run an exported snippet against one Megatron-Bridge version's real code, in its own process.
 
-    ADVISOR_MB_VERSION=0.3.1 python -m tests.snippet_check TASK SNIPPET.py OVERRIDES.txt [specs|none]
+    ADVISOR_MB_VERSION=0.3.1 python -m tests.support.snippet_check TASK SNIPPET.py OVERRIDES.txt [specs|none]
 
 ``cfg`` is a recipe-like ConfigContainer: its sections hold a recipe's values (dataset seed 5678, dataset_kwargs,
 and with ``specs`` the version's real ``PackedSequenceSpecs`` with a tokenizer name and, from 0.6, tokenizer
@@ -20,8 +20,7 @@ import json
 import sys
 import types
 
-from tests.conftest import MB_STUBS
-from tests.mb_reference import ACTIVE, class_fields, load_module
+from tests.support.mb_reference import ACTIVE, MB_STUBS, class_fields, load_module
 
 VERSION = ACTIVE["megatron-bridge"]
 CLASSES = {
@@ -86,7 +85,7 @@ class _Section:
 
 def registered_recipes() -> set[str]:
     """The mixed-precision recipe names the version registers: its functions decorated with ``@register``."""
-    from tests.mb_reference import _roots
+    from tests.support.mb_reference import _roots
 
     for root in _roots():
         path = root / "megatron" / "bridge" / "training" / "mixed_precision.py"
@@ -202,6 +201,32 @@ def _apply_overrides(cfg, lines: list[str], fields: dict, spec_fields: set) -> t
         else:
             setattr(getattr(section, key[1]), key[2], value)  # on the recipe's own specs object
     return bad, unapplied
+
+
+PACKING_FACTOR = 2.5  # the exports checked are written at this packing factor (offline: the global batch in packs)
+
+
+def check_exports(plan, version: str, tmp_path, recipe: str = "specs", peft: str = "full", **size) -> dict:
+    """The test's side: the plan's snippet and overrides for ``version`` at ``PACKING_FACTOR`` (``size`` passed on
+    to both), checked by this module's ``main`` in a child process that loads that version's wheels; its JSON."""
+    import os
+    import subprocess
+
+    from advisor.advice.exports import overrides, python_snippet
+    from tests.support import ROOT
+
+    (tmp_path / "s.py").write_text(python_snippet(plan, version, PACKING_FACTOR, **size))
+    (tmp_path / "o.txt").write_text(overrides(plan, version, PACKING_FACTOR, **size))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.snippet_check", plan.training.task, str(tmp_path / "s.py")]
+        + [str(tmp_path / "o.txt"), recipe, peft],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "ADVISOR_MB_VERSION": version},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """A small Hugging Face tokenizer folder trained in the tests, so Megatron-Bridge and the advisor read the same files.
 
-``build_tokenizer`` trains a byte-level BPE (about 1,000 tokens) on ``fixtures/tokenizer_corpus.txt`` with the
+``build_tokenizer`` trains a byte-level BPE (about 1,000 tokens) on ``tests/fixtures/tokenizer_corpus.txt`` with the
 ``tokenizers`` library and writes ``tokenizer.json`` and ``tokenizer_config.json`` with a Llama-3-like Jinja chat
 template (system, user, assistant, tool turns and tool definitions). Its special tokens carry Llama 3's names, so
 Megatron-Bridge 0.6.2 recognises the turn markers when it builds assistant loss masks, and by default its
@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "tokenizer_corpus.txt"
+from tests.support import FIXTURES
+
+CORPUS = FIXTURES / "tokenizer_corpus.txt"
 
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from advisor.cli import main
 from advisor.errors import InputError
 from advisor.safe_write import check_output_file, check_output_folder, make_folder, write_text
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 SQUAD = SAMPLE / "squad_v1.1_len384_hist.csv"
 PLAN = SAMPLE / "plans" / "llama8b_squad.yaml"

@@ -12,8 +12,8 @@ from advisor.advice.search import BATCH_TOLERANCE, _layout, check_vary, search
 from advisor.data.ingest import load_lengths
 from advisor.model.estimate import estimate, packing_of
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT
-from tests.test_plan_properties import SMALL, plans
+from tests.support import ROOT
+from tests.support.plans import SMALL, plans
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,17 @@
-"""The command line, run as users run it."""
+"""The command line: in a subprocess, as users run it, in the slow tier; in this process (``advisor.cli.main``, what
+``python -m advisor`` calls) in the fast tier."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, SAMPLE
+from tests.support import ROOT, SAMPLE
+from tests.support.cli import advisor, in_process
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, cwd=ROOT)
-
-
-def test_pack_json_is_megatron_bridges_metadata_of_the_packing():
+def test_pack_json_is_megatron_bridges_metadata_of_the_packing(capsys):
     """The JSON against the packing computed here: Megatron-Bridge's metadata keys and values, the counts recomputed
     from the histogram file itself; progress on stderr only, so stdout is the JSON alone."""
     import numpy as np
@@ -25,7 +21,7 @@ def test_pack_json_is_megatron_bridges_metadata_of_the_packing():
     from advisor.packing.offline import pack
 
     data = SAMPLE / "squad_v1.1_len384_hist.csv"
-    proc = run("pack", str(data), "--pack-size", "384", "--json", "--algorithm", "first_fit_decreasing")
+    proc = in_process(capsys, "pack", str(data), "--pack-size", "384", "--json", "--algorithm", "first_fit_decreasing")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     hist = load_lengths(data)
@@ -47,7 +43,7 @@ def test_pack_human_summary_and_truncation():
     from advisor.data.ingest import load_lengths
 
     data = SAMPLE / "squad_v1.1_len384_hist.csv"
-    proc = run("pack", str(data), "--pack-size", "256", "--quiet")
+    proc = advisor("pack", str(data), "--pack-size", "256", "--quiet")
     assert proc.returncode == 0 and proc.stderr == ""
     hist = load_lengths(data)
     over = hist.lengths > 256
@@ -56,10 +52,10 @@ def test_pack_human_summary_and_truncation():
     assert f"truncated {samples:,} samples ({tokens:,} tokens)" in proc.stdout, proc.stdout
 
 
-def test_bad_file_is_one_message_and_exit_2(tmp_path):
+def test_bad_file_is_one_message_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("length\n5\nfive\n")
-    proc = run("pack", str(bad), "--pack-size", "16")
+    proc = in_process(capsys, "pack", str(bad), "--pack-size", "16")
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(f"error: {bad}, line 3: length 'five' is not a number")
     assert "Traceback" not in proc.stderr
@@ -67,12 +63,12 @@ def test_bad_file_is_one_message_and_exit_2(tmp_path):
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_bad_setting_is_one_message(tmp_path):
-    proc = run("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "128", "--max-seq-length", "256")
+    proc = advisor("pack", str(SAMPLE / "squad_v1.1_len384_hist.csv"), "--pack-size", "128", "--max-seq-length", "256")
     assert proc.returncode == 2 and "cannot exceed the pack size" in proc.stderr
 
 
-def test_lengths_summary_json():
-    proc = run("lengths", str(SAMPLE / "wikipedia_bert_len512_hist.csv"), "--json", "--quiet")
+def test_lengths_summary_json(capsys):
+    proc = in_process(capsys, "lengths", str(SAMPLE / "wikipedia_bert_len512_hist.csv"), "--json", "--quiet")
     out = json.loads(proc.stdout)
     assert out["num_samples"] == 16279552 and out["max"] == 512
 
@@ -81,7 +77,7 @@ def test_lengths_summary_json():
 def test_all_samples_of_one_token_do_not_crash(tmp_path):
     ones = tmp_path / "ones.csv"
     ones.write_text("seq_len\n1\n1\n1\n")
-    proc = run("pack", str(ones), "--pack-size", "8", "--json", "--quiet")
+    proc = advisor("pack", str(ones), "--pack-size", "8", "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["num_packs"] == 1
 
@@ -90,7 +86,7 @@ def test_all_samples_of_one_token_do_not_crash(tmp_path):
 def test_baselines_do_not_count_pack_padding_as_real(tmp_path):
     two = tmp_path / "two.csv"
     two.write_text("5\n9\n")  # runtime 4 and 8; pad_seq_to_mult only pre-pads for packing
-    proc = run("pack", str(two), "--pack-size", "16", "--pad-seq-to-mult", "16", "--json", "--quiet")
+    proc = advisor("pack", str(two), "--pack-size", "16", "--pad-seq-to-mult", "16", "--json", "--quiet")
     out = json.loads(proc.stdout)
     assert out["baselines"][0]["efficiency"] == 12 / 32 * 100
 
@@ -113,18 +109,18 @@ def _long_context_plan(tmp_path, **training):
 @pytest.mark.slow  # the command line in a subprocess
 def test_export_refuses_a_plan_that_does_not_fit_unless_forced(tmp_path):
     plan = _long_context_plan(tmp_path)
-    est = json.loads(run("estimate", plan, "--json", "--quiet").stdout)["memory"]
+    est = json.loads(advisor("estimate", plan, "--json", "--quiet").stdout)["memory"]
     assert not est["fits"]
-    refused = run("export", plan, "--format", "overrides", "--quiet")
+    refused = advisor("export", plan, "--format", "overrides", "--quiet")
     gib = f"{est['total_bytes'] / 2**30:.1f} GiB per GPU of {est['capacity_bytes'] / 2**30:.1f} GiB on H100-80GB"
     assert refused.returncode == 2 and refused.stdout == ""
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith(f"error: plan needs {gib}") and line.endswith("(use --force to export anyway)")
-    forced = run("export", plan, "--format", "overrides", "--quiet", "--force")
+    forced = advisor("export", plan, "--format", "overrides", "--quiet", "--force")
     assert forced.returncode == 0 and "context_parallel_size=8" in forced.stdout
-    fits = run("export", _long_context_plan(tmp_path, recompute="full"), "--format", "overrides", "--quiet")
+    fits = advisor("export", _long_context_plan(tmp_path, recompute="full"), "--format", "overrides", "--quiet")
     assert fits.returncode == 0, fits.stderr  # the error's own fix, applied: exported without --force
-    recommend = json.loads(run("recommend", plan, "--json", "--quiet").stdout)
+    recommend = json.loads(advisor("recommend", plan, "--json", "--quiet").stdout)
     error = next(f for f in recommend["findings"] if f["id"] == "memory.exceeds")
     assert error["severity"] == "error" and error["fix"] == {"training": {"recompute": "full"}}
 

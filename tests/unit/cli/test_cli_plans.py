@@ -1,5 +1,6 @@
 """Plans through the command line only: overrides survive, relative paths work from any folder, bad plans and
-options are refused with exit code 2 and the field named."""
+options are refused with exit code 2 and the field named. In a subprocess, as users run it, in the slow tier; the
+fast tier runs the command line in this process (``advisor.cli.main``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SAMPLE, slow_after
+from tests.support import ROOT, SAMPLE
+from tests.support.cli import in_process
+from tests.support.tiers import slow_after
 
 SQUAD = SAMPLE / "squad_v1.1_len384_hist.csv"
 
@@ -95,11 +98,11 @@ BAD_PLANS = {
 
 
 @pytest.mark.parametrize("name", slow_after(list(BAD_PLANS)))
-def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
+def test_bad_plans_exit_2_naming_the_field(tmp_path, capsys, name):
     text, field = BAD_PLANS[name]
     plan = tmp_path / "bad.yaml"
     plan.write_bytes(text if isinstance(text, bytes) else text.encode())
-    proc = advisor("estimate", plan, "--lengths", SQUAD, "--quiet")
+    proc = in_process(capsys, "estimate", plan, "--lengths", SQUAD, "--quiet")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert field in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -118,8 +121,8 @@ def test_bad_plans_exit_2_naming_the_field(tmp_path, name):
         ]
     ),
 )
-def test_bad_options_exit_2(option, value):
-    proc = advisor("estimate", SAMPLE / "plans" / "llama8b_squad.yaml", option, value, "--quiet")
+def test_bad_options_exit_2(capsys, option, value):
+    proc = in_process(capsys, "estimate", SAMPLE / "plans" / "llama8b_squad.yaml", option, value, "--quiet")
     assert proc.returncode == 2 and option in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
@@ -133,8 +136,8 @@ def test_bad_output_paths_and_versions_exit_2(tmp_path):
     assert proc.returncode == 2 and "MAJOR.MINOR" in proc.stderr
 
 
-def test_schema_command_prints_the_bundled_schema():
-    proc = advisor("schema")
+def test_schema_command_prints_the_bundled_schema(capsys):
+    proc = in_process(capsys, "schema")
     assert proc.returncode == 0
     assert json.loads(proc.stdout) == json.loads((SAMPLE / "plans" / "plan.schema.json").read_text())
 

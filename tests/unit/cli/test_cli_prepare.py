@@ -18,8 +18,8 @@ import pytest
 from advisor.cli import main
 from advisor.cli.parser import build_parser
 from advisor.prepare.run import PrepareOptions, prepare
-from tests.conftest import ROOT
-from tests.tokenizer_fixture import build_tokenizer
+from tests.support import ROOT
+from tests.support.tokenizer_fixture import build_tokenizer
 
 RAW = ROOT / "sample_data" / "raw"
 TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
@@ -197,7 +197,8 @@ def test_refusals_are_one_line_and_exit_2(capsys, tmp_path):
         code, _, err = cli(capsys, *args, "--quiet")
         assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, (args, err)
     assert not (tmp_path / "o").exists() and os.listdir(tmp_path / "full") == ["x"]
-    # a template whose {% generation %} blocks give the mask: built now (tests/test_chat_tokens.py checks the masks)
+    # a template whose {% generation %} blocks give the mask: built now (tests/oracle/test_chat_tokens.py checks
+    # the masks)
     code, _, err = cli(
         capsys,
         "prepare",
@@ -292,7 +293,7 @@ def test_prepare_as_users_run_it(tmp_path):
 
 def test_prompt_completion_from_the_command_line_is_the_apis_and_bad_combinations_exit_2(capsys, tmp_path):
     """``--prompt-completion`` writes what the API writes for Megatron-Bridge's prompt-completion preprocessing
-    (tests/test_prepare_exact.py checks that against Bridge's own preparation), and each option out of place is
+    (tests/oracle/test_prepare_exact.py checks that against Bridge's own preparation), and each option out of place is
     one message with exit code 2."""
     from advisor.data.tokenize.engine import TokenizeJob
     from advisor.data.tokenize.sft import PromptCompletion, SftSettings

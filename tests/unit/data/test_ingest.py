@@ -13,7 +13,7 @@ import pytest
 from advisor.data.ingest import load_lengths, parse_lengths
 from advisor.data.megatron_mock import default_mock_config
 from advisor.errors import InputError
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 
 def write(tmp_path, name, text):

@@ -24,9 +24,10 @@ from advisor.trial.config import TrialConfig
 from advisor.trial.loss import TARGET
 from advisor.trial.run import check_loss_weighting, setup
 from advisor.ui.samples import default_plan, load_sample
+from tests.support import ROOT, SAMPLE
+from tests.support.cli import in_process
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
+TOKENIZER = str(SAMPLE / "tokenizers" / "tiny-bpe")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,33 +142,23 @@ def test_the_trial_measures_answer_only_loss_within_one_percent(per_token_loss):
     assert check.position_losses[0] is None  # no sample has loss on its first label
 
 
-def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path):
+def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path, capsys):
     """``tokenize --loss-tokens`` writes a loss_tokens column; the lengths file then carries the mask's counts."""
-    import subprocess
-    import sys
-
     out = tmp_path / "lengths.csv"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "advisor",
-            "tokenize",
-            str(ROOT / "sample_data" / "raw" / "chat_sample.jsonl"),
-            "--tokenizer",
-            TOKENIZER,
-            "--format",
-            "chat",
-            "--loss-tokens",
-            "-o",
-            str(out),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
+    done = in_process(
+        capsys,
+        "tokenize",
+        ROOT / "sample_data" / "raw" / "chat_sample.jsonl",
+        "--tokenizer",
+        TOKENIZER,
+        "--format",
+        "chat",
+        "--loss-tokens",
+        "-o",
+        out,
+        "--json",
     )
+    assert done.returncode == 0, done.stderr
     assert out.read_text().startswith("sample_index,length,loss_tokens\n")
     hist = load_lengths(str(out))
     job = TokenizeJob(
@@ -191,15 +182,10 @@ def test_tokenize_writes_loss_tokens_that_a_plan_reads(tmp_path):
         ("0,5,99999999999999999999999\n", "line 2: loss_tokens 1e+23 is beyond any sequence length"),
     ],
 )
-def test_a_bad_loss_tokens_cell_is_one_message_with_exit_code_2(tmp_path, rows, said):
-    import subprocess
-    import sys
-
+def test_a_bad_loss_tokens_cell_is_one_message_with_exit_code_2(tmp_path, capsys, rows, said):
     path = tmp_path / "l.csv"
     path.write_text("sample_index,length,loss_tokens\n" + rows)
-    done = subprocess.run(
-        [sys.executable, "-m", "advisor", "lengths", str(path)], capture_output=True, text=True, cwd=ROOT
-    )
+    done = in_process(capsys, "lengths", path)
     assert done.returncode == 2 and said in done.stderr, done.stderr
 
 

@@ -3,44 +3,26 @@ text transformers renders, and the deadline and the output cap still stop them."
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advisor.data.tokenize.template import TemplateLimit, render_chat, render_prefixes
 from advisor.data.tokenize.template_plain import plain_ok
-from tests.test_tokenize_exact import GENERATION_TEMPLATE, PLAIN_TEMPLATE
-from tests.test_tokenize_hostile import ATTACKS, CHATS, FEATURES_TEMPLATE, TOOLS
-from tests.tokenizer_fixture import CHAT_TEMPLATE
-
-# the constructs of real templates (Llama 3.1 and Qwen 3 style): reassigned messages, namespaces set in loops,
-# reasoning split out of the content, tool calls as JSON
-QWEN_LIKE = (
-    "{%- if tools %}<|im_start|>system\n{% for t in tools %}{{ t|tojson }}\n{% endfor %}<|im_end|>\n{%- endif %}"
-    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
-    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
-    "{%- if ns.multi_step_tool and message.role == 'user' %}{%- set ns.multi_step_tool = false %}"
-    "{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
-    "{%- for message in messages %}{%- set content = message.content if message.content is string else '' %}"
-    "{%- if message.role == 'assistant' %}{%- set reasoning_content = '' %}"
-    "{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\\n')"
-    ".split('<think>')[-1].lstrip('\\n') %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
-    "{%- endif %}{%- if loop.index0 > ns.last_query_index and reasoning_content %}"
-    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content }}"
-    "{%- else %}{{- '<|im_start|>assistant\\n' + content }}{%- endif %}"
-    "{%- if message.tool_calls %}{%- for tool_call in message.tool_calls %}"
-    "{%- set tool_call = tool_call.function if tool_call.function else tool_call %}"
-    "{{- '\\n<tool_call>\\n' }}{{- tool_call.arguments|tojson }}{{- '\\n</tool_call>' }}{%- endfor %}{%- endif %}"
-    "{{- '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+from tests.support.templates import (
+    ATTACKS,
+    CHATS,
+    FEATURES_TEMPLATE,
+    GENERATION_TEMPLATE,
+    MESSAGE,
+    PLAIN_TEMPLATE,
+    QWEN_LIKE,
+    REAL,
+    TOOLS,
+    off_main_thread,
 )
-REAL = {
-    p.stem: p.read_text(encoding="utf-8")
-    for p in sorted((Path(__file__).parent / "fixtures" / "chat_templates").glob("*.jinja"))
-}
+from tests.support.tokenizer_fixture import CHAT_TEMPLATE
+
 # the real templates that pass (the others use |list of a variable, tojson of one into itself, macros...)
 REAL_PLAIN = (
     "Qwen-Qwen2.5-7B-Instruct",
@@ -144,30 +126,6 @@ def test_generation_blocks_and_macros_keep_the_hooks():
     assert not plain_ok(FEATURES_TEMPLATE)
 
 
-def _off_main_thread(fn):
-    """``fn()`` on another thread, where the box always renders with its hooks."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except Exception as e:  # noqa: BLE001 - compared by type and text
-            out["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
-MESSAGE = st.fixed_dictionaries(
-    {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.one_of(TEXT, st.none())}
-)
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     conversation=st.lists(MESSAGE, min_size=1, max_size=6),
@@ -185,7 +143,7 @@ def test_plain_renders_equal_the_boxed_ones(conversation, tools, name):
         except Exception as e:  # noqa: BLE001 - the template's own errors must match too
             return type(e).__name__, str(e)
 
-    assert render() == _off_main_thread(render)
+    assert render() == off_main_thread(render)
 
 
 @pytest.mark.parametrize("conversation", CHATS, ids=["system", "tools-and-reasoning", "unicode"])
@@ -197,7 +155,7 @@ def test_the_sample_chats_render_the_same(conversation):
             return type(e).__name__, str(e)
 
     for template in REAL_LIKE.values():
-        assert render(template) == _off_main_thread(lambda t=template: render(t))
+        assert render(template) == off_main_thread(lambda t=template: render(t))
 
 
 def test_the_output_cap_stops_a_plain_template():

@@ -9,10 +9,8 @@ from hypothesis import strategies as st
 
 from advisor.data.tokenize.template import render_prefixes
 from advisor.data.tokenize.template_prefix import prefix_stable
-from tests.test_template_plain import MESSAGE, QWEN_LIKE, REAL, _off_main_thread
-from tests.test_tokenize_exact import PLAIN_TEMPLATE
-from tests.test_tokenize_hostile import TOOLS
-from tests.tokenizer_fixture import CHAT_TEMPLATE
+from tests.support.templates import MESSAGE, PLAIN_TEMPLATE, QWEN_LIKE, REAL, TOOLS, off_main_thread
+from tests.support.tokenizer_fixture import CHAT_TEMPLATE
 
 STABLE = {
     "bundled (Llama 3.1 style)": CHAT_TEMPLATE,
@@ -80,7 +78,7 @@ def test_every_prefix_equals_its_own_render(conversation, tools, name):
         except Exception as e:  # noqa: BLE001 - a template's error must be the same one
             return type(e).__name__, str(e)
 
-    assert render() == _off_main_thread(render)
+    assert render() == off_main_thread(render)
 
 
 def test_a_later_messages_error_is_not_a_shorter_prefixs():
@@ -93,4 +91,4 @@ def test_a_later_messages_error_is_not_a_shorter_prefixs():
     assert prefix_stable(template)
     expected = {1: "a", 2: "ab"}
     assert render_prefixes(template, conversation, [1, 2]) == expected
-    assert _off_main_thread(lambda: render_prefixes(template, conversation, [1, 2])) == expected
+    assert off_main_thread(lambda: render_prefixes(template, conversation, [1, 2])) == expected

@@ -1,14 +1,13 @@
 """The tokenize command end to end: formats, shards, the local and Ray engines, bad input, and --sample.
 
-The lengths rules themselves are compared with Megatron-Bridge's own dataset classes in tests/test_tokenize_exact.py;
-here the engines must give those same lengths for every record, in data-set order, whatever the file layout."""
+The lengths rules themselves are compared with Megatron-Bridge's own dataset classes in
+tests/oracle/test_tokenize_exact.py; here the engines must give those same lengths for every record, in data-set
+order, whatever the file layout."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -27,18 +26,13 @@ from advisor.limits import MAX_PACK
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
 from advisor.packing.sampling import max_bootstraps, sample_estimate
-from tests.conftest import ROOT
-from tests.tokenizer_fixture import build_tokenizer
+from tests.support.cli import advisor, in_process
+from tests.support.tokenizer_fixture import build_tokenizer
 
 WORDS = (
     "packing sequence model token data train long short answer question the a of to in is on why how "
     "überlänge naïve 数据 🙂"
 ).split()
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return str(build_tokenizer(tmp_path_factory.mktemp("tok")))
 
 
 def _text(rng, lo, hi):
@@ -67,12 +61,6 @@ def _chat_records(n, seed=0):
 def _jsonl(path, records):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return path
-
-
-def advisor(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
 
 
 @pytest.mark.slow  # tokenizes whole files, a second or more
@@ -178,20 +166,20 @@ def test_the_command_writes_a_lengths_file_every_other_command_reads(tok, tmp_pa
         (lambda p: p.write_text(""), "holds no records"),
     ],
 )
-def test_bad_data_gets_one_message_with_its_place(tok, tmp_path, make, message):
+def test_bad_data_gets_one_message_with_its_place(tok, tmp_path, capsys, make, message):
     data = tmp_path / "bad.jsonl"
     make(data)
-    proc = advisor("tokenize", data, "--tokenizer", tok, "--quiet")
+    proc = in_process(capsys, "tokenize", data, "--tokenizer", tok, "--quiet")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "bad.jsonl" in proc.stderr
 
 
-def test_skip_counts_what_it_leaves_out_with_the_first_place(tok, tmp_path):
+def test_skip_counts_what_it_leaves_out_with_the_first_place(tok, tmp_path, capsys):
     data = tmp_path / "mixed.jsonl"
     data.write_text(
         '{"input": "a", "output": "b"}\nnot json\n{"input": "c"}\n{"input": "e", "output": "f"}\n{"input": "g"}\n'
     )
-    proc = advisor("tokenize", data, "--tokenizer", tok, "--on-bad", "skip", "--json", "--quiet")
+    proc = in_process(capsys, "tokenize", data, "--tokenizer", tok, "--on-bad", "skip", "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["tokenized"] == 2 and out["records"] == 5
@@ -261,18 +249,20 @@ def test_sample_draws_uniformly_and_reports_intervals(tok, tmp_path):
     assert deciles.min() > 25 and deciles.max() < 75
 
 
-def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_default_lowered_with_a_note(tok, tmp_path):
+def test_bootstraps_times_pack_size_is_bounded_a_typed_value_refused_and_the_default_lowered_with_a_note(
+    tok, tmp_path, capsys
+):
     """Round 4: --bootstraps 10000 at a 4M pack size ran eleven minutes. The bound is the replicates' packing work
     (``max_bootstraps``); a value typed past it is refused, the default is lowered and says so."""
     data = _jsonl(tmp_path / "sft.jsonl", _sft_records(300, seed=2))
     common = ("tokenize", data, "--tokenizer", tok, "--sample", 50, "--pack-size", MAX_PACK, "--quiet")
-    refused = advisor(*common, "--bootstraps", 10_000)
+    refused = in_process(capsys, *common, "--bootstraps", 10_000)
     most = max_bootstraps(50, 300, MAX_PACK)
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         f"error: --bootstraps: 10,000 replicates at pack size {MAX_PACK:,} over 300 records: at most {most:,} here "
         "(each packs 300 records over arrays of pack-size length; more would take over half a minute)"
     ]
-    lowered = advisor(*common, "--json")
+    lowered = in_process(capsys, *common, "--json")
     assert lowered.returncode == 0, lowered.stderr
     out = json.loads(lowered.stdout)
     assert out["sample_estimate"]["bootstraps"] == most < 200
@@ -332,9 +322,9 @@ def test_a_datasets_folder_ignores_its_metadata(tok, tmp_path):
     assert got.total_records == 10 and any("sub-folder(s) not read (sub)" in n for n in got.notes)
 
 
-def test_bad_settings_are_refused_before_any_work(tok, tmp_path):
+def test_bad_settings_are_refused_before_any_work(tok, tmp_path, capsys):
     data = _jsonl(tmp_path / "d.jsonl", _sft_records(3))
-    proc = advisor("tokenize", data, "--tokenizer", tok, "--prompt-template", "{output} {input}", "--quiet")
+    proc = in_process(capsys, "tokenize", data, "--tokenizer", tok, "--prompt-template", "{output} {input}", "--quiet")
     assert proc.returncode == 2 and "must come last" in proc.stderr
     with pytest.raises(InputError, match="engine"):
         tokenize(TokenizeJob(data=str(data), tokenizer=tok, settings=SftSettings()), engine="spark")
@@ -352,7 +342,7 @@ def test_settings_of_the_other_format_are_refused_with_one_message(tok, tmp_path
 
 def test_model_specific_tokenizer_classes_load_through_transformers(tmp_path):
     """transformers 5 rebuilds e.g. Qwen2Tokenizer's pipeline from its vocabulary, as Megatron-Bridge's AutoTokenizer
-    sees it: the engine then encodes with transformers' own encoder (tests/test_tokenize_exact.py compares that
+    sees it: the engine then encodes with transformers' own encoder (tests/oracle/test_tokenize_exact.py compares that
     encoder with Megatron-Bridge)."""
     folder = str(build_tokenizer(tmp_path / "qwen", config_extra={"tokenizer_class": "Qwen2Tokenizer"}))
     records = _sft_records(60, seed=11)

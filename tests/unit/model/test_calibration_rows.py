@@ -158,7 +158,7 @@ def test_the_harness_reads_a_dense_fine_tuning_table_and_names_bad_cells(tmp_pat
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     path = tmp_path / "sft.csv"
     path.write_text(

@@ -13,7 +13,8 @@ from advisor.model.estimate import estimate, packing_config
 from advisor.model.throughput import straggler_factor
 from advisor.packing.cache import packing_for
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT, SAMPLE, scaled
+from tests.support import ROOT, SAMPLE
+from tests.support.histograms import scaled
 
 
 def _plan(**over):
@@ -28,18 +29,14 @@ def _plan(**over):
     return plan_from_dict(raw)
 
 
-def test_cli_estimate_json_is_the_estimate_of_the_plan_file():
+def test_cli_estimate_json_is_the_estimate_of_the_plan_file(capsys):
     """The command's JSON against the estimate computed here from the same plan file and lengths."""
     from advisor.data.ingest import load_lengths
     from advisor.plan import load_plan
+    from tests.support.cli import in_process
 
     path = SAMPLE / "plans" / "llama8b_squad.yaml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "advisor", "estimate", str(path), "--json", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = in_process(capsys, "estimate", str(path), "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     plan = load_plan(path)

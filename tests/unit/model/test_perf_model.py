@@ -19,7 +19,7 @@ from advisor.plan import PlanError, plan_from_dict
 from advisor.plan.io import dump_plan
 from advisor.trial.model import TrialModelConfig
 from advisor.trial.run import predicted_step
-from tests.conftest import ROOT, SAMPLE
+from tests.support import ROOT, SAMPLE
 
 
 def _sft(**over):

@@ -1,12 +1,10 @@
 """Online packing as a user meets it: the schedule command, plans in online mode, their exports, the comparison
 with offline packing and the dashboard page. The scheduler itself is checked against Megatron-LM's own code in
-tests/test_online_schedule.py."""
+tests/oracle/test_online_schedule.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,15 +15,12 @@ from advisor.model.estimate import estimate
 from advisor.model.flops import flops_coefficients
 from advisor.packing.online.from_plan import dataset_order, online_config, schedule_of
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT, SAMPLE, open_page, slow_after
+from tests.support import ROOT, SAMPLE
+from tests.support.apptest import open_page
+from tests.support.cli import advisor, in_process
+from tests.support.tiers import slow_after
 
 CHAT = SAMPLE / "chat_like_hist.csv"
-
-
-def advisor(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "advisor", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
 
 
 def _plan(**over):
@@ -107,12 +102,12 @@ def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
         ]
     ),
 )
-def test_bad_schedule_options_exit_2_with_one_message(args, message):
+def test_bad_schedule_options_exit_2_with_one_message(capsys, args, message):
     base = {"--seq-length": "4096", "--dp": "4", "--cp": "2", "--global-batch-size": "32"}
     for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
     flat = [x for kv in base.items() for x in kv if kv[0] not in args[::2]] + args
-    proc = advisor("schedule", CHAT, *flat, "--quiet")
+    proc = in_process(capsys, "schedule", CHAT, *flat, "--quiet")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -247,7 +242,6 @@ def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_sam
     counting packs would have kept the number as samples."""
     from advisor.advice.compare import compare_packing
     from advisor.data.ingest import load_lengths
-    from tests.conftest import ROOT
 
     hist = load_lengths(ROOT / "sample_data" / "chat_like_hist.csv").scale_model(5_000)
     plan = plan_from_dict(

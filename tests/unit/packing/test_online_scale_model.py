@@ -12,7 +12,7 @@ from advisor.data.ingest import load_lengths
 from advisor.model.estimate import estimate
 from advisor.packing.online import OnlineConfig, from_plan, schedule
 from advisor.plan import plan_from_dict
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 
 @settings(max_examples=25, deadline=None)

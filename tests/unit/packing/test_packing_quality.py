@@ -7,21 +7,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advisor.packing.algorithms import ALGORITHMS
 from advisor.packing.baselines import pad_to_longest_in_batch, pad_to_sequence_length
 from advisor.packing.config import PackingConfig
 from advisor.packing.metrics import l1_bound, l2_bound
 from advisor.packing.offline import pack
-from tests.conftest import scaled
+from advisor.packing.packers import PACKERS
+from tests.support.histograms import scaled
 
 
 @pytest.mark.parametrize(
-    "algorithm", [a if a != "column_generation" else pytest.param(a, marks=pytest.mark.slow) for a in ALGORITHMS]
+    "algorithm", [a if not PACKERS[a].solver else pytest.param(a, marks=pytest.mark.slow) for a in PACKERS]
 )  # column generation solves LPs: seconds
 def test_every_algorithm_keeps_every_sample_and_respects_the_pack_size(algorithm):
     rng = np.random.default_rng(3)
     counts = np.bincount(rng.integers(0, 300, 5000), minlength=301)
-    offsets, items = ALGORITHMS[algorithm](counts, 300, 7)
+    offsets, items = PACKERS[algorithm].run(counts, 300, 7)
     assert np.array_equal(np.bincount(items, minlength=301), counts)
     fills = np.add.reduceat(items.astype(np.int64), offsets[:-1])
     assert fills.max() <= 300 and np.all(np.diff(offsets) > 0)
@@ -35,7 +35,7 @@ def test_l2_bound_on_small_cases_and_its_order():
     for _ in range(20):
         counts = np.bincount(rng.integers(0, 101, 200), minlength=101)
         l1, l2 = l1_bound(counts, 100), l2_bound(counts, 100)
-        packs = ALGORITHMS["first_fit_decreasing"](counts, 100)[0].size - 1
+        packs = PACKERS["first_fit_decreasing"].run(counts, 100)[0].size - 1
         assert l1 <= l2 <= packs
         assert l2 >= counts[51:].sum()  # samples longer than half a pack never share one
 

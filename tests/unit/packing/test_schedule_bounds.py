@@ -11,7 +11,7 @@ from advisor.cli import main
 from advisor.errors import InputError
 from advisor.packing.online import OnlineConfig
 from advisor.packing.online.schedule import check_cost, run_cost
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 SQUAD = str(SAMPLE / "squad_v1.1_len384_hist.csv")  # 88,641 samples
 

@@ -13,7 +13,7 @@ from advisor.model.perf.hardware import gpu_of
 from advisor.plan import PlanError, plan_from_dict
 from advisor.plan.gpus import BY_NAME, GPUS, match_device, unknown_gpu
 from advisor.trial.run import gpu_preset
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 @pytest.mark.parametrize("record", GPUS, ids=lambda g: g.name)

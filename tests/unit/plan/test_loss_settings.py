@@ -11,7 +11,7 @@ import yaml
 from advisor.advice.exports import megatron_lm_args, python_snippet
 from advisor.cli import main
 from advisor.plan import plan_from_dict
-from tests.conftest import ROOT, SAMPLE
+from tests.support import ROOT, SAMPLE
 
 MLM_ARGUMENTS = ROOT / ".cache" / "megatron-lm-d48bd6be" / "megatron" / "training" / "arguments.py"
 

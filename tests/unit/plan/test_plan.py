@@ -8,7 +8,7 @@ import pytest
 
 from advisor.plan import PlanError, dump_plan, load_plan, plan_from_dict
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def test_every_preset_makes_a_valid_plan():

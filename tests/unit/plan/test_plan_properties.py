@@ -4,92 +4,21 @@ candidates that keep the baseline's model, and fuzzed plans that fail only with 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.advice.search import search
 from advisor.analysis import analyze
-from advisor.data.lengths import LengthHistogram
-from advisor.plan import Plan, PlanError, dump_plan, plan_from_dict
+from advisor.plan import PlanError, dump_plan, plan_from_dict
 from advisor.plan.io import parse_plan_text, plan_from_text
-from advisor.plan.presets import MODEL_PRESETS
 from advisor.plan.schema import SECTIONS, json_schema
 from advisor.ui.links import plan_from_query, plan_to_query
+from tests.support.plans import SMALL, plans
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SMALL = LengthHistogram.from_samples([90, 150, 200, 310, 380, 500, 700, 1000, 1500, 2000] * 30)
-
-
-def _divisors(n: int, most: int = 8) -> list[int]:
-    return [d for d in range(1, most + 1) if n % d == 0]
-
-
-@st.composite
-def plans(draw) -> Plan:
-    """A valid plan: a preset (often with overrides) or a custom model, and a layout that divides it."""
-    name = draw(st.sampled_from(sorted(MODEL_PRESETS)))
-    preset = plan_from_dict({"model": name}).model
-    tp = draw(st.sampled_from(_divisors(math.gcd(preset.num_attention_heads, preset.query_groups))))
-    pp = draw(st.sampled_from([1, 2]))
-    vpp = draw(st.sampled_from([None, 2])) if pp > 1 else None
-    cp = draw(st.sampled_from([1, 2, 4]))
-    dp = draw(st.sampled_from([1, 2, 4]))
-    layers = draw(st.integers(1, 6)) * pp * (vpp or 1) * 2
-    model: str | dict = name
-    if draw(st.booleans()) and not preset.moe_layer_freq or isinstance(preset.moe_layer_freq, int):
-        overrides = draw(
-            st.fixed_dictionaries(
-                {},
-                optional={
-                    "num_layers": st.just(layers),
-                    "vocab_size": st.integers(1000, 200_000),
-                    "window_size": st.sampled_from([None, 4096]),
-                    "mtp_num_layers": st.sampled_from([0, 1]),
-                },
-            )
-        )
-        model = {"preset": name, **overrides} if overrides else name
-    task = draw(st.sampled_from(["llm-sft", "vlm-sft", "pretrain"]))
-    mode = draw(st.sampled_from(["auto", "offline", "in-batch", "none"]))
-    mbs = draw(st.sampled_from([1, 2, 4]))
-    seq = draw(st.sampled_from([512, 1024, 2048, 4096]))
-    raw = {
-        "model": model,
-        "parallel": {
-            "gpus": tp * pp * cp * dp,
-            "tp": tp,
-            "pp": pp,
-            "cp": cp,
-            "vpp": vpp,
-            "sp": tp > 1 and draw(st.booleans()),
-            "cp_comm_type": draw(st.sampled_from(["p2p", "all_gather"])),
-        },
-        "training": {
-            "task": task,
-            "seq_length": seq,
-            "micro_batch_size": mbs,
-            "global_batch_samples": mbs * dp * draw(st.integers(1, 16)),
-            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
-            "peft": draw(st.sampled_from(["none", "lora"])),
-            "cuda_graphs": draw(st.booleans()),
-        },
-        "packing": {
-            "mode": mode,
-            "pack_size": draw(st.sampled_from([None, seq, seq * 2])),
-            "pad_seq_to_mult": draw(st.sampled_from([None, 1, 8])),
-            "seed": draw(st.integers(0, 2**32 - 1)),
-        },
-        "data": {"lengths": draw(st.sampled_from([None, "lengths.csv", "/data/l.parquet"]))},
-        "hardware": {"gpu": draw(st.sampled_from(["H100-80GB", "A100-40GB", "B200"]))},
-    }
-    try:
-        return plan_from_dict(raw)
-    except PlanError:
-        assume(False)
 
 
 @SETTINGS
@@ -230,7 +159,7 @@ def test_a_plan_file_uploaded_to_the_dashboard_is_the_plan_field_by_field(plan):
 def test_each_bundled_plan_through_the_upload_and_the_link_is_the_file(name):
     from advisor.plan import load_plan
     from advisor.ui import state as ui
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     path = ROOT / "sample_data" / "plans" / name
     plan = load_plan(path)

@@ -1,5 +1,5 @@
 """``advisor prepare``'s own rules: every record packed once, the engines' files identical, the token cache, the
-output folder's safety. Megatron-Bridge identity is tests/test_prepare_exact.py.
+output folder's safety. Megatron-Bridge identity is tests/oracle/test_prepare_exact.py.
 
 Data: the bundled raw samples and ``tiny-bpe`` tokenizer, and generated lengths for the properties.
 """
@@ -31,10 +31,10 @@ from advisor.prepare.fill import assign_slots, runtime_of
 from advisor.prepare.rows import build_rows
 from advisor.prepare.run import PrepareOptions, prepare
 from advisor.vocabulary import Algorithm
+from tests.support import SAMPLE
 
-ROOT = Path(__file__).resolve().parent.parent
-RAW = ROOT / "sample_data" / "raw"
-TOKENIZER = str(ROOT / "sample_data" / "tokenizers" / "tiny-bpe")
+RAW = SAMPLE / "raw"
+TOKENIZER = str(SAMPLE / "tokenizers" / "tiny-bpe")
 ALGORITHMS = (
     "first_fit_shuffle",
     "first_fit_decreasing",
@@ -305,6 +305,11 @@ def test_bad_options_are_one_message():
         prepare("/tmp/never", PrepareOptions(pack_size=2048, max_seq_length=4096), train=sft_job())
     with pytest.raises(InputError, match="either the raw data .* or --from-cache"):
         prepare("/tmp/never", PrepareOptions(pack_size=2048))
+    with pytest.raises(InputError, match="from_cache: is empty"):  # was an AttributeError (no train job to read)
+        prepare("/tmp/never", PrepareOptions(pack_size=2048), from_cache="")
+    chat_settings_job = TokenizeJob(data=str(RAW / "sft_sample.jsonl"), tokenizer=TOKENIZER, settings=ChatSettings())
+    with pytest.raises(InputError, match="the sft format takes SftSettings, not ChatSettings"):  # was a TypeError
+        prepare("/tmp/never", PrepareOptions(pack_size=2048), train=chat_settings_job)
     with pytest.raises(InputError, match="add_sep puts None"):
         from advisor.data.tokenize.sft import sft_tokens
         from advisor.data.tokenize.tokenizer import load_tokenizer

@@ -20,7 +20,8 @@ from advisor.plan import dump_plan, plan_from_dict
 from advisor.trial import stats
 from advisor.trial.config import TrialConfig, cli_arguments
 from advisor.trial.run import ParityError, make_packs, run_trial
-from tests.conftest import ROOT, SAMPLE, open_page
+from tests.support import ROOT, SAMPLE
+from tests.support.apptest import open_page
 
 PLAN = plan_from_dict(
     {
@@ -234,13 +235,13 @@ def test_an_older_trial_json_is_refused_with_one_message(result):
     "algorithm", ["first_fit_shuffle", "first_fit_decreasing", "best_fit_decreasing", "shortest_pack_first"]
 )
 def test_make_packs_packs_every_sample_once_with_the_plans_algorithm(algorithm):
-    from advisor.packing.algorithms import ALGORITHMS
+    from advisor.packing.packers import PACKERS
 
     lengths = np.random.default_rng(1).integers(2, 200, 300)
     packs = make_packs(lengths, 256, algorithm, 5)
     assert sorted(i for p in packs for i in p) == list(range(300))
     assert all(sum(lengths[i] for i in p) <= 256 for p in packs)
-    offsets, items = ALGORITHMS[algorithm](np.bincount(lengths, minlength=257), 256, 5)
+    offsets, items = PACKERS[algorithm].run(np.bincount(lengths, minlength=257), 256, 5)
     assert [sorted(lengths[i] for i in p) for p in packs] == [
         sorted(items[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:], strict=True)
     ]
@@ -410,7 +411,7 @@ def test_trial_page_shows_an_uploaded_result_and_refuses_a_bad_one(result):
 @pytest.mark.slow  # a real training run
 def test_a_trial_over_its_memory_says_so_in_one_line():
     """The dashboard gives each trial --memory-gib 2: past it the trial stops with one message, exit 2."""
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     run = subprocess.run(
         [

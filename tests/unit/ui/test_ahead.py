@@ -15,7 +15,7 @@ from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
 from advisor.ui import ahead, fair
 from advisor.ui import state as ui
-from tests.conftest import read_hist, scaled
+from tests.support.histograms import read_hist, scaled
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,8 @@ from advisor.analysis import analyze
 from advisor.ui import explain, views
 from advisor.ui import state as ui
 from advisor.ui.pages import page_paths
-from tests.conftest import ROOT, open_page
+from tests.support import ROOT
+from tests.support.apptest import open_page
 
 PAGES = page_paths()  # every page of the registry (advisor/ui/pages.py)
 WIDGETS = (

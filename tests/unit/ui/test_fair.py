@@ -10,7 +10,7 @@ import pytest
 
 from advisor.ui import fair
 from advisor.ui import state as ui
-from tests.conftest import open_page
+from tests.support.apptest import open_page
 
 
 def _burn(seconds: float) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from advisor.ui import fair, isolated, raw_data
 from advisor.ui import state as ui
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 SFT = SAMPLE / "raw" / "sft_sample.jsonl"
 ARGS = {"name": "sft_sample.jsonl", "tokenizer": "tiny-bpe", "fmt": "sft", "max_seq_length": 512, "env": ""}

@@ -13,7 +13,7 @@ from advisor.data.tokenize.chat import ChatSettings, chat_lengths
 from advisor.data.tokenize.tokenizer import load_tokenizer
 from advisor.ui import raw_data
 from advisor.ui import state as ui
-from tests.conftest import SAMPLE
+from tests.support import SAMPLE
 
 CHAT = SAMPLE / "raw" / "chat_sample.jsonl"
 
@@ -108,7 +108,7 @@ def test_prompt_completion_and_legacy_chat_uploads(choice):
     format, tokenized as the engine tokenizes them with those settings, their masks read, the plan's format
     the base one."""
     from advisor.data.tokenize.engine import TokenizeJob, tokenize
-    from tests.test_tokenize_exact import legacy_records
+    from tests.support.records import legacy_records
 
     if choice.startswith("sft"):
         records = [

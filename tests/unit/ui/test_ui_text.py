@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from advisor.ui.text import ZWSP, plain
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 # what Markdown or Streamlit would turn into something other than text, in the source
 MARKUP = [
