@@ -121,9 +121,10 @@ def _offload(plan: Plan, memory: MemoryEstimate) -> tuple[dict, str] | None:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
     tokens = memory.tokens_per_micro_batch
-    t = step_time(
-        changed(lo), StepWork(tokens=tokens, seqlen_squared_sum=float(tokens) ** 2, micro_batches=1), EFFICIENCY
-    )
+    fitting = changed(lo)
+    if fitting is None:  # (fits(lo): it is a valid plan)
+        return None
+    t = step_time(fitting, StepWork(tokens=tokens, seqlen_squared_sum=float(tokens) ** 2, micro_batches=1), EFFICIENCY)
     exposed = t.breakdown["offload"]
     cost = (
         f"the copies add about {exposed / (t.step_seconds - exposed):.0%} to the step over "

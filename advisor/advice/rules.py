@@ -37,9 +37,8 @@ def _batch(plan: Plan, micro_batch_size: int, packing: PackingResult | None = No
     counts samples) it divides with this DP, so the fix is valid. A plan counting packs keeps the samples those
     packs held (packs x n), so leaving offline packing keeps the work."""
     unit = micro_batch_size * plan.dp
-    samples = (
-        plan.effective_samples_per_step(_factor(packing)) or plan.requested_samples or plan.training.global_batch_size
-    )
+    packs = plan.batch_in_packs  # without n, packs stand in for the samples they hold
+    samples = plan.effective_samples_per_step(_factor(packing)) or (plan.batch_in_samples if packs is None else packs)
     return {
         "micro_batch_size": micro_batch_size,
         "global_batch_size": max(unit, round(samples / unit) * unit),
@@ -622,6 +621,8 @@ def rule_loss(plan: Plan, packing: PackingResult | None, loss: LossWeighting | N
     if loss is None or not loss.depends_on_packing:
         return []
     p, u = loss.packed, loss.unpacked
+    if p is None:  # (depends_on_packing: weight moved in a packed run)
+        return []
     fix = {"training": {"calculate_per_token_loss": True}}
     if plan.training.average_in_collective:  # Megatron-Core refuses the pair (rule_loss_settings)
         fix["training"]["average_in_collective"] = False

@@ -18,7 +18,7 @@ multiple), so a search over 1M samples packs a handful of times, not once per ca
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from advisor.advice.rules import check
 from advisor.data.lengths import LengthHistogram
@@ -182,9 +182,10 @@ def _variants(plan: Plan, vary: frozenset[str]):
     free), TP, CP, micro batch. The batch is set afterwards, once the candidate's packing factor is known."""
     m, p, t = plan.model, plan.parallel, plan.training
     mode = plan.packing_mode
+    sizes: list[int] | list[None]
     if mode == "offline":
-        sizes = {plan.pack_size // 2, plan.pack_size} | ({plan.pack_size * 2} if "seq_length" in vary else set())
-        sizes = sorted(x for x in sizes if x > 0 and ("seq_length" in vary or x <= t.seq_length))
+        wanted = {plan.pack_size // 2, plan.pack_size} | ({plan.pack_size * 2} if "seq_length" in vary else set())
+        sizes = sorted(x for x in wanted if x > 0 and ("seq_length" in vary or x <= t.seq_length))
     else:
         sizes = [None]
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
@@ -201,7 +202,7 @@ def _variants(plan: Plan, vary: frozenset[str]):
                 if cp > 32 or (p.gpus % (tp * p.pp * cp)):
                     continue
                 for mbs in mbss:
-                    change = {
+                    change: dict[str, dict[str, Any]] = {
                         "parallel": {
                             "tp": tp,
                             "cp": cp,
@@ -258,7 +259,7 @@ def _with_batch(cand_plan: Plan, hist: LengthHistogram, target: float | None, va
         packs = max(dp, round(target / n / dp) * dp)
         return cand_plan.changed({"training": {"global_batch_size": packs}})
     unit = dp * t.micro_batch_size
-    samples = cand_plan.requested_samples if target is None else target
+    samples = cand_plan.batch_in_samples if target is None else target
     return cand_plan.changed({"training": {"global_batch_size": max(unit, round(samples / unit) * unit)}})
 
 
@@ -321,7 +322,7 @@ def _why(c: Candidate, base: Candidate) -> str:
         gain_text = f"{c.tokens_per_second_per_gpu / base.tokens_per_second_per_gpu - 1:+.0%} tokens/s/GPU"
     ce, be = c.estimate, base.estimate
     detail = [gain_text]
-    if be is not None:
+    if be is not None and ce is not None:  # (ce: c fits)
         detail.append(f"memory {be.memory.total / 2**30:.0f}->{ce.memory.total / 2**30:.0f} GiB")
         detail.append(f"straggler x{be.time.straggler_factor:.2f}->x{ce.time.straggler_factor:.2f}")
         detail.append(f"padding waste {be.flops.padding_waste:.1%}->{ce.flops.padding_waste:.1%}")

@@ -183,7 +183,7 @@ def estimate(
     coef = flops_coefficients(plan.model, p.tp)
     # rows of the step: packs with offline packing (samples / n, as Megatron-Bridge's global batch), else micro
     # batches of micro_batch_size samples
-    rows = plan.global_batch_packs(n) if n else (plan.requested_samples or 1) // t.micro_batch_size
+    rows: float = plan.global_batch_packs(n) if n else (plan.requested_samples or 1) // t.micro_batch_size
     if run is not None:  # online: the scheduler's packs per step (micro batches x DP), a mean over the epoch
         rows = max(run.summary.micro_batches_mean, 1.0) * p.dp
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step

@@ -361,10 +361,11 @@ def plan_steps(
         raise ValueError(f"{hist.source or 'data'}: no samples left to train on, so no loss to weigh")
     notes = [f"loss tokens: {loss_tokens_text(hist)}"]
     scale = None
-    samples_per_step = plan.requested_samples
-    if mode == "offline":
+    packed: Steps | None
+    same: Steps | None
+    if mode == "offline" and packing is not None:  # (offline without a packing was refused above)
         k = plan.global_batch_packs(packing.packing_factor)
-        samples_per_step = samples_per_step or round(k * packing.packing_factor)
+        samples_per_step = plan.requested_samples or round(k * packing.packing_factor)
         steps, k_drawn = scaled(steps, k, packing.packing_factor)
         if k_drawn < k:
             scale = _scale_note(f"{k:,} packs", f"{k_drawn:,}", steps)
@@ -378,6 +379,7 @@ def plan_steps(
                 "samples have fewer loss tokens than unpacked (not modelled)"
             )
     else:
+        samples_per_step = plan.batch_in_samples
         steps, drawn_per_step = scaled(steps, samples_per_step)
         if drawn_per_step < samples_per_step:
             scale = _scale_note(f"{samples_per_step:,} samples", f"{drawn_per_step:,}", steps)
@@ -442,7 +444,7 @@ def loss_weighting(
         minlength=edges.size - 1,
     )
     share_samples = share_samples / max(1.0, share_samples.sum())
-    if packed is None:
+    if packed is None or same is None:  # (a packed run always has its samples unpacked)
         j_u, r_u = step_losses(reference, w_ref, curve)
         bins = WeightBins(
             edges=edges,

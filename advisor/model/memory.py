@@ -258,7 +258,7 @@ def estimate_memory(
     act_last = per_layer * resident + working
     vocab_shard = padded_vocab_size(m.vocab_size, p.tp) / p.tp
     logits = tokens * vocab_shard * 6  # bf16 logits + fp32 softmax kept by the vocab-parallel cross entropy
-    stages = {
+    stages: dict[str, tuple[float, ...]] = {
         "first": (first, act_first, logits if p.pp == 1 else 0.0, routed, dense_layers),
         "last": (last, act_last, logits, routed, dense_layers),
     }
@@ -277,8 +277,9 @@ def estimate_memory(
         )
         holder = "last" if p.pp > 1 else "first"
         stages[holder] = tuple(a + b for a, b in zip(stages[holder], extra, strict=True))
-    if plan.pipeline_stages is not None:
-        stages = _ranks_by_layout(plan, counts, per_layer, embed_acts, logits, working, num_microbatches)
+    layout = plan.pipeline_stages
+    if layout is not None:
+        stages = _ranks_by_layout(plan, layout, counts, per_layer, embed_acts, logits, working, num_microbatches)
     name = max(
         stages,
         key=lambda k: sum(_state_split(plan, stages[k][0], stages[k][3], stages[k][4])) + stages[k][1] + stages[k][2],
@@ -303,18 +304,25 @@ def estimate_memory(
 
 
 def _ranks_by_layout(
-    plan: Plan, counts, per_layer: float, embed_acts: float, logits: float, working: float, num_microbatches: int
-) -> dict[str, tuple]:
+    plan: Plan,
+    layout: tuple[tuple[str, ...], ...],
+    counts,
+    per_layer: float,
+    embed_acts: float,
+    logits: float,
+    working: float,
+    num_microbatches: int,
+) -> dict[str, tuple[float, ...]]:
     """Each pipeline rank's (parameters, activations, logits, routed parameters, layer parameters) when a layout
-    places the layers (``Plan.pipeline_stages``). A rank keeps activations for the micro batches in flight in
+    (``Plan.pipeline_stages``) places the layers. A rank keeps activations for the micro batches in flight in
     Megatron-Core's 1F1B schedule: pp - r on rank r, interleaved 2 (pp - r - 1) + (vpp - 1) pp + 1 virtual stages'
     worth (one more with the EP all-to-all overlap; schedules.py ``get_pp_rank_microbatches``), at most all of them;
     an MTP layer counts as one more layer of the last layer's kind, its logits on the last rank."""
     m, p = plan.model, plan.parallel
     vpp = p.vpp or 1
     emb = counts.embedding / p.tp
-    out = {}
-    for r, rank in enumerate(rank_layers(plan.pipeline_stages, p.pp)):
+    out: dict[str, tuple[float, ...]] = {}
+    for r, rank in enumerate(rank_layers(layout, p.pp)):
         ids = [*rank.decoders, *[m.num_layers - 1] * rank.mtp]
         layers = sum(counts.dense_by_layer[i] for i in ids) / p.tp
         routed = sum(counts.routed_by_layer[i] for i in ids) / (p.ep * p.etp)

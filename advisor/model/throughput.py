@@ -74,7 +74,7 @@ def estimate_time(
     coef: FlopsCoefficients,
     *,
     plan: Plan,
-    global_batch: int,
+    global_batch: float,
     dp: int,
     gpus: int,
     peak_flops: float,

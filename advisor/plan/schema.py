@@ -609,6 +609,18 @@ class Plan(_Section):
         return None if self.packing_mode == "offline" else t.global_batch_size
 
     @property
+    def batch_in_samples(self) -> int:
+        """``requested_samples`` where the plan has them, as every plan has but an offline one giving packs
+        (ValueError for that one: its samples per step need the packing factor n, ``effective_samples_per_step``).
+
+        >>> plan_from_dict({"model": "llama3.1-8b", "packing": {"mode": "none"}}).batch_in_samples
+        128
+        """
+        if self.requested_samples is None:
+            raise ValueError("an offline plan giving packs has no samples per step without its packing factor n")
+        return self.requested_samples
+
+    @property
     def batch_unit(self) -> Literal["packs", "samples"]:
         """The unit the framework's global batch counts in the plan's mode."""
         return "packs" if self.packing_mode == "offline" else "samples"
@@ -627,11 +639,8 @@ class Plan(_Section):
             return self.batch_in_packs
         if not packing_factor:
             raise ValueError("the global batch in packs needs the data's packing factor n")
-        samples = self.requested_samples
-        if samples is None:  # never: a plan that gives no packs gives samples (TrainingSpec._one_batch_unit)
-            raise ValueError("the plan gives no global batch")
         dp = self.dp
-        return max(dp, round(samples / packing_factor / dp) * dp)
+        return max(dp, round(self.batch_in_samples / packing_factor / dp) * dp)
 
     def effective_samples_per_step(self, packing_factor: float | None) -> float | None:
         """The samples an optimizer step really trains on: packs x n with offline packing (the packs are rounded to
@@ -644,7 +653,7 @@ class Plan(_Section):
         (16, 109.9)
         """
         if self.packing_mode != "offline":
-            return None if self.requested_samples is None else float(self.requested_samples)
+            return float(self.batch_in_samples)
         if not packing_factor:
             return None
         return self.global_batch_packs(packing_factor) * packing_factor

@@ -279,7 +279,7 @@ def work_of(plan: Plan) -> StepWork:
         return StepWork(
             tokens=t.micro_batch_size * t.seq_length,
             seqlen_squared_sum=t.micro_batch_size * float(t.seq_length) ** 2,
-            micro_batches=plan.requested_samples / (t.micro_batch_size * plan.parallel.dp),
+            micro_batches=plan.batch_in_samples / (t.micro_batch_size * plan.parallel.dp),
         )
     from advisor.model.estimate import _micro_batches  # the estimate's own packing (it imports this module)
 

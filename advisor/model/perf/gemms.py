@@ -56,16 +56,17 @@ def layer_gemms(plan: Plan, tokens: float, moe: bool) -> list[Gemm]:
         Gemm(name="linear_qkv", m=tokens, n=(q + 2 * kv) / tp, k=h, trains=base),
         Gemm(name="linear_proj", m=tokens, n=h, k=q / tp, trains=base),
     ]
-    if moe:
+    experts = m.num_moe_experts
+    if moe and experts:  # a model without experts has no MoE layer (moe_layer_pattern)
         f = m.moe_ffn_hidden_size or m.ffn_hidden_size
-        local = m.num_moe_experts / p.ep
+        local = experts / p.ep
         # megatron/core/transformer/moe/token_dispatcher.py (alltoall): a rank routes its sequence-parallel share
         # (tokens / TP), all-to-alls it over EP, then all-gathers over expert TP: balanced routing gives each local
         # expert tokens / TP x topk x EP x ETP / experts rows, each expert's width split by ETP
         shard = tokens / tp
-        per_expert = shard * m.moe_router_topk * p.ep * p.etp / m.num_moe_experts
+        per_expert = shard * m.moe_router_topk * p.ep * p.etp / experts
         out += [
-            Gemm(name="router", m=shard, n=m.num_moe_experts, k=h, trains=base, quantized=False),
+            Gemm(name="router", m=shard, n=experts, k=h, trains=base, quantized=False),
             Gemm(name="expert_fc1", m=per_expert, n=up * f / p.etp, k=h, trains=base, count=local),
             Gemm(name="expert_fc2", m=per_expert, n=h, k=f / p.etp, trains=base, count=local),
         ]

@@ -266,7 +266,7 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
 def _moe_overhead(plan: Plan, eff: Efficiency) -> float:
     """The fixed seconds of a MoE layer per micro batch beyond its kernels' work, forward and backward: a cost per
     local expert (num_moe_experts / EP), whatever the tokens."""
-    return eff.expert_overhead_ms * 1e-3 * plan.model.num_moe_experts / plan.parallel.ep
+    return eff.expert_overhead_ms * 1e-3 * (plan.model.num_moe_experts or 0) / plan.parallel.ep
 
 
 def _a2a_overlap(fwd: Phase, bwd: Phase, mlp_fwd: float, mlp_bwd: float) -> tuple[Phase, Phase]:
@@ -298,7 +298,8 @@ def _attention(
         return full
     windowed = attention_seconds(q_width, work.seqlen_squared_sum / p.cp, tokens, gpu, efficiency, window=m.window_size)
     share = windowed_layer_share(m)
-    return tuple(share * w + (1 - share) * f for w, f in zip(windowed, full, strict=True))
+    (windowed_f, windowed_b), (full_f, full_b) = windowed, full
+    return share * windowed_f + (1 - share) * full_f, share * windowed_b + (1 - share) * full_b
 
 
 def windowed_layer_share(model) -> float:
@@ -450,7 +451,7 @@ def _offload(plan: Plan, gpu: Gpu, work: StepWork, forward: float, backward: flo
 
 def _rank_phases(
     rank: RankLayers,
-    pattern: list,
+    pattern: tuple[bool, ...],
     dense: tuple[Phase, Phase],
     moe: tuple[Phase, Phase],
     head: tuple[Phase, Phase],
@@ -464,10 +465,14 @@ def _rank_phases(
     n_dense = len(rank.decoders) - n_moe
     mtp = _mtp_layer(pattern, dense, moe)
     heads = 1 + mtp_layers if rank.loss else 0
-    return tuple(dense[k] * n_dense + moe[k] * n_moe + mtp[k] * rank.mtp + head[k] * heads for k in (0, 1))
+
+    def one(k: int) -> Phase:
+        return dense[k] * n_dense + moe[k] * n_moe + mtp[k] * rank.mtp + head[k] * heads
+
+    return one(0), one(1)
 
 
-def _mtp_layer(pattern: list, dense: tuple[Phase, Phase], moe: tuple[Phase, Phase]) -> tuple[Phase, Phase]:
+def _mtp_layer(pattern: tuple[bool, ...], dense: tuple[Phase, Phase], moe: tuple[Phase, Phase]) -> tuple[Phase, Phase]:
     """An MTP layer's forward and backward: a transformer layer of the last decoder layer's kind (Megatron-Core
     builds the MTP block from the decoder's last layer spec)."""
     return moe if pattern[-1] else dense

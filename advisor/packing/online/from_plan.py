@@ -33,15 +33,12 @@ def online_config(plan: Plan) -> OnlineConfig:
     ('dev', 'mock_sft', 4, 2, 16)
     """
     p, t, k = plan.parallel, plan.training, plan.packing
-    samples = plan.requested_samples
-    if samples is None:  # an offline plan giving packs: the scheduler's global batch counts samples
-        raise ValueError("online packing needs the global batch in samples")
     return OnlineConfig(
         commit=k.megatron_lm,
         scheduler=k.scheduler,
         dataset=default_dataset(k.megatron_lm),
         seq_length=t.seq_length,
-        global_batch_size=samples,
+        global_batch_size=plan.batch_in_samples,
         micro_batch_size=t.micro_batch_size,
         dp=p.dp,
         cp=p.cp,

@@ -154,6 +154,18 @@ def test_a_change_of_packing_mode_keeps_what_the_batch_means():
     assert both.requested_samples == 256
 
 
+def test_the_batch_in_samples_in_every_mode():
+    """Every plan has samples per step but an offline one giving packs (``batch_in_samples``); a plan counting
+    samples in global_batch_size (not offline) has packs at n too (global_batch_packs raised a TypeError)."""
+    none = plan_from_dict({"model": "llama3.1-8b", "packing": {"mode": "none"}, "training": {"global_batch_size": 64}})
+    assert none.batch_in_samples == 64 and none.global_batch_packs(2.0) == 32
+    assert plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_samples": 64}}).batch_in_samples == 64
+    packs = plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 16}})
+    with pytest.raises(ValueError, match="an offline plan giving packs"):
+        _ = packs.batch_in_samples
+    assert packs.effective_samples_per_step(None) is None and packs.global_batch_packs(None) == 16
+
+
 def test_a_version_1_plan_is_read_with_the_new_meaning_and_one_note():
     old = plan_from_dict({"model": "llama3.1-8b", "training": {"global_batch_size": 128}})
     assert old.batch_in_packs == 128 and len(old.notes) == 1 and "global_batch_samples: 128" in old.notes[0]
