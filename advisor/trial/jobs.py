@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypedDict
 
 from advisor.data.lengths import LengthHistogram
 from advisor.plan import Plan, dump_plan
@@ -33,7 +34,20 @@ from advisor.trial.config import DEFAULT, TrialConfig, cli_arguments
 from advisor.trial.report import check_result
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIAL_LIMITS = {
+
+
+class TrialLimits(TypedDict):
+    steps: int
+    warmup: int
+    pack_size: int
+    scales: tuple[str, ...]
+    packs_per_step: int
+    micro_batch_size: int
+    threads: int
+    parameters: int
+
+
+TRIAL_LIMITS: TrialLimits = {
     "steps": 50,
     "warmup": 10,
     "pack_size": 8192,

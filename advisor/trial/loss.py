@@ -118,7 +118,7 @@ def reduce_step(sums: list[float], counts: list[int], per_token_loss: bool) -> f
     return float(sum(s / max(n, 1) / m for s, n in zip(sums, counts, strict=True)))
 
 
-def _token_losses(net, batch, mode: str) -> tuple[list[np.ndarray], float, int]:
+def _token_losses(net, batch, mode: str) -> tuple[np.ndarray, float, int]:
     """Per-token losses of each row's samples (in order, loss tokens only), the batch's loss sum and count."""
     with torch.no_grad():
         logits = net(batch.tokens, batch.positions, mode, batch.cu_seqlens, batch.mask)
@@ -163,7 +163,8 @@ def measure_loss_weighting(
     net = warmed_model(cfg, device, seed)
     order = [i for p in packs for i in p]
     rows = [order[j : j + micro_batch_size] for j in range(0, len(order), micro_batch_size)]
-    packed_sums, packed_counts, per_sample = [], [], {}
+    packed_sums, packed_counts = [], []
+    per_sample: dict[int, np.ndarray] = {}
     for p in packs:
         batch = packed_batch([data[i] for i in p], device, loss_from=[start[i] for i in p])
         values, total, n = _token_losses(net, batch, "packed")

@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ from advisor.model.memory import activation_bytes_per_token_per_layer
 from advisor.model.perf.calibration import EFFICIENCY
 from advisor.model.perf.step import StepWork, step_time
 from advisor.model.throughput import straggler_factor
-from advisor.packing.algorithms import ALGORITHMS, first_fit_decreasing
+from advisor.packing.packers import PACKERS
 from advisor.plan import Plan, plan_from_dict
 from advisor.plan.gpus import BY_NAME, match_device
 from advisor.safe_write import make_folder, write_text
@@ -45,6 +46,7 @@ from advisor.trial.config import DEFAULT, TrialConfig
 from advisor.trial.loss import LossCheck, measure_loss_weighting
 from advisor.trial.model import TrialGPT, TrialModelConfig, packed_attention_note
 from advisor.trial.report import FORMAT, WAYS, speed_report
+from advisor.vocabulary import Algorithm
 
 __all__ = [
     "ParityError",
@@ -178,7 +180,7 @@ class TrialResult:
         return [asdict(r) for r in self.timing.records]
 
     def to_dict(self) -> dict:
-        out = {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "device": self.device,
             "steps": self.config.steps,
@@ -316,7 +318,7 @@ def sample_lengths(
     return lengths, np.minimum(np.round(share * (lengths - 1)), lengths - 1).astype(np.int64)
 
 
-def make_packs(lengths: np.ndarray, pack_size: int, algorithm: str, seed: int) -> list[list[int]]:
+def make_packs(lengths: np.ndarray, pack_size: int, algorithm: Algorithm, seed: int) -> list[list[int]]:
     """Sample indices per pack, packed by the plan's algorithm (samples of equal length taken in order).
 
     ``column_generation`` is packed by first fit decreasing instead: its LP takes up to 30 s, out of place in a
@@ -326,7 +328,8 @@ def make_packs(lengths: np.ndarray, pack_size: int, algorithm: str, seed: int) -
     [[0, 3], [1, 2]]
     """
     counts = np.bincount(lengths, minlength=pack_size + 1)
-    fn = first_fit_decreasing if algorithm == "column_generation" else ALGORITHMS[algorithm]
+    spec = PACKERS[algorithm]
+    fn = PACKERS[spec.stand_in].run if spec.stand_in else spec.run  # a solver's seconds are out of place here
     offsets, items = fn(counts, pack_size, seed)
     queues: dict[int, list[int]] = {}
     for i, n in enumerate(lengths.tolist()):
@@ -339,18 +342,25 @@ def parity(model: TrialGPT, samples: list[np.ndarray], device, break_mask: bool)
     packed, alone = copy.deepcopy(model).float(), copy.deepcopy(model).float()
     total, n = _forward_loss(packed, packed_batch(samples, device, break_mask), "packed")
     (total / n).backward()
-    loss_alone, count = 0.0, 0
-    for s in samples:
+    loss_alone, count = _forward_loss(alone, packed_batch(samples[:1], device), "packed")
+    for s in samples[1:]:
         part, k = _forward_loss(alone, packed_batch([s], device), "packed")
         loss_alone = loss_alone + part
         count += k
     (loss_alone / count).backward()
     loss_diff = abs(float((total / n).detach()) - float((loss_alone / count).detach()))
-    grad_scale = max(float(p.grad.abs().max()) for p in alone.parameters())
+    grad_scale = max(float(_grad(p).abs().max()) for p in alone.parameters())
     grad_diff = max(
-        float((a.grad - b.grad).abs().max()) for a, b in zip(packed.parameters(), alone.parameters(), strict=True)
+        float((_grad(a) - _grad(b)).abs().max()) for a, b in zip(packed.parameters(), alone.parameters(), strict=True)
     )
     return loss_diff, grad_diff / grad_scale
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient after the backward pass (every parameter of the trial model gets one)."""
+    if p.grad is None:
+        raise RuntimeError(f"a parameter of shape {tuple(p.shape)} got no gradient")
+    return p.grad
 
 
 def saved_tensor_bytes(forward, parameters):
