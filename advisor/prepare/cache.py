@@ -113,7 +113,7 @@ def merge_parts(parts_dir: str, shards: int, dest: str, records: np.ndarray, met
             for i in range(shards):
                 part = np.load(part_paths(parts_dir, i)[name], mmap_mode="r", allow_pickle=False)
                 if part.size:
-                    f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+                    f.write(np.ascontiguousarray(part).data.cast("B"))
                 del part  # unmapped before the next: the pages read leave this process
     stored = np.concatenate(kept) if kept else np.zeros(0, np.int64)
     offsets = np.zeros(stored.size + 1, np.int64)

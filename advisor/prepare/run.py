@@ -24,18 +24,19 @@ import numpy as np
 
 from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import metadata_file, written_by_prepare
-from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_tokenizer, tokenize
+from advisor.data.tokenize.engine import ENGINES, TokenizeJob, job_settings, job_tokenizer, tokenize
 from advisor.data.tokenize.records import data_files_and_notes
 from advisor.data.tokenize.sequences import mask_kind
 from advisor.errors import InputError
-from advisor.packing.config import MB_DEFAULT_ALGORITHM, MB_DEFAULT_SEED, PackingConfig
+from advisor.packing.config import MB_DEFAULT_SEED, PackingConfig
 from advisor.packing.offline import PackingResult, pack
+from advisor.packing.packers import PACKERS
 from advisor.prepare import cache as token_cache
 from advisor.prepare.fill import assign_slots, runtime_of
 from advisor.prepare.metadata import metadata_text
 from advisor.prepare.shards import ShardSpec, file_names, save_plan, write_local, write_ray
 from advisor.safe_write import discard_folder, publish_folder, staging_folder, sweep_stale, write_text
-from advisor.vocabulary import Algorithm
+from advisor.vocabulary import MB_DEFAULT_ALGORITHM, Algorithm
 
 SPLITS = ("training", "validation")
 ROWS_PER_FILE = 100_000  # packs per Parquet file before the split is sharded (200 row groups)
@@ -118,7 +119,10 @@ class PrepareResult:
     def specs(self) -> dict:
         """Megatron-Bridge's ``PackedSequenceSpecs`` fields that read this folder: a split's file, or a glob of its
         shards (never the folder: Bridge's reader would take the validation file into training too)."""
-        out = {"packed_sequence_size": self.options.pack_size, "pad_seq_to_mult": self.options.pad_seq_to_mult}
+        out: dict[str, int | str] = {
+            "packed_sequence_size": self.options.pack_size,
+            "pad_seq_to_mult": self.options.pad_seq_to_mult,
+        }
         if self.options.max_seq_length:
             out["max_single_sequence_length"] = self.options.max_seq_length
         for s in self.splits:
@@ -150,7 +154,7 @@ def prepare(
     if options.engine not in ENGINES:
         raise InputError("prepare", "engine", f"{options.engine!r} is not one of {', '.join(ENGINES)}")
     cfg = options.packing()
-    inputs = [from_cache] if from_cache else [j.data for j in (train, validation) if j] + [train.tokenizer]
+    inputs = _inputs(train, validation, from_cache)
     swept = tuple(sweep_stale(out))  # an earlier run killed outright (SIGKILL) left its staging folder here
     staging = staging_folder(out, force=options.force, inputs=inputs, owned=written_by_prepare)
     tokenize_seconds = 0.0
@@ -197,6 +201,15 @@ def prepare(
     )
 
 
+def _inputs(train: TokenizeJob | None, validation: TokenizeJob | None, from_cache: str | None) -> list[str]:
+    """What the run reads, which a forced run must never remove: the folder of the cache, or the data and tokenizer."""
+    if from_cache:
+        return [from_cache]
+    if train is None:  # from_cache is ""
+        raise InputError("prepare", "from_cache", "is empty: name the folder prepared before")
+    return [j.data for j in (train, validation) if j] + [train.tokenizer]
+
+
 @contextlib.contextmanager
 def _ray(options: PrepareOptions):
     """Ray for the whole run when the engine is Ray (the tokenizing and the writing share it): started here, on
@@ -219,7 +232,8 @@ def _tokenized(
         from advisor.data.tokenize.sft import SftSettings
 
         # tokenize_dataset builds the dataset with is_test=True and max_seq_length = the stored maximum
-        settings = replace(settings or SftSettings(), max_seq_length=options.stored_max, is_test=True)
+        sft = job_settings(job, SftSettings) or SftSettings()
+        settings = replace(sft, max_seq_length=options.stored_max, is_test=True)
     parts = os.path.join(staging, ".work", "parts", split)
     os.makedirs(parts)
     job = replace(job, settings=settings, tokens_dir=parts)
@@ -312,7 +326,7 @@ def _pack_and_write(
     say(f"{split}: packing {int(kept.sum()):,} records ({options.algorithm})", 0.65)
     hist = LengthHistogram.from_samples(runtime.runtime[kept] + 1, source=meta.get("source") or split)
     packing = pack(hist, cfg)
-    slot_record = assign_slots(runtime.runtime, packing, cfg.seed, options.algorithm == "first_fit_shuffle")
+    slot_record = assign_slots(runtime.runtime, packing, options.seed, PACKERS[options.algorithm].seeded)
     plan_dir = os.path.join(staging, ".work", "plan", split)
     save_plan(plan_dir, slot_record, runtime.target[slot_record], packing.offsets)
     names = file_names(split, options.pack_size, packing.num_packs, options.rows_per_file)

@@ -96,7 +96,7 @@ class CacheReader:
         out = []
         for f, base, dtype in self.files.values():
             buf = np.empty(int(local[-1]), dtype)
-            view = memoryview(buf).cast("B")
+            view = buf.data.cast("B")
             fd, size = f.fileno(), dtype.itemsize
             for a, n, at in zip(starts.tolist(), counts.tolist(), local[:-1].tolist(), strict=True):
                 if n:

@@ -161,16 +161,16 @@ def _lengths_of(records: list[dict], job: TokenizeJob):
     if job.fmt == "chat":
         from advisor.data.tokenize.chat import ChatSettings, chat_lengths
 
-        return chat_lengths(records, tok, _settings(job, ChatSettings))
+        return chat_lengths(records, tok, job_settings(job, ChatSettings))
     from advisor.data.tokenize.sft import SftSettings, sft_lengths
 
-    return sft_lengths(records, tok, _settings(job, SftSettings))
+    return sft_lengths(records, tok, job_settings(job, SftSettings))
 
 
 _Settings = TypeVar("_Settings")
 
 
-def _settings(job: TokenizeJob, kind: type[_Settings]) -> _Settings | None:
+def job_settings(job: TokenizeJob, kind: type[_Settings]) -> _Settings | None:
     """The job's settings, refused unless of its format's kind (``ChatSettings`` for chat, else ``SftSettings``)."""
     if job.settings is None or isinstance(job.settings, kind):
         return job.settings
@@ -194,10 +194,10 @@ def _tokens_of(records: list[dict], job: TokenizeJob):
         from advisor.data.tokenize.chat import ChatSettings
         from advisor.data.tokenize.chat_tokens import chat_tokens
 
-        return chat_tokens(records, tok, _settings(job, ChatSettings))
+        return chat_tokens(records, tok, job_settings(job, ChatSettings))
     from advisor.data.tokenize.sft import SftSettings, sft_tokens
 
-    return sft_tokens(records, tok, _settings(job, SftSettings))
+    return sft_tokens(records, tok, job_settings(job, SftSettings))
 
 
 def loss_counts(batch, kind: str) -> np.ndarray:
