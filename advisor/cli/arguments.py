@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 T = TypeVar("T")
 SEEDS = 2**32  # numpy's legacy RandomState takes seeds below 2^32 (the packing shuffle is one)
@@ -101,7 +104,7 @@ def local_workers(requested: int | None, engine: str) -> tuple[int | None, str |
     return cores, f"--workers {requested}: this machine has {cores} cores; {cores} worker processes run"
 
 
-def number(check: Callable[[float], float]) -> Callable[[str], float]:
+def number(check: Callable[[float], T]) -> Callable[[str], T]:
     """A number, then the engine's own check of it (``advisor.analysis.check_mfu`` and the like)."""
     return checked(lambda text: check(_number(text)))
 
@@ -129,10 +132,15 @@ def as_given(check: Callable[[str], object]) -> Callable[[str], str]:
     return checked(keep)
 
 
-def _plan_field(section: str, name: str):
+def _plan_field(section: str, name: str) -> FieldInfo:
+    from pydantic import BaseModel
+
     from advisor.plan.schema import Plan
 
-    return Plan.model_fields[section].annotation.model_fields[name]
+    model = Plan.model_fields[section].annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"the plan's {section!r} is not a section of fields")
+    return model.model_fields[name]
 
 
 def plan_max(section: str, name: str) -> int:

@@ -152,13 +152,14 @@ def estimate_text(r: EstimateResult) -> None:
         f"{shown_path(r.plan_file)}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, "
         f"CP {p.cp}, EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}"
     ]
-    if analysis.packing_factor:
-        rt = est.packing.runtime
+    packing = est.packing
+    if analysis.packing_factor and packing is not None:
+        rt = packing.runtime
         lines += [
             f"  batch: {s['batch']} (n = {analysis.packing_factor:.2f}): Megatron-Bridge global_batch_size "
             f"{s['megatron_bridge_global_batch_size']}, {s['micro_batches_per_step']} micro batches per DP rank",
             f"  data.format {plan.data.format}: {rt.num_truncated:,} samples truncated, {rt.num_skipped:,} "
-            f"skipped (longer than {est.packing.config.effective_max_seq_length:,} tokens)",
+            f"skipped (longer than {packing.config.effective_max_seq_length:,} tokens)",
         ]
     else:
         lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")

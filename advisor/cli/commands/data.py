@@ -90,6 +90,7 @@ def _overlong(args: Namespace) -> str:
 
 
 def pack(args: Namespace) -> PackResult:
+    from advisor.data.packed_audit import PackedDatasetAudit
     from advisor.packing.audit import existing_packs
     from advisor.packing.baselines import without_packing
     from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
@@ -125,7 +126,7 @@ def pack(args: Namespace) -> PackResult:
             for b in baselines
         ],
     }
-    if hist.packs is not None:
+    if isinstance(hist.packs, PackedDatasetAudit):  # the packs of a packed data set, else None
         longest = int(hist.packs.items.max())
         if longest > args.pack_size:
             raise ValueError(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from argparse import Namespace
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from advisor.cli.arguments import local_workers
 from advisor.cli.commands.files import check_output_file, write_text
@@ -50,6 +50,7 @@ def _job(args: Namespace) -> TokenizeJob:
             on_bad=args.on_bad,
             loss_tokens=getattr(args, "loss_tokens", False),
         )
+    settings: ChatSettings | SftSettings
     if args.format == "chat":
         if args.loss_mode == "completion":
             raise InputError(
@@ -205,7 +206,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
         progress(f"wrote {result.lengths.size:,} lengths to {args.output}")
     hist = result.histogram()
     rate = result.lengths.size / max(result.seconds, 1e-9)
-    data = {
+    data: dict[str, Any] = {
         "source": result.source,
         "records": result.total_records,
         "tokenized": int(result.lengths.size),
@@ -216,7 +217,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
         "records_per_second_per_worker": rate / result.workers,
         "excluded": [asdict(e) for e in result.excluded],
         "notes": list(result.notes),
-        "settings": asdict(job.settings),
+        "settings": asdict(job.settings) if job.settings is not None else None,  # _job always gives settings
         # what a plan needs to read these lengths as this format (data.format: chat skips, sft truncates)
         "format": result.fmt,
         "plan_data": {"lengths": args.output, "format": result.fmt},
