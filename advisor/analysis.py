@@ -7,6 +7,14 @@ An ``Analysis`` computes each part lazily (packing, estimate, findings, candidat
 themselves are cached on the content of the plan, the lengths and the settings, so a rerun with the same inputs
 computes nothing.
 
+The one second path, and why: the dashboard's Packing page packs through ``advisor.packing.cache`` directly
+(``ui.state.ready_packing``/``packing_kept`` and the background worker in ``ui/ahead.py``), not through
+``analyze``. On a 16M-sample data set a new pack size is the heavy step, and the page must show the last
+packing's figures while it packs, hand the work to the worker that may be packing that size already, and pack
+the neighbouring sizes ahead while the visitor reads: an ``Analysis`` would pack and estimate together, and its
+key holds the whole plan. Both paths read the same packing cache (``PACKINGS``, keyed by the histogram and the
+``PackingConfig`` that ``estimate.packing_config(plan)`` derives), so the page and ``analyze`` show the same packs.
+
 >>> from advisor.data.lengths import LengthHistogram
 >>> from advisor.plan import plan_from_dict
 >>> plan = plan_from_dict({"model": "llama3.1-8b", "training": {"seq_length": 512, "global_batch_samples": 64}})
