@@ -15,6 +15,7 @@ import math
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from advisor.data.lengths import LengthHistogram
 from advisor.data.prepared import find_prepared
@@ -162,7 +163,7 @@ def derived_settings(
             "packing factor; give the lengths (--lengths or the plan's data.lengths)"
         )
     sft = t.task != "pretrain"
-    model = {
+    model: dict[str, Any] = {
         "tensor_model_parallel_size": p.tp,
         "pipeline_model_parallel_size": p.pp,
         "context_parallel_size": p.cp,
@@ -181,7 +182,7 @@ def derived_settings(
         model["pipeline_model_parallel_layout"] = layout_string(plan.pipeline_stages)
     elif preset in RECIPE_LAYOUTS:  # the recipe set one for its own pipeline: the even split here
         model["pipeline_model_parallel_layout"] = None
-    if plan.pipeline_stages is not None or PROVIDER_MTP_LAYERS.get(preset):
+    if plan.pipeline_stages is not None or (preset is not None and PROVIDER_MTP_LAYERS.get(preset)):
         # the MTP layers the estimate and the layout count (Megatron-Core checks the layout's m against them); the
         # DeepSeek-V3 provider builds one from its checkpoint's config, which the plan may not
         model["mtp_num_layers"] = plan.model.mtp_num_layers or None
@@ -194,7 +195,7 @@ def derived_settings(
             model.update(
                 moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=p.moe_dispatcher.removeprefix("flex_")
             )
-    comm_overlap = {}
+    comm_overlap: dict[str, bool] = {}
     if p.moe_a2a_overlap:  # as Megatron-Bridge's performance scripts turn it on (utils/overrides.py
         # _set_moe_a2a_overlap_overrides): on the comm-overlap config, which sets the model's at setup
         comm_overlap.update(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)
@@ -220,16 +221,16 @@ def derived_settings(
             cpu_offloading_weights=False,
             cuda_graph_impl="none",
         )
-    ddp = {"use_distributed_optimizer": t.distributed_optimizer}
+    ddp: dict[str, Any] = {"use_distributed_optimizer": t.distributed_optimizer}
     if p.cp > 1 and sft:
         ddp["average_in_collective"] = False  # same assertion: a CP rank with all tokens masked would give NaN
     elif plan.average_in_collective:
         ddp["average_in_collective"] = True
-    train = {
+    train: dict[str, Any] = {
         "micro_batch_size": t.micro_batch_size,  # 1 under offline packing: the plan refuses any other
         "global_batch_size": plan.global_batch_packs(packing_factor) if mode == "offline" else plan.requested_samples,
     }
-    if mode == "offline" and not num_packs and num_samples:
+    if mode == "offline" and not num_packs and num_samples and packing_factor:
         num_packs = round(num_samples / packing_factor)
     iters = train_iters(t.epochs, num_packs if mode == "offline" else num_samples, train["global_batch_size"])
     if iters is not None:
@@ -239,7 +240,7 @@ def derived_settings(
         # the packing shuffle's seed, GPTSFTDatasetConfig.seed; left out, the recipe's (5678, which the advisor then
         # simulates: Plan.packing_seed) stays (only the SFT config has the field)
         dataset["seed"] = k.seed
-    specs = None
+    specs: dict[str, Any] | None = None
     if mode == "offline":
         specs = {"packed_sequence_size": plan.pack_size, "pad_seq_to_mult": plan.pad_seq_to_mult}
         if t.cuda_graphs:
@@ -613,9 +614,10 @@ def megatron_lm_args(
     # (megatron/core/num_microbatches_calculator.py asserts it at start-up)
     unit = mbs * p.dp
     # a plan counting Megatron-Bridge's packs trains on packs x n samples: Megatron-LM counts those
-    asked = plan.requested_samples or round(
-        plan.effective_samples_per_step(packing_factor) or plan.training.global_batch_size
-    )
+    per_step = plan.effective_samples_per_step(packing_factor) or plan.training.global_batch_size
+    if not plan.requested_samples and per_step is None:
+        raise ValueError("the plan's global batch is in packs: the Megatron-LM export needs the data's packing factor")
+    asked = plan.requested_samples or round(per_step or 0)
     gbs = max(unit, round(asked / unit) * unit)
     head = (
         [f"# global batch {asked} samples rounded to {gbs}, a multiple of micro batch x DP = {unit}"]
