@@ -121,7 +121,7 @@ def test_a_pickled_payload_is_refused_without_running_it(tmp_path, where):
         load_lengths(path)
     assert not marker.exists()
     assert err.value.source == str(path) and str(err.value).startswith(f"{path}, byte ")
-    assert "refers to tests.test_packed_audit._plant" in err.value.what and "\n" not in str(err.value)
+    assert f"refers to {__name__}._plant" in err.value.what and "\n" not in str(err.value)  # this module's
 
 
 # ---------------------------------------------------------------------------------------------- damaged files
