@@ -29,7 +29,6 @@ import math
 from dataclasses import dataclass, field
 
 from advisor import caches
-from advisor.advice.exports import DEFAULT_MB_VERSION
 from advisor.advice.rules import check
 from advisor.advice.search import SearchResult, check_vary, search
 from advisor.data.lengths import LengthHistogram
@@ -157,13 +156,14 @@ class Analysis:
     def export(
         self,
         fmt: str,
-        version: str = DEFAULT_MB_VERSION,
+        version: str | None = None,
         *,
         recommended: bool = False,
         vary=(),
         mock_lengths: str | None = None,
     ) -> str:
-        """One export as text, the same for the CLI and the dashboard (``recommended``: the best plan of the search
+        """One export as text, the same for the CLI and the dashboard, for the plan's Megatron-Bridge release unless
+        ``version`` says another (``recommended``: the best plan of the search
         with these freedoms; ``mock_lengths``: the Megatron-LM export trains on mock data read from that file)."""
         spec = export_spec(fmt)
         result = self.searched(vary=vary) if recommended else None
@@ -175,7 +175,7 @@ class Analysis:
         return spec.render(
             ExportInputs(
                 plan=target.plan,
-                version=version,
+                version=version or target.plan.versions.megatron_bridge,
                 packing_factor=target.packing_factor,
                 num_samples=target.hist.num_samples,
                 num_packs=target.packing.num_packs if target.packing is not None else None,

@@ -26,6 +26,10 @@ class Finding:
     reason: str
     source: str
     fix: dict = field(default_factory=dict)  # plan changes, {section: {field: value}}: Plan.changed(fix) applies it
+    # what a known trap does at the plan's versions (crash, hang, trains wrong, wastes memory, misleading logs:
+    # advisor/advice/traps.py), None for the advisor's other rules; and the upstream thread it cites
+    outcome: str | None = None
+    link: str | None = None
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:  # a typo would otherwise drop the finding from every severity group
@@ -39,6 +43,7 @@ class Finding:
             "reason": self.reason,
             "source": self.source,
             "fix": self.fix,
+            **({"outcome": self.outcome, "link": self.link} if self.outcome else {}),
         }
 
 

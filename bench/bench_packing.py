@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.data.ingest import load_lengths  # noqa: E402
 from advisor.data.lengths import LengthHistogram  # noqa: E402
-from advisor.packing.packers import PACKERS  # noqa: E402
 from advisor.packing.config import PackingConfig  # noqa: E402
 from advisor.packing.offline import pack  # noqa: E402
+from advisor.packing.packers import PACKERS  # noqa: E402
 
 WIKI = ROOT / "sample_data" / "wikipedia_bert_len512_hist.csv"
 SQUAD = ROOT / "sample_data" / "squad_v1.1_len384_hist.csv"

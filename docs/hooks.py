@@ -27,9 +27,14 @@ def site_text(text: str) -> str:
 
 
 def on_files(files, config):
-    from advisor.cli.reference import cli_reference, plan_reference
+    from advisor.cli.reference import cli_reference, plan_reference, traps_reference
 
-    for path, text in (("reference/cli.md", cli_reference()), ("reference/plan.md", plan_reference())):
+    generated = (
+        ("reference/cli.md", cli_reference()),
+        ("reference/plan.md", plan_reference()),
+        ("reference/traps.md", traps_reference()),
+    )
+    for path, text in generated:
         files.append(File.generated(config, path, content=text))
     for page, source in FROM_ROOT.items():
         files.append(File.generated(config, page, content=site_text((ROOT / source).read_text())))

@@ -1,28 +1,25 @@
-"""Recommendations & export: findings with their fixes, better layouts, and the config to paste."""
+"""Recommendations & export: the pre-flight of known traps, findings with their fixes, better layouts, the config."""
 
 import streamlit as st
 
 from advisor.advice.search import FREEDOMS
-from advisor.findings import by_severity
 from advisor.formats import ALL_FORMATS, EXPORTS
 from advisor.ui import screens, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
-from pages._frame import errors, frame, place, progress, say, stop_on
+from pages._frame import control_rows, errors, findings, frame, place, progress, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 st.title("Recommendations & export")
+control_rows(((("versions.megatron_bridge", "versions.megatron_core", "versions.transformer_engine"), None),))
 analysis, busy = ui.ready_analysis(st.session_state)
 errors("plan_error")
 stop_on(busy)
 say("caption", views.global_batch_example_text(analysis.plan, analysis.packing_factor))
-for severity, group in by_severity(analysis.findings).items():
-    say("subheader", f"{severity.title()}s ({len(group)})", help=H("findings"))
-    for i, f in enumerate(group):
-        place((screens.finding(f),))
-        if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"fix-{severity}-{i}"):
-            ui.set_plan(st.session_state, f.fix)
-            st.rerun()
+st.subheader("Pre-flight: known traps at these versions", help=H("preflight"))
+place(screens.preflight_clean(analysis.plan, analysis.findings))
+findings(screens.preflight_groups(analysis.findings), "trap")
+findings(screens.other_groups(analysis.findings), "fix")
 st.subheader("Will my loss change?", help=H("loss_weights"))
 loss, problem = ui.guarded(lambda: analysis.loss)
 place((screens.Text(kind="caption", text=problem),) if problem else screens.loss(loss))
@@ -33,12 +30,11 @@ with progress("searching layouts") as bar:
 stop_on(busy)
 place(screens.candidates(analysis, result))
 st.subheader("Export")
-v, f, r = st.columns(3)
-version = v.selectbox("Megatron-Bridge version", views.MB_VERSIONS, help=H("mb_version"))
+f, r = st.columns(2)
 fmt = f.selectbox("Format", ALL_FORMATS, help=H("export_format"))
 recommended = r.toggle("Export the best candidate instead", help=H("export_recommended"))
 mock = EXPORTS[fmt].mock_lengths and st.toggle(views.MOCK_TOGGLE, help=H("export_mock"))
-text, filename = views.export_text(analysis, fmt, version, recommended, vary, mock=mock)
+text, filename = views.export_text(analysis, fmt, None, recommended, vary, mock=mock)
 place((screens.Code(text=text, language=views.code_language(fmt)),))
 d1, d2 = st.columns(2)
 d1.download_button(f"Download {filename}", text, file_name=filename)

@@ -10,7 +10,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from advisor.ui import blocks as b
-from advisor.ui import controls, links, tour
+from advisor.ui import controls, links, screens, tour, views
 from advisor.ui import state as ui
 from advisor.ui.explain import help_text as H
 
@@ -169,3 +169,15 @@ def estimate_or_stop():
         est, problem = ui.estimate_of(analysis)
     stop_on(problem)
     return analysis, est
+
+
+def findings(groups, key: str) -> None:
+    """Findings under their group titles, each folded (``screens.finding``) with its "Apply fix" button where it
+    has one: a click changes the plan (the old one kept if the change is refused) and reruns."""
+    for i, (title, group) in enumerate(groups):
+        say("subheader", title, help=H("findings"))
+        for j, f in enumerate(group):
+            place((screens.finding(f),))
+            if f.fix and st.button(ui.plain(f"Apply fix: {views.fix_text(f.fix)}"), key=f"{key}-{i}-{j}"):
+                ui.set_plan(st.session_state, f.fix)
+                st.rerun()

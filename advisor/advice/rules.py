@@ -15,6 +15,7 @@ import math
 from dataclasses import replace
 
 from advisor.advice.memory_fixes import describe, fitting_fixes
+from advisor.advice.traps import trap_findings
 from advisor.findings import Finding, ordered
 from advisor.model.loss_expectation import MOVED_THRESHOLD, LossWeighting
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
@@ -735,7 +736,14 @@ def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimat
     return out
 
 
+def rule_traps(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    """The known traps (advisor/advice/traps.py) that bite this plan at its versions."""
+    samples = int(packing.runtime.counts.sum()) + packing.runtime.num_skipped if packing is not None else None
+    return trap_findings(plan, samples)
+
+
 RULES = (
+    rule_traps,
     rule_packing_mode,
     rule_context_parallel,
     rule_cuda_graphs,

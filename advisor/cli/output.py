@@ -150,7 +150,8 @@ def estimate_text(r: EstimateResult) -> None:
     m, f, t, p = est.memory, est.flops, est.time, plan.parallel
     lines = [
         f"{shown_path(r.plan_file)}: {plan.model_name} on {p.gpus} x {plan.hardware.gpu} (TP {p.tp}, PP {p.pp}, "
-        f"CP {p.cp}, EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}"
+        f"CP {p.cp}, EP {p.ep}, DP {p.dp}), packing {est.mode}, pad_seq_to_mult {est.pad_seq_to_mult}",
+        f"  {versions_text(plan)}",
     ]
     packing = est.packing
     if analysis.packing_factor and packing is not None:
@@ -198,6 +199,9 @@ def estimate_text(r: EstimateResult) -> None:
         f"({t.steps_per_epoch:,.0f} steps)",
         "    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown),
     ]
+    if est.logged is not None:
+        lines.append("  what the logs will print (their own formulas):")
+        lines += [f"    {g.framework}: {g.line}: {g.value:,.1f} {g.unit} ({g.counts})" for g in est.logged.figures()]
     _lines(*lines, *_loss_lines(analysis), *(f"  note: {note}" for note in est.notes))
 
 
@@ -214,11 +218,33 @@ def _packing_factor(candidate: Candidate) -> float | None:
     return packing.packing_factor if packing is not None else None
 
 
+def versions_text(plan) -> str:
+    """The releases the plan runs on, as every output says them."""
+    v = plan.versions
+    return (
+        f"versions: Megatron-Bridge {v.megatron_bridge}, Megatron-Core {v.megatron_core}, "
+        f"Transformer Engine {v.transformer_engine}"
+    )
+
+
 def recommend_text(r: RecommendResult) -> None:
     from advisor.advice.search import FREEDOMS
 
-    lines = [f"{shown_path(r.plan_file)}: {len(r.findings)} findings"]
+    traps = [f for f in r.findings if f.outcome]
+    lines = [
+        f"{shown_path(r.plan_file)}: {len(r.findings)} findings",
+        f"  {versions_text(r.analysis.plan)}",
+        f"pre-flight: {len(traps)} known trap(s) at these versions"
+        + ("" if traps else " (none of the catalogue's bites this plan)"),
+    ]
+    for f in traps:
+        lines += [f"  [{f.outcome}] {f.id}: {f.message}", f"      why: {f.reason}", f"      upstream: {f.link}"]
+        if f.fix:
+            lines.append(f"      fix: {json.dumps(f.fix)}")
+    lines.append("findings:")
     for f in r.findings:
+        if f.outcome:
+            continue
         lines += [f"  [{f.severity}] {f.id}: {f.message}", f"      why: {f.reason}", f"      source: {f.source}"]
         if f.fix:
             lines.append(f"      fix: {json.dumps(f.fix)}")

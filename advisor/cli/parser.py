@@ -149,7 +149,6 @@ def _recommend(p: argparse.ArgumentParser) -> None:
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    from advisor.advice.exports import DEFAULT_MB_VERSION
     from advisor.advice.exports import _version as check_version
     from advisor.advice.search import check_vary
     from advisor.vocabulary import ExportFormat
@@ -158,9 +157,10 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=get_args(ExportFormat), default="python")
     p.add_argument(
         "--megatron-bridge-version",
-        default=DEFAULT_MB_VERSION,
+        default=None,
         type=as_given(check_version),
-        help=f"API generation of the snippet, MAJOR.MINOR.PATCH (default {DEFAULT_MB_VERSION})",
+        help="the Megatron-Bridge release to write for, MAJOR.MINOR.PATCH (default: the plan's "
+        "versions.megatron_bridge; given, it replaces that in the plan exported, said in a note)",
     )
     p.add_argument("--recommended", action="store_true", help="export the best plan the search found instead")
     p.add_argument("--vary", type=comma_list(check_vary), default=frozenset(), help="with --recommended: " + _VARY_HELP)

@@ -131,3 +131,29 @@ def plan_reference() -> str:
             "",
         ]
     return "\n".join(out)
+
+
+def traps_reference() -> str:
+    """The catalogue of known traps (advisor/advice/traps.py) as a page: one row a trap, from its record."""
+    from advisor.advice.traps import TRAPS
+    from advisor.plan.versions import DEFAULT_VERSIONS, PACKAGE_NAMES
+
+    defaults = ", ".join(f"{PACKAGE_NAMES[p]} {v}" for p, v in DEFAULT_VERSIONS.items())
+    lines = [
+        "# Known traps",
+        "",
+        "Generated from `advisor/advice/traps.py` when the site is built. `recommend` and the Recommendations page "
+        "cite each trap where the plan walks into it at the releases in its `versions` section (default: "
+        f"{defaults}), and not where those releases have the fix.",
+        "",
+        "| trap | what happens | bites | fixed in | fix |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for t in TRAPS:
+        fixed = ", ".join(f"{PACKAGE_NAMES[p]} {v}" for p, v in t.fixed_in.items()) or "no release"
+        fixed += "" if t.verified else " (inferred)"
+        lines.append(
+            f"| [{_cell(t.cites)}]({t.url}) | **{t.outcome}**: {_cell(t.what)} | `trap.{t.id}` | {_cell(fixed)}: "
+            f"{_cell(t.fixed_by)} | {_cell(t.fix)} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ import numpy as np
 
 from advisor.data.lengths import LengthHistogram
 from advisor.model.flops import flops_coefficients
+from advisor.model.logged import LoggedThroughput, logged_throughput
 from advisor.model.memory import DEFAULT_OVERHEAD_GIB, GIB, MemoryEstimate, estimate_memory
 from advisor.model.micro_batches import (
     MicroBatches,
@@ -76,6 +77,7 @@ class Estimate:
     time: TimeEstimate
     notes: tuple[str, ...] = field(default=())
     online: RunSchedule | None = None  # Megatron-LM's online schedule of the data, in online mode
+    logged: LoggedThroughput | None = None  # what Megatron-Bridge's and Megatron-LM's logs will print for the step
 
     def to_dict(self) -> dict:
         m = self.memory
@@ -106,6 +108,7 @@ class Estimate:
                 "attention_ratio_thd_over_block": self.flops.attention_ratio,
             },
             "time": asdict(self.time),
+            "logged": None if self.logged is None else asdict(self.logged),
             "packing": None if self.packing is None else self.packing.metadata,
             "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
             "online": None if self.online is None else online_summary(self.online),
@@ -228,6 +231,21 @@ def estimate(
         model_flops=mlm_flops,
     )
     time = replace(time, peak_format=fmt)
+    logged = logged_throughput(
+        coef=coef,
+        step_seconds=time.step_seconds,
+        gpus=p.gpus,
+        rows=rows,
+        samples_per_row=mean(mb.samples),
+        row_tokens=mean(mb.computed_tokens),
+        real_tokens_per_row=mean(mb.real_tokens),
+        seq_sq_sum=mean(mb.attention_thd),
+        seq_length=t.seq_length,
+        model_flops_per_step=flops.model_per_step,
+        packed=mode in ("offline", "in-batch", "online"),
+        cp=p.cp,
+        pp=p.pp,
+    )
     notes = []
     if p.cp > 1:
         notes.append(
@@ -265,4 +283,5 @@ def estimate(
         time=time,
         notes=tuple(notes),
         online=run,
+        logged=logged,
     )

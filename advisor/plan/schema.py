@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import ErrorDetails
 
@@ -36,6 +36,7 @@ from advisor.plan.gpus import unknown_gpu
 from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MLA_PRESETS, MODEL_PRESETS
+from advisor.plan.versions import DEFAULT_VERSIONS, RELEASES, parse
 from advisor.vocabulary import (
     Algorithm,
     CpCommType,
@@ -57,7 +58,7 @@ __all__ = ["MAX_GPUS", "MAX_PACK", "MAX_TOKENS", "Plan", "PlanError", "plan_from
 DEFAULT_GLOBAL_BATCH = 128  # Megatron-Bridge's SFT recipes' global_batch_size
 VERSION: Final = 2  # plan files: 2 = global_batch_size in the framework's unit (packs under offline packing)
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # names land in reports and scripts: letters, digits and ._+- only
-SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware")
+SECTIONS = ("model", "parallel", "training", "packing", "data", "hardware", "versions")
 # The SFT recipes' dataset seed, which seeds the offline packing shuffle: MB 0.6.2 recipes/utils/dataset_utils.py
 # (_text_hf_dataset_config, seed=5678) and 0.3.1 recipes/utils/finetune_utils.py; the dataclass default is 1234
 MB_RECIPE_SEED = 5678
@@ -462,6 +463,30 @@ class HardwareSpec(_Section):
         return row
 
 
+class VersionsSpec(_Section):
+    """The releases the run uses: the exports write for them and the pre-flight checks name the known traps of
+    exactly these (advisor/advice/traps.py). Defaults: the newest of each on the package index."""
+
+    megatron_bridge: str = Field(
+        DEFAULT_VERSIONS["megatron_bridge"],
+        description=f"Megatron-Bridge release (known: {', '.join(RELEASES['megatron_bridge'])})",
+    )
+    megatron_core: str = Field(
+        DEFAULT_VERSIONS["megatron_core"],
+        description=f"Megatron-Core release (known: {', '.join(RELEASES['megatron_core'])})",
+    )
+    transformer_engine: str = Field(
+        DEFAULT_VERSIONS["transformer_engine"],
+        description=f"Transformer Engine release (known: {', '.join(RELEASES['transformer_engine'])})",
+    )
+
+    @field_validator("megatron_bridge", "megatron_core", "transformer_engine")
+    @classmethod
+    def _release(cls, v: str) -> str:
+        parse(v)  # MAJOR.MINOR[.PATCH], digits only: a version is compared, and written into exports' comments
+        return v
+
+
 class Plan(_Section):
     """A training plan. Derived settings are properties; changes are new plans (``changed``)."""
 
@@ -476,6 +501,7 @@ class Plan(_Section):
     packing: PackingSpec = Field(default_factory=PackingSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    versions: VersionsSpec = Field(default_factory=VersionsSpec)
     # what reading the file changed or means now (an older version's fields), for every surface to say once;
     # not part of the plan: never written, and a changed plan starts without them
     notes: SkipJsonSchema[tuple[str, ...]] = Field((), exclude=True)
@@ -1189,6 +1215,7 @@ SECTION_TYPES: dict[str, type[_Section]] = {
     "packing": PackingSpec,
     "data": DataSpec,
     "hardware": HardwareSpec,
+    "versions": VersionsSpec,
 }
 
 

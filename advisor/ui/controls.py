@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args
 
 from advisor.plan import PlanError
 from advisor.plan.presets import GPU_PRESETS, MODEL_PRESETS
+from advisor.plan.versions import RELEASES, Package
 from advisor.ui.samples import MAX_DASHBOARD_PACK, MAX_GPUS, PACK_SIZE_STEP
 from advisor.ui.state import analysis_of, set_plan
 from advisor.vocabulary import Algorithm, DataFormat, Precision, Recompute
@@ -208,7 +209,25 @@ CUSTOM_FIELDS = (
     "kv_channels",
 )
 
+
+def _version(package: Package, label: str) -> Control:
+    """A release the plan runs on: the known ones, and the plan's own where it names another."""
+    read = lambda s: getattr(s["plan"].versions, package)  # noqa: E731
+    return Control(
+        name=f"versions.{package}",
+        label=label,
+        kind="select",
+        help=f"version_{package}",
+        read=read,
+        write=lambda s, v: {"versions": {package: v}},
+        options=lambda s: list(dict.fromkeys([*reversed(RELEASES[package]), read(s)])),
+    )
+
+
 _ALL = [
+    _version("megatron_bridge", "Megatron-Bridge"),
+    _version("megatron_core", "Megatron-Core"),
+    _version("transformer_engine", "Transformer Engine"),
     Control(
         name="model.preset",
         label="Model",

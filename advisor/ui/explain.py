@@ -410,6 +410,32 @@ HELP: dict[str, Explanation] = {
         "arguments, packed-file paths, the plan, a report, or trial launch scripts.",
         "advisor/advice/exports.py",
     ),
+    "version_megatron_bridge": _e(
+        "The Megatron-Bridge release the run uses: the export writes for it, and the pre-flight names the known "
+        "traps of this release (crashes, hangs, silently wrong training) and the release that fixes each.",
+        "advisor/plan/versions.py, advisor/advice/traps.py",
+    ),
+    "version_megatron_core": _e(
+        "The Megatron-Core release the run uses (Megatron-Bridge pins one; pip shows it as megatron-core): the "
+        "pre-flight checks its known traps.",
+        "advisor/plan/versions.py, advisor/advice/traps.py",
+    ),
+    "version_transformer_engine": _e(
+        "The Transformer Engine release the run uses (pip shows transformer-engine): the pre-flight checks its "
+        "known traps, such as THD with CP padding before 2.18.",
+        "advisor/plan/versions.py, advisor/advice/traps.py",
+    ),
+    "logged": _e(
+        "The throughput your logs will print, from the frameworks' own formulas: Megatron-Bridge counts a packed "
+        "row's padded tokens (and, with CP > 1, every row as seq_length dense), its tokens/s counts seq_length "
+        "per pack (#1636); Megatron-LM counts the real tokens. Compare runs on the useful figures.",
+        "advisor/model/logged.py",
+    ),
+    "preflight": _e(
+        "Known traps of packed and long-context training that bite this plan at the releases it names, grouped by "
+        "what they do; each cites its upstream thread and the release that fixes it.",
+        "advisor/advice/traps.py",
+    ),
     "export_mock": _e(
         "Without it the arguments read your data from $DATA_PATH; with it they name lengths.csv, downloaded beside "
         "them (export --lengths-csv lengths.csv).",

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
+from advisor.advice.traps import GROUP_TITLE, OUTCOMES, TRAPS
 from advisor.data.lengths import LengthHistogram
-from advisor.findings import Finding
+from advisor.findings import Finding, by_severity
 from advisor.model.loss_expectation import LossWeighting
 from advisor.plan import Plan
 from advisor.ui import charts, trial_view, views
@@ -148,6 +151,7 @@ def memory(analysis, est) -> tuple[Block, ...]:
             )
         ),
         Chart(figure=charts.step_breakdown(est), explain="step_breakdown"),
+        *logged(est),
         Fold(
             label="Why the advisor and Megatron-Bridge differ",
             body=(Markdown(text=bullet_list(m.differences)),),
@@ -164,16 +168,60 @@ def bullet_list(items) -> str:
     return "\n".join(f"- {plain(item)}" for item in items)
 
 
+def logged(est) -> tuple[Block, ...]:
+    """What Megatron-Bridge's and Megatron-LM's logs will print for this step (their own formulas), beside the
+    useful figures: the table a user holds against their logs."""
+    if est.logged is None:
+        return ()
+    frame = pd.DataFrame(
+        [
+            {"framework": g.framework, "log line": g.line, "value": f"{g.value:,.1f} {g.unit}", "counts": g.counts}
+            for g in est.logged.figures()
+        ]
+    )
+    return (Text(kind="subheader", text="What your logs will print", help="logged"), Table(frame=frame, stretch=True))
+
+
 def finding(f: Finding) -> Fold:
-    """One finding as the Recommendations page folds it: the reason, its source; errors open."""
+    """One finding as the Recommendations page folds it: the reason, its source (a known trap's upstream thread
+    as a link); errors open."""
+    source = (
+        Text(kind="caption", markdown=True, text=f"Upstream: [{f.link}]({f.link})")
+        if f.link and f.link.startswith("https://")  # the catalogue's own addresses, never a visitor's text
+        else Text(kind="caption", text=f"Source: {f.source}")
+    )
     return Fold(
         label=f"{f.id}: {f.message}",
         expanded=f.severity == "error",
-        body=(
-            Text(kind="error" if f.severity == "error" else "write", text=f.reason),
-            Text(kind="caption", text=f"Source: {f.source}"),
+        body=(Text(kind="error" if f.severity == "error" else "write", text=f.reason), source),
+    )
+
+
+def preflight_clean(plan: Plan, findings) -> tuple[Block, ...]:
+    """Said when no known trap bites the plan: at which releases, and how many traps were checked."""
+    if any(f.outcome for f in findings):
+        return ()
+    v = plan.versions
+    return (
+        Text(
+            kind="success",
+            text=f"No known trap bites this plan at Megatron-Bridge {v.megatron_bridge}, Megatron-Core "
+            f"{v.megatron_core}, Transformer Engine {v.transformer_engine} ({len(TRAPS)} checked).",
         ),
     )
+
+
+def preflight_groups(findings) -> list[tuple[str, list[Finding]]]:
+    """The known traps among the findings, grouped by what they would do ("Would crash", "Would train wrong", ...),
+    in the catalogue's order of outcomes; groups with none left out."""
+    groups = {o: [f for f in findings if f.outcome == o] for o in OUTCOMES}
+    return [(f"{GROUP_TITLE[o]} ({len(g)})", g) for o, g in groups.items() if g]
+
+
+def other_groups(findings) -> list[tuple[str, list[Finding]]]:
+    """The advisor's other findings by severity, most severe first (every severity shown, empty or not)."""
+    rest = [f for f in findings if f.outcome is None]
+    return [(f"{s.title()}s ({len(g)})", g) for s, g in by_severity(rest).items()]
 
 
 def loss(lw: LossWeighting) -> tuple[Block, ...]:

@@ -296,17 +296,15 @@ def search_note(analysis: Analysis, result: SearchResult | None = None) -> str |
     return " ".join(notes) or None
 
 
-MB_VERSIONS = ("0.6.2", "0.6.0", "0.5.1", "0.4.2", "0.3.1")  # the API generations the exports are checked against
-
-
 MOCK_TOGGLE = "Train on Megatron-LM's mock data of these lengths"
 MOCK_LENGTHS_FILE = "lengths.csv"  # the dashboard's mock lengths download, named in the arguments it goes with
 
 
 def export_text(
-    analysis: Analysis, fmt: ExportFormat, version: str, recommended: bool, vary=(), mock: bool = False
+    analysis: Analysis, fmt: ExportFormat, version: str | None, recommended: bool, vary=(), mock: bool = False
 ) -> tuple[str, str]:
-    """What ``python -m advisor export`` prints for the same plan, and a file name for it (``mock``: the
+    """What ``python -m advisor export`` prints for the same plan (for its Megatron-Bridge release, or ``version``),
+    and a file name for it (``mock``: the
     Megatron-LM arguments train on mock SFT data of the lengths in MOCK_LENGTHS_FILE, as ``export --lengths-csv
     lengths.csv`` writes them); a plan whose data cannot be estimated gets one commented line saying why."""
     try:

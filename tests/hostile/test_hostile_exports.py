@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advisor.advice.exports import export, megatron_lm_args, python_snippet
-from advisor.analysis import ALL_FORMATS, analyze
+from advisor.advice.exports import megatron_lm_args, overrides, python_snippet
+from advisor.analysis import analyze
 from advisor.data.lengths import LengthHistogram
+from advisor.formats import ALL_FORMATS
 from advisor.plan import PlanError, plan_from_dict
 from advisor.plan.io import plan_from_text
 from advisor.trial.launch import trial_slurm, trial_torchrun
@@ -75,7 +76,7 @@ def test_versions_are_major_minor_patch_only(version):
     with pytest.raises(ValueError, match="MAJOR.MINOR"):
         python_snippet(plan, version, 2.0)
     with pytest.raises(ValueError, match="MAJOR.MINOR"):
-        export(plan, "overrides", version, 2.0)
+        overrides(plan, version, 2.0)
 
 
 @settings(max_examples=150, deadline=None)

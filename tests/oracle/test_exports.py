@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from advisor.advice.exports import export, megatron_lm_args, mock_lengths_csv, overrides, python_snippet
+from advisor.advice.exports import megatron_lm_args, mock_lengths_csv, overrides, python_snippet
 from advisor.advice.rules import check
 from advisor.analysis import analyze
 from advisor.data.ingest import load_lengths
@@ -362,7 +362,7 @@ def test_markdown_and_plan_exports(squad):
     analysis = analyze(plan, squad)
     md = analysis.export("markdown")
     assert "## Findings" in md and "`cp.loss`" in md and "Megatron-Bridge packing metadata" in md
-    assert analysis.export("plan") == dump_plan(plan) == export(plan, "plan")
+    assert analysis.export("plan") == dump_plan(plan)
     slurm = analyze(plan_from_dict({**PLANS["offline-hierarchical"]}), squad).export("slurm")
     assert "#SBATCH --nodes=8" in slurm and "torchrun --nnodes 8 --nproc-per-node 8" in slurm
     assert "-m advisor trial plan.yaml --device cuda" in analysis.export("torchrun")
@@ -446,7 +446,7 @@ def test_epochs_become_train_iters_in_packs_or_samples(squad, tmp_path):
 def test_exports_point_at_a_prepared_folder(tmp_path):
     """A plan whose data is a folder `advisor prepare` wrote: the snippet, the overrides and the paths name its files
     (a file or a shard glob per split, never the folder: Megatron-Bridge would read the validation file too)."""
-    from advisor.advice.exports import export, packed_paths, prepare_command
+    from advisor.advice.exports import packed_paths, prepare_command
     from advisor.data.prepared import find_prepared, metadata_file, split_file
     from advisor.plan import plan_from_dict
 
@@ -471,14 +471,14 @@ def test_exports_point_at_a_prepared_folder(tmp_path):
     found = find_prepared(str(tmp_path), 1024)
     assert found.train == str(tmp_path.resolve() / "training_1024_*.idx.parquet")
     assert found.validation == str(tmp_path.resolve() / "validation_1024.idx.parquet")
-    snippet = export(plan, "python", packing_factor=2.0)
+    snippet = python_snippet(plan, packing_factor=2.0)
     for key, value in (
         ("packed_train_data_path", found.train),
         ("packed_val_data_path", found.validation),
         ("packed_metadata_path", found.metadata),
     ):
         assert f".offline_packing_specs.{key} = {value!r}" in snippet
-        assert f"dataset.offline_packing_specs.{key}={value}" in export(plan, "overrides", packing_factor=2.0)
+        assert f"dataset.offline_packing_specs.{key}={value}" in overrides(plan, packing_factor=2.0)
     assert "prepare" not in packed_paths(plan, packing_factor=2.0).split("\n")[-2]
     assert find_prepared(str(tmp_path), 2048) is None  # another pack size: nothing prepared for it
     # round 4: a metadata file Megatron-Bridge cannot use was exported as valid
@@ -495,9 +495,9 @@ def test_exports_point_at_a_prepared_folder(tmp_path):
     ):
         (tmp_path / metadata_file(1024)).write_bytes(garbage)
         with pytest.raises(InputError, match=message):
-            export(plan, "python", packing_factor=2.0)
+            python_snippet(plan, packing_factor=2.0)
     other = plan.changed({"training": {"seq_length": 2048}})
-    assert "packed_train_data_path" not in export(other, "python", packing_factor=2.0)
+    assert "packed_train_data_path" not in python_snippet(other, packing_factor=2.0)
     command = prepare_command(other)
     assert (
         "--pack-size 2048" in command

@@ -145,6 +145,14 @@ def export(args: Namespace) -> ExportResult:
     progress = Progress(args.quiet)
     plan, hist = plan_and_lengths(args, progress)
     inputs = tuple(p for p in (args.plan, args.lengths or plan.data.lengths) if p is not None)
+    wanted = args.megatron_bridge_version
+    if wanted and wanted != plan.versions.megatron_bridge:  # the plan exported says the release it is written for
+        print(
+            f"note: --megatron-bridge-version {wanted}: the plan's versions.megatron_bridge "
+            f"{plan.versions.megatron_bridge} replaced in what is exported",
+            file=sys.stderr,
+        )
+        plan = plan.changed({"versions": {"megatron_bridge": wanted}})
     if args.lengths_csv:  # refused before the search, not after it
         check_output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
     analysis = analyze(plan, hist)
@@ -161,7 +169,6 @@ def export(args: Namespace) -> ExportResult:
         )
     text = analysis.export(
         args.format,
-        args.megatron_bridge_version,
         recommended=args.recommended,
         vary=args.vary,
         mock_lengths=args.lengths_csv,

@@ -49,6 +49,7 @@ def online_config(plan: Plan) -> OnlineConfig:
         max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank,
         num_moe_experts=plan.model.num_moe_experts,
         calculate_per_token_loss=True,
+        te_version=plan.versions.transformer_engine,  # the plan's release: TransformerConfig checks it
     )
 
 

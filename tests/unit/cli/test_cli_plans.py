@@ -234,3 +234,42 @@ def test_second_review_findings_stay_fixed(tmp_path):
         assert model.max_length == hist.max_length
 
     quantiles_kept()
+
+
+def _seventy_b(tmp_path, versions: dict) -> str:
+    plan = {
+        "version": 2,
+        "model": "llama3.1-70b",
+        "parallel": {"gpus": 64, "tp": 4, "pp": 4, "cp": 2, "sp": True},
+        "training": {"seq_length": 16384, "global_batch_size": 64, "recompute": "full"},
+        "data": {"lengths": str(SAMPLE / "sft_like_hist.csv")},
+        "versions": versions,
+    }
+    path = tmp_path / f"plan_{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return str(path)
+
+
+def test_recommend_names_the_traps_of_the_versions_a_plan_runs_and_every_output_says_them(tmp_path, capsys):
+    old = in_process(
+        capsys,
+        "recommend",
+        _seventy_b(tmp_path, {"megatron_bridge": "0.3.1", "transformer_engine": "2.16"}),
+        "--quiet",
+        "--json",
+    )
+    new = in_process(capsys, "recommend", _seventy_b(tmp_path, {}), "--quiet", "--json")
+    ids = lambda proc: {f["id"] for f in json.loads(proc.stdout)["findings"] if f.get("outcome")}  # noqa: E731
+    assert old.returncode == new.returncode == 0
+    assert ids(old) == {"trap.mb-2952", "trap.te-3331"} and ids(new) == set()
+    text = in_process(capsys, "estimate", _seventy_b(tmp_path, {"megatron_bridge": "0.3.1"}), "--quiet")
+    assert "versions: Megatron-Bridge 0.3.1, Megatron-Core 0.19.2, Transformer Engine 2.20.2" in text.stdout
+    assert "Megatron-Bridge: MODEL_TFLOP/s/GPU (rank 0)" in text.stdout
+
+
+def test_an_export_for_another_megatron_bridge_release_says_so_and_writes_it_into_the_plan(tmp_path, capsys):
+    proc = in_process(
+        capsys, "export", _seventy_b(tmp_path, {}), "--format", "plan", "--megatron-bridge-version", "0.7.1", "--force"
+    )
+    assert proc.returncode == 0 and "megatron_bridge: 0.7.1" in proc.stdout
+    assert "--megatron-bridge-version 0.7.1: the plan's versions.megatron_bridge 0.6.2 replaced" in proc.stderr

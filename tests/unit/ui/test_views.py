@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.advice.search import search
-from advisor.analysis import EXPORTS, analyze, memory_grid
+from advisor.analysis import analyze, memory_grid
 from advisor.data.lengths import SCALE_MODEL_SAMPLES, LengthHistogram
 from advisor.findings import by_severity
+from advisor.formats import EXPORTS
 from advisor.model.estimate import estimate
 from advisor.packing.config import PackingConfig
 from advisor.packing.offline import pack
@@ -285,7 +286,7 @@ def test_the_search_note_says_when_nothing_beats_the_plan_and_when_a_scale_model
 def test_export_text_is_the_commands_and_a_plan_without_estimate_gets_one_line(squad):
     a = analyze(default_plan(), squad)
     for fmt in ("python", "overrides", "plan"):
-        assert views.export_text(a, fmt, views.MB_VERSIONS[0], False) == (a.export(fmt), EXPORTS[fmt].file_name)
+        assert views.export_text(a, fmt, None, False) == (a.export(fmt), EXPORTS[fmt].file_name)
     two = LengthHistogram.from_samples([100, 200], source="two.csv")
     vlm = analyze(default_plan("VLM-like (100k)"), two)
     with pytest.raises(ValueError) as err:  # the report needs the estimate: fewer samples than a micro batch
