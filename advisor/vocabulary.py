@@ -13,7 +13,11 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Task = Literal["llm-sft", "vlm-sft", "pretrain"]
-PackingMode = Literal["offline", "in-batch", "online", "none", "auto"]
+PackingMode = Literal["offline", "in-batch", "online", "global-batch", "none", "auto"]
+# the modes whose packs a Megatron-Core scheduler forms per global batch while training: Megatron-LM's online packing
+# (--sequence-packing-scheduler) and Megatron-Bridge 0.7's global-batch packing (dataset.enable_global_batch_packing,
+# which runs the same schedulers through wrap_data_iterator)
+SCHEDULED_MODES: tuple[PackingMode, ...] = ("online", "global-batch")
 Recompute = Literal["none", "selective", "full"]
 Peft = Literal["none", "lora"]
 # the linear layers LoRA adapts (Megatron-Bridge peft/lora.py target_modules; linear_fc1/fc2 match MoE experts' too)

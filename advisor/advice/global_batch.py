@@ -26,10 +26,11 @@ one ``seq_length`` here, as ``validate`` requires them equal), and dynamic CP se
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from advisor.findings import Finding
+from advisor.plan import Plan
+from advisor.plan.schema import multiple_of_layout
 
 SOURCE = "Megatron-Bridge 7bdc5ef4 (PR #6127) training/config.py"
 FEATURE = "global-batch packing"
@@ -292,6 +293,37 @@ def global_batch_padding_multiple(s: GlobalBatchSettings) -> int:
     ...                                                   dynamic_cp=True))
     16
     """
-    cp_multiple = 2 * s.dp * s.cp if s.dynamic_cp else (2 * s.cp if s.cp > 1 else 1)
-    sp_multiple = s.cp * s.tp if s.sp and s.tp > 1 else 1
-    return math.lcm(cp_multiple, sp_multiple)
+    return multiple_of_layout(dp=s.dp, cp=s.cp, tp=s.tp, sp=s.sp, dynamic_cp=s.dynamic_cp)
+
+
+def settings_of(plan: Plan) -> GlobalBatchSettings:
+    """A plan as Megatron-Bridge's global-batch rules read it, as the export writes it: the data loader "single",
+    per-token loss and ``average_in_collective`` as the run will have them (``Plan.per_token_loss``: the export
+    sets them), the scheduler's dynamic CP, and nothing the plan cannot say (decentralized process groups off,
+    the smallest dynamic CP group 1, no Mamba hybrid, no other packing on the data set).
+
+    >>> from advisor.plan import plan_from_dict
+    >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
+    ...                     "training": {"seq_length": 8192}, "packing": {"mode": "global-batch"}})
+    >>> s = settings_of(p)
+    >>> s.dp, s.cp, s.max_seqlen_per_dp_cp_rank, s.calculate_per_token_loss, [f.id for f in global_batch_problems(s)]
+    (8, 2, None, True, ['global_batch.max_seqlen'])
+    """
+    p, t, k = plan.parallel, plan.training, plan.packing
+    return GlobalBatchSettings(
+        seq_length=t.seq_length,
+        max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank,
+        micro_batch_size=t.micro_batch_size,
+        calculate_per_token_loss=plan.per_token_loss,
+        average_in_collective=plan.average_in_collective,
+        cuda_graphs=t.cuda_graphs,
+        pp=p.pp,
+        vpp=p.vpp,
+        megatron_fsdp=p.fsdp,
+        dataloader_type="single",
+        dp=p.dp,
+        cp=p.cp,
+        tp=p.tp,
+        sp=p.sp,
+        dynamic_cp=plan.dynamic_cp,
+    )

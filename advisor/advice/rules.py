@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from advisor.advice.global_batch import global_batch_problems, settings_of
 from advisor.advice.memory_fixes import describe, fitting_fixes
 from advisor.advice.traps import trap_findings
 from advisor.findings import Finding, ordered
@@ -25,6 +26,7 @@ from advisor.packing.online.from_plan import online_config
 from advisor.packing.online.validation import check as check_online
 from advisor.plan import Plan
 from advisor.plan.schema import MAX_PACK, MAX_TOKENS
+from advisor.plan.versions import older
 
 LONG_CONTEXT = 65536
 MB_CONFIG = "Megatron-Bridge 0.6.2 training/config.py (ConfigContainer.validate)"
@@ -55,7 +57,7 @@ def _factor(packing: PackingResult | None) -> float | None:
 def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     t, mode = plan.training, plan.packing_mode
     out = []
-    if t.task == "llm-sft" and mode not in ("offline", "online"):
+    if t.task == "llm-sft" and mode not in ("offline", "online", "global-batch"):
         out.append(
             Finding(
                 id="packing.mode",
@@ -101,7 +103,7 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
                 fix={"training": _batch(plan, 2)},
             )
         )
-    if t.task == "pretrain" and mode != "none":
+    if t.task == "pretrain" and mode not in ("none", "global-batch"):  # global-batch packs variable-length documents
         out.append(
             Finding(
                 id="packing.pretrain",
@@ -586,6 +588,76 @@ def rule_online(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     return out
 
 
+GB_DOCS = "Megatron-Bridge 0.7.0 docs training/packed-sequences (global-batch online packing)"
+GB_BRANCH = "Megatron-Bridge 7bdc5ef4 (PR #6127)"
+
+
+def rule_global_batch(plan: Plan, packing: PackingResult | None) -> list[Finding]:
+    """Megatron-Bridge 0.7's global-batch packing: the releases it needs, then every rule of its validation
+    (advisor/advice/global_batch.py, checked against Megatron-Bridge's own code) on the plan as the export writes it.
+
+    The plan's schema refuses what cannot be simulated at all, as it does for online packing (a VLM task, a bin
+    smaller than seq_length); everything Megatron-Bridge refuses of a plan that can be simulated is a finding here,
+    with its fix where the plan has the field."""
+    if plan.packing_mode != "global-batch":
+        return []
+    v, k = plan.versions, plan.packing
+    out = []
+    if older(v.megatron_bridge, "0.7.0"):
+        out.append(
+            Finding(
+                id="global_batch.megatron_bridge",
+                severity="error",
+                message=f"packing.mode global-batch needs Megatron-Bridge 0.7 (versions.megatron_bridge is "
+                f"{v.megatron_bridge}): set versions.megatron_bridge to 0.7.1",
+                reason="dataset.enable_global_batch_packing first appears in 0.7.0, whose packed-sequences page lists "
+                f"global-batch online packing as a fourth packing path; {v.megatron_bridge}'s dataset configs have no "
+                "such field, so the recipe refuses the setting.",
+                source=GB_DOCS + f"; {GB_BRANCH} data/builders/gpt_sft.py, training/config.py",
+                fix={"versions": {"megatron_bridge": "0.7.1"}},
+            )
+        )
+    if older(v.megatron_core, "0.20.0"):
+        out.append(
+            Finding(
+                id="global_batch.megatron_core",
+                severity="error",
+                message=f"global-batch packing runs Megatron-Core's packing scheduler, which Megatron-Core "
+                f"{v.megatron_core} does not have: set versions.megatron_core to 0.20.0",
+                reason="Up to 0.19.2 megatron/core/datasets/data_schedule.py holds no DpBalancedScheduler and no "
+                "wrap_data_iterator (0.20.0 registers dp_balanced); Megatron-Bridge probes the pinned Megatron-Core "
+                "and refuses to start without them (training/config.py l.1284, global_batch_packing.py "
+                "probe_global_batch_packing_support).",
+                source=f"{GB_BRANCH} training/config.py, training/global_batch_packing.py; Megatron-Core 0.19.2 wheel",
+                fix={"versions": {"megatron_core": "0.20.0"}},
+            )
+        )
+    branch_only = [
+        what
+        for what, used in (
+            ("dynamic CP (scheduler default_dynamic_cp)", plan.dynamic_cp),
+            ("fold_alignment_padding", k.fold_alignment_padding),
+        )
+        if used
+    ]
+    if branch_only:
+        out.append(
+            Finding(
+                id="global_batch.branch_only",
+                severity="warning",
+                message=f"{' and '.join(branch_only)} on the global-batch path come from {GB_BRANCH}, which needs "
+                "Megatron-LM dev's scheduler API; the 0.7.0 docs describe dp_balanced with static CP only",
+                reason="The 7bdc5ef4 validation reads model.sequence_packing_scheduler and probes "
+                "get_batch_on_this_rank_for_sequence_packing for dynamic_cp and config, which only Megatron-LM dev "
+                "has (it asks for scripts/switch_mcore.sh dev); no Megatron-Core release registers "
+                "default_dynamic_cp (0.20.0: dp_balanced only). The v0.7.0/v0.7.1 tag commits are not reachable "
+                "here, so whether a release carries this is not known: check your Megatron-Bridge checkout.",
+                source=f"{GB_BRANCH} training/config.py l.1284-1308, global_batch_packing.py; " + GB_DOCS,
+            )
+        )
+    return out + global_batch_problems(settings_of(plan))
+
+
 LOSS_SOURCE = (
     "Megatron-Bridge 0.6.2 training/losses.py (masked_next_token_loss: a micro batch's loss sum and token "
     "count); Megatron-Core pipeline_parallel/schedules.py (forward_step_calc_loss: / clamp(num_tokens, 1) "
@@ -754,6 +826,7 @@ RULES = (
     rule_precision,
     rule_fsdp,
     rule_online,
+    rule_global_batch,
     rule_loss_settings,
 )
 
@@ -775,4 +848,17 @@ def check(
     )
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]
-    return ordered(found)
+    return ordered([_keeping_the_buffer(f, plan) for f in found])
+
+
+def _keeping_the_buffer(finding: Finding, plan: Plan) -> Finding:
+    """A fix that lengthens seq_length of a scheduled plan whose per-rank buffer is given also raises the buffer
+    where it would no longer hold a sequence (the plan refuses that), so every fix gives a valid plan."""
+    k, seq = plan.packing, finding.fix.get("training", {}).get("seq_length")
+    if seq is None or not plan.scheduled or k.max_seqlen_per_dp_cp_rank is None:
+        return finding
+    ranks = plan.parallel.cp * (1 if k.scheduler == "dp_balanced" else plan.dp)
+    if k.max_seqlen_per_dp_cp_rank * ranks >= seq:
+        return finding
+    packing = {**finding.fix.get("packing", {}), "max_seqlen_per_dp_cp_rank": -(-seq // ranks)}
+    return replace(finding, fix={**finding.fix, "packing": packing})

@@ -38,6 +38,7 @@ from advisor.plan.precisions import precision_problems
 from advisor.plan.presets import GPU_PRESETS, MLA_PRESETS, MODEL_PRESETS
 from advisor.plan.versions import DEFAULT_VERSIONS, RELEASES, parse
 from advisor.vocabulary import (
+    SCHEDULED_MODES,
     Algorithm,
     CpCommType,
     DataFormat,
@@ -389,7 +390,9 @@ class PackingSpec(_Section):
     mode: PackingMode = Field(
         "auto",
         description="auto: offline for LLM SFT, in-batch for VLM SFT, none for pre-training; online: "
-        "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler)",
+        "Megatron-LM's THD packing scheduler (--sequence-packing-scheduler); global-batch: Megatron-Bridge 0.7's "
+        "global-batch packing (dataset.enable_global_batch_packing), the same Megatron-Core schedulers run by "
+        "Megatron-Bridge, for SFT and pre-training",
     )
     pack_size: int | None = Field(
         None, ge=1, le=MAX_PACK, description="packed_sequence_size, tokens; null = seq_length"
@@ -406,18 +409,29 @@ class PackingSpec(_Section):
     pad_seq_to_mult: int | None = Field(
         None, ge=1, le=65536, description="pad each sequence to a multiple of this; null = the CP/SP rule"
     )
-    # online mode (Megatron-LM): which commit's scheduler, which scheduler, and the per-rank buffer
+    # the scheduled modes (online: Megatron-LM; global-batch: Megatron-Bridge 0.7): which commit's scheduler (online
+    # only), which scheduler, and the per-rank buffer
     megatron_lm: MegatronLmBranch = Field(
         "dev", description="online: Megatron-LM branch whose scheduler runs (main d98e8a64 has it but does not call it)"
     )
     scheduler: OnlineScheduler = Field(
-        "dp_balanced", description="online: --sequence-packing-scheduler (default_dynamic_cp: dev only)"
+        "dp_balanced",
+        description="online and global-batch: the packing scheduler (Megatron-LM --sequence-packing-scheduler, "
+        "Megatron-Bridge model.sequence_packing_scheduler); default_dynamic_cp = dynamic CP (Megatron-LM dev)",
     )
     max_seqlen_per_dp_cp_rank: int | None = Field(
         None,
         ge=1,
         le=MAX_TOKENS,
-        description="online: tokens a DP x CP rank holds per micro batch; null = Megatron-LM's default",
+        description="online and global-batch: tokens a DP x CP rank holds per micro batch; null = Megatron-LM's "
+        "default (online); global-batch needs it set (Megatron-Bridge derives none; seq_length / CP is simulated "
+        "until it is)",
+    )
+    fold_alignment_padding: bool = Field(
+        False,
+        description="global-batch: each sequence's alignment padding is reported as part of it (still loss-masked), "
+        "so packed bins carry no padding between sequences (Megatron-Bridge dataset.fold_alignment_padding; "
+        "FlashAttention-only head sizes >= 256 need it); token counts do not change",
     )
 
 
@@ -556,10 +570,29 @@ class Plan(_Section):
         return self.packing.pack_size or self.training.seq_length
 
     @property
+    def scheduled(self) -> bool:
+        """Whether a Megatron-Core scheduler packs each global batch while training (online, global-batch)."""
+        return self.packing_mode in SCHEDULED_MODES
+
+    @property
+    def dynamic_cp(self) -> bool:
+        """Dynamic context parallelism: a scheduled mode with the default_dynamic_cp scheduler."""
+        return self.scheduled and self.packing.scheduler == "default_dynamic_cp"
+
+    @property
     def collate_padding_multiple(self) -> int:
         """lcm(2 CP if CP > 1, CP TP if sequence parallel and TP > 1): Megatron-Bridge 0.6's CP/SP multiple
         (training/config.py ``ConfigContainer.validate``). Older docs said 2 CP TP (the product); 0.3.1 recipes
-        used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP."""
+        used 2 CP; Megatron-LM dev's SFT dataset pads to (2 CP) TP. Under global-batch packing the multiple
+        ``validate`` pushes to the data set (``global_batch_multiple``: 2·DP·CP-based under dynamic CP).
+
+        >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
+        ...                     "packing": {"mode": "global-batch", "scheduler": "default_dynamic_cp"}})
+        >>> p.collate_padding_multiple, p.changed({"packing": {"mode": "offline"}}).collate_padding_multiple
+        (32, 4)
+        """
+        if self.packing_mode == "global-batch":
+            return global_batch_multiple(self.parallel, self.dynamic_cp)
         return collate_multiple(self.parallel)
 
     @property
@@ -580,7 +613,15 @@ class Plan(_Section):
     def pad_seq_to_mult(self) -> int:
         """The multiple every packed sequence is padded to: the plan's, else with offline packing the recipes'
         (``offline_pad_seq_to_mult``: the packing the advisor simulates is the one the exported config produces),
-        else the CP/SP collate rule ``ConfigContainer.validate`` applies to in-batch packing."""
+        else the CP/SP collate rule ``ConfigContainer.validate`` applies to in-batch packing. Under global-batch
+        packing always the multiple Megatron-Bridge sets itself (the plan's is not used, as online packing does
+        not use it either): ``global_batch_packing_pad_to_multiple_of`` for GPT-SFT, and for pre-training the
+        divisor Megatron-LM's VarlenDataset derives from the layout Megatron-Bridge records on the data set
+        (``varlen_multiple``, a product where the SFT rule takes an lcm)."""
+        if self.packing_mode == "global-batch":
+            if self.training.task == "pretrain":
+                return varlen_multiple(self.parallel, self.dynamic_cp)
+            return self.collate_padding_multiple
         if self.packing.pad_seq_to_mult:
             return self.packing.pad_seq_to_mult
         return self.offline_pad_seq_to_mult if self.packing_mode == "offline" else self.collate_padding_multiple
@@ -607,6 +648,8 @@ class Plan(_Section):
             return "CP > 1 in SFT: Megatron-Bridge requires calculate_per_token_loss (the export sets it)"
         if self.packing_mode == "online":
             return "online packing: the Megatron-LM export passes --calculate-per-token-loss"
+        if self.packing_mode == "global-batch":
+            return "global-batch packing: Megatron-Bridge requires calculate_per_token_loss (the export sets it)"
         return None
 
     @property
@@ -946,13 +989,36 @@ def consistency_problems(
                 out.append(
                     "packing.scheduler default_dynamic_cp exists on Megatron-LM dev only (packing.megatron_lm: dev)"
                 )
-            buffer = (p.cp if k.scheduler == "dp_balanced" else p.cp * p.dp) * (k.max_seqlen_per_dp_cp_rank or 0)
-            if k.max_seqlen_per_dp_cp_rank is not None and buffer < t.seq_length:  # dev arguments.py asserts it
+        if k.mode == "global-batch":
+            if t.task == "vlm-sft":  # 7bdc5ef4 validate l.1289: only these data sets yield unpacked samples
+                out.append(
+                    "packing.mode global-batch packs text data sets (Megatron-Bridge's GPTSFTDatasetConfig or "
+                    "GPTDatasetConfig yield the unpacked samples it needs): training.task must be llm-sft or "
+                    "pretrain, not vlm-sft"
+                )
+            if k.megatron_lm != "dev":  # a setting the run would not have
+                out.append(
+                    "packing.megatron_lm applies to online packing: global-batch packing runs the Megatron-Core "
+                    "scheduler Megatron-Bridge pins, simulated at Megatron-LM dev (the API Megatron-Bridge 7bdc5ef4 "
+                    "validates against); set it to dev"
+                )
+        if k.mode in SCHEDULED_MODES:
+            ranks = p.cp if k.scheduler == "dp_balanced" else p.cp * p.dp
+            buffer = ranks * (k.max_seqlen_per_dp_cp_rank or 0)
+            # Megatron-LM dev arguments.py asserts it, Megatron-Bridge 7bdc5ef4 validate l.1351 refuses it
+            if k.max_seqlen_per_dp_cp_rank is not None and buffer < t.seq_length:
+                who = "Megatron-LM refuses a buffer" if k.mode == "online" else "Megatron-Bridge refuses a bin"
                 out.append(
                     f"packing.max_seqlen_per_dp_cp_rank {k.max_seqlen_per_dp_cp_rank} x "
                     f"{'CP' if k.scheduler == 'dp_balanced' else 'DP x CP'} = {buffer} is below "
-                    f"training.seq_length {t.seq_length}: Megatron-LM refuses a buffer smaller than a sequence"
+                    f"training.seq_length {t.seq_length}: {who} smaller than a sequence (set it to at least "
+                    f"{-(-t.seq_length // ranks)})"
                 )
+        if k.fold_alignment_padding and k.mode != "global-batch":  # the field exists on global-batch's path only
+            out.append(
+                "packing.fold_alignment_padding applies to global-batch packing only (Megatron-Bridge folds the "
+                f"padding of the samples it yields unpacked): with packing.mode {k.mode} it would do nothing"
+            )
         pack = k.pack_size or t.seq_length
         if offline and t.micro_batch_size != 1:  # Megatron-Bridge ConfigContainer.validate refuses it
             mbs = t.micro_batch_size
@@ -1119,6 +1185,38 @@ def collate_multiple(p: ParallelSpec) -> int:
     (4, 1)
     """
     return math.lcm(2 * p.cp if p.cp > 1 else 1, p.cp * p.tp if p.sp and p.tp > 1 else 1)
+
+
+def global_batch_multiple(p: ParallelSpec, dynamic_cp: bool) -> int:
+    """The alignment multiple Megatron-Bridge's ``validate`` computes under global-batch packing (7bdc5ef4
+    training/config.py l.1527-1539) and pushes to the data set: lcm(2·CP (1 without CP), CP·TP with SP and TP > 1),
+    2·DP·CP in place of 2·CP under dynamic CP (a sequence may run on any group of the DP x CP pool). advisor/advice/
+    global_batch.py's ``global_batch_padding_multiple`` is this, checked against Megatron-Bridge's own code.
+
+    >>> global_batch_multiple(ParallelSpec(gpus=16, cp=2, tp=2, sp=True), False)
+    4
+    >>> global_batch_multiple(ParallelSpec(gpus=16, cp=2, tp=2, sp=True), True)
+    16
+    """
+    return multiple_of_layout(dp=p.dp, cp=p.cp, tp=p.tp, sp=p.sp, dynamic_cp=dynamic_cp)
+
+
+def multiple_of_layout(*, dp: int, cp: int, tp: int, sp: bool, dynamic_cp: bool) -> int:
+    """``global_batch_multiple`` from the sizes alone."""
+    cp_multiple = 2 * dp * cp if dynamic_cp else (2 * cp if cp > 1 else 1)
+    return math.lcm(cp_multiple, cp * tp if sp and tp > 1 else 1)
+
+
+def varlen_multiple(p: ParallelSpec, dynamic_cp: bool) -> int:
+    """The divisor Megatron-LM dev's SFT-family data sets pad to (``SFTDataset._calculate_padding_divisor``: 2·CP,
+    or 2·DP·CP under dynamic CP, times TP with sequence parallelism), which Megatron-Bridge's pre-training path
+    (GPTDatasetConfig, VarlenDataset) gets from the layout its ``_apply_global_batch_packing_padding`` records.
+
+    >>> varlen_multiple(ParallelSpec(gpus=16, cp=2, tp=2, sp=True), False)
+    8
+    """
+    cp_pad = 2 * p.dp * p.cp if dynamic_cp else (2 * p.cp if p.cp > 1 else 1)
+    return cp_pad * (p.tp if p.sp else 1)
 
 
 def offline_multiple(p: ParallelSpec) -> int:

@@ -45,7 +45,7 @@ def plans(draw) -> Plan:
         )
         model = {"preset": name, **overrides} if overrides else name
     task = draw(st.sampled_from(["llm-sft", "vlm-sft", "pretrain"]))
-    mode = draw(st.sampled_from(["auto", "offline", "in-batch", "none"]))
+    mode = draw(st.sampled_from(["auto", "offline", "in-batch", "none", "global-batch"]))
     mbs = draw(st.sampled_from([1, 2, 4]))
     seq = draw(st.sampled_from([512, 1024, 2048, 4096]))
     raw = {
@@ -73,7 +73,16 @@ def plans(draw) -> Plan:
             "pack_size": draw(st.sampled_from([None, seq, seq * 2])),
             "pad_seq_to_mult": draw(st.sampled_from([None, 1, 8])),
             "seed": draw(st.integers(0, 2**32 - 1)),
+            **(
+                {
+                    "scheduler": draw(st.sampled_from(["dp_balanced", "default_dynamic_cp"])),
+                    "max_seqlen_per_dp_cp_rank": draw(st.sampled_from([None, -(-seq // cp)])),
+                }
+                if mode == "global-batch"
+                else {}
+            ),
         },
+        "versions": {"megatron_bridge": draw(st.sampled_from(["0.6.2", "0.7.1"]))},
         "data": {"lengths": draw(st.sampled_from([None, "lengths.csv", "/data/l.parquet"]))},
         "hardware": {"gpu": draw(st.sampled_from(["H100-80GB", "A100-40GB", "B200"]))},
     }

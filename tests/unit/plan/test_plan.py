@@ -35,7 +35,8 @@ def test_all_problems_at_once():
         "model.num_layers 47 is not divisible by pp*vpp = 2",
         "model.num_moe_experts 128 is not divisible by parallel.ep 6",
         "training.task: Input should be 'llm-sft', 'vlm-sft' or 'pretrain' (got 'rl')",
-        "packing.mode: Input should be 'offline', 'in-batch', 'online', 'none' or 'auto' (got 'sometimes')",
+        "packing.mode: Input should be 'offline', 'in-batch', 'online', 'global-batch', 'none' or 'auto' "
+        "(got 'sometimes')",
         "hardware.gpu: unknown GPU 'TPU'",
         "parallel.gpus 30 is not divisible by ep*etp*pp = 12",
     ]
