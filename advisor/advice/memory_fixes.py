@@ -48,7 +48,7 @@ def tokens_bound(plan: Plan, changed: Plan, memory: MemoryEstimate) -> int | Non
     mode = changed.packing_mode
     if mode == "offline":
         return changed.pack_size  # a pack's fill is at most its size (exactly it with fixed-length padding)
-    if mode == "online":  # the scheduler's buffer moves with CP and TP: only changes that keep it are offered
+    if changed.scheduled:  # the scheduler's buffer moves with CP and TP: only changes that keep it are offered
         return None
     t, m = changed.training, changed.pad_seq_to_mult
     return t.micro_batch_size * -(-t.seq_length // m) * m

@@ -191,7 +191,7 @@ def _variants(plan: Plan, vary: frozenset[str]):
     tps = [d for d in (1, 2, 4, 8) if m.num_attention_heads % d == 0 and m.query_groups % d == 0]
     mbss = (
         [1]
-        if mode == "offline"
+        if mode in ("offline", "global-batch")  # global-batch: Megatron-Bridge's micro batch is one bin
         else [t.micro_batch_size]
         if mode == "online"
         else sorted({t.micro_batch_size, 1, 2, 4} - ({1} if mode == "in-batch" else set()))
@@ -217,6 +217,10 @@ def _variants(plan: Plan, vary: frozenset[str]):
                         change["parallel"]["hierarchical_cp_sizes"] = p.hierarchical_cp_sizes
                     if mode == "online":  # the buffer follows CP: Megatron-LM's default for each layout
                         change["packing"]["max_seqlen_per_dp_cp_rank"] = None
+                    elif mode == "global-batch" and plan.packing.max_seqlen_per_dp_cp_rank is not None:
+                        # Megatron-Bridge has no default: the cap follows CP as its own suggestion does
+                        cap = plan.packing.max_seqlen_per_dp_cp_rank if cp == p.cp else -(-t.seq_length // cp)
+                        change["packing"]["max_seqlen_per_dp_cp_rank"] = cap
                     if size is not None:
                         change["packing"]["pack_size"] = size
                         if "seq_length" in vary and size > t.seq_length:

@@ -164,6 +164,17 @@ def estimate_text(r: EstimateResult) -> None:
         ]
     else:
         lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
+    if est.online is not None:  # online or global-batch: the scheduler's micro batches change from step to step
+        from advisor.model.estimate import scheduled_text
+
+        run = est.online
+        lines.append(
+            f"  schedule: {scheduled_text(plan, run)}: {run.summary.micro_batches_mean:.2f} micro batches per step "
+            f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}), {run.over_cap_share:.0%} of the "
+            f"sequences longer than the cap, {run.summary.padding_fraction:.2%} padding, "
+            f"{len(run.refusals)} step(s) refused"
+        )
+    lines.append(f"  lost: {est.samples_lost:,} samples truncated or skipped ({est.tokens_lost:,} tokens)")
     layout = s["pipeline_layout"]
     if layout is not None:
         from advisor.plan.pipeline_layout import ranks_text

@@ -76,8 +76,14 @@ class Estimate:
     flops: FlopsEstimate
     time: TimeEstimate
     notes: tuple[str, ...] = field(default=())
-    online: RunSchedule | None = None  # Megatron-LM's online schedule of the data, in online mode
+    # the scheduler's schedule of the data in the scheduled modes: Megatron-LM's (online) or the one Megatron-Bridge
+    # 0.7 runs (global-batch)
+    online: RunSchedule | None = None
     logged: LoggedThroughput | None = None  # what Megatron-Bridge's and Megatron-LM's logs will print for the step
+    # what never reaches training: samples truncated (their tokens past the max length) or skipped (chat data that
+    # offline packing's create_hist leaves out), over the data's epoch
+    samples_lost: int = 0
+    tokens_lost: int = 0
 
     def to_dict(self) -> dict:
         m = self.memory
@@ -112,26 +118,36 @@ class Estimate:
             "packing": None if self.packing is None else self.packing.metadata,
             "samples_left_out": None if self.packing is None else _left_out(self.plan, self.packing),
             "online": None if self.online is None else online_summary(self.online),
+            "lost": {"samples": self.samples_lost, "tokens": self.tokens_lost},
             "notes": list(self.notes),
             "pipeline_layout": self.plan.pipeline_layout_summary(),
         }
 
 
-def _micro_batches(plan: Plan, hist: LengthHistogram, mode: str) -> tuple[MicroBatches, PackingResult | None]:
+def _micro_batches(
+    plan: Plan, hist: LengthHistogram, mode: str
+) -> tuple[MicroBatches, PackingResult | None, tuple[int, int]]:
+    """The micro batches of a mode no scheduler packs, its offline packing (if any), and the (samples, tokens) the
+    data set truncates or skips."""
     t, p = plan.training, plan.parallel
     fixed = p.pp > 1 or p.ep > 1 or t.cuda_graphs  # Megatron-Bridge forces pad_to_max_length with PP or EP
     if t.task == "pretrain" and mode == "none":
-        return pretrain_micro_batches(hist.total_tokens, t.micro_batch_size, t.seq_length), None
+        return pretrain_micro_batches(hist.total_tokens, t.micro_batch_size, t.seq_length), None, (0, 0)
     if mode == "offline":
         result = packing_for(hist, packing_config(plan))
-        return offline_micro_batches(result, fixed), result
+        r = result.runtime
+        lost = (r.num_truncated + r.num_skipped, r.tokens_truncated + r.tokens_skipped)
+        return offline_micro_batches(result, fixed), result, lost
     unpadded = PackingConfig(pack_size=t.seq_length, pad_seq_to_mult=1, seed=plan.packing_seed)
-    counts = runtime_lengths(hist, unpadded).counts
+    runtime = runtime_lengths(hist, unpadded)
+    counts, lost = runtime.counts, (runtime.num_truncated, runtime.tokens_truncated)
     if mode == "in-batch":
-        return in_batch_micro_batches(
-            counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed, t.seq_length
-        ), None
-    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing_seed, fixed), None
+        return (
+            in_batch_micro_batches(counts, t.micro_batch_size, plan.pad_seq_to_mult, plan.packing_seed, t.seq_length),
+            None,
+            lost,
+        )
+    return padded_micro_batches(counts, t.micro_batch_size, t.seq_length, plan.packing_seed, fixed), None, lost
 
 
 def _left_out(plan: Plan, result: PackingResult) -> dict:
@@ -151,8 +167,11 @@ def online_summary(run: RunSchedule) -> dict:
     """The schedule at a glance, as JSON: the summary, the buffer, and what the real scheduler refuses."""
     return {
         **asdict(run.summary),
+        "scheduler": run.config.scheduler,
+        "data_set": run.config.dataset,
         "max_seqlen_per_dp_cp_rank": run.max_seqlen_per_dp_cp_rank,
         "capacity": run.capacity,
+        "over_cap_share": run.over_cap_share,
         "padding_divisor": run.padding_divisor,
         "refused": [{"step": r.step, "reason": r.reason, "source": r.source} for r in run.refusals[:20]],
     }
@@ -171,8 +190,12 @@ def estimate(
     ``data.lengths``; the dashboard from its session): the model layer never opens a file a plan names."""
     t, p = plan.training, plan.parallel
     mode = plan.packing_mode
-    run = schedule_of(plan, hist) if mode == "online" else None
-    mb, result = (online_micro_batches(run), None) if run is not None else _micro_batches(plan, hist, mode)
+    run = schedule_of(plan, hist) if plan.scheduled else None  # online and global-batch: the same schedulers
+    if run is not None:
+        mb, result = online_micro_batches(run, mode), None
+        lost = (run.summary.truncated_samples, run.summary.truncated_tokens)
+    else:
+        mb, result, lost = _micro_batches(plan, hist, mode)
     capacity = plan.hardware.capacity_gib * GIB
     # MFU against the dense peak of the format the linear layers run in (NVIDIA's published FP8 MFUs are of the FP8
     # peak: dgxc-benchmarking's READMEs), so a fixed MFU means the same on every precision
@@ -187,7 +210,7 @@ def estimate(
     # rows of the step: packs with offline packing (samples / n, as Megatron-Bridge's global batch), else micro
     # batches of micro_batch_size samples
     rows: float = plan.global_batch_packs(n) if n else (plan.requested_samples or 1) // t.micro_batch_size
-    if run is not None:  # online: the scheduler's packs per step (micro batches x DP), a mean over the epoch
+    if run is not None:  # scheduled: the scheduler's packs per step (micro batches x DP), a mean over the epoch
         rows = max(run.summary.micro_batches_mean, 1.0) * p.dp
     mean = lambda a: float(np.mean(a))  # noqa: E731 - per micro batch, then times the micro batches of a step
     samples_per_step = rows * mean(mb.samples)
@@ -204,7 +227,7 @@ def estimate(
         attention_ratio=_ratio(mean(mb.attention_thd), mean(mb.attention_block)),
     )
     mlm_flops = None
-    if run is not None:  # Megatron-LM counts FLOPs with the scheduler's sums (training.py), over the steps that run
+    if run is not None:  # Megatron counts FLOPs with the scheduler's sums (training.py), over the steps that run
         ran = run.num_micro_batches > 0
         mlm_flops = (
             float(np.mean([coef(a, b) for a, b in zip(run.seqlen_sum[ran], run.seqlen_squared_sum[ran], strict=True)]))
@@ -242,7 +265,7 @@ def estimate(
         seq_sq_sum=mean(mb.attention_thd),
         seq_length=t.seq_length,
         model_flops_per_step=flops.model_per_step,
-        packed=mode in ("offline", "in-batch", "online"),
+        packed=mode in ("offline", "in-batch", "online", "global-batch"),
         cp=p.cp,
         pp=p.pp,
     )
@@ -255,12 +278,18 @@ def estimate(
         )
     if run is not None:
         notes.append(
-            f"online packing ({plan.packing.scheduler}, Megatron-LM {plan.packing.megatron_lm}): "
-            f"{run.summary.micro_batches_mean:.2f} micro batches per step on average "
+            f"{scheduled_text(plan, run)}: {run.summary.micro_batches_mean:.2f} micro batches per step on average "
             f"({run.summary.micro_batches_min}-{run.summary.micro_batches_max}); the straggler factor "
             f"{time.straggler_factor:.3f} comes from the scheduler's own dealing of packs to ranks "
             f"(attention work alone: {run.summary.straggler_factor:.3f})"
         )
+        if plan.dynamic_cp:
+            notes.append(
+                f"dynamic CP: each sequence runs on the smallest power-of-two group of the {p.dp * p.cp} DP x CP "
+                f"ranks that holds it at {run.max_seqlen_per_dp_cp_rank:,} tokens a rank; {run.over_cap_share:.0%} "
+                f"of the sequences are longer and need more than one rank; every sequence is padded to a "
+                f"multiple of {run.padding_divisor} (2 x DP x CP)"
+            )
         if run.scale > 1:
             notes.append(
                 f"a scale model: {run.summary.steps:,} of the epoch's {run.summary.epoch_steps:,} steps "
@@ -284,4 +313,32 @@ def estimate(
         notes=tuple(notes),
         online=run,
         logged=logged,
+        samples_lost=lost[0],
+        tokens_lost=lost[1],
+    )
+
+
+def scheduled_text(plan: Plan, run: RunSchedule) -> str:
+    """Which scheduler packs a scheduled plan, run by what, with which cap, as every output names it.
+
+    >>> from advisor.plan import plan_from_dict
+    >>> from advisor.data.lengths import LengthHistogram
+    >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
+    ...                     "training": {"seq_length": 4096, "global_batch_samples": 16},
+    ...                     "packing": {"mode": "global-batch"}})
+    >>> print(scheduled_text(p, schedule_of(p, LengthHistogram.from_samples([300, 900, 2000] * 20))))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    global-batch packing (Megatron-Bridge 0.7 running Megatron-Core's dp_balanced, max_seqlen_per_dp_cp_rank
+    2,048: seq_length / CP, as the plan sets none; padded to multiples of 4)
+    """
+    k = plan.packing
+    if plan.packing_mode == "online":
+        return f"online packing ({k.scheduler}, Megatron-LM {k.megatron_lm})"
+    cap = f"max_seqlen_per_dp_cp_rank {run.max_seqlen_per_dp_cp_rank:,}"
+    if k.max_seqlen_per_dp_cp_rank is None:
+        cap += ": seq_length / CP, as the plan sets none"
+    fold = ", alignment padding folded into each sequence" if k.fold_alignment_padding else ""
+    return (
+        f"global-batch packing (Megatron-Bridge 0.7 running Megatron-Core's {k.scheduler}, {cap}; padded to "
+        f"multiples of {run.padding_divisor}{fold})"
     )

@@ -386,7 +386,7 @@ def plan_steps(
             samples_per_step = drawn_per_step
     if mode == "offline":
         pass  # packed and same are drawn above
-    elif mode in ("in-batch", "online"):
+    elif mode in ("in-batch", "online", "global-batch"):
         packed = drawn_steps(
             counts,
             real,
@@ -399,9 +399,9 @@ def plan_steps(
             first=first,
         )
         same = as_rows(packed)
-        if mode == "online":
+        if mode in ("online", "global-batch"):
             notes.append(
-                "online packing: Megatron-LM's grouping is not simulated (micro batches of the plan's size "
+                f"{mode} packing: the scheduler's grouping is not simulated here (micro batches of the plan's size "
                 "stand in); with the per-token loss its export sets, no grouping changes the weights"
             )
     else:

@@ -1,7 +1,8 @@
 """What each micro batch holds under a packing mode: real tokens, computed tokens and attention work.
 
-Online packing (Megatron-LM's scheduler): a micro batch is one pack per DP rank, split over its CP group; the
-entries are per DP x CP rank, scaled to a whole micro batch (x CP), so means are per micro batch as elsewhere.
+Online packing (Megatron-LM's scheduler) and global-batch packing (Megatron-Bridge 0.7, the same schedulers): a
+micro batch is one pack per DP rank, split over its CP group; the entries are per DP x CP rank, scaled to a whole
+micro batch (x CP), so means are per micro batch as elsewhere.
 
 Offline packing (LLM SFT): a micro batch is one pack (micro batch size 1). In-batch packing (VLM SFT): a micro
 batch of b samples concatenated into one THD row, each sample padded to the CP/SP multiple
@@ -132,8 +133,9 @@ def pretrain_micro_batches(total_tokens: int, micro_batch_size: int, seq_length:
     )
 
 
-def online_micro_batches(run: RunSchedule) -> MicroBatches:
-    """One entry per rank of each scheduled CP group, holding that rank's share x CP (a micro batch's worth).
+def online_micro_batches(run: RunSchedule, mode: str = "online") -> MicroBatches:
+    """One entry per rank of each scheduled CP group, holding that rank's share x CP (a micro batch's worth), for
+    either scheduled mode (``mode``: online, or global-batch, whose schedulers are the same).
 
     Under dynamic CP a group's CP size varies: its ranks each hold tokens / its CP, which x the plan's CP is what a
     static-CP micro batch of the same per-GPU load would hold.
@@ -147,7 +149,7 @@ def online_micro_batches(run: RunSchedule) -> MicroBatches:
     s = run.summary
     real_share = s.real_tokens / s.padded_tokens if s.padded_tokens else 1.0
     return MicroBatches(
-        mode="online",
+        mode=mode,
         real_tokens=tokens * real_share,
         computed_tokens=np.rint(tokens).astype(np.int64),
         attention_thd=work,

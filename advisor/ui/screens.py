@@ -80,10 +80,13 @@ def waiting_caption(previous: dict, plan: Plan) -> Text:
 
 
 def micro_batches(plan: Plan, est) -> tuple[Block, ...]:
-    """The Packing page when the plan does not pack offline (in-batch, online, none): no packs, the micro batches."""
+    """The Packing page when the plan does not pack offline (in-batch, online, global-batch, none): no packs, the
+    micro batches (and, for a scheduled mode, what its scheduler gives per step)."""
+    schedule = views.schedule_caption(plan, est)
     return (
         headline(views.micro_batch_headline(plan, est.micro_batches)),
         Text(kind="caption", text=views.global_batch_example_text(plan, None)),
+        *(() if schedule is None else (Text(kind="caption", text=schedule),)),
         Chart(figure=charts.micro_batch_tokens(est.micro_batches), explain="micro_batch_tokens"),
     )
 

@@ -65,6 +65,23 @@ def packing_headline(result) -> dict:
     }
 
 
+def schedule_caption(plan: Plan, est) -> str | None:
+    """Under the Packing page's figures of a scheduled plan (online, global-batch): who schedules, with which cap,
+    and the micro batches per step it gives (None for the other modes)."""
+    run = est.online
+    if run is None:
+        return None
+    from advisor.model.estimate import scheduled_text
+
+    s = run.summary
+    return (
+        f"{scheduled_text(plan, run)}: {s.micro_batches_mean:.2f} micro batches per step "
+        f"({s.micro_batches_min}-{s.micro_batches_max}), {run.over_cap_share:.0%} of the sequences longer than "
+        f"the cap, ranks waiting x{s.straggler_factor:.3f} for the heaviest; {est.samples_lost:,} samples "
+        f"truncated ({est.tokens_lost:,} tokens)."
+    )
+
+
 def micro_batch_headline(plan: Plan, mb) -> dict:
     """The Packing page's figures when the plan does not pack offline: what a micro batch holds (``MicroBatches``
     from the estimate, the same numbers the step time uses), with no packs and no metadata file (in-batch packing
@@ -107,6 +124,14 @@ def no_packs_text(plan: Plan) -> str:
         return (
             "Online packing (Megatron-LM's scheduler) forms packs per global batch while training: the Online "
             "packing page shows its schedule; there is no packed file or metadata to write."
+        )
+    if mode == "global-batch":
+        return (
+            "Global-batch packing (Megatron-Bridge 0.7, dataset.enable_global_batch_packing) runs Megatron-Core's "
+            f"{plan.packing.scheduler} scheduler on each global batch while training: every sequence is padded to "
+            f"a multiple of {plan.pad_seq_to_mult} and packed into bins of max_seqlen_per_dp_cp_rank tokens a "
+            "rank, so the micro batches per step change from step to step. There is no packed file or metadata "
+            "to write; the Online packing page compares it with the other modes."
         )
     return f"No packing: each micro batch of {plan.training.micro_batch_size} samples is padded " + (
         "to seq_length." if plan.training.task == "pretrain" else "to its longest sample (rounded to 16)."

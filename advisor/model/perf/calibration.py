@@ -283,7 +283,7 @@ def work_of(plan: Plan) -> StepWork:
         )
     from advisor.model.estimate import _micro_batches  # the estimate's own packing (it imports this module)
 
-    mb, result = _micro_batches(plan, _squad(), plan.packing_mode)
+    mb, result, _ = _micro_batches(plan, _squad(), plan.packing_mode)
     return StepWork(
         tokens=float(np.mean(mb.computed_tokens)),
         seqlen_squared_sum=float(np.mean(mb.attention_computed)),

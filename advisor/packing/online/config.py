@@ -20,8 +20,9 @@ SCHEDULERS: dict[str, tuple[OnlineScheduler, ...]] = {  # by MegatronLmBranch, r
     "dev": get_args(OnlineScheduler),
 }
 # mock_sft: dev's MockSFTDataset (one sequence a sample); sft: SFTDataset with one conversation a line;
-# custom: a dataset that hands the scheduler the lengths as given (padded_seq_len, as VarlenDataset does)
-DATASETS = ("mock_sft", "sft", "custom")
+# custom: a dataset that hands the scheduler the lengths as given (padded_seq_len, as VarlenDataset does);
+# gpt_sft: Megatron-Bridge's GPTSFTDataset under global-batch packing (7bdc5ef4 _collate_unpacked_rows)
+DATASETS = ("mock_sft", "sft", "custom", "gpt_sft")
 SOURCE = "online packing config"
 
 

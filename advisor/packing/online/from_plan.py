@@ -1,4 +1,5 @@
-"""A plan's online packing: its scheduler settings, its samples in data-set order, and the schedule (cached).
+"""A plan's scheduled packing (online: Megatron-LM; global-batch: Megatron-Bridge 0.7, the same Megatron-Core
+schedulers): its scheduler settings, its samples in data-set order, and the schedule (cached).
 
 The alternative, asking for every scheduler option on the command line, is what ``advisor schedule`` does; here
 the plan's layout and batch settings are the run's, so the estimator and the exports see one configuration.
@@ -22,8 +23,12 @@ SCHEDULE_CACHE_SIZE = 8  # the plan, its search candidates' few layouts, and a c
 
 
 def online_config(plan: Plan) -> OnlineConfig:
-    """The scheduler's view of the plan: dev reads the mock SFT data set the exports write (the lengths file, in
-    order); main has no mock SFT data set, so its samples are taken as given (``custom``).
+    """The scheduler's view of the plan. Online packing: dev reads the mock SFT data set the exports write (the
+    lengths file, in order); main has no mock SFT data set, so its samples are taken as given (``custom``).
+    Global-batch packing: Megatron-Bridge runs Megatron-Core's scheduler (wrap_data_iterator, at dev's API, which
+    7bdc5ef4 validates against) with ``max_seqlen_per_dp_cp_rank`` as the cap (seq_length / CP, Megatron-Bridge's
+    own suggestion, until the plan sets one: the rules report it missing) on its GPT-SFT data set (``gpt_sft``),
+    or for pre-training on Megatron-LM's variable-length data set, padded as dev's SFT data sets pad.
 
     >>> from advisor.plan import plan_from_dict
     >>> c = online_config(plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
@@ -31,12 +36,23 @@ def online_config(plan: Plan) -> OnlineConfig:
     ...                                   "packing": {"mode": "online"}}))
     >>> c.commit, c.dataset, c.dp, c.cp, c.num_microbatches
     ('dev', 'mock_sft', 4, 2, 16)
+    >>> c = online_config(plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8, "cp": 2},
+    ...                                   "training": {"seq_length": 16384, "global_batch_size": 64},
+    ...                                   "packing": {"mode": "global-batch"}}))
+    >>> c.commit, c.dataset, c.max_seqlen_per_dp_cp_rank
+    ('dev', 'gpt_sft', 8192)
     """
     p, t, k = plan.parallel, plan.training, plan.packing
+    cap = k.max_seqlen_per_dp_cp_rank
+    if plan.packing_mode == "global-batch":
+        commit, dataset = "dev", ("mock_sft" if t.task == "pretrain" else "gpt_sft")
+        cap = cap or -(-t.seq_length // p.cp)
+    else:
+        commit, dataset = k.megatron_lm, default_dataset(k.megatron_lm)
     return OnlineConfig(
-        commit=k.megatron_lm,
+        commit=commit,
         scheduler=k.scheduler,
-        dataset=default_dataset(k.megatron_lm),
+        dataset=dataset,
         seq_length=t.seq_length,
         global_batch_size=plan.batch_in_samples,
         micro_batch_size=t.micro_batch_size,
@@ -46,7 +62,7 @@ def online_config(plan: Plan) -> OnlineConfig:
         sequence_parallel=p.sp and p.tp > 1,
         pp=p.pp,
         vpp=p.vpp,
-        max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank,
+        max_seqlen_per_dp_cp_rank=cap,
         num_moe_experts=plan.model.num_moe_experts,
         calculate_per_token_loss=True,
         te_version=plan.versions.transformer_engine,  # the plan's release: TransformerConfig checks it

@@ -128,6 +128,13 @@ class RunSchedule:
         return out
 
     @property
+    def over_cap_share(self) -> float:
+        """The share of the scheduled sequences (padded) longer than ``max_seqlen_per_dp_cp_rank``: those that need
+        more than one rank (under dynamic CP, a CP group above 1; with dp_balanced they are split over the CP
+        group whatever their length)."""
+        return float(np.mean(self.seqlens > self.max_seqlen_per_dp_cp_rank)) if self.seqlens.size else 0.0
+
+    @property
     def scale(self) -> float:
         """Steps of the run per simulated step: 1.0 unless the steps are a scale model of a longer run."""
         return self.summary.epoch_steps / self.summary.steps if self.summary.steps else 1.0

@@ -17,7 +17,7 @@ from advisor.packing.online.dp_balanced import dp_balanced
 from advisor.packing.online.dynamic_cp import dynamic_cp
 from advisor.packing.online.inputs import SampleOrder
 from advisor.packing.online.loads import loads, straggler
-from advisor.packing.online.padding import padded_lengths, padding_divisor
+from advisor.packing.online.padding import padded_lengths, padding_divisor, wanted_tokens
 from advisor.packing.online.results import Refusal, RunSchedule, RunSummary
 from advisor.packing.online.sampler import sample_indices, steps_in_epoch
 from advisor.packing.online.validation import check
@@ -70,19 +70,22 @@ class _Samples:
     scale model of 16M samples touches only the samples its steps hold)."""
 
     order: SampleOrder | None
+    dataset: str
 
     def __init__(self, lengths, cfg: OnlineConfig, divisor: int, source: str):
+        self.dataset = cfg.dataset
         if isinstance(lengths, SampleOrder):
             self.order, self.size = lengths, lengths.size
             distinct = _lengths(lengths.lengths, source)
             self.table = padded_lengths(distinct, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
             counts = lengths.counts()
-            long = (distinct > cfg.seq_length) & (cfg.dataset != "custom")  # as padded_lengths counts the cut
+            wanted = wanted_tokens(distinct, cfg.dataset)
+            long = (wanted > cfg.seq_length) & (cfg.dataset != "custom")  # as padded_lengths counts the cut
             self.whole = np.array(
                 [
                     int((self.table.real * counts).sum()),
                     int(counts[long].sum()),
-                    int(((distinct[long] - cfg.seq_length) * counts[long]).sum()),
+                    int(((wanted[long] - cfg.seq_length) * counts[long]).sum()),
                 ]
             )
             self.smallest = int(distinct[counts > 0].min())
@@ -117,7 +120,7 @@ class _Samples:
 
         def part(lo: int, hi: int) -> np.ndarray:
             lengths, _, real = self.at(np.arange(lo, hi))
-            cut = lengths - real
+            cut = wanted_tokens(lengths, self.dataset) - real
             return np.array([int(real.sum()), int(np.count_nonzero(cut > 0)), int(cut[cut > 0].sum())])
 
         prefix = part(0, rest) if rest <= n - rest else self.whole - part(rest, n)
