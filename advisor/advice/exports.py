@@ -45,6 +45,16 @@ def new_packing_api(version: str) -> bool:
     return _version(version) >= (0, 6)
 
 
+def global_batch_api(version: str) -> bool:
+    """Megatron-Bridge 0.7's data set switches: global-batch packing and GPT-SFT in-batch packing."""
+    return _version(version) >= (0, 7)
+
+
+# what the global-batch fields are checked against (tests/unit/advice/test_global_batch_export.py reads the copy of
+# its config.py with ast): the PR #6127 branch, as no snapshot here carries the v0.7.0/v0.7.1 tag commits
+GLOBAL_BATCH_SOURCE = "7bdc5ef4"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Attribute settings per ConfigContainer section, and the PackedSequenceSpecs fields (if offline packing)."""
@@ -157,6 +167,12 @@ def derived_settings(
             "online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
             "has no such option: export --format megatron-lm"
         )
+    if mode == "global-batch" and not global_batch_api(version):
+        raise ValueError(
+            f"global-batch packing (dataset.enable_global_batch_packing) needs Megatron-Bridge 0.7.0 or later; the "
+            f"export targets {version}: set versions.megatron_bridge to 0.7.1 (export --megatron-bridge-version "
+            "0.7.1), or pack offline"
+        )
     if mode == "offline" and not packing_factor and plan.batch_in_packs is None:
         raise ValueError(
             "offline packing: Megatron-Bridge's global_batch_size counts packs, which needs the data's "
@@ -257,6 +273,21 @@ def derived_settings(
                 specs["max_single_sequence_length"] = k.pack_size
     elif mode == "in-batch":
         dataset["enable_in_batch_packing" if new_packing_api(version) else "pack_sequences_in_batch"] = True
+    elif mode == "global-batch":
+        # 7bdc5ef4 training/config.py _validate_global_batch_packing and _validate_thd_per_token_loss_mode; the
+        # alignment multiple (global_batch_packing_pad_to_multiple_of) is left out: validate sets it itself
+        dataset.update(enable_global_batch_packing=True, dataloader_type="single")
+        if k.fold_alignment_padding:
+            dataset["fold_alignment_padding"] = True
+        model.update(
+            max_seqlen_per_dp_cp_rank=k.max_seqlen_per_dp_cp_rank or -(-t.seq_length // p.cp),
+            sequence_packing_scheduler=k.scheduler,
+            dynamic_context_parallel=plan.dynamic_cp,
+            calculate_per_token_loss=True,
+        )
+        if plan.dynamic_cp:
+            model["min_dynamic_context_parallel_size"] = 1
+        ddp["average_in_collective"] = False
     if mode != "none" and (t.cuda_graphs or p.pp > 1 or p.ep > 1):
         dataset["dataset_kwargs"] = {"pad_to_max_length": True}  # CUDA graphs replay fixed shapes
     if p.fsdp:  # Megatron-Bridge's perf recipes (llama3_70b on GB200/GB300): ZeRO-3 sharding, not DDP's no_shard
@@ -337,6 +368,15 @@ def python_snippet(
         f"{plan.parallel.gpus} GPUs.",
         "# Apply to the ConfigContainer your recipe returns (cfg = recipe(...)).",
     ]
+    if s.mode == "global-batch":
+        lines += [
+            f"# Global-batch packing as Megatron-Bridge {GLOBAL_BATCH_SOURCE} validates it (the PR #6127 branch, with "
+            "dynamic CP): the",
+            "# v0.7.0/v0.7.1 tag commits are not reachable here, so check these fields against your checkout.",
+            "# ConfigContainer.validate sets dataset.global_batch_packing_pad_to_multiple_of itself "
+            f"({plan.pad_seq_to_mult} for this",
+            "# layout); the global batch counts samples.",
+        ]
     if s.specs is not None:
         module = "megatron.bridge.data.packing" if new else "megatron.bridge.data.datasets.packed_sequence"
         lines.append(f"from {module} import PackedSequenceSpecs")
@@ -700,12 +740,15 @@ def megatron_lm_args(
     args += mlm_precision(plan)
     if not t.grad_reduce_in_fp32:
         args.append("--grad-reduce-in-bf16")
-    if plan.packing_mode == "online":
+    if plan.scheduled:  # global-batch packing runs the same scheduler, with Megatron-Bridge's cap
         args.append(f"--sequence-packing-scheduler {k.scheduler}")
         if k.scheduler == "default_dynamic_cp":
             args.append("--dynamic-context-parallel")
-        if k.max_seqlen_per_dp_cp_rank is not None:
-            args.append(f"--max-seqlen-per-dp-cp-rank {k.max_seqlen_per_dp_cp_rank}")
+        cap = k.max_seqlen_per_dp_cp_rank
+        if cap is None and plan.packing_mode == "global-batch":
+            cap = -(-t.seq_length // p.cp)
+        if cap is not None:
+            args.append(f"--max-seqlen-per-dp-cp-rank {cap}")
         if "--calculate-per-token-loss" not in args:
             args.append("--calculate-per-token-loss")  # dynamic CP asserts it; packed THD loss is per token
     if mock_lengths is not None and t.task == "pretrain":

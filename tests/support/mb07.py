@@ -73,6 +73,12 @@ CHECKS = (  # the methods whose raises collect
 COLLECT = "__mb07_collect__"
 
 
+# Optional beside them: the research helper's char-exact prefix of data/builders/gpt_sft.py at the same commit (the
+# index holds 55,754 characters; the first 19,380 hold GPTSFTDatasetConfig), for the fields the GPT-SFT snippet sets
+GPT_SFT_EXCERPT = "src/megatron/bridge/data/builders/gpt_sft.py.EXCERPT_chars_0-19380"
+GPT_SFT_SHA256 = "1562213cdb47fbc8c0d71a1cf6d335c8126062cdcd31757143c54fdf59da08e8"
+
+
 def oracle_root() -> Path | None:
     return next((p for p in PLACES if (p / CONFIG).is_file() and (p / PACKING).is_file()), None)
 
@@ -303,3 +309,41 @@ def mb07_padding_multiple(s, *, mcore: str = "dev") -> int:
     pushed = config.dataset.global_batch_packing_pad_to_multiple_of
     assert pushed == multiple == config.dataset.in_batch_packing_pad_to_multiple_of, (pushed, multiple)
     return pushed
+
+
+def _source_roots() -> list[Path]:
+    """Where a 0.7 config class and its bases are read, first match first: the copy of 7bdc5ef4 (training/config.py),
+    Megatron-LM dev (the scheduler fields of ModelParallelConfig), then the 0.6.2 and Megatron-Core 0.19.2 wheels for
+    the bases 7bdc5ef4 leaves as they were (data/base.py DataloaderConfig, TransformerConfig, TrainingConfig)."""
+    from tests.support.mb_reference import MB_VERSION, MCORE_VERSION, wheel_root
+    from tests.support.mlm_oracle import folder
+
+    root = oracle_root()
+    assert root is not None, missing_reason()
+    return [
+        root / "src",
+        folder("dev"),
+        wheel_root("megatron-bridge", MB_VERSION),
+        wheel_root("megatron-core", MCORE_VERSION),
+    ]
+
+
+def config_fields(module: str, name: str) -> set[str]:
+    """A dataclass's fields and its bases', read with ``ast`` from the 0.7 sources (``_source_roots``)."""
+    from tests.support.mb_reference import class_fields
+
+    return class_fields(module, name, roots=_source_roots())
+
+
+def gpt_sft_fields() -> set[str] | None:
+    """GPTSFTDatasetConfig's fields at 7bdc5ef4 (with DataloaderConfig's), from the excerpt of gpt_sft.py; None
+    where the excerpt is not beside the copy (or not the checked one)."""
+    root = oracle_root()
+    path = root / GPT_SFT_EXCERPT if root is not None else None
+    if path is None or not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != GPT_SFT_SHA256:
+        return None
+    text = path.read_text()
+    tree = ast.parse(text[: text.index("\ndef resolve_gpt_sft_preprocessing")])  # whole statements only
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPTSFTDatasetConfig")
+    own = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return own | config_fields("megatron.bridge.data.base", "DataloaderConfig")

@@ -101,11 +101,12 @@ def _roots() -> list[Path]:
     ]
 
 
-def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
+def class_fields(module: str, name: str, _seen: set | None = None, roots: list[Path] | None = None) -> set[str]:
     """The annotated fields of a dataclass and of its bases, read from the wheels' source with ``ast``.
 
     Bases are followed through the file's imports (and through packages that re-export them), so
     ``GPTModelProvider`` gathers Megatron-Core's ``TransformerConfig`` and ``ModelParallelConfig`` fields.
+    ``roots``: the source trees to look in, first match first (default: the active wheels).
     """
     import ast
 
@@ -113,7 +114,7 @@ def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
     if (module, name) in seen:
         return set()
     seen.add((module, name))
-    for root in _roots():
+    for root in roots if roots is not None else _roots():
         base = root.joinpath(*module.split("."))
         for path in (base.with_suffix(".py"), base / "__init__.py"):
             if path.is_file():
@@ -137,7 +138,7 @@ def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
                 imports[alias.asname or alias.name] = (source, alias.name)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
     if cls is None:  # re-exported from another module
-        return class_fields(*imports[name], seen) if name in imports else set()
+        return class_fields(*imports[name], seen, roots) if name in imports else set()
     fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     fields |= {
         n.name
@@ -149,9 +150,9 @@ def class_fields(module: str, name: str, _seen: set | None = None) -> set[str]:
         b = b.value if isinstance(b, ast.Subscript) else b
         base_name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
         if base_name in imports:
-            fields |= class_fields(*imports[base_name], seen)
+            fields |= class_fields(*imports[base_name], seen, roots)
         elif base_name and any(isinstance(n, ast.ClassDef) and n.name == base_name for n in tree.body):
-            fields |= class_fields(module, base_name, seen)
+            fields |= class_fields(module, base_name, seen, roots)
     return fields
 
 
