@@ -167,6 +167,12 @@ def derived_settings(
             "online packing is Megatron-LM's scheduler (--sequence-packing-scheduler); Megatron-Bridge "
             "has no such option: export --format megatron-lm"
         )
+    if mode == "in-batch" and t.task == "llm-sft" and not global_batch_api(version):
+        raise ValueError(
+            f"in-batch packing of LLM SFT data (GPTSFTDatasetConfig.enable_in_batch_packing) needs Megatron-Bridge "
+            f"0.7.0 or later; the export targets {version}, whose in-batch packing is VLM-only: set "
+            "versions.megatron_bridge to 0.7.1 (export --megatron-bridge-version 0.7.1), or pack offline"
+        )
     if mode == "global-batch" and not global_batch_api(version):
         raise ValueError(
             f"global-batch packing (dataset.enable_global_batch_packing) needs Megatron-Bridge 0.7.0 or later; the "
@@ -273,6 +279,9 @@ def derived_settings(
                 specs["max_single_sequence_length"] = k.pack_size
     elif mode == "in-batch":
         dataset["enable_in_batch_packing" if new_packing_api(version) else "pack_sequences_in_batch"] = True
+        if t.task == "llm-sft":  # GPT-SFT (0.7): not GPT-SFT's default "batch" loader, which validate refuses;
+            # in_batch_packing_pad_to_multiple_of is left out, as validate sets it to the CP/SP multiple
+            dataset["dataloader_type"] = "single"
     elif mode == "global-batch":
         # 7bdc5ef4 training/config.py _validate_global_batch_packing and _validate_thd_per_token_loss_mode; the
         # alignment multiple (global_batch_packing_pad_to_multiple_of) is left out: validate sets it itself

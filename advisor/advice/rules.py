@@ -57,7 +57,10 @@ def _factor(packing: PackingResult | None) -> float | None:
 def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     t, mode = plan.training, plan.packing_mode
     out = []
-    if t.task == "llm-sft" and mode not in ("offline", "online", "global-batch"):
+    gpt_sft_in_batch = t.task == "llm-sft" and mode == "in-batch"
+    if gpt_sft_in_batch:
+        out += _gpt_sft_in_batch(plan)
+    elif t.task == "llm-sft" and mode not in ("offline", "online", "global-batch"):
         out.append(
             Finding(
                 id="packing.mode",
@@ -117,6 +120,45 @@ def rule_packing_mode(plan: Plan, packing: PackingResult | None) -> list[Finding
     if mode == "offline" and packing is not None:
         out += _global_batch(plan, packing.packing_factor)
     return out
+
+
+GPT_SFT_IN_BATCH = "Megatron-Bridge 0.7.0 data/builders/gpt_sft.py (GPTSFTDatasetConfig, PR #5493)"
+
+
+def _gpt_sft_in_batch(plan: Plan) -> list[Finding]:
+    """GPT-SFT in-batch packing: new in Megatron-Bridge 0.7.0 (enable_in_batch_packing on GPTSFTDatasetConfig, each
+    micro batch's samples concatenated into one THD row in the collate step, each padded to the CP/SP multiple);
+    0.6.2 packs VLM micro batches only. Its seq_length must be a multiple of that multiple (validate l.1547)."""
+    t, v = plan.training, plan.versions.megatron_bridge
+    if older(v, "0.7.0"):
+        return [
+            Finding(
+                id="packing.in_batch_release",
+                severity="error",
+                message=f"in-batch packing of LLM SFT data needs Megatron-Bridge 0.7 (versions.megatron_bridge is "
+                f"{v}): set versions.megatron_bridge to 0.7.1, or pack offline",
+                reason=f"Megatron-Bridge {v} packs in the collate step only for VLM data sets; GPT-SFT in-batch "
+                "packing (GPTSFTDatasetConfig.enable_in_batch_packing, both JSONL schemas) arrives in 0.7.0.",
+                source=GPT_SFT_IN_BATCH + "; v0.7.0 release notes",
+                fix={"versions": {"megatron_bridge": "0.7.1"}},
+            )
+        ]
+    need = plan.collate_padding_multiple
+    if t.seq_length % need == 0:
+        return []
+    rounded = -(-t.seq_length // need) * need
+    return [
+        Finding(
+            id="packing.in_batch_seq_length",
+            severity="error",
+            message=f"training.seq_length {t.seq_length} is not a multiple of the CP/SP collate padding multiple "
+            f"{need} GPT-SFT in-batch packing pads every sequence to: set it to {rounded}",
+            reason="ConfigContainer.validate refuses a GPT-SFT data set with in-batch packing whose seq_length the "
+            "multiple does not divide: a sample of seq_length tokens, padded, would outgrow it.",
+            source="Megatron-Bridge 7bdc5ef4 training/config.py validate l.1542-1552 (PR #5493 l.1359-1380)",
+            fix={"training": {"seq_length": rounded}},
+        )
+    ]
 
 
 def _global_batch(plan: Plan, n: float) -> list[Finding]:

@@ -627,6 +627,28 @@ class Plan(_Section):
         return self.offline_pad_seq_to_mult if self.packing_mode == "offline" else self.collate_padding_multiple
 
     @property
+    def pads_between_sequences(self) -> bool:
+        """Whether the packed rows carry padding between their sequences (THD ``cu_seqlens_padded`` differing from
+        ``cu_seqlens``: what Megatron-Core's ``pad_between_seqs`` says once derived from the real boundaries,
+        Megatron-LM #7417), which decides the attention backends allowed: FlashAttention rejects it, the only one
+        that trains head_dim >= 256 on some stacks. Offline and in-batch packing: whenever sequences are padded to
+        a multiple above 1; online: as dev's SFT data set pads (main's lengths are taken as given); global-batch:
+        likewise, unless ``packing.fold_alignment_padding`` reports the padding as part of each sequence (token
+        counts unchanged, no padding between sequences). Unpacked plans: never.
+
+        >>> p = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 16, "cp": 2},
+        ...                     "packing": {"mode": "global-batch"}})
+        >>> p.pads_between_sequences, p.changed({"packing": {"fold_alignment_padding": True}}).pads_between_sequences
+        (True, False)
+        """
+        mode, k = self.packing_mode, self.packing
+        if mode == "online":
+            return k.megatron_lm == "dev" and varlen_multiple(self.parallel, self.dynamic_cp) > 1
+        if mode == "global-batch" and k.fold_alignment_padding:
+            return False
+        return mode in ("offline", "in-batch", "global-batch") and self.pad_seq_to_mult > 1
+
+    @property
     def packing_seed(self) -> int:
         """The packing shuffle's seed: the plan's, else the recipes' dataset seed (``MB_RECIPE_SEED``)."""
         return MB_RECIPE_SEED if self.packing.seed is None else self.packing.seed
