@@ -834,3 +834,49 @@ def test_one_plan_one_meaning_through_a_link_in_chromium(app_url, tmp_path):
         browser.close()
     (SHOTS / "34_link_round_trip.log").write_text("\n".join(log) + "\n")
     print("\n".join(log))
+
+
+def test_preflight_names_the_traps_of_old_releases_and_a_fix_removes_them_in_chromium(app_url):
+    """Issue 37: a link to a 70B plan (PP 4, CP 2, packed) at Megatron-Bridge 0.3.1 and Transformer Engine 2.16 opens
+    on the Recommendations page with both traps under "Would train wrong", linked to their threads; choosing the
+    newest Transformer Engine in its selector takes one away, "Apply fix" on the other takes the last; the Memory
+    page shows what the logs will print."""
+    from playwright.sync_api import sync_playwright
+
+    from advisor.plan import plan_from_dict
+    from advisor.ui.links import plan_to_query
+
+    SHOTS.mkdir(exist_ok=True)
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-70b",
+            "parallel": {"gpus": 64, "tp": 4, "pp": 4, "cp": 2, "sp": True},
+            "training": {"seq_length": 16384, "global_batch_samples": 512, "recompute": "full"},
+            "versions": {"megatron_bridge": "0.3.1", "transformer_engine": "2.16"},
+        }
+    )
+    query = urllib.parse.urlencode(plan_to_query(plan, "SFT-like (200k)"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(f"{app_url}/Recommendations?{query}")
+        page.get_by_role("heading", name="Recommendations & export", exact=True).wait_for(timeout=120_000)
+        page.get_by_text("Would train wrong (2)").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        assert page.locator("a[href='https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/2952']").count() == 1
+        assert page.locator("a[href='https://github.com/NVIDIA/TransformerEngine/issues/3331']").count() == 1
+        page.screenshot(path=str(SHOTS / "preflight_old_releases.png"), full_page=True)
+        page.get_by_role("combobox", name="Transformer Engine").click()  # the plan-bound selector
+        page.get_by_role("option", name="2.20.2").click()
+        page.get_by_text("Would train wrong (1)").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.get_by_role("button", name="Apply fix").first.click()
+        page.get_by_text("No known trap bites this plan at Megatron-Bridge 0.6.2").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        page.screenshot(path=str(SHOTS / "preflight_fixed.png"), full_page=True)
+        page.get_by_role("link", name="Memory and FLOPs").click()
+        page.get_by_role("heading", name="What your logs will print").wait_for(timeout=180_000)
+        page.wait_for_selector(READY, timeout=180_000)
+        assert page.get_by_text("MODEL_TFLOP/s/GPU (rank 0)").count() >= 1
+        page.screenshot(path=str(SHOTS / "memory_logs.png"), full_page=True)
+        browser.close()
