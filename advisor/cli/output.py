@@ -213,7 +213,29 @@ def estimate_text(r: EstimateResult) -> None:
     if est.logged is not None:
         lines.append("  what the logs will print (their own formulas):")
         lines += [f"    {g.framework}: {g.line}: {g.value:,.1f} {g.unit} ({g.counts})" for g in est.logged.figures()]
-    _lines(*lines, *_loss_lines(analysis), *(f"  note: {note}" for note in est.notes))
+    _lines(*lines, *_loss_lines(analysis), *(f"  note: {note}" for note in est.notes), *_comparison_lines(r))
+
+
+def _comparison_lines(r: EstimateResult) -> list[str]:
+    """``estimate --compare``: one line a way of packing (its step, per sample, memory, tokens lost, or why it is
+    refused), then the recommendation and its sentence."""
+    c = r.comparison
+    if c is None:
+        return []
+    lines = ["ways of packing (the same samples per step each; compared per sample):"]
+    for row in c.rows():
+        mark = "*" if row["way"] == c.recommended else " "
+        if row["refusal"]:
+            lines.append(f" {mark} {row['way']:<46} refused: {row['refusal']}")
+            continue
+        lines.append(
+            f" {mark} {row['way']:<46} step {row['step_seconds']:7.2f} s ({row['samples_per_step']:,.0f} samples, "
+            f"{row['sample_seconds']:.4f} s each), memory {row['memory_gib']:5.1f} GiB"
+            f"{'' if row['fits'] else ' (DOES NOT FIT)'}, {row['tokens_lost']:,} tokens lost, padding "
+            f"{row['padding']:.2%}, straggler x{row['straggler']:.3f}"
+        )
+    lines.append(f"recommended: {c.recommended}: {c.why}")
+    return lines
 
 
 def _loss_lines(analysis) -> list[str]:

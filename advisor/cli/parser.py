@@ -137,6 +137,13 @@ def _estimate(p: argparse.ArgumentParser) -> None:
         type=number(check_overhead),
         help=f"fixed memory overhead per GPU, 0 to 1024 (default {DEFAULT_OVERHEAD_GIB:g} GiB)",
     )
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also every way of packing the plan's data on its layout, side by side (offline, in-batch, "
+        "global-batch dp_balanced and dynamic CP; Megatron-LM's online packing for an online plan), each refused "
+        "one with its reason, and the one to use with the reason in a sentence",
+    )
     _json_quiet(p)
 
 

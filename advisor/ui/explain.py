@@ -372,19 +372,22 @@ HELP: dict[str, Explanation] = {
         "advisor/packing/online/loads.py",
     ),
     "packing_comparison": _e(
-        "The same data, model and layout packed offline by Megatron-Bridge (packs built once, "
-        "before training) and online by Megatron-LM's scheduler (each global batch packed as it "
-        "arrives), with the step-time model on each: micro batches per step, padding, straggler, "
-        "step time, tokens/s/GPU and Megatron-LM's FLOPs per step (its formula with the "
-        "scheduler's sums). Offline's global batch counts packs, online's samples, so compare "
-        "tokens/s/GPU and epoch hours, not step times.",
+        "The same data, model and layout packed every way: offline by Megatron-Bridge (packs built once, "
+        "before training), in-batch (each micro batch concatenated; GPT-SFT from Megatron-Bridge 0.7), "
+        "global-batch (Megatron-Bridge 0.7: each global batch packed by Megatron-Core's dp_balanced or "
+        "dynamic-CP scheduler as it arrives) and Megatron-LM's online packing (the same schedulers), with the "
+        "step-time model on each: micro batches per step, padding, straggler, step time, time per sample, "
+        "memory and tokens lost. A way Megatron-Bridge refuses on this layout says why. Offline's global batch "
+        "counts packs, the others samples, so the recommendation compares time per sample: among the ways that "
+        "fit, the fastest (within 2 %), then the fewest tokens lost, then the fewest new requirements.",
         "advisor/advice/compare.py",
     ),
     "online_use": _e(
         "Put the way chosen here (the recommended one unless you pick another) into the plan: its "
-        "packing mode, scheduler, branch and buffer, and the same samples per step in the unit that "
-        "mode counts. The Memory & FLOPs page, the recommendations and the exports then use it.",
-        "advisor/plan/schema.py (packing.mode online)",
+        "packing mode, scheduler, branch and buffer, the same samples per step in the unit that mode "
+        "counts, and the releases it needs (Megatron-Bridge 0.7.1 and Megatron-Core 0.20.0 for global-batch "
+        "packing). The Memory & FLOPs page, the recommendations and the exports then use it.",
+        "advisor/plan/schema.py (packing.mode)",
     ),
     "memory_heatmap": _e(
         "Memory per GPU for other pack sizes and CP sizes; cells marked with a cross do not fit.",

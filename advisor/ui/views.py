@@ -510,22 +510,29 @@ def online_step(plan: Plan, hist: LengthHistogram, run, step: int):
 
 
 def comparison_table(comparison: PackingComparison) -> pd.DataFrame:
-    """One row per way of packing, the columns a reader compares."""
+    """One row per way of packing, the columns a reader compares; a way refused on this layout says why instead."""
     rows = comparison.rows()
+
+    def col(fmt) -> list[str]:
+        return ["-" if r["refusal"] else fmt(r) for r in rows]
+
     return pd.DataFrame(
         {
             "way": [r["way"] for r in rows],
-            "micro batches / step": [
-                f"{r['micro_batches_mean']:.2f} ({r['micro_batches_min']}-{r['micro_batches_max']})" for r in rows
-            ],
-            "padding": [f"{r['padding']:.2%}" for r in rows],
-            "straggler": [f"x{r['straggler']:.3f}" for r in rows],
-            "step s": [f"{r['step_seconds']:.3f}" for r in rows],
-            "tokens/s/GPU": [f"{r['tokens_per_second_per_gpu']:,.0f}" for r in rows],
-            "FLOPs / step": [f"{r['flops_per_step']:.3e}" for r in rows],
-            "epoch h": [f"{r['epoch_hours']:.2f}" for r in rows],
-            "memory GiB": [f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
-            "refused steps": [r["refused_steps"] for r in rows],
+            "micro batches / step": col(
+                lambda r: f"{r['micro_batches_mean']:.2f} ({r['micro_batches_min']}-{r['micro_batches_max']})"
+            ),
+            "padding": col(lambda r: f"{r['padding']:.2%}"),
+            "straggler": col(lambda r: f"x{r['straggler']:.3f}"),
+            "step s": col(lambda r: f"{r['step_seconds']:.3f}"),
+            "s / sample": col(lambda r: f"{r['sample_seconds']:.4f}"),
+            "tokens/s/GPU": col(lambda r: f"{r['tokens_per_second_per_gpu']:,.0f}"),
+            "FLOPs / step": col(lambda r: f"{r['flops_per_step']:.3e}"),
+            "epoch h": col(lambda r: f"{r['epoch_hours']:.2f}"),
+            "memory GiB": col(lambda r: f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (does not fit)")),
+            "tokens lost": col(lambda r: f"{r['tokens_lost']:,}"),
+            "refused steps": col(lambda r: str(r["refused_steps"])),
+            "refused": [r["refusal"] or "" for r in rows],
         }
     )
 

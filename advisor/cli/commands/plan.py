@@ -15,6 +15,7 @@ from advisor.cli.commands.files import check_output_file, named, write_text
 from advisor.cli.output import Bar, Progress, trial_progress
 
 if TYPE_CHECKING:
+    from advisor.advice.compare import PackingComparison
     from advisor.advice.findings import Finding
     from advisor.advice.search import SearchResult
     from advisor.analysis import Analysis
@@ -35,6 +36,7 @@ class EstimateResult:
     data: dict  # the --json object
     plan_file: str
     analysis: Analysis
+    comparison: PackingComparison | None = None  # --compare: every way of packing, and the one to use
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,14 +95,35 @@ def estimate(args: Namespace) -> EstimateResult:
     progress("estimating")
     analysis = analyze(plan, hist, **_cost_settings(args))
     loss = loss_of(analysis)
+    comparison = None
+    if getattr(args, "compare", False):
+        from advisor.advice.compare import compare_packing
+
+        progress("comparing the ways of packing")
+        # Megatron-LM's online packing beside them only for a plan that packs online (the others run on Bridge)
+        comparison = compare_packing(
+            plan, hist, megatron_lm=plan.packing.megatron_lm if plan.packing_mode == "online" else None
+        )
     return EstimateResult(
         data={
             **analysis.estimate.to_dict(),
             "plan": analysis.summary(),
             "loss_weighting": loss.as_dict() if loss is not None else None,
+            **(
+                {}
+                if comparison is None
+                else {
+                    "comparison": {
+                        "ways": comparison.rows(),
+                        "recommended": comparison.recommended,
+                        "why": comparison.why,
+                    }
+                }
+            ),
         },
         plan_file=args.plan,
         analysis=analysis,
+        comparison=comparison,
     )
 
 

@@ -76,9 +76,10 @@ def padded_lengths(lengths: np.ndarray, *, seq_length: int, divisor: int, datase
     ``seq_length`` is not a multiple of the divisor. ``sft`` (``SFTDataset``, one conversation a line): the
     conversation is padded to the divisor, cut to ``seq_length``, and the line's last sequence is then padded up
     to ``seq_length`` (cu_seqlens[-1] = pack_length), so every sample reaches the scheduler at ``seq_length``.
-    ``gpt_sft`` (Megatron-Bridge's GPTSFTDataset, global-batch packing): a sample of L input ids trains on its
-    L-1 shifted tokens (``input_ids[:-1]``, labels ``input_ids[1:]``), as offline packing counts them, cut to
-    ``seq_length`` and padded up to the divisor (at least one token: an empty sample is refused there).
+    ``gpt_sft`` (Megatron-Bridge's GPTSFTDataset, global-batch packing): a sample of L input ids, cut to
+    ``seq_length`` ids by the data set, trains on its shifted tokens (``input_ids[:-1]``, labels
+    ``input_ids[1:]``): min(L, seq_length) - 1, as offline packing counts them, padded up to the divisor (at
+    least one token: an empty sample is refused there).
 
     >>> p = padded_lengths(np.array([5, 9, 0]), seq_length=8, divisor=4, dataset="mock_sft")
     >>> p.padded.tolist(), p.real.tolist(), p.truncated_tokens
@@ -87,21 +88,25 @@ def padded_lengths(lengths: np.ndarray, *, seq_length: int, divisor: int, datase
     [8, 8]
     >>> p = padded_lengths(np.array([5, 9, 10]), seq_length=8, divisor=4, dataset="gpt_sft")
     >>> p.padded.tolist(), p.real.tolist(), p.truncated_samples, p.truncated_tokens
-    ([4, 8, 8], [4, 8, 8], 1, 1)
+    ([4, 8, 8], [4, 7, 7], 2, 3)
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if dataset == "custom":
         return PaddedLengths(padded=lengths, real=lengths, divisor=divisor, truncated_samples=0, truncated_tokens=0)
     wanted = wanted_tokens(lengths, dataset)
-    if dataset in ("mock_sft", "gpt_sft"):
-        real = np.clip(wanted, 1, seq_length)  # mock_sft: arange(1, L) + [eod], cut to pack_length
+    if dataset == "gpt_sft":
+        real = np.maximum(np.minimum(lengths, seq_length) - 1, 1)
+        padded = real if divisor == 1 else (real + (divisor - 1)) // divisor * divisor
+    elif dataset == "mock_sft":
+        real = np.clip(lengths, 1, seq_length)  # arange(1, L) + [eod], cut to pack_length
         padded = real if divisor == 1 else (real + (divisor - 1)) // divisor * divisor
     else:  # sft: the tail padding fills the line to pack_length
         real = np.minimum(lengths, seq_length)
         padded = np.full(lengths.shape, seq_length, dtype=np.int64)
-    long = wanted > seq_length
+    cut_per = wanted - real
+    long = cut_per > 0
     count = int(np.count_nonzero(long))
-    cut = int(wanted[long].sum()) - count * seq_length if count else 0
+    cut = int(cut_per[long].sum())
     return PaddedLengths(padded=padded, real=real, divisor=divisor, truncated_samples=count, truncated_tokens=cut)
 
 

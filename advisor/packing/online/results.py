@@ -135,6 +135,15 @@ class RunSchedule:
         return float(np.mean(self.seqlens > self.max_seqlen_per_dp_cp_rank)) if self.seqlens.size else 0.0
 
     @property
+    def small_group_share(self) -> float:
+        """The share of the scheduled sequences run on a CP group smaller than the layout's CP (only dynamic CP
+        forms one: a sequence short enough for fewer ranks than static CP would split it over)."""
+        g = self.groups
+        per_group = np.diff(g.item_offsets)
+        total = int(per_group.sum())
+        return float(per_group[g.cp < self.config.cp].sum() / total) if total else 0.0
+
+    @property
     def scale(self) -> float:
         """Steps of the run per simulated step: 1.0 unless the steps are a scale model of a longer run."""
         return self.summary.epoch_steps / self.summary.steps if self.summary.steps else 1.0

@@ -79,13 +79,13 @@ class _Samples:
             distinct = _lengths(lengths.lengths, source)
             self.table = padded_lengths(distinct, seq_length=cfg.seq_length, divisor=divisor, dataset=cfg.dataset)
             counts = lengths.counts()
-            wanted = wanted_tokens(distinct, cfg.dataset)
-            long = (wanted > cfg.seq_length) & (cfg.dataset != "custom")  # as padded_lengths counts the cut
+            cut = wanted_tokens(distinct, cfg.dataset) - self.table.real  # as padded_lengths counts the cut
+            long = (cut > 0) & (cfg.dataset != "custom")
             self.whole = np.array(
                 [
                     int((self.table.real * counts).sum()),
                     int(counts[long].sum()),
-                    int(((wanted[long] - cfg.seq_length) * counts[long]).sum()),
+                    int((cut[long] * counts[long]).sum()),
                 ]
             )
             self.smallest = int(distinct[counts > 0].min())
