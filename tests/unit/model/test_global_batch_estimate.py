@@ -86,7 +86,8 @@ def test_the_estimate_command_and_the_packing_page_say_the_schedule(tmp_path, ca
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump({**raw, "data": {"lengths": str(lengths)}}))
     text = in_process(capsys, "estimate", tmp_path / "plan.yaml", "--quiet")
     assert text.returncode == 0, text.stderr
-    assert "packing global-batch" in text.stdout and "schedule: global-batch packing (Megatron-Bridge 0.7" in text.stdout
+    assert "packing global-batch" in text.stdout
+    assert "schedule: global-batch packing (Megatron-Bridge 0.7" in text.stdout
     assert "lost: 0 samples truncated or skipped" in text.stdout
     out = json.loads(in_process(capsys, "estimate", tmp_path / "plan.yaml", "--json", "--quiet").stdout)
     assert out["mode"] == "global-batch" and out["online"]["scheduler"] == "dp_balanced"
