@@ -697,7 +697,27 @@ def rule_global_batch(plan: Plan, packing: PackingResult | None) -> list[Finding
                 source=f"{GB_BRANCH} training/config.py l.1284-1308, global_batch_packing.py; " + GB_DOCS,
             )
         )
-    return out + global_batch_problems(settings_of(plan))
+    return out + [replace(f, fix=_keeping_the_batch(plan, f.fix)) for f in global_batch_problems(settings_of(plan))]
+
+
+def _keeping_the_batch(plan: Plan, fix: dict) -> dict:
+    """A fix that changes PP changes DP on the same GPUs: the samples per step move to the nearest multiple of the
+    new micro batch x DP (Megatron asserts it), and a layout given for the old PP is dropped, so the fix gives a
+    valid plan."""
+    pp = fix.get("parallel", {}).get("pp")
+    if pp is None:
+        return fix
+    p, t = plan.parallel, plan.training
+    out = {**fix, "parallel": {**fix["parallel"], **({"pipeline_layout": None} if p.pipeline_layout else {})}}
+    unit = t.micro_batch_size * (p.gpus // (p.tp * pp * p.cp))
+    samples = plan.batch_in_samples
+    if samples % unit:
+        out["training"] = {
+            **fix.get("training", {}),
+            "global_batch_size": max(unit, round(samples / unit) * unit),
+            "global_batch_samples": None,
+        }
+    return out
 
 
 LOSS_SOURCE = (
