@@ -28,6 +28,9 @@ from dataclasses import asdict, dataclass, field
 # host_gbps: one GPU's link to host memory per direction, GB/s, which CPU offloading of activations crosses: PCIe
 # Gen4 x16 (32) on DGX A100, Gen5 x16 (64) on DGX H100/H200/B200 and on DGX B300 (its Xeon 6 hosts run Gen5), and on
 # GB200/GB300 the Grace CPU's NVLink-C2C, 900 GB/s both ways for the superchip's two GPUs: 225 each way per GPU.
+# host_memory_gib: the node's host (CPU) memory as shipped, GiB (DIMMs and LPDDR5X come in binary sizes: a "2 TB"
+# DGX is 2048 GiB), which Megatron-Bridge's offline preparation holds every tokenized sample in (advisor/prepare/
+# resources.py, trap mb-6125): per DGX system (8 GPUs), per compute tray on NVL72 (2 Grace CPUs, 4 GPUs).
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +49,7 @@ class GpuRecord:
     sms: int
     compute_capability: float
     host_gbps: float
+    host_memory_gib: float
     source: str = field(repr=False)
     # CUDA device names (torch.cuda.get_device_name) this record describes: regular expressions, matched in the
     # registry's order, upper case; word boundaries keep "GB200" off B200 and "GH200" off H200
@@ -76,11 +80,13 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=108,
         compute_capability=8.0,
         host_gbps=32.0,
+        host_memory_gib=1024.0,
         device_patterns=(r'\bA100\b.*\b40GB\b',),
         device_example='NVIDIA A100-SXM4-40GB',
         source=(
             'NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s;'
-            ' DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand'
+            ' DGX A100 user guide: 8 x 200 Gb/s HDR InfiniBand; DGX A100 datasheet (2020): 1 TB of system memory in the'
+            ' 320 GB (40 GB GPU) system'
         ),
     ),
     GpuRecord(
@@ -98,9 +104,13 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=108,
         compute_capability=8.0,
         host_gbps=32.0,
+        host_memory_gib=2048.0,
         device_patterns=(r'\bA100\b',),
         device_example='NVIDIA A100-SXM4-80GB',
-        source=('NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; otherwise as A100-40GB'),
+        source=(
+            'NVIDIA A100 datasheet (2021): 80 GB HBM2e at 2,039 GB/s; DGX A100 datasheet (2020): 2 TB of system'
+            ' memory in the 640 GB (80 GB GPU) system; otherwise as A100-40GB'
+        ),
     ),
     GpuRecord(
         name='H100-80GB',
@@ -117,11 +127,13 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=132,
         compute_capability=9.0,
         host_gbps=64.0,
+        host_memory_gib=2048.0,
         device_patterns=(r'\bH100\b',),
         device_example='NVIDIA H100 80GB HBM3',
         source=(
             'NVIDIA H100 datasheet (2023), SXM: 1,979 / 3,958 TFLOP/s BF16 / FP8 with sparsity, 80 GB HBM3 at'
-            ' 3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7'
+            ' 3.35 TB/s, NVLink 900 GB/s; DGX H100 user guide: 8 x 400 Gb/s ConnectX-7; DGX BasePOD reference'
+            ' architecture (core components): 2 TB of DDR5 system memory in DGX H100 and H200'
         ),
     ),
     GpuRecord(
@@ -139,11 +151,12 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=132,
         compute_capability=9.0,
         host_gbps=64.0,
+        host_memory_gib=2048.0,
         device_patterns=(r'\bH200\b',),
         device_example='NVIDIA H200',
         source=(
             "NVIDIA H200 datasheet (2024): H100's tensor cores, 141 GB HBM3e at 4.8 TB/s; DGX H200: 8 x 400 "
-            'Gb/s ConnectX-7'
+            'Gb/s ConnectX-7, 2 TB of DDR5 system memory (DGX BasePOD reference architecture)'
         ),
     ),
     GpuRecord(
@@ -161,11 +174,13 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=148,
         compute_capability=10.0,
         host_gbps=64.0,
+        host_memory_gib=2048.0,
         device_patterns=(r'\bB200\b',),
         device_example='NVIDIA B200',
         source=(
             'NVIDIA DGX B200 datasheet (2025): 72 / 144 PFLOP/s FP8 / FP4 with sparsity for 8 GPUs, 1,440 GB '
-            'HBM3e at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7'
+            'HBM3e at 64 TB/s, NVLink 1.8 TB/s per GPU, 8 x 400 Gb/s ConnectX-7; DGX B200 user guide: system memory'
+            ' 2 TB in 32 DIMMs (upgradable to 4 TB)'
         ),
     ),
     GpuRecord(
@@ -183,11 +198,13 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=160,
         compute_capability=10.3,
         host_gbps=64.0,
+        host_memory_gib=2048.0,
         device_patterns=(r'\bB300\b',),
         device_example='NVIDIA B300 SXM6 AC',
         source=(
             'NVIDIA HGX B300 datasheet (2025), per 8 GPUs: 108 PFLOP/s FP4 dense, 72 FP8 and 36 BF16 with '
-            'sparsity, 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8'
+            'sparsity, 2.3 TB HBM3e, NVLink 1.8 TB/s per GPU; DGX B300: 8 x 800 Gb/s ConnectX-8; system memory taken'
+            " as DGX B200's 2 TB (not checked in DGX B300's guide)"
         ),
     ),
     GpuRecord(
@@ -205,13 +222,14 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=148,
         compute_capability=10.0,
         host_gbps=225.0,
+        host_memory_gib=960.0,
         device_patterns=(r'\bGB200\b',),
         device_example='NVIDIA GB200',
         source=(
             'NVIDIA GB200 NVL72 datasheet (2024), per 72 GPUs: 1,440 / 720 / 360 PFLOP/s FP4 / FP8 / BF16 '
             'with sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s; compute trays of 4 GPUs with 4 x 400 '
             'Gb/s ConnectX-7; GB200 superchip: one Grace CPU and two GPUs over NVLink-C2C, 900 GB/s '
-            'bidirectional'
+            'bidirectional; each Grace with 480 GB LPDDR5X (17 TB in the rack): 960 per tray of two'
         ),
     ),
     GpuRecord(
@@ -229,12 +247,14 @@ GPUS: tuple[GpuRecord, ...] = (
         sms=160,
         compute_capability=10.3,
         host_gbps=225.0,
+        host_memory_gib=960.0,
         device_patterns=(r'\bGB300\b',),
         device_example='NVIDIA GB300',
         source=(
             'NVIDIA GB300 NVL72 datasheet (2025), per 72 GPUs: 1,080 PFLOP/s FP4 dense, 720 / 360 FP8 / BF16 '
             'with sparsity, 20 TB HBM3e at 576 TB/s, NVLink 130 TB/s, 72 x 800 Gb/s ConnectX-8; Grace CPU to '
-            'its two GPUs over NVLink-C2C, 900 GB/s bidirectional'
+            'its two GPUs over NVLink-C2C, 900 GB/s bidirectional; each Grace with 480 GB LPDDR5X: 960 per tray of '
+            'two'
         ),
     ),
 )
