@@ -81,8 +81,8 @@ class Trap:
 
 # ---------------------------------------------------------------------------------------------- predicates
 def _packed(plan: Plan) -> bool:
-    """THD: several sequences in one row with cu_seqlens (offline, in-batch or online packing)."""
-    return plan.packing_mode in ("offline", "in-batch", "online")
+    """THD: several sequences in one row with cu_seqlens (offline, in-batch, online or global-batch packing)."""
+    return plan.packing_mode in ("offline", "in-batch") or plan.scheduled
 
 
 def _upgrade(pkg: Package, to: str) -> Callable[[Plan], dict]:
@@ -157,7 +157,8 @@ TRAPS: tuple[Trap, ...] = (
         applies=lambda plan, samples: (
             plan.model.head_dim >= 256
             and plan.hardware.table.get("compute_capability", 9.0) >= 10
-            and (plan.packing_mode == "online" or (_packed(plan) and plan.pad_seq_to_mult > 1))
+            # Megatron-Core's scheduler sets pad_between_seqs=True for every bin until #7417 lands (fold or not)
+            and (plan.scheduled or plan.pads_between_sequences)
         ),
         what="head_dim >= 256 on padded THD bins has no attention backend on Blackwell: FlashAttention rejects "
         "padding between sequences and cuDNN's backward needs TE 2.18",
@@ -174,8 +175,7 @@ TRAPS: tuple[Trap, ...] = (
         "lives on the dev branch, whose commit the advisor reproduces (d48bd6be, 2026-08-21) predates it: "
         "carry the patch",
         applies=lambda plan, samples: (
-            plan.packing_mode == "online"
-            and plan.packing.scheduler == "default_dynamic_cp"
+            plan.dynamic_cp  # Megatron-LM's online scheduler or Megatron-Bridge 0.7's global-batch packing
             and plan.model.position_embedding_type in ("rope", "mrope", "yarn")
         ),
         what="under dynamic CP the runtime CP group is not passed to RoPE: illegal memory access on short "

@@ -155,3 +155,16 @@ def test_every_trap_names_its_thread_outcome_and_fix():
     for trap in TRAPS:
         assert trap.url.startswith("https://") and trap.outcome in OUTCOMES and trap.fix and trap.fixed_by
         assert all(v in RELEASES[p] or not older(v, OLDEST[p]) for p, v in trap.fixed_in.items())
+
+
+def test_global_batch_dynamic_cp_in_megatron_bridge_walks_into_the_rope_trap_too():
+    plan = plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": 16, "cp": 2},
+            "packing": {"mode": "global-batch", "scheduler": "default_dynamic_cp", "megatron_lm": "dev"},
+            "training": {"seq_length": 16384, "global_batch_samples": 64},
+            "versions": {"megatron_bridge": "0.7.1", "megatron_core": "0.20.0"},
+        }
+    )
+    assert "trap.mlm-6821" in [f.id for f in trap_findings(plan)]
