@@ -252,6 +252,7 @@ def estimate(
         seed=plan.packing_seed,
         straggler=None if run is None else rank_straggler(run.rank_tokens, run.rank_work, coef),
         model_flops=mlm_flops,
+        cp_groups=cp_groups_of(run) if run is not None and plan.dynamic_cp else (),
     )
     time = replace(time, peak_format=fmt)
     logged = logged_throughput(
@@ -316,6 +317,30 @@ def estimate(
         samples_lost=lost[0],
         tokens_lost=lost[1],
     )
+
+
+def cp_groups_of(run: RunSchedule) -> tuple[tuple[float, int, float, float], ...]:
+    """Dynamic CP's runtime CP groups by size g: (share of the ranks' micro batches on a group of g, g, mean tokens
+    and mean sum(s^2) per rank of such a group), for ``StepWork.cp_groups``.
+
+    >>> from advisor.packing.online import OnlineConfig, schedule
+    >>> cfg = OnlineConfig(commit="dev", dataset="mock_sft", seq_length=64, global_batch_size=8, dp=2, cp=2,
+    ...                    scheduler="default_dynamic_cp", max_seqlen_per_dp_cp_rank=32)
+    >>> groups = cp_groups_of(schedule(np.array([60, 60, 10, 10, 10, 10, 10, 10] * 4), cfg))
+    >>> [g for _, g, _, _ in groups], round(sum(share for share, *_ in groups), 9)
+    ([1, 2], 1.0)
+    """
+    g = run.groups
+    sizes = np.repeat(g.cp, g.rank_count)  # one entry per rank of each group, as online_micro_batches deals them
+    if not sizes.size:
+        return ()
+    tokens = np.repeat(run.group_tokens / g.cp, g.rank_count)
+    work = np.repeat(run.group_work / g.cp, g.rank_count)
+    out = []
+    for size in np.unique(sizes):
+        at = sizes == size
+        out.append((float(at.mean()), int(size), float(tokens[at].mean()), float(work[at].mean())))
+    return tuple(out)
 
 
 def scheduled_text(plan: Plan, run: RunSchedule) -> str:

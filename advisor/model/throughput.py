@@ -82,11 +82,13 @@ def estimate_time(
     seed: int = 0,
     straggler: float | None = None,
     model_flops: float | None = None,
+    cp_groups: tuple[tuple[float, int, float, float], ...] = (),
 ) -> TimeEstimate:
     """Seconds per step for ``global_batch`` micro batches (rows) over ``dp`` ranks, from the performance model
     or, when ``mfu`` is given, computed FLOPs / (GPUs x peak x MFU); both times the straggler factor (simulated
     from the micro batches dealt in random order, unless the schedule gives it: ``straggler``). ``global_batch``
-    may be a mean (online packing's micro batches per step vary)."""
+    may be a mean (online packing's micro batches per step vary). ``cp_groups``: dynamic CP's runtime group sizes
+    (``StepWork.cp_groups``), whose rings replace the layout's CP exchange."""
     costs = coef(mb.computed_tokens, mb.attention_computed)
     factor = straggler if straggler is not None else straggler_factor(costs, int(global_batch), dp, seed)
     if model_flops is None:
@@ -102,6 +104,7 @@ def estimate_time(
             seqlen_squared_sum=float(mb.attention_computed.mean()),
             micro_batches=global_batch / dp,
             straggler=factor,
+            cp_groups=cp_groups,
         )
         timed = step_time(plan, work, EFFICIENCY)
         step, breakdown, label = timed.step_seconds, timed.breakdown, "performance model"

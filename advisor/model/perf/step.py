@@ -84,6 +84,10 @@ class StepWork:
     seqlen_squared_sum: float  # sum(s_i^2) per micro batch, the attention work the kernels run
     micro_batches: float  # per data-parallel rank and step
     straggler: float = 1.0  # slowest over mean data-parallel rank (the packs' real work, ``throughput``)
+    # dynamic CP: the CP group sizes the scheduler forms at run time, each as (share of the ranks' micro batches,
+    # group size g, mean tokens per rank, mean sum(s^2) per rank, both over g); empty: every micro batch on the
+    # layout's CP group (static CP)
+    cp_groups: tuple[tuple[float, int, float, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,13 +140,18 @@ def _elementwise_bytes(plan: Plan, moe: bool) -> float:
     return BF16 * (sequence / (tp if p.sp else 1) + split / tp)
 
 
-def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: float) -> tuple[float, float]:
+def _cp_comm(
+    plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: float, cp: int | None = None
+) -> tuple[float, float]:
     """Exposed seconds of the CP exchange in forward and backward, by Transformer Engine's cp_comm_type
     (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): p2p rings K/V around the CP
     ranks one step per rank, each send hidden behind the attention of the chunk already there; a2a (Ulysses) trades
-    sequence for heads before and after attention, exposed; all_gather gathers K/V (and reduce-scatters dK/dV)."""
+    sequence for heads before and after attention, exposed; all_gather gathers K/V (and reduce-scatters dK/dV).
+    ``cp``: the group's size when it is not the layout's (dynamic CP's runtime groups, of ``tokens`` per rank); its
+    ranks are taken as contiguous in the DP x CP order (TP ranks apart), so a group of g spans TP x g GPUs: inside
+    one NVLink domain when that is at most the domain, else its ring crosses the network (each GPU's NIC share)."""
     m, p = plan.model, plan.parallel
-    cp, tp = p.cp, p.tp
+    cp, tp = cp or p.cp, p.tp
     if cp <= 1:
         return 0.0, 0.0
     kv_bytes = 2 * tokens * m.head_dim * m.query_groups / tp * BF16
@@ -156,7 +165,7 @@ def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: flo
             steps * max(0.0, cc.send(2 * kv_bytes, link) - bwd / ranks),
         )
 
-    if p.cp_comm_type == "p2p":
+    if p.cp_comm_type == "p2p" or (p.cp_comm_type == "a2a+p2p" and cp != p.cp):
         return ring(cp, tp * cp, attn_fwd, attn_bwd)
     if p.cp_comm_type == "a2a":
         t = cc.all_to_all_spread(qkvo_bytes, cp, tp, gpu)
@@ -168,6 +177,22 @@ def _cp_comm(plan: Plan, gpu: Gpu, tokens: float, attn_fwd: float, attn_bwd: flo
     t = cc.all_to_all_spread(qkvo_bytes, a, tp, gpu)
     fwd, bwd = ring(b, tp * cp, attn_fwd, attn_bwd) if b > 1 else (0.0, 0.0)
     return t + fwd, t + bwd
+
+
+def _dynamic_cp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, q_width: float) -> tuple[float, float]:
+    """Dynamic CP's exchange for the mean micro batch: each runtime group size g's ring (``_cp_comm`` at g, its own
+    tokens per rank and the attention that hides each send) weighted by the share of the ranks' micro batches that
+    run on such a group (Megatron-Core's dynamic CP creates a process group per power-of-two size and passes the
+    micro batch's to Transformer Engine: FIELD_2026-11 section 2.3)."""
+    fwd = bwd = 0.0
+    for share, g, tokens, work_sq in work.cp_groups:
+        if g <= 1 or share <= 0:
+            continue
+        alone = replace(work, tokens=tokens * plan.parallel.cp, seqlen_squared_sum=work_sq * plan.parallel.cp)
+        attn_f, attn_b = _attention(plan, gpu, eff, alone, q_width, tokens)
+        f, b = _cp_comm(plan, gpu, tokens, attn_f, attn_b, cp=g)
+        fwd, bwd = fwd + share * f, bwd + share * b
+    return fwd, bwd
 
 
 def _tp_comm(plan: Plan, gpu: Gpu, eff: Efficiency, tokens: float, moe: bool, num: Numerics) -> tuple[float, float]:
@@ -220,7 +245,11 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
     attn_f, attn_b = _attention(plan, gpu, eff, work, q_width, tokens)
     mem = stream_seconds(_elementwise_bytes(plan, moe) * tokens, gpu)
     tp_f, tp_b = _tp_comm(plan, gpu, eff, tokens, moe, num)
-    cp_f, cp_b = _cp_comm(plan, gpu, tokens, attn_f, attn_b)
+    cp_f, cp_b = (
+        _cp_comm(plan, gpu, tokens, attn_f, attn_b)
+        if not work.cp_groups
+        else _dynamic_cp_comm(plan, gpu, eff, work, q_width)
+    )
     a2a = 0.0
     if moe and p.ep > 1:
         routed = tokens / p.tp * m.moe_router_topk * m.hidden_size * BF16

@@ -1,0 +1,80 @@
+"""Dynamic CP priced as it runs: each micro batch's runtime CP group size (its ring inside an NVLink domain or
+across nodes), the memory of the busiest rank and the communicators dynamic CP creates, and the data loader as a
+term of the step."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from advisor.data.lengths import LengthHistogram
+from advisor.model.estimate import cp_groups_of, estimate
+from advisor.model.perf.calibration import EFFICIENCY
+from advisor.model.perf.hardware import gpu_of
+from advisor.model.perf.step import StepWork, layer_phases
+from advisor.plan import plan_from_dict
+
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "long_context_hist.csv"
+
+
+def _hist() -> LengthHistogram:
+    with SAMPLE.open() as f:
+        rows = list(csv.DictReader(f))
+    return LengthHistogram.from_pairs([int(r["length"]) for r in rows], [int(r["count"]) for r in rows])
+
+
+def long_plan(scheduler="dp_balanced", gpus=16, **training):
+    packing = {"mode": "global-batch", "scheduler": scheduler}
+    if scheduler == "default_dynamic_cp":
+        packing["megatron_lm"] = "dev"
+    return plan_from_dict(
+        {
+            "model": "llama3.1-8b",
+            "parallel": {"gpus": gpus, "cp": 16},
+            "training": {"seq_length": 131072, "global_batch_samples": 64, "recompute": "full", **training},
+            "packing": packing,
+            "versions": {"megatron_bridge": "0.7.1", "megatron_core": "0.20.0"},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def hist():
+    return _hist()
+
+
+def test_a_group_across_nodes_is_priced_slower_per_token_than_one_inside_a_node():
+    plan = long_plan("default_dynamic_cp")
+    gpu, eff = gpu_of(plan), EFFICIENCY
+    per_rank = 8192.0  # tokens per rank: many short sequences (little attention to hide the ring behind)
+
+    def cp_seconds(g: int) -> float:
+        work = StepWork(
+            tokens=per_rank * 16,
+            seqlen_squared_sum=16 * 512.0 * per_rank,
+            micro_batches=1,
+            cp_groups=((1.0, g, per_rank, 512.0 * per_rank),),
+        )
+        fwd, bwd = layer_phases(plan, gpu, eff, work, moe=False)
+        return (fwd.cp_comm + bwd.cp_comm) / per_rank
+
+    assert 16 > gpu.domain >= 4
+    assert cp_seconds(16) > 2 * cp_seconds(4) > 0
+    assert cp_seconds(1) == 0.0
+
+
+def test_static_cp_is_priced_as_before(hist):
+    # computed before dynamic CP was priced per group size, on the bundled long-context sample
+    assert estimate(long_plan(), hist).time.step_seconds == pytest.approx(25.47262642645022, rel=1e-9)
+    assert estimate(long_plan(gpus=64), hist).time.step_seconds == pytest.approx(8.764063819394613, rel=1e-9)
+
+
+def test_dynamic_cp_prices_each_runtime_group(hist):
+    e = estimate(long_plan("default_dynamic_cp"), hist)
+    sizes = {g for _, g, _, _ in cp_groups_of(e.online)}
+    assert 1 in sizes and 16 in sizes
+    # long sequences alone on the whole group hide their ring behind their attention; static CP splits the short
+    # ones over 16 ranks too, where the ring is exposed
+    assert e.time.breakdown["cp_comm"] < estimate(long_plan(), hist).time.breakdown["cp_comm"]
