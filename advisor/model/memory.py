@@ -19,6 +19,11 @@ from advisor.plan.pipeline_layout import rank_layers
 
 GIB = 1024**3
 DEFAULT_OVERHEAD_GIB = 3.0  # CUDA context (~0.5-1 GiB), NCCL buffers (~1-2 GiB), allocator fragmentation
+# GPU memory one more NCCL communicator reserves once it has run a collective: an assumption, not a measurement.
+# NCCL's documented default NCCL_BUFFSIZE is 4 MiB per channel and peer for the Simple protocol (LL128 and LL add
+# about as much again); a ring's two peers over the 16 or so channels NCCL opens on NVLink on Hopper give
+# 16 x 2 x 8 MiB = 256 MiB. The layout's own communicators are in ``DEFAULT_OVERHEAD_GIB``; dynamic CP adds its own
+DYNAMIC_CP_COMMUNICATOR_BYTES = 256 * 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +113,7 @@ class MemoryEstimate:
     megatron_bridge: MegatronBridgeMemory
     differences: tuple[str, ...]
     offloaded: float = 0.0  # activations held in host memory (training.cpu_offloading_num_layers), not on the GPU
+    communicators: float = 0.0  # dynamic CP's NCCL communicators, one per runtime group size (``dynamic_cp_groups``)
 
     @property
     def breakdown(self) -> dict[str, float]:
@@ -118,7 +124,7 @@ class MemoryEstimate:
             "activations": self.activations,
             "logits_and_loss": self.logits,
             "overhead": self.overhead,
-        }
+        } | ({"communicators": self.communicators} if self.communicators else {})
 
     @property
     def total(self) -> float:
@@ -127,6 +133,21 @@ class MemoryEstimate:
     @property
     def fits(self) -> bool:
         return self.total <= self.capacity
+
+
+def dynamic_cp_group_sizes(pool: int) -> tuple[int, ...]:
+    """The runtime CP group sizes above one that dynamic CP creates a communicator for on every rank of a DP x CP
+    pool of ``pool`` ranks: each power of two below the pool and the pool itself (Megatron-Core dev's
+    default_dynamic_cp: singleton, power-of-two and full groups, FIELD_2026-11 sections 1.3 and 2.3).
+
+    >>> dynamic_cp_group_sizes(16), dynamic_cp_group_sizes(12), dynamic_cp_group_sizes(1)
+    ((2, 4, 8, 16), (2, 4, 8, 12), ())
+    """
+    sizes, g = [], 2
+    while g < pool:
+        sizes.append(g)
+        g *= 2
+    return (*sizes, pool) if pool > 1 else ()
 
 
 def activation_bytes_per_token_per_layer(plan: Plan) -> float:
@@ -225,7 +246,9 @@ def estimate_memory(
     """The advisor's estimate for the most loaded GPU (the first or the last pipeline stage, whichever is larger).
 
     ``tokens_per_micro_batch``: what one micro batch really holds on the data-parallel rank (a pack for offline
-    packing; the largest packed micro batch for in-batch packing; micro batch x padded length without packing).
+    packing; the largest packed micro batch for in-batch packing; micro batch x padded length without packing;
+    under dynamic CP the busiest rank's tokens / its group's size, times CP, which the scheduler's cap
+    max_seqlen_per_dp_cp_rank bounds). Dynamic CP adds its communicators (``DYNAMIC_CP_COMMUNICATOR_BYTES`` each).
     """
     m, p, t = plan.model, plan.parallel, plan.training
     counts = count_parameters(m, p.tp)
@@ -300,6 +323,9 @@ def estimate_memory(
         megatron_bridge=mb,
         differences=_differences(plan, tokens_per_micro_batch),
         offloaded=per_layer * offloaded,
+        communicators=(
+            len(dynamic_cp_group_sizes(p.dp * p.cp)) * DYNAMIC_CP_COMMUNICATOR_BYTES if plan.dynamic_cp else 0.0
+        ),
     )
 
 

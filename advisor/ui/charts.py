@@ -23,6 +23,7 @@ COLORS = {
     "activations": "#f58518",
     "logits_and_loss": "#e45756",
     "overhead": "#bab0ac",
+    "communicators": "#9d755d",
 }
 
 

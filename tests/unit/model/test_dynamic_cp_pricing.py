@@ -11,6 +11,7 @@ import pytest
 
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import cp_groups_of, estimate
+from advisor.model.memory import DYNAMIC_CP_COMMUNICATOR_BYTES, dynamic_cp_group_sizes
 from advisor.model.perf.calibration import EFFICIENCY
 from advisor.model.perf.hardware import gpu_of
 from advisor.model.perf.step import StepWork, layer_phases
@@ -78,3 +79,14 @@ def test_dynamic_cp_prices_each_runtime_group(hist):
     # long sequences alone on the whole group hide their ring behind their attention; static CP splits the short
     # ones over 16 ranks too, where the ring is exposed
     assert e.time.breakdown["cp_comm"] < estimate(long_plan(), hist).time.breakdown["cp_comm"]
+
+
+def test_dynamic_cp_memory_holds_the_busiest_rank_and_its_communicators(hist):
+    static, dynamic = estimate(long_plan(), hist), estimate(long_plan("default_dynamic_cp"), hist)
+    run = dynamic.online
+    busiest = max(run.group_tokens / run.groups.cp)  # tokens / g, the most a rank holds in one micro batch
+    assert dynamic.memory.tokens_per_micro_batch / 16 == pytest.approx(busiest, abs=1)
+    assert busiest <= run.max_seqlen_per_dp_cp_rank
+    reserve = len(dynamic_cp_group_sizes(16)) * DYNAMIC_CP_COMMUNICATOR_BYTES  # groups of 2, 4, 8 and 16
+    assert dynamic.memory.breakdown["communicators"] == reserve and "communicators" not in static.memory.breakdown
+    assert dynamic.memory.total >= static.memory.total + reserve
