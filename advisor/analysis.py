@@ -120,14 +120,14 @@ class Analysis:
 
     def _findings(self) -> tuple[Finding, ...]:
         try:
-            memory, straggler = self.estimate.memory, self.estimate.time.straggler_factor
+            memory, straggler, time = self.estimate.memory, self.estimate.time.straggler_factor, self.estimate.time
         except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
-            memory, straggler = None, None
+            memory, straggler, time = None, None, None
         try:
             loss = self.loss
         except ValueError:
             loss = None
-        return tuple(check(self.plan, self.packing, memory, loss, straggler))
+        return tuple(check(self.plan, self.packing, memory, loss, straggler, time))
 
     @property
     def search(self) -> SearchResult:

@@ -21,6 +21,7 @@ from advisor.findings import Finding, ordered
 from advisor.model.loss_expectation import MOVED_THRESHOLD, LossWeighting
 from advisor.model.memory import GIB, MemoryEstimate, estimate_memory
 from advisor.model.numerics import numerics_of, quantized_widths
+from advisor.model.throughput import TimeEstimate
 from advisor.packing.offline import PackingResult
 from advisor.packing.online.from_plan import online_config
 from advisor.packing.online.validation import check as check_online
@@ -876,6 +877,34 @@ def rule_traps(plan: Plan, packing: PackingResult | None) -> list[Finding]:
     return trap_findings(plan, samples)
 
 
+def rule_dataloader(plan: Plan, time: TimeEstimate | None) -> list[Finding]:
+    """A step the data loader bounds (``training.dataloader_seconds_per_sample``): the GPUs wait for samples
+    tokenized on the fly, and how many workers would keep up."""
+    t = plan.training
+    wait = 0.0 if time is None else time.breakdown.get("dataloader", 0.0)
+    if not t.dataloader_seconds_per_sample or wait <= 0 or time is None:
+        return []
+    compute = time.step_seconds - wait
+    needed = math.ceil(t.dataloader_workers * time.step_seconds / compute) if compute > 0 else None
+    keeps_up = needed is not None and needed <= 1024
+    more = f" ({needed} a DP rank would keep up, CPU cores and host memory allowing)" if keeps_up else ""
+    return [
+        Finding(
+            id="data.loader_bound",
+            severity="warning",
+            message=f"loader-bound: the GPUs wait {wait:.2f} s a step for the data loader ({time.step_seconds:.2f} s "
+            f"a step against {compute:.2f} s of compute)",
+            reason=f"Samples are tokenized on the fly at {t.dataloader_seconds_per_sample:g} s a sample per worker "
+            f"with {t.dataloader_workers} worker(s) per DP rank; the loader prefetches the next step while the GPUs "
+            f"run this one, so the step takes the longer of the two. More workers{more} or data tokenized ahead of "
+            "time (offline packing's prepare step, or a pre-tokenized data set) lift the bound.",
+            source="advisor/model/throughput.py (loader_bound); Megatron-Bridge DataloaderConfig.num_workers "
+            "(megatron/bridge/data/base.py, default 2 in 0.6.2)",
+            fix={"training": {"dataloader_workers": needed}} if keeps_up else {},
+        )
+    ]
+
+
 RULES = (
     rule_traps,
     rule_packing_mode,
@@ -899,14 +928,17 @@ def check(
     memory: MemoryEstimate | None = None,
     loss: LossWeighting | None = None,
     straggler: float | None = None,
+    time: TimeEstimate | None = None,
 ) -> list[Finding]:
     """Every finding for the plan, errors first (``memory``: the plan's memory estimate; ``loss``: its loss weighting;
-    ``straggler``: its step's modelled straggler factor; without one, its rule is not checked)."""
+    ``straggler``: its step's modelled straggler factor; without one, its rule is not checked; ``time``: its step
+    time, for the data loader's rule)."""
     found = (
         [f for rule in RULES for f in rule(plan, packing)]
         + rule_memory(plan, packing, memory)
         + rule_loss(plan, packing, loss)
         + rule_stragglers(plan, packing, straggler)
+        + rule_dataloader(plan, time)
     )
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]

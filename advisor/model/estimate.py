@@ -23,7 +23,7 @@ from advisor.model.micro_batches import (
     pretrain_micro_batches,
 )
 from advisor.model.numerics import numerics_of
-from advisor.model.throughput import TimeEstimate, estimate_time, rank_straggler
+from advisor.model.throughput import TimeEstimate, estimate_time, loader_bound, rank_straggler
 from advisor.packing.cache import packing_for
 from advisor.packing.config import OVERLONG_OF_FORMAT, PackingConfig
 from advisor.packing.offline import PackingResult, runtime_lengths
@@ -255,6 +255,13 @@ def estimate(
         cp_groups=cp_groups_of(run) if run is not None and plan.dynamic_cp else (),
     )
     time = replace(time, peak_format=fmt)
+    if t.dataloader_seconds_per_sample:  # tokenized on the fly: the loader may not keep up
+        time = loader_bound(
+            time,
+            samples_per_rank=samples_per_step / p.dp,
+            seconds_per_sample=t.dataloader_seconds_per_sample,
+            workers=t.dataloader_workers,
+        )
     logged = logged_throughput(
         coef=coef,
         step_seconds=time.step_seconds,

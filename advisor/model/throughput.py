@@ -11,7 +11,7 @@ micro batches in a seeded random order (Megatron's samplers shuffle them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -123,4 +123,33 @@ def estimate_time(
         ideal_step_seconds=ideal,
         breakdown=breakdown,
         model=label,
+    )
+
+
+def loader_bound(
+    time: TimeEstimate, *, samples_per_rank: float, seconds_per_sample: float, workers: int
+) -> TimeEstimate:
+    """The step when samples are tokenized on the fly: each DP rank's loader workers prepare the next step's samples
+    while the GPUs run this one (PyTorch's DataLoader prefetches), so a step takes the longer of the two; the GPUs'
+    wait is the ``dataloader`` term of the breakdown. Rates and the epoch follow the longer step; the MFU with it.
+
+    >>> t = TimeEstimate(step_seconds=2.0, tokens_per_second_per_gpu=100.0, steps_per_epoch=10, epoch_seconds=20.0,
+    ...                  straggler_factor=1.0, mfu=0.4, ideal_step_seconds=2.0, breakdown={"gemm": 2.0})
+    >>> slow = loader_bound(t, samples_per_rank=16, seconds_per_sample=0.5, workers=2)
+    >>> slow.step_seconds, slow.breakdown["dataloader"], slow.tokens_per_second_per_gpu, slow.mfu
+    (4.0, 2.0, 50.0, 0.2)
+    >>> loader_bound(t, samples_per_rank=16, seconds_per_sample=0.1, workers=2) == t
+    True
+    """
+    loader = samples_per_rank * seconds_per_sample / workers
+    if loader <= time.step_seconds or time.step_seconds <= 0:
+        return time
+    k = time.step_seconds / loader
+    return replace(
+        time,
+        step_seconds=loader,
+        tokens_per_second_per_gpu=time.tokens_per_second_per_gpu * k,
+        epoch_seconds=time.steps_per_epoch * loader,
+        mfu=time.mfu * k,
+        breakdown={**time.breakdown, "dataloader": loader - time.step_seconds},
     )

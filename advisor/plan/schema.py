@@ -340,6 +340,23 @@ class TrainingSpec(_Section):
         ),
         0,
     )
+    dataloader_seconds_per_sample: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description=(
+            "seconds one data-loader worker spends on a sample when samples are tokenized on the fly: 1 / the "
+            "records/s per worker that python -m advisor tokenize measures (its records_per_second_per_worker), or "
+            "a trial's; the loader then bounds the step at samples per DP rank x this / dataloader_workers; none: "
+            "the loader keeps up (pre-tokenized or packed data)"
+        ),
+    )
+    dataloader_workers: int = _int(
+        1,
+        1024,
+        "data-loader worker processes per DP rank (Megatron-Bridge DataloaderConfig.num_workers, 2 in 0.6.2)",
+        2,
+    )
     epochs: float | None = Field(
         None,
         gt=0,

@@ -323,6 +323,7 @@ STEP_TERMS = {
     "dp_comm": "DP sync (exposed)",
     "optimizer": "optimizer",
     "straggler": "straggler wait",
+    "dataloader": "waiting for the data loader",
     "compute": "compute (fixed MFU)",
 }
 

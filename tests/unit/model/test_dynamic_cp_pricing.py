@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from advisor.advice.rules import check
 from advisor.data.lengths import LengthHistogram
 from advisor.model.estimate import cp_groups_of, estimate
 from advisor.model.memory import DYNAMIC_CP_COMMUNICATOR_BYTES, dynamic_cp_group_sizes
@@ -90,3 +91,23 @@ def test_dynamic_cp_memory_holds_the_busiest_rank_and_its_communicators(hist):
     reserve = len(dynamic_cp_group_sizes(16)) * DYNAMIC_CP_COMMUNICATOR_BYTES  # groups of 2, 4, 8 and 16
     assert dynamic.memory.breakdown["communicators"] == reserve and "communicators" not in static.memory.breakdown
     assert dynamic.memory.total >= static.memory.total + reserve
+
+
+def test_the_data_loader_bounds_the_step_only_when_it_cannot_keep_up(hist):
+    base = estimate(long_plan(), hist)
+    per_rank = 64 / base.plan.dp  # samples a DP rank's loader prepares a step
+    fast = estimate(long_plan(dataloader_seconds_per_sample=0.01), hist)  # 0.32 s a step against ~25 s of compute
+    assert fast.time == base.time and "dataloader" not in fast.time.breakdown
+    slow = estimate(long_plan(dataloader_seconds_per_sample=2.0, dataloader_workers=1), hist)
+    assert slow.time.step_seconds == pytest.approx(per_rank * 2.0)
+    assert slow.time.breakdown["dataloader"] == pytest.approx(per_rank * 2.0 - base.time.step_seconds)
+    assert sum(slow.time.breakdown.values()) == pytest.approx(slow.time.step_seconds)
+    assert slow.time.tokens_per_second_per_gpu < base.time.tokens_per_second_per_gpu
+    found = {f.id: f for f in check(slow.plan, time=slow.time)}
+    finding = found["data.loader_bound"]
+    assert (
+        finding.message.startswith("loader-bound: the GPUs wait") and finding.fix["training"]["dataloader_workers"] > 1
+    )
+    fixed = estimate(slow.plan.changed(finding.fix), hist)
+    assert "dataloader" not in fixed.time.breakdown
+    assert "data.loader_bound" not in {f.id for f in check(fast.plan, time=fast.time)}
