@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from advisor.advice.rules import rule_global_batch, rule_online, rule_packing_mode
 from advisor.data.lengths import LengthHistogram
 from advisor.errors import PlanError
-from advisor.model.estimate import Estimate, estimate
+from advisor.model.estimate import Estimate, cp_groups_of, estimate
+from advisor.model.perf.hardware import gpu_of
 from advisor.plan import Plan
 from advisor.plan.versions import older
 
@@ -351,16 +352,34 @@ def _why(best: PackingRun, pool: list, candidates: list, tied: list, fits: bool,
         )
     if not others:
         return f"{_short(best)} is the only way of packing that runs on this layout."
+    wait = _loader_wait(best)
+    if wait > 0 and all(_loader_wait(r) > 0 for r in others):  # the loader sets every step: they tie per sample
+        tail = (
+            f"loses the fewest tokens ({e.tokens_lost:,})"
+            if len({lost(r) for r in tied}) > 1 and lost(best) == min(lost(r) for r in tied)
+            else "needs the fewest new features"
+        )
+        return (
+            f"the data loader cannot keep up: the GPUs wait {wait:.1f} s a step for samples tokenized on the fly "
+            f"under every way of packing, so the steps per sample tie and {_short(best)} {tail}."
+        )
     runner = others[0]
     gain = 1 - best.sample_seconds / runner.sample_seconds
     b, o = best.row(), runner.row()
     if best not in tied or runner not in tied:  # the step time decided
+        if wait == 0 and _loader_wait(runner) > 0:
+            return (
+                f"the data loader cannot keep up under {_short(runner)} (the GPUs wait {_loader_wait(runner):.1f} s "
+                f"a step for samples tokenized on the fly), so {_short(best)} shortens the step {_pct(gain)}"
+                + (": its data is tokenized once, when it is packed." if best.kind == "offline" else ".")
+            )
         if best.kind == "global-batch-dcp" and e.online is not None:
             small = e.online.small_group_share
             if small >= 0.05:
                 return (
                     f"dynamic CP shortens the step {_pct(gain)} against {_short(runner)} by giving short sequences "
-                    f"smaller CP groups ({_pct(small)} of them run on fewer than CP {e.online.config.cp} ranks)."
+                    f"smaller CP groups ({_pct(small)} of them run on fewer than CP {e.online.config.cp} ranks"
+                    f"{_inside(best)})."
                 )
             return (
                 f"dynamic CP shortens the step {_pct(gain)} against {_short(runner)} by sizing each sequence's CP "
@@ -369,7 +388,8 @@ def _why(best: PackingRun, pool: list, candidates: list, tied: list, fits: bool,
             )
         if best.kind == "global-batch" and whole is not None and whole > 0.5:
             return (
-                f"most sequences ({_pct(whole)}) need the whole CP group (longer than {half:,} tokens), so dynamic "
+                f"most sequences ({_pct(whole)}) need the whole CP group (longer than {half:,} tokens"
+                f"{_across(dcp)}), so dynamic "
                 f"CP has nothing to rebalance, and {_short(best)} shortens the step {_pct(gain)} against "
                 f"{_short(runner)}."
             )
@@ -383,8 +403,8 @@ def _why(best: PackingRun, pool: list, candidates: list, tied: list, fits: bool,
         )
     if whole is not None and whole > 0.5 and dcp in tied and dcp is not best:
         return (
-            f"most sequences ({_pct(whole)}) need the whole CP group (longer than {half:,} tokens), so dynamic CP "
-            f"has nothing to rebalance: {_short(best)} steps as fast and needs less."
+            f"most sequences ({_pct(whole)}) need the whole CP group (longer than {half:,} tokens{_across(dcp)}), "
+            f"so dynamic CP has nothing to rebalance: {_short(best)} steps as fast and needs less."
         )
     if best.kind == "offline":
         loses = "loses no tokens" if not e.tokens_lost else "loses no more tokens than the others"
@@ -393,6 +413,50 @@ def _why(best: PackingRun, pool: list, candidates: list, tied: list, fits: bool,
             "faster per sample."
         )
     return f"{_short(best)} steps within {_pct(TIE)} of the fastest and needs the fewest new features."
+
+
+def _loader_wait(run: PackingRun) -> float:
+    """Seconds a step the GPUs wait for the data loader (``training.dataloader_seconds_per_sample``), 0 if none."""
+    return run.estimate.time.breakdown.get("dataloader", 0.0) if run.estimate is not None else 0.0
+
+
+def _domain_groups(run: PackingRun | None) -> tuple[int, float, int] | None:
+    """Dynamic CP's runtime groups against the NVLink domain: (the largest group, the share of the ranks' micro
+    batches on a group of more than one rank inside one domain, the GPUs one domain joins), with TP x g GPUs a group
+    spans (its ranks contiguous in the DP x CP order, as ``perf.step._cp_comm`` takes them)."""
+    if run is None or run.estimate is None or run.estimate.online is None or run.plan is None:
+        return None
+    groups = cp_groups_of(run.estimate.online)
+    if not groups:
+        return None
+    tp, domain = run.plan.parallel.tp, gpu_of(run.plan).domain
+    largest = max(g for _, g, _, _ in groups)
+    inside = sum(share for share, g, _, _ in groups if 1 < g and g * tp <= domain)
+    return largest, inside, domain
+
+
+def _inside(run: PackingRun) -> str:
+    """', N% of the ranks' micro batches on a group inside one node, where the longest sequences' groups cross
+    nodes' when they do, else ''."""
+    d = _domain_groups(run)
+    if d is None or run.plan is None:
+        return ""
+    largest, inside, domain = d
+    if largest * run.plan.parallel.tp <= domain or inside <= 0:
+        return ""
+    return (
+        f"; {_pct(inside)} of the ranks' micro batches run on a group inside one node, the largest groups "
+        f"({largest} ranks) across nodes"
+    )
+
+
+def _across(run: PackingRun | None) -> str:
+    """', a group across nodes' when the whole CP group spans more than one NVLink domain, else ''."""
+    d = _domain_groups(run)
+    if d is None or run is None or run.plan is None:
+        return ""
+    p = run.plan.parallel
+    return ", a group across nodes" if p.cp * p.tp > d[2] else ""
 
 
 def _cause(b: dict, o: dict, gain: float, pp: int) -> str:

@@ -255,7 +255,9 @@ def estimate(
         cp_groups=cp_groups_of(run) if run is not None and plan.dynamic_cp else (),
     )
     time = replace(time, peak_format=fmt)
-    if t.dataloader_seconds_per_sample:  # tokenized on the fly: the loader may not keep up
+    # tokenized on the fly, the loader may not keep up; offline packing's data was tokenized when it was packed
+    # (Megatron-Bridge's packed-sequence preparation writes token ids), so its loader only reads
+    if t.dataloader_seconds_per_sample and mode != "offline":
         time = loader_bound(
             time,
             samples_per_rank=samples_per_step / p.dp,

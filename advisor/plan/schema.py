@@ -347,8 +347,9 @@ class TrainingSpec(_Section):
         description=(
             "seconds one data-loader worker spends on a sample when samples are tokenized on the fly: 1 / the "
             "records/s per worker that python -m advisor tokenize measures (its records_per_second_per_worker), or "
-            "a trial's; the loader then bounds the step at samples per DP rank x this / dataloader_workers; none: "
-            "the loader keeps up (pre-tokenized or packed data)"
+            "a trial's; the loader then bounds the step at samples per DP rank x this / dataloader_workers (not under "
+            "offline packing, whose data is tokenized when it is packed); none: the loader keeps up (pre-tokenized "
+            "data)"
         ),
     )
     dataloader_workers: int = _int(
