@@ -872,9 +872,14 @@ def rule_memory(plan: Plan, packing: PackingResult | None, memory: MemoryEstimat
 
 
 def rule_traps(plan: Plan, packing: PackingResult | None) -> list[Finding]:
-    """The known traps (advisor/advice/traps.py) that bite this plan at its versions."""
-    samples = int(packing.runtime.counts.sum()) + packing.runtime.num_skipped if packing is not None else None
-    return trap_findings(plan, samples)
+    """The known traps (advisor/advice/traps.py) that bite this plan at its versions; the data set's samples and
+    tokens as the dataset stores them (each sample's runtime length + 1, the overlong ones whole)."""
+    if packing is None:
+        return trap_findings(plan)
+    r = packing.runtime
+    samples = int(r.counts.sum()) + r.num_skipped
+    tokens = r.real_tokens + r.pad_tokens + r.tokens_skipped + samples
+    return trap_findings(plan, samples, tokens)
 
 
 def rule_dataloader(plan: Plan, time: TimeEstimate | None) -> list[Finding]:

@@ -25,6 +25,7 @@ from typing import Literal, get_args
 
 from advisor.findings import Finding, Severity
 from advisor.model.parameters import moe_layer_pattern, padded_vocab_size
+from advisor.model.preparation import MB_MEMORY, preparation_resources
 from advisor.plan import Plan
 from advisor.plan.versions import DEFAULT_VERSIONS, PACKAGE_NAMES, Package, known, older
 
@@ -67,6 +68,9 @@ class Trap:
     what: str  # what happens, in one sentence
     fix: str  # what to do: an upgrade, a flag, a layout change
     plan_fix: Callable[[Plan], dict] | None = None  # a plan change that removes it (the dashboard's "Apply fix")
+    # where the data set's size decides (plan, samples, tokens): what the finding adds to its message, or None when
+    # the data does not bite; such a trap is cited only where both counts are known
+    sized: Callable[[Plan, int, int], str | None] | None = None
 
     def affected(self, plan: Plan) -> bool:
         v = plan.versions
@@ -111,8 +115,20 @@ def _logits_buffer_bytes(plan: Plan) -> float:
     return tokens * padded_vocab_size(plan.model.vocab_size, p.tp) / p.tp * 4
 
 
-# the scale Megatron-Bridge PR #6125 reports running the host out of memory: 700k samples at seq_length 32K
-MB_PREPARE_REPORTED = 700_000 * 32_768
+def _mb_prepare_over_host(plan: Plan, samples: int, tokens: int) -> str | None:
+    """Megatron-Bridge's preparation modelled (advisor/model/preparation.py, fitted by bench/bench_prepare_memory.py)
+    against the host memory of the node its first rank runs on (the GPU registry's ``host_memory_gib``; a GPU not
+    in it: H100's DGX, as the hardware table's other figures)."""
+    need = preparation_resources(samples, tokens, plan.pack_size).mb_memory / 2**30
+    host = float(plan.hardware.table["host_memory_gib"])
+    if need <= host:
+        return None
+    return (
+        f"modelled at {need:,.0f} GiB for {samples:,} samples of {tokens:,} tokens, the node has {host:,.0f} GiB "
+        f"({plan.hardware.gpu})"
+    )
+
+
 LOGITS_SHARE = 0.10  # of GPU memory: above it the buffer, not attention, is what limits the tokens per rank
 
 # ---------------------------------------------------------------------------------------------- the catalogue
@@ -263,14 +279,11 @@ TRAPS: tuple[Trap, ...] = (
         url=f"{MB}/pull/6125",
         outcome="crash",
         fixed_by="open as of 2026-09-16 (a ragged on-disk store); offline.py keeps every tokenized sample in memory",
-        applies=lambda plan, samples: (
-            plan.packing_mode == "offline"
-            and samples is not None
-            and samples * plan.training.seq_length >= MB_PREPARE_REPORTED
-        ),
-        what="Megatron-Bridge's own preparation holds every tokenized sample in host memory: above ~700k samples "
-        "at 32K the host runs out of memory",
-        fix="prepare with `python -m advisor prepare` (streamed, bounded memory), or on a large-memory host",
+        applies=lambda plan, samples: plan.packing_mode == "offline" and samples is not None,
+        sized=_mb_prepare_over_host,
+        what="Megatron-Bridge's own preparation holds every tokenized sample in host memory (offline.py l.50, "
+        f"Python lists: ~{MB_MEMORY.per_token:.0f} bytes a token) and would not fit the node",
+        fix="prepare with `python -m advisor prepare` (streamed, bounded memory), or on a larger-memory host",
     ),
 )
 
@@ -288,13 +301,13 @@ def _check_catalogue() -> None:
 _check_catalogue()
 
 
-def trap_finding(trap: Trap, plan: Plan) -> Finding:
-    """The finding of one trap that bites this plan at its versions."""
+def trap_finding(trap: Trap, plan: Plan, measure: str | None = None) -> Finding:
+    """The finding of one trap that bites this plan at its versions (``measure``: what its data check found)."""
     versions = ", ".join(f"{PACKAGE_NAMES[p]} {getattr(plan.versions, p)}" for p in trap.fixed_in)
     return Finding(
         id=f"trap.{trap.id}",
         severity=SEVERITY_OF[trap.outcome],
-        message=f"{trap.cites}: {trap.what}",
+        message=f"{trap.cites}: {trap.what}" + (f": {measure}" if measure else ""),
         reason=f"{GROUP_TITLE[trap.outcome]} on "
         f"{versions or 'every release'} ({trap.fixed_text()}; {trap.fixed_by}). Fix: {trap.fix}.",
         source=trap.url,
@@ -304,10 +317,20 @@ def trap_finding(trap: Trap, plan: Plan) -> Finding:
     )
 
 
-def trap_findings(plan: Plan, samples: int | None = None) -> list[Finding]:
-    """Every known trap that bites this plan at the versions it names (``samples``: the data set's, where known),
-    and a note for a version the advisor does not know (judged by its number)."""
-    out = [trap_finding(t, plan) for t in TRAPS if t.applies(plan, samples) and t.affected(plan)]
+def trap_findings(plan: Plan, samples: int | None = None, tokens: int | None = None) -> list[Finding]:
+    """Every known trap that bites this plan at the versions it names (``samples``, ``tokens``: the data set's, where
+    known; tokens as the dataset stores them), and a note for a version the advisor does not know (judged by its
+    number)."""
+    out = []
+    for t in TRAPS:
+        if not (t.applies(plan, samples) and t.affected(plan)):
+            continue
+        measure = None
+        if t.sized is not None:
+            measure = t.sized(plan, samples, tokens) if samples is not None and tokens is not None else None
+            if measure is None:
+                continue
+        out.append(trap_finding(t, plan, measure))
     unknown = [
         f"{PACKAGE_NAMES[p]} {getattr(plan.versions, p)}"
         for p in PACKAGE_NAMES

@@ -168,3 +168,35 @@ def test_global_batch_dynamic_cp_in_megatron_bridge_walks_into_the_rope_trap_too
         }
     )
     assert "trap.mlm-6821" in [f.id for f in trap_findings(plan)]
+
+
+def test_megatron_bridge_preparation_is_cited_where_its_modelled_memory_exceeds_the_node():
+    """Trap mb-6125 on the model of Megatron-Bridge's preparation (advisor/model/preparation.py, fitted by
+    bench/bench_prepare_memory.py): the bundled SFT histogram (200k samples, 165M tokens: ~20 GiB) fits a DGX H100's
+    2 TiB; the same shape 120 times over (24M samples, 20B tokens: ~2.3 TiB) does not, and the finding says the
+    modelled GiB against the node's; on a GB200 tray (960 GiB) half of that does not fit either."""
+    from advisor.advice.rules import rule_traps
+    from advisor.data.lengths import LengthHistogram
+    from advisor.packing.config import PackingConfig
+    from advisor.packing.offline import pack
+    from tests.support.histograms import read_hist
+
+    sft = read_hist("sft_like_hist.csv")
+    plan = plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 8}, "training": {"seq_length": 8192}})
+
+    def cited(hist: LengthHistogram, gpu: str = "H100-80GB") -> list:
+        at = plan.changed({"hardware": {"gpu": gpu}})
+        packed = pack(hist, PackingConfig(pack_size=at.pack_size, algorithm="first_fit_decreasing"))
+        return [f for f in rule_traps(at, packed) if f.id == "trap.mb-6125"]
+
+    def times(k: int) -> LengthHistogram:
+        return LengthHistogram(lengths=sft.lengths, counts=sft.counts * k, source=f"sft x {k}")
+
+    assert cited(sft) == []
+    (f,) = cited(times(120))
+    assert f.outcome == "crash" and f.link.endswith("/pull/6125")
+    assert "the node has 2,048 GiB (H100-80GB)" in f.message and "24,000,000 samples" in f.message
+    modelled = float(f.message.split("modelled at ")[1].split(" GiB")[0].replace(",", ""))
+    assert 2048 < modelled < 3000
+    assert cited(times(60)) == [] and len(cited(times(60), "GB200")) == 1
+    assert "trap.mb-6125" not in [g.id for g in trap_findings(plan)]  # no data: nothing to model
