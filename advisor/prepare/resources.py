@@ -55,8 +55,14 @@ def input_size(data: str) -> tuple[int, int] | None:
     return records, round(total / BYTES_PER_TOKEN)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:,.0f} MiB"
+def _size(n: float) -> str:
+    """
+    >>> _size(3 * 2**30), _size(5 * 2**20), _size(3000)
+    ('3.0 GiB', '5 MiB', '3 KiB')
+    """
+    if n >= 2**30 / 10:
+        return f"{n / 2**30:,.1f} GiB"
+    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{max(1, round(n / 2**10))} KiB"
 
 
 def resources_note(data: str, pack_size: int, workers: int = 1) -> str | None:
@@ -75,8 +81,9 @@ def resources_note(data: str, pack_size: int, workers: int = 1) -> str | None:
     r = preparation_resources(records, tokens, pack_size, workers=workers)
     return (
         f"{records:,} records, ~{tokens:,} tokens (from the bytes, ~{BYTES_PER_TOKEN:.0f} a token): prepare is "
-        f"modelled at a peak of {_gib(r.advisor_memory)} of host memory and {_gib(r.advisor_disk)} of disk "
-        f"({workers} worker(s)); Megatron-Bridge's own preparation at {_gib(r.mb_memory)} and {_gib(r.mb_disk)} "
+        f"modelled at a peak of {_size(r.advisor_memory)} of host memory and {_size(r.advisor_disk)} of disk "
+        f"({workers} worker{'s' if workers > 1 else ''}); Megatron-Bridge's own preparation at {_size(r.mb_memory)} "
+        f"and {_size(r.mb_disk)} "
         "(docs/limits.md, Preparation memory)"
     )
 

@@ -91,6 +91,15 @@ def prepare(args: Namespace) -> PrepareOutcome:
     inputs = [args.from_cache] if args.from_cache else [args.data, args.tokenizer, args.validation]
     # before the work, not after: and --force replaces only a folder prepare wrote, never one holding an input
     named("-o", check_output_folder, args.output, force=args.force, inputs=inputs, owned=written_by_prepare)
+    if not args.from_cache and not args.quiet:  # its modelled peaks and Megatron-Bridge's, where the size is cheap
+        import os
+
+        from advisor.prepare.resources import resources_note
+
+        local = (workers or os.cpu_count() or 1) if args.engine == "local" else 1
+        note = resources_note(args.data, args.pack_size, local)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     try:
         with Bar(args.quiet, "prepare") as bar:
             result = run(args.output, options, from_cache=args.from_cache, progress=bar, **jobs)
