@@ -407,7 +407,14 @@ def _why(best: PackingRun, pool: list, candidates: list, tied: list, fits: bool,
             f"so dynamic CP has nothing to rebalance: {_short(best)} steps as fast and needs less."
         )
     if best.kind == "offline":
-        loses = "loses no tokens" if not e.tokens_lost else "loses no more tokens than the others"
+        fewest = min(r.estimate.tokens_lost for r in tied if r.estimate is not None)
+        loses = (
+            "loses no tokens"
+            if not e.tokens_lost
+            else "loses no more tokens than the others"
+            if e.tokens_lost <= fewest
+            else "loses about as many tokens as the others (within a thousandth of the data)"
+        )
         return (
             f"offline packing {loses} and needs no 0.7 features, and no other way steps more than {_pct(TIE)} "
             "faster per sample."
