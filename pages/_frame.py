@@ -91,11 +91,6 @@ def say(kind: str, text: str, where=st, **kw) -> None:
     getattr(where, kind)(ui.plain(text), **kw)
 
 
-def bullets(items, where=st) -> None:
-    """Engine text as a Markdown bullet list, each item escaped as ``say`` escapes."""
-    where.markdown("\n".join(f"- {ui.plain(item)}" for item in items))
-
-
 def on_upload(upload, seen_key: str, use) -> bool:
     """Hand a new upload to ``use`` once (Streamlit returns the same file on every rerun): what ``use`` returned, or
     False when there was nothing new."""

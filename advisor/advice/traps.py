@@ -27,7 +27,7 @@ from advisor.findings import Finding, Severity
 from advisor.model.parameters import moe_layer_pattern, padded_vocab_size
 from advisor.model.preparation import MB_MEMORY, preparation_resources
 from advisor.plan import Plan
-from advisor.plan.versions import DEFAULT_VERSIONS, PACKAGE_NAMES, Package, known, older
+from advisor.plan.versions import DEFAULT_VERSIONS, PACKAGE_NAMES, Package, known, older, parse
 
 Outcome = Literal["crash", "hang", "trains wrong", "wastes memory", "misleading logs"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)  # the order the Recommendations page groups them in
@@ -90,7 +90,7 @@ def _packed(plan: Plan) -> bool:
 
 
 def _upgrade(pkg: Package, to: str) -> Callable[[Plan], dict]:
-    return lambda plan: {"versions": {pkg: max(to, DEFAULT_VERSIONS[pkg], key=lambda x: tuple(map(int, x.split("."))))}}
+    return lambda plan: {"versions": {pkg: max(to, DEFAULT_VERSIONS[pkg], key=parse)}}
 
 
 def _expert_tensors_per_rank(plan: Plan) -> int:

@@ -10,6 +10,8 @@ import time
 import numpy as np
 from numba import njit
 
+from advisor.packing.algorithms import first_fit_decreasing  # the incumbent, and what packs the remainder
+
 __all__ = ["column_generation"]
 
 
@@ -62,9 +64,6 @@ def column_generation(
     [[2], [2, 2], [3], [3]]
     """
     import highspy  # here, not at the top: only this algorithm needs the solver, so only it pays the import
-
-    # here, not at the top: algorithms imports this module for its registry, so a top-level import would be a cycle
-    from advisor.packing.algorithms import first_fit_decreasing
 
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     lengths = np.nonzero(counts)[0]

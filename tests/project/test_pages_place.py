@@ -1,4 +1,4 @@
-"""Pages only place: text the engine or a visitor wrote reaches the page through the frame's ``say``/``bullets``
+"""Pages only place: text the engine or a visitor wrote reaches the page through the frame's ``say``/``place``
 (escaped), never ``st.caption(...)`` and its kin on a computed value; a literal string is the page's own words."""
 
 from __future__ import annotations
