@@ -84,6 +84,8 @@ class Budget:
     steps: int = MAX_STEPS
     seconds: float = RENDER_SECONDS
     deadline: float = field(default=float("inf"))
+    expired: bool = False  # the alarm rang: the next hook raises the deadline, in the template's own flow
+    told: bool = False  # a hook raised the deadline: it is on its way out
 
     @classmethod
     def for_input(cls, input_chars: int, seconds: float | None = None) -> Budget:
@@ -121,7 +123,8 @@ def _step(n: int = 1) -> None:
     b.steps -= n
     if b.steps < 0:
         raise TemplateLimit(f"over {MAX_STEPS:,} loop iterations, calls and lookups", costly=True)
-    if b.steps & (CLOCK_STEPS - 1) < n and time.monotonic() > b.deadline:
+    if b.expired or (b.steps & (CLOCK_STEPS - 1) < n and time.monotonic() > b.deadline):
+        b.told = True
         raise TemplateLimit(f"over {b.seconds:g} s", costly=True)
 
 
@@ -965,11 +968,11 @@ class _budgeted:
 
 
 class _running:
-    """Installs ``budget`` for this thread and, on the main thread, a ``SIGALRM`` timer that raises
-    ``TemplateLimit`` at the deadline (and every 50 ms after, in case some code swallowed the first), so even a
-    loop no hook sees is stopped. A timer someone else set (pytest-timeout, a caller's own alarm) is put back
-    afterwards with its remaining time, or left alone when it is due before ours. Another thread cannot take
-    signals: there the hooks alone keep time."""
+    """Installs ``budget`` for this thread and, on the main thread, a ``SIGALRM`` timer that marks the budget
+    expired at the deadline, so the next hook raises ``TemplateLimit``; where no hook runs for a whole 50 ms repeat
+    after that (a loop no hook sees), the alarm raises it itself. A timer someone else set (pytest-timeout, a
+    caller's own alarm) is put back afterwards with its remaining time, or left alone when it is due before ours.
+    Another thread cannot take signals: there the hooks alone keep time."""
 
     def __init__(self, budget: Budget):
         self.budget = budget
@@ -977,6 +980,7 @@ class _running:
         self.old_timer = (0.0, 0.0)
         self.armed = False
         self.started = 0.0
+        self.steps_at_ring = budget.steps
 
     def __enter__(self):
         _STATE.budget = self.budget
@@ -992,8 +996,22 @@ class _running:
     def _alarm(self, signum, frame):
         # never inside __exit__: an exception there would leave this handler and its 50 ms repeat installed, to
         # fire in whatever code runs next (it did, at interpreter shutdown)
-        if self.armed and frame is not None and frame.f_code not in _OWN_CODE:
-            raise TemplateLimit(f"over {self.budget.seconds:g} s", costly=True)
+        if not self.armed or frame is None or frame.f_code in _OWN_CODE:
+            return
+        budget = self.budget
+        if budget.told:
+            # A hook raised it and the render is unwinding: raised again here it could land in a generator that
+            # the unwinding closes, where Python only prints "Exception ignored" (and a test runner's hook for
+            # those, slow on a deep template's traceback, failed when the next alarm rang inside it)
+            return
+        if not budget.expired:
+            # First ring: the next hook raises it in the template's own flow, never inside a finalizer
+            budget.expired = True
+            self.steps_at_ring = budget.steps
+            return
+        if budget.steps == self.steps_at_ring:  # a whole repeat and no hook ran: a loop no hook sees
+            raise TemplateLimit(f"over {budget.seconds:g} s", costly=True)
+        self.steps_at_ring = budget.steps
 
     def __exit__(self, *exc):
         try:
