@@ -243,6 +243,18 @@ MODEL_PRESETS: dict[str, dict] = {
         rotary_base=10000,
         norm_epsilon=1e-5,
     ),
+    # NeMo's long-sequence table runs it with CP up to 1M tokens (docs/source/performance/performance_long_sequence.md)
+    "llama2-7b": dict(
+        hidden_size=4096,
+        num_layers=32,
+        num_attention_heads=32,
+        num_query_groups=32,
+        ffn_hidden_size=11008,
+        vocab_size=32000,
+        kv_channels=128,
+        rotary_base=10000,
+        norm_epsilon=1e-5,
+    ),
     "qwen2.5-vl-7b": dict(
         hidden_size=3584,
         num_layers=28,
@@ -298,4 +310,5 @@ HF_REPOS: dict[str, str] = {
     "gpt-oss-120b": "openai/gpt-oss-120b",
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "llama2-70b": "meta-llama/Llama-2-70b-hf",
+    "llama2-7b": "meta-llama/Llama-2-7b-hf",
 }

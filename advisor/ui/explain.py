@@ -311,10 +311,10 @@ HELP: dict[str, Explanation] = {
         "Seconds per optimizer step from the performance model: every layer's GEMMs by shape, attention "
         "by kernel, the communication Megatron does not hide (TP, CP, pipeline, data parallel, MoE), the "
         "pipeline bubble and the optimizer, times the straggler factor simulated from the real packs. "
-        "Six constants are fitted on 101 published pre-training runs (H100, B200, B300, GB200, GB300; "
-        "BF16, FP8, MXFP8, NVFP4): median error 7.8 %, 90th percentile 20.7 %, MoE models the weak part "
-        "(the calibration table in docs/step-time.md).",
-        "advisor/model/perf/calibration.py; sample_data/mb_performance_pretrain.csv",
+        "Eight constants are fitted on 118 published pre-training runs (H100, B200, B300, GB200, GB300; "
+        "BF16, FP8, MXFP8, NVFP4; 4K to 1M tokens, CP up to 32): median error 6.3 %, 90th percentile "
+        "19.6 %, MoE models the weak part (the calibration table in docs/step-time.md).",
+        "advisor/model/perf/calibration.py; sample_data/mb_performance_pretrain.csv, long_sequence_tflops.csv",
     ),
     "step_breakdown": _e(
         "Where one step's seconds go. Compute (GEMMs, attention, memory-bound work, recompute) is "

@@ -68,14 +68,15 @@ def attention_seconds(
     tokens: float,
     gpu: Gpu,
     efficiency: float,
-    chunks: int = 1,
+    ring: int = 1,
     window: int | None = None,
 ) -> tuple[float, float]:
     """Forward and backward seconds of causal variable-length attention (THD) over sum(s_i^2) on one GPU.
 
     ``q_width``: query heads x head dim on this GPU. Forward FLOPs 2 x q_width x sum(s^2): QK^T and PV, half of it
-    under the causal mask. The diagonal blocks belong to each whole sequence, also under CP: the ring's other
-    steps are unmasked rectangles, and a2a rebuilds whole sequences (so ``chunks`` stays 1 for Megatron's CP).
+    under the causal mask; ``seqlen_squared_sum`` is this GPU's share of it. ``ring``: the ranks of a p2p CP ring
+    (1 without one, and for a2a, which rebuilds whole sequences): the kernels then run on chunks of s / (2 ring)
+    tokens, where the tiles' rounding costs more (``ring_tile_share``).
 
     >>> from advisor.model.perf.hardware import gpu_of
     >>> from advisor.plan import plan_from_dict
@@ -86,13 +87,36 @@ def attention_seconds(
     """
     if seqlen_squared_sum <= 0 or tokens <= 0:
         return 0.0, 0.0
-    mean_length = seqlen_squared_sum / tokens / chunks  # work-weighted: long sequences carry the s^2 work
+    mean_length = seqlen_squared_sum / tokens  # work-weighted: long sequences carry the s^2 work
     if window:  # a sliding window: each query sees at most ``window`` keys, a band of about 2 x window x tokens
         seqlen_squared_sum = windowed_work(seqlen_squared_sum, tokens, window)
         mean_length = min(mean_length, window)
-    block = mean_length / (mean_length + ATTENTION_BLOCK)  # (s^2/2) / (s^2/2 + 64 s)
+        ring = 1  # the band is what runs, whatever the chunking
+    block = ring_tile_share(mean_length, ring)
     forward = max(KERNEL_FLOOR_SECONDS, 2.0 * q_width * seqlen_squared_sum / (gpu.peak * efficiency * block))
     return forward, ATTENTION_BACKWARD_RATIO * forward
+
+
+def ring_tile_share(length: float, ring: int = 1) -> float:
+    """The useful share of the tiles causal attention over a sequence of ``length`` tokens runs, on one rank of a
+    p2p CP ring of ``ring`` ranks. Transformer Engine's load balance gives each rank chunks r and 2 ring - 1 - r of
+    k = length / (2 ring) tokens (context_parallel.py, AttnFuncWithCPAndKVP2P): one step on its own two chunks, causal
+    (2 k^2 useful, plus the diagonal tiles: 128 k), then ring - 1 steps of a 2k x k or k x 2k rectangle, whose edges
+    round up to the 128-token tile (``_tiled``). Without a ring: (s^2/2) / (s^2/2 + 64 s).
+
+    >>> round(ring_tile_share(8192), 4), round(ring_tile_share(131072, 16), 4), round(ring_tile_share(4096, 16), 3)
+    (0.9846, 0.9775, 0.54)
+    """
+    ring = max(1, ring)
+    k = length / (2 * ring)
+    useful = 2 * ring * k * k
+    return useful / (2 * k * k + ATTENTION_BLOCK * k + (ring - 1) * _tiled(2 * k) * _tiled(k))
+
+
+def _tiled(tokens: float) -> float:
+    """Tokens a rectangle's edge of ``tokens`` occupies in 128-token tiles: half a tile more on average, and never
+    less than one tile (a chunk of 16 tokens still runs a whole tile)."""
+    return max(ATTENTION_BLOCK, tokens + ATTENTION_BLOCK / 2)
 
 
 def windowed_work(seqlen_squared_sum: float, tokens: float, window: int) -> float:
