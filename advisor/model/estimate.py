@@ -279,7 +279,7 @@ def estimate(
         cp=p.cp,
         pp=p.pp,
     )
-    notes = []
+    notes = list(plan.notes)  # what reading the plan changed or assumed, said where its figures are
     if p.cp > 1:
         notes.append(
             f"CP {p.cp}: each sequence is split in {2 * p.cp} chunks, rank r taking chunks r and "

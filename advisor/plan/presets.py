@@ -289,6 +289,15 @@ GPU_SOURCES: dict[str, str] = {g.name: g.source for g in GPUS}
 # are linear_q_down_proj/linear_q_up_proj/linear_kv_down_proj/linear_kv_up_proj in Megatron-Core's MLA layer)
 MLA_PRESETS = frozenset({"deepseek-v3", "kimi-k2"})
 
+# Presets whose Megatron-Bridge recipes count the input embedding and the loss as pipeline layers
+# (account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split true): 126 + 2 and 94 + 2 layers
+# then divide by their recipes' PP x VP. A plan of one of them whose stages divide only that way gets both flags,
+# with a note (``plan_from_dict``), rather than a refusal of a layout Megatron-Bridge runs.
+RECIPE_PIPELINE_SLOTS: dict[str, str] = {
+    "llama3.1-405b": "recipes/llama/llama3.py, the 405B recipes",
+    "qwen3-235b-a22b": "recipes/qwen/qwen3_moe.py, 'Pipeline split accounting (required for 235B model)'",
+}
+
 # MTP layers Megatron-Bridge's provider builds from the checkpoint's config (num_nextn_predict_layers;
 # models/deepseek/deepseek_v3_bridge.py) where the preset leaves them out: the exports set the plan's count
 PROVIDER_MTP_LAYERS: dict[str, int] = {"deepseek-v3": 1}

@@ -35,7 +35,7 @@ from advisor.limits import MAX_GPUS, MAX_PACK, MAX_TOKENS
 from advisor.plan.gpus import unknown_gpu
 from advisor.plan.pipeline_layout import RECIPE_LAYOUTS, layout_problems, layout_summary, parse_layout, recipe_layout
 from advisor.plan.precisions import precision_problems
-from advisor.plan.presets import GPU_PRESETS, MLA_PRESETS, MODEL_PRESETS
+from advisor.plan.presets import GPU_PRESETS, MLA_PRESETS, MODEL_PRESETS, RECIPE_PIPELINE_SLOTS
 from advisor.plan.versions import DEFAULT_VERSIONS, RELEASES, parse
 from advisor.vocabulary import (
     SCHEDULED_MODES,
@@ -1212,10 +1212,47 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
         except RecursionError:
             problems.append(f"{name}: nested too deeply")
             sections[name] = None
+    notes += recipe_pipeline(raw.get("parallel"), sections)
     problems += consistency_problems(*(sections[n] for n in ("model", "parallel", "training", "packing", "hardware")))
     if problems:
         raise PlanError(source, list(dict.fromkeys(problems)))
     return Plan.model_construct(**sections, version=VERSION, notes=tuple(notes))  # checked: no second validation
+
+
+PIPELINE_SLOT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def recipe_pipeline(given: Any, sections: dict[str, Any]) -> list[str]:
+    """Megatron-Bridge's recipe placement for a preset whose recipes count the embedding and the loss as pipeline
+    layers (``presets.RECIPE_PIPELINE_SLOTS``): where the plan sets neither flag nor a layout and its PP x VP stages
+    divide the layers only with those two slots, both flags are set in ``sections`` and the note says so; else
+    nothing changes. Why: Qwen3 235B-A22B's 94 layers divide by none of its recipes' PP x VP (8 x 4, 4 x 12, ...),
+    which Megatron-Bridge runs with the flags its recipes set.
+
+    >>> from advisor.plan.schema import ModelSpec, ParallelSpec
+    >>> s = {"model": ModelSpec.model_validate("qwen3-235b-a22b"),
+    ...      "parallel": ParallelSpec(gpus=256, tp=2, pp=8, vpp=4, ep=32)}
+    >>> recipe_pipeline({"pp": 8, "vpp": 4}, s)[0][:60], s["parallel"].pipeline_slots
+    ('parallel.account_for_embedding_in_pipeline_split and account', 2)
+    """
+    m, p = sections.get("model"), sections.get("parallel")
+    if m is None or p is None or p.pp <= 1 or p.pipeline_layout is not None:
+        return []
+    if isinstance(given, dict) and any(k in given for k in PIPELINE_SLOT_FIELDS):
+        return []  # the user's own choice, kept
+    source = RECIPE_PIPELINE_SLOTS.get(m.preset or "")
+    if source is None or m.num_layers != MODEL_PRESETS[m.preset]["num_layers"]:
+        return []
+    stages = p.pp * (p.vpp or 1)
+    if m.num_layers % stages == 0 or (m.num_layers + 2) % stages:
+        return []
+    sections["parallel"] = p.model_copy(update=dict.fromkeys(PIPELINE_SLOT_FIELDS, True))
+    return [
+        f"parallel.account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split set true, as "
+        f"Megatron-Bridge's {m.preset} recipes set them ({source}): {m.num_layers} layers divide by no "
+        f"{stages} stages (PP {p.pp} x VP {p.vpp or 1}); with the embedding and the loss as layers, "
+        f"{(m.num_layers + 2) // stages} a stage"
+    ]
 
 
 def collate_multiple(p: ParallelSpec) -> int:

@@ -32,7 +32,7 @@ import numpy as np
 from advisor import caches
 from advisor.model.perf.step import Efficiency, StepWork, step_time
 from advisor.plan import Plan, PlanError, plan_from_dict
-from advisor.plan.presets import MODEL_PRESETS
+from advisor.plan.presets import MODEL_PRESETS, RECIPE_PIPELINE_SLOTS
 
 BOUNDS = {
     "gemm": (0.3, 1.0),
@@ -96,7 +96,7 @@ SOURCE_VPP = {"nemotron4-340b": "12"}
 MODEL_OF = {"llama3-8b": "llama3.1-8b", "llama3-70b": "llama3.1-70b"}
 # models whose recipes count the embedding and the loss as pipeline layers (126 + 2 and 94 + 2 layers divide by
 # PP x VP): Megatron-Bridge 0.6.2 recipes/llama/h100/llama3.py (405B), recipes/qwen/h100/qwen3_moe.py (235B)
-PIPELINE_SLOTS = ("llama3.1-405b", "qwen3-235b-a22b")
+PIPELINE_SLOTS = tuple(RECIPE_PIPELINE_SLOTS)
 # NeMo 25.02's performance scripts ran FP8 with delayed scaling (bf16_with_fp8_mixed); the dgxc README names no
 # recipe. Megatron-Bridge's table says FP8-CS: current scaling, tensorwise
 FP8_RECIPE = {
