@@ -10,7 +10,7 @@ from pages._frame import explained, frame, place, say, stop_on
 
 frame()  # through app.py's frame first (pages/_frame.py says why)
 plan, hist = st.session_state["plan"], st.session_state["hist"]
-st.title("Online packing (Megatron-LM)")
+st.title("Online packing (Megatron-Bridge 0.7, Megatron-LM)")
 c = st.columns(3)
 branch = c[0].selectbox("Megatron-LM", ["dev", "main"], help=H("online_megatron_lm"))
 buffer = int(c[1].number_input("max_seqlen_per_dp_cp_rank (0: default)", 0, 1 << 24, 0, help=H("online_max_seqlen")))

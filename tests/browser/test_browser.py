@@ -134,7 +134,9 @@ def test_dashboard_in_chromium(app_url, tmp_path):
         page.screenshot(path=str(SHOTS / "3_packing.png"), full_page=True)
 
         page.get_by_role("link", name="Online packing").click()
-        page.get_by_role("heading", name="Online packing (Megatron-LM)", exact=True).wait_for(timeout=120_000)
+        page.get_by_role("heading", name="Online packing (Megatron-Bridge 0.7, Megatron-LM)", exact=True).wait_for(
+            timeout=120_000
+        )
         page.wait_for_selector(READY, timeout=180_000)
         page.get_by_text("trains fastest").first.wait_for(timeout=120_000)  # the comparison chart's title
         assert page.locator(".js-plotly-plot").count() == 3  # comparison, steps over the epoch, one step's ranks
@@ -473,7 +475,7 @@ def test_three_sessions_one_hostile_in_chromium():
             hostile.set_viewport_size({"width": 1400, "height": 1100})
             t0 = time.perf_counter()
             hostile.goto(f"{url}/Online_packing?{query}", wait_until="commit")
-            hostile.get_by_text("Online packing (Megatron-LM)").first.wait_for(timeout=120_000)
+            hostile.get_by_text("Online packing (Megatron-Bridge 0.7, Megatron-LM)").first.wait_for(timeout=120_000)
             tp = int(calm[0].get_by_role("spinbutton", name="TP", exact=True).input_value())
             for i, n in enumerate((16, 32, 8, 64, 16, 8)):
                 page = calm[i % 2]
