@@ -75,7 +75,8 @@ def _idle(timeout: float = 120.0) -> float:
 
 def packing_controls(start: int):
     """(name, [change, ...]) on the Packing page, the plan's pack size being ``start``."""
-    new = [start // 2 + start // 4, start + start // 4, start * 2 - start // 4]  # never packed before
+    # never packed before, and at most the plan's seq_length (a longer pack is refused: a pack is one model row)
+    new = [start - start // 8, start - start // 4, start - start // 4 - start // 8]
     seen = [start, new[0], new[1]]
 
     def to(size):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,14 +35,29 @@ def table_of(rows: Rows) -> pa.Table:
     >>> table_of(r).to_pylist()[0]
     {'input_ids': [7, 8], 'loss_mask': [1, 0], 'seq_start_id': [0]}
     """
+    offsets, starts = _arrow(rows.offsets, np.int32), _arrow(rows.start_offsets, np.int32)
     return pa.Table.from_arrays(
         [
-            pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.ids, pa.int64())),
-            pa.ListArray.from_arrays(pa.array(rows.offsets, pa.int32()), pa.array(rows.mask, pa.int8())),
-            pa.ListArray.from_arrays(pa.array(rows.start_offsets, pa.int32()), pa.array(rows.seq_start, pa.int64())),
+            pa.ListArray.from_arrays(offsets, _arrow(rows.ids, np.int64)),
+            pa.ListArray.from_arrays(offsets, _arrow(rows.mask, np.int8)),
+            pa.ListArray.from_arrays(starts, _arrow(rows.seq_start, np.int64)),
         ],
         schema=SCHEMA,
     )
+
+
+_ARROW_TYPES = {np.dtype(np.int8): pa.int8(), np.dtype(np.int32): pa.int32(), np.dtype(np.int64): pa.int64()}
+
+
+def _arrow(values: np.ndarray, dtype: type) -> pa.Array:
+    """``pa.array(values, type)`` over the array's own buffer. Why not ``pa.array``: handed a NumPy array the first
+    time, pyarrow imports pandas to ask whether it is a pandas object, 0.2-0.45 s of a re-pack that writes for 0.3 s.
+
+    >>> _arrow(np.array([3, 4]), np.int8).to_pylist()
+    [3, 4]
+    """
+    values = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], values.size, [None, pa.py_buffer(values)])
 
 
 def write_rows(path: str, groups: Iterable[Rows]) -> int:
