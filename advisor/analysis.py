@@ -224,7 +224,7 @@ def analyze(
     if not isinstance(plan, Plan):
         raise PlanError("plan", [f"expected a Plan, got {type(plan).__name__}"])
     mfu, overhead_gib = check_mfu(mfu), check_overhead(overhead_gib)
-    key = (plan.model_dump_json(), mfu, overhead_gib)
+    key = (plan.model_dump_json(), plan.notes, mfu, overhead_gib)  # notes: what reading it said travels with it
     return _ANALYSES.get(hist, key, lambda: Analysis(plan=plan, hist=hist, mfu=mfu, overhead_gib=overhead_gib))
 
 

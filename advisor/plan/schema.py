@@ -833,7 +833,24 @@ class Plan(_Section):
             training = {}
         if not {"global_batch_size", "global_batch_samples"} & set(training):
             raw = self._batch_across_modes(raw)
+        raw = self._recipe_slots_anew(raw, changes)
         return plan_from_dict(raw, "changed plan")
+
+    def _recipe_slots_anew(self, raw: dict, changes: dict) -> dict:
+        """A change of the pipeline's stages (PP, VPP, the model) on a preset whose recipes count the embedding and
+        the loss as layers, that says nothing of those flags: where this plan's flags are the defaults or were set
+        by ``recipe_pipeline`` (its note), they are left out so ``recipe_pipeline`` decides them for the new stages.
+        Without this, ``to_dict`` writes them and they would read as the user's choice (PP 2 to PP 8 x VP 4 on
+        Qwen3 235B-A22B was refused)."""
+        given = changes.get("parallel")
+        parallel: dict = given if isinstance(given, dict) else {}
+        staged = bool({"pp", "vpp"} & set(parallel)) or "model" in changes
+        if not staged or set(PIPELINE_SLOT_FIELDS) & set(parallel) or not isinstance(raw.get("parallel"), dict):
+            return raw
+        derived = any(note.startswith(RECIPE_NOTE) for note in self.notes)
+        if not derived and self.parallel.pipeline_slots:
+            return raw  # flags the plan's reader set: kept
+        return {**raw, "parallel": {k: v for k, v in raw["parallel"].items() if k not in PIPELINE_SLOT_FIELDS}}
 
     def _batch_across_modes(self, raw: dict) -> dict:
         """global_batch_size changes unit with the packing mode (packs offline, samples otherwise): a change of mode
@@ -1220,6 +1237,7 @@ def plan_from_dict(raw: Any, source: str = "plan") -> Plan:
 
 
 PIPELINE_SLOT_FIELDS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+RECIPE_NOTE = "parallel.account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split set true"
 
 
 def recipe_pipeline(given: Any, sections: dict[str, Any]) -> list[str]:
@@ -1248,7 +1266,7 @@ def recipe_pipeline(given: Any, sections: dict[str, Any]) -> list[str]:
         return []
     sections["parallel"] = p.model_copy(update=dict.fromkeys(PIPELINE_SLOT_FIELDS, True))
     return [
-        f"parallel.account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split set true, as "
+        f"{RECIPE_NOTE}, as "
         f"Megatron-Bridge's {m.preset} recipes set them ({source}): {m.num_layers} layers divide by no "
         f"{stages} stages (PP {p.pp} x VP {p.vpp or 1}); with the embedding and the loss as layers, "
         f"{(m.num_layers + 2) // stages} a stage"

@@ -53,9 +53,11 @@ def _arrow(values: np.ndarray, dtype: type) -> pa.Array:
     """``pa.array(values, type)`` over the array's own buffer. Why not ``pa.array``: handed a NumPy array the first
     time, pyarrow imports pandas to ask whether it is a pandas object, 0.2-0.45 s of a re-pack that writes for 0.3 s.
 
-    >>> _arrow(np.array([3, 4]), np.int8).to_pylist()
+    >>> _arrow(np.array([3, 4], np.int8), np.int8).to_pylist()
     [3, 4]
     """
+    if values.dtype != dtype and not np.can_cast(values.dtype, dtype, casting="safe"):  # as pa.array refuses
+        raise TypeError(f"{values.dtype} values cannot be written as {np.dtype(dtype)} without loss")
     values = np.ascontiguousarray(values, dtype=dtype)
     return pa.Array.from_buffers(_ARROW_TYPES[values.dtype], values.size, [None, pa.py_buffer(values)])
 

@@ -17,7 +17,7 @@ from advisor.data.tokenize import folder as folder_mod
 from advisor.data.tokenize import template as tpl
 from advisor.data.tokenize.chat import ChatSettings, _encode_lengths, chat_lengths
 from advisor.data.tokenize.engine import TokenizeJob, tokenize
-from advisor.data.tokenize.template import Budget, TemplateLimit, _running, render_chat
+from advisor.data.tokenize.template import Budget, TemplateLimit, _budgeted, _running, render_chat
 from advisor.data.tokenize.tokenizer import TokenizerPanic, is_panic, load_tokenizer, native
 from advisor.errors import InputError
 from tests.support.templates import ATTACKS, CHATS, FEATURES_TEMPLATE, GENERATION_TEMPLATE, PLAIN_TEMPLATE, TOOLS, USER
@@ -160,6 +160,14 @@ def test_the_alarm_leaves_the_deadline_to_the_hooks_when_they_run():
                 busy()
                 _step()
         assert caught.traceback[-1].name == "_step"
+    # a record's prefix renders: each spends its own budget (deadline far off) under the record's one alarm
+    for _ in range(3):
+        outer, inner = Budget.for_input(0, seconds=0.05), Budget.for_input(0, seconds=60)
+        with pytest.raises(TemplateLimit) as caught, _running(outer), _budgeted(inner):
+            while True:
+                busy()
+                _step()
+        assert caught.traceback[-1].name == "_step" and inner.told
 
 
 def test_a_chat_template_setting_is_text_of_bounded_size():

@@ -57,6 +57,7 @@ MAX_INDENT = 64  # tojson / indent / center widths beyond this are never formatt
 RENDER_SECONDS = 1.0  # per record, plus SECONDS_PER_MB of its size: real templates take ~0.2 s per MB rendered
 SECONDS_PER_MB = 10.0
 MAX_RENDER_SECONDS = 60.0
+QUIET_RINGS = 20  # the alarm's 50 ms rings with no hook run after a hook raised the deadline: then it raises itself
 STRIKES = 3  # records in a row a template ran out of time or steps on: then it is not rendered again
 MAX_LIPSUM = 100  # lipsum paragraphs (and words per paragraph: 10x)
 
@@ -981,6 +982,8 @@ class _running:
         self.armed = False
         self.started = 0.0
         self.steps_at_ring = budget.steps
+        self.rung: Budget | None = None  # the budget the last ring found the hooks spending
+        self.quiet = 0  # rings in a row with no hook run on it
 
     def __enter__(self):
         _STATE.budget = self.budget
@@ -998,20 +1001,26 @@ class _running:
         # fire in whatever code runs next (it did, at interpreter shutdown)
         if not self.armed or frame is None or frame.f_code in _OWN_CODE:
             return
-        budget = self.budget
-        if budget.told:
-            # A hook raised it and the render is unwinding: raised again here it could land in a generator that
-            # the unwinding closes, where Python only prints "Exception ignored" (and a test runner's hook for
-            # those, slow on a deep template's traceback, failed when the next alarm rang inside it)
-            return
+        # the budget the hooks spend now: a record's prefix renders each run on their own (``_budgeted``) under
+        # the one alarm of the record's outer budget
+        budget = getattr(_STATE, "budget", None) or self.budget
+        if budget is not self.rung:  # another render began since the last ring: its hooks have run
+            self.rung, self.quiet = budget, 0
+        elif budget.steps == self.steps_at_ring:
+            self.quiet += 1  # a whole repeat and no hook ran
+        else:
+            self.quiet = 0
+        self.steps_at_ring = budget.steps
         if not budget.expired:
             # First ring: the next hook raises it in the template's own flow, never inside a finalizer
-            budget.expired = True
-            self.steps_at_ring = budget.steps
+            budget.expired = self.budget.expired = True
             return
-        if budget.steps == self.steps_at_ring:  # a whole repeat and no hook ran: a loop no hook sees
+        # A hook raised it and the render is unwinding (no hooks run then): raised again here it could land in a
+        # generator the unwinding closes, where Python only prints "Exception ignored" (and a test runner's hook
+        # for those, slow on a deep template's traceback, failed when the next alarm rang inside it). Unless
+        # that raise was swallowed and a loop no hook sees runs on: a second of rings with no hook
+        if self.quiet >= (QUIET_RINGS if budget.told else 1):
             raise TemplateLimit(f"over {budget.seconds:g} s", costly=True)
-        self.steps_at_ring = budget.steps
 
     def __exit__(self, *exc):
         try:

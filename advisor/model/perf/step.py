@@ -334,11 +334,12 @@ def _attention(
 
 
 def _ring_ranks(plan: Plan) -> int:
-    """The ranks of the p2p ring the attention kernels run their chunks on: CP for p2p and all_gather (each rank's
-    queries stay in its two chunks), the ring part of a2a+p2p, none for a2a (whole sequences after the exchange).
-    Dynamic CP's groups are mostly smaller than the layout's: taken as the layout's, the bound on the chunking."""
+    """The ranks of the p2p ring the attention kernels run their chunks on: CP for p2p, the ring part of a2a+p2p;
+    none for a2a (whole sequences after the exchange) and all_gather (each rank's two query chunks run against the
+    whole gathered K/V, two kernels, not ring steps of chunk rectangles). Dynamic CP's groups are mostly smaller
+    than the layout's: taken as the layout's, the bound on the chunking."""
     p = plan.parallel
-    if p.cp <= 1 or p.cp_comm_type == "a2a":
+    if p.cp <= 1 or p.cp_comm_type in ("a2a", "all_gather"):
         return 1
     if p.cp_comm_type == "a2a+p2p":
         return (p.hierarchical_cp_sizes or [p.cp, 1])[1]

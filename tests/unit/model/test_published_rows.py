@@ -1,6 +1,6 @@
 """Every published run the step-time model is fitted on, as a plan with its layout as published: ``estimate`` answers
 for each (no row refused) with the step the calibration computes, and the errors are the ones docs/step-time.md
-states (median 7.8 %, 90th percentile 20.7 %, max 60.5 % over the 101 rows). How long an estimate takes is
+states (median 6.3 %, 90th percentile 19.6 %, max 60.8 % over the 118 rows). How long an estimate takes is
 measured by bench/bench_estimate.py, not asserted here."""
 
 from __future__ import annotations

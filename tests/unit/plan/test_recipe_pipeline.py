@@ -61,3 +61,29 @@ def test_a_changed_layer_count_is_not_the_recipes_model():
                 "parallel": {"gpus": 256, "tp": 2, "pp": 8, "vpp": 4, "ep": 8, "sp": True},
             }
         )
+
+
+def test_a_change_of_the_stages_decides_the_flags_anew_and_keeps_the_readers_own():
+    two = _plan("qwen3-235b-a22b", 2, None)
+    eight = two.changed({"parallel": {"gpus": 2 * 8 * 8, "pp": 8, "vpp": 4}})
+    assert eight.parallel.pipeline_slots == 2 and any("as Megatron-Bridge's" in n for n in eight.notes)
+    back = eight.changed({"parallel": {"gpus": 2 * 2 * 8, "pp": 2, "vpp": None}})
+    assert back.parallel.pipeline_slots == 0 and not back.notes  # 94 = 2 x 47: the recipe's flags not needed
+    assert eight.changed({"training": {"seq_length": 8192}}).parallel.pipeline_slots == 2  # not the stages: kept
+    own = _plan(
+        "llama3.1-405b", 8, None, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True
+    )
+    with pytest.raises(PlanError, match="not divisible"):  # 126 + 2 over 7: the flags the reader set stay
+        own.changed({"parallel": {"gpus": 2 * 7, "pp": 7}})
+
+
+def test_the_note_reaches_the_estimate_whichever_equal_plan_ran_first(chat):
+    from advisor.analysis import analyze
+
+    noted = _plan("qwen3-235b-a22b", 8, 4)
+    explicit = _plan(
+        "qwen3-235b-a22b", 8, 4, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True
+    )
+    assert noted == explicit and not explicit.notes
+    assert not any("as Megatron-Bridge's" in n for n in analyze(explicit, chat).estimate.notes)
+    assert any("as Megatron-Bridge's" in n for n in analyze(noted, chat).estimate.notes)
