@@ -834,7 +834,12 @@ class Plan(_Section):
         if not {"global_batch_size", "global_batch_samples"} & set(training):
             raw = self._batch_across_modes(raw)
         raw = self._recipe_slots_anew(raw, changes)
-        return plan_from_dict(raw, "changed plan")
+        plan = plan_from_dict(raw, "changed plan")
+        recipe = tuple(n for n in self.notes if n.startswith(RECIPE_NOTE))
+        if recipe and plan.parallel.pipeline_slots and not any(n.startswith(RECIPE_NOTE) for n in plan.notes):
+            if "account_for_loss_in_pipeline_split" in raw.get("parallel", {}):  # the stages unchanged: still why
+                plan = plan.model_copy(update={"notes": (*plan.notes, *recipe)})
+        return plan
 
     def _recipe_slots_anew(self, raw: dict, changes: dict) -> dict:
         """A change of the pipeline's stages (PP, VPP, the model) on a preset whose recipes count the embedding and

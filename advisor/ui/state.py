@@ -96,6 +96,9 @@ def set_plan(state, changes: dict) -> bool:
     except PlanError as e:
         state["plan_error"] = str(e)
         return False
+    new = [note for note in plan.notes if note not in state["plan"].notes]
+    if new:  # what the change set beyond what was typed (the recipe's pipeline flags): said, until dismissed
+        state["plan_notes"] = [*state.get("plan_notes", ()), *new]
     state["plan"] = plan
     state.pop("plan_error", None)
     return True

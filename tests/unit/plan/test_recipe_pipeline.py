@@ -87,3 +87,11 @@ def test_the_note_reaches_the_estimate_whichever_equal_plan_ran_first(chat):
     assert noted == explicit and not explicit.notes
     assert not any("as Megatron-Bridge's" in n for n in analyze(explicit, chat).estimate.notes)
     assert any("as Megatron-Bridge's" in n for n in analyze(noted, chat).estimate.notes)
+
+
+def test_the_note_stays_with_the_flags_it_explains_through_other_edits():
+    eight = _plan("qwen3-235b-a22b", 8, 4)
+    edited = eight.changed({"training": {"seq_length": 8192}}).changed({"hardware": {"gpu": "B200"}})
+    assert edited.notes == eight.notes and edited.parallel.pipeline_slots == 2
+    odd = edited.changed({"parallel": {"gpus": 2 * 8 * 6, "pp": 6, "vpp": None}})  # 96 = 6 x 16, 94 no
+    assert odd.parallel.pipeline_slots == 2 and "no 6 stages" in odd.notes[0]

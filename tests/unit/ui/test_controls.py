@@ -80,3 +80,18 @@ def test_another_precision_drops_the_fp8_recipe():
     state[CONTROLS["hardware.gpu"].key] = "H100-80GB"  # H100 has no MXFP8: refused, the plan and control stay
     assert not apply(state, "hardware.gpu")
     assert state["plan"].hardware.gpu == "B200" and "mxfp8" in state["plan_error"]
+
+
+def test_an_edit_that_takes_the_recipes_pipeline_flags_says_so_until_dismissed():
+    from advisor.plan import plan_from_dict
+
+    state = {
+        "plan": plan_from_dict(
+            {"model": "qwen3-235b-a22b", "parallel": {"gpus": 64, "tp": 2, "pp": 2, "ep": 16, "sp": True}}
+        )
+    }
+    assert ui.set_plan(state, {"parallel": {"gpus": 256, "pp": 8, "vpp": 4}})
+    assert state["plan"].parallel.pipeline_slots == 2
+    assert len(state["plan_notes"]) == 1 and "as Megatron-Bridge's qwen3-235b-a22b recipes" in state["plan_notes"][0]
+    assert ui.set_plan(state, {"training": {"seq_length": 8192}})  # an edit that sets nothing more says nothing more
+    assert len(state["plan_notes"]) == 1
