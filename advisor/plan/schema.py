@@ -833,29 +833,26 @@ class Plan(_Section):
             training = {}
         if not {"global_batch_size", "global_batch_samples"} & set(training):
             raw = self._batch_across_modes(raw)
-        raw = self._recipe_slots_anew(raw, changes)
+        recipe = tuple(n for n in self.notes if n.startswith(RECIPE_NOTE))  # flags recipe_pipeline set, and why
+        anew = self._recipe_slots_anew(raw, changes, derived=bool(recipe))
+        if anew:  # left out: recipe_pipeline decides them for the new stages, with its own note
+            raw = {**raw, "parallel": {k: v for k, v in raw["parallel"].items() if k not in PIPELINE_SLOT_FIELDS}}
         plan = plan_from_dict(raw, "changed plan")
-        recipe = tuple(n for n in self.notes if n.startswith(RECIPE_NOTE))
-        if recipe and plan.parallel.pipeline_slots and not any(n.startswith(RECIPE_NOTE) for n in plan.notes):
-            if "account_for_loss_in_pipeline_split" in raw.get("parallel", {}):  # the stages unchanged: still why
-                plan = plan.model_copy(update={"notes": (*plan.notes, *recipe)})
+        if recipe and not anew and plan.parallel.pipeline_slots:  # the same stages and flags: the same why
+            plan = plan.model_copy(update={"notes": (*plan.notes, *recipe)})
         return plan
 
-    def _recipe_slots_anew(self, raw: dict, changes: dict) -> dict:
-        """A change of the pipeline's stages (PP, VPP, the model) on a preset whose recipes count the embedding and
-        the loss as layers, that says nothing of those flags: where this plan's flags are the defaults or were set
-        by ``recipe_pipeline`` (its note), they are left out so ``recipe_pipeline`` decides them for the new stages.
-        Without this, ``to_dict`` writes them and they would read as the user's choice (PP 2 to PP 8 x VP 4 on
-        Qwen3 235B-A22B was refused)."""
+    def _recipe_slots_anew(self, raw: dict, changes: dict, derived: bool) -> bool:
+        """Whether the change should leave the account_for_* flags to ``recipe_pipeline``: it changes the
+        pipeline's stages (PP, VPP, the model), says nothing of those flags, and this plan's flags are the defaults
+        or were set by ``recipe_pipeline`` (``derived``). Without this, ``to_dict`` writes them and they would read
+        as the user's choice (PP 2 to PP 8 x VP 4 on Qwen3 235B-A22B was refused)."""
         given = changes.get("parallel")
         parallel: dict = given if isinstance(given, dict) else {}
         staged = bool({"pp", "vpp"} & set(parallel)) or "model" in changes
         if not staged or set(PIPELINE_SLOT_FIELDS) & set(parallel) or not isinstance(raw.get("parallel"), dict):
-            return raw
-        derived = any(note.startswith(RECIPE_NOTE) for note in self.notes)
-        if not derived and self.parallel.pipeline_slots:
-            return raw  # flags the plan's reader set: kept
-        return {**raw, "parallel": {k: v for k, v in raw["parallel"].items() if k not in PIPELINE_SLOT_FIELDS}}
+            return False
+        return derived or not self.parallel.pipeline_slots  # else flags the plan's reader set: kept
 
     def _batch_across_modes(self, raw: dict) -> dict:
         """global_batch_size changes unit with the packing mode (packs offline, samples otherwise): a change of mode

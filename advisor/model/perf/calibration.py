@@ -435,12 +435,9 @@ def fit(rows: Sequence[Measurement], start: Efficiency = EFFICIENCY) -> Efficien
     """The fitted constants minimizing the soft-L1 of the log errors over ``rows`` (``ROBUST_SCALE``), within
     physical bounds."""
     names = fitted_names(rows)
-    fixed = {k: getattr(start, k) for k in (*BOUNDS, "attention_ultra") if k not in names}
     # attention without long rows to fit it on is the kernel benchmarks' figure, not a value fitted on rows left out
     # (leave one system out would otherwise keep H100's or B200's own long rows in through the stored constant)
-    fixed.update(
-        {k: v for k, v in BENCHMARK_ATTENTION.items() if k not in names},
-    )
+    fixed = {k: BENCHMARK_ATTENTION.get(k, getattr(start, k)) for k in (*BOUNDS, "attention_ultra") if k not in names}
     if "gemm" not in names:  # no Hopper rows: Hopper as Blackwell
         names[names.index("gemm_blackwell")] = "gemm"
         fixed.pop("gemm")
