@@ -4,6 +4,8 @@
                                          # precision, and the fit with each system left out
     python bench/calibrate.py --csv F    # other tables with the same columns (repeat --csv)
     python bench/calibrate.py --quick    # the stored constants only
+    python bench/calibrate.py --scaling  # the weak-scaling pairs (the same work per GPU on more GPUs), measured
+                                         # and predicted, and nothing else
 
 The fitted constants are pasted into advisor/model/perf/calibration.py (EFFICIENCY); tests/unit/model/test_perf_model.py
 checks that they are the fit's result and that the errors are what docs/step-time.md says.
@@ -88,13 +90,82 @@ def leave_one_out(rows, key, label) -> None:
         print(f"| {value} | {len(held)} | {np.median(errs):.1%} | {errs.max():.1%} | {constants} |")
 
 
+def _layout_key(r):
+    """Runs that differ only in their GPU count and, with it, their global batch: the same work per GPU."""
+    p, t = r.plan.parallel, r.plan.training
+    return (
+        r.release,
+        r.plan.model.preset,
+        t.task,
+        r.system,
+        r.precision,
+        p.tp,
+        p.pp,
+        p.cp,
+        p.vpp,
+        p.ep,
+        p.fsdp,
+        t.micro_batch_size,
+        t.seq_length,
+        (t.global_batch_size or 0) / p.gpus,
+    )
+
+
+def scaling(rows, eff) -> None:
+    """Every weak-scaling series in the tables (the same layout and work per GPU on more GPUs, so more DP ranks and
+    nodes): the step at each GPU count, measured and predicted, and each one's growth over the smallest run."""
+    series = defaultdict(list)
+    for r in rows:
+        series[_layout_key(r)].append(r)
+    print("\nweak scaling: the same work per GPU on more GPUs (growth over the series' smallest run)")
+    print("| run | layout | GPUs | nodes | measured s | growth | predicted s | growth | DP sync s | slowest GPU s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for _key, runs in sorted(series.items(), key=lambda kv: str(kv[0])):
+        if len({r.plan.parallel.gpus for r in runs}) < 2:
+            continue
+        runs.sort(key=lambda r: r.plan.parallel.gpus)
+        first = step_time(runs[0].plan, runs[0].work, eff)
+        for r in runs:
+            t = step_time(r.plan, r.work, eff)
+            p = r.plan.parallel
+            name = " ".join(r.name.split()[:-1])
+            layout = f"TP{p.tp} PP{p.pp}" + (f" VP{p.vpp}" if p.vpp else "") + f" CP{p.cp}" + f" DP{p.dp}"
+            nodes = -(-p.gpus // r.plan.hardware.table["gpus_per_node"])
+            print(
+                f"| {name} | {layout} | {p.gpus} | {nodes} | {r.step_seconds:.2f} | "
+                f"{r.step_seconds / runs[0].step_seconds - 1:+.1%} | {t.step_seconds:.2f} | "
+                f"{t.step_seconds / first.step_seconds - 1:+.1%} | {t.breakdown['dp_comm']:.3f} | "
+                f"{t.breakdown['slowest_gpu']:.3f} |"
+            )
+
+
+def leave_one_out_by_precision(rows, key, label) -> None:
+    """Fitted without a group's rows (a system, a release), judged on them, per system and precision."""
+    print(f"\nleave one {label} out, per system and precision (fit without its rows, error on them):")
+    print(f"| {label} left out | system | precision | rows | median abs error | max abs error |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for value in sorted({key(r) for r in rows}):
+        train = [r for r in rows if key(r) != value]
+        held = [r for r in rows if key(r) == value]
+        errs = np.abs(np.expm1(residuals(held, fit(train))))
+        groups = defaultdict(list)
+        for r, e in zip(held, errs, strict=True):
+            groups[(r.system, r.precision)].append(e)
+        for (system, precision), es in sorted(groups.items()):
+            print(f"| {value} | {system} | {precision} | {len(es)} | {np.median(es):.1%} | {max(es):.1%} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, action="append", help="a table of published runs (default: both shipped)")
     ap.add_argument("--quick", action="store_true", help="the stored constants only, no refit")
+    ap.add_argument("--scaling", action="store_true", help="the weak-scaling series only")
     args = ap.parse_args()
     refused: list = []
     rows = load_measurements(args.csv or CALIBRATION_CSVS, refused)
+    if args.scaling:
+        scaling(rows, EFFICIENCY)
+        return
     print(f"stored constants: {EFFICIENCY}")
     errors = table(rows, EFFICIENCY)
     by_group(rows, errors)
@@ -110,6 +181,9 @@ def main() -> None:
     by_group(rows, np.expm1(residuals(rows, refit)))
     leave_one_out(rows, lambda r: r.system, "system")
     leave_one_out(rows, lambda r: r.plan.model.preset, "model")
+    leave_one_out_by_precision(rows, lambda r: r.system, "system")
+    leave_one_out_by_precision(rows, lambda r: r.release, "release")
+    scaling(rows, EFFICIENCY)
 
 
 if __name__ == "__main__":

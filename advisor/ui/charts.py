@@ -323,6 +323,7 @@ STEP_TERMS = {
     "dp_comm": "DP sync (exposed)",
     "optimizer": "optimizer",
     "straggler": "straggler wait",
+    "slowest_gpu": "slowest GPU's pace",
     "dataloader": "waiting for the data loader",
     "compute": "compute (fixed MFU)",
 }

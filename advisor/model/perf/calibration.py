@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,15 +58,15 @@ ATTENTION_EFFICIENCY_BLACKWELL = 0.47  # the benchmark figure, the fit's startin
 BENCHMARK_ATTENTION = {"attention": ATTENTION_EFFICIENCY, "attention_blackwell": ATTENTION_EFFICIENCY_BLACKWELL}
 # fitted by `python bench/calibrate.py` on the 118 rows of the three tables (docs/step-time.md, its calibration table)
 EFFICIENCY = Efficiency(
-    gemm=0.698,
-    gemm_blackwell=0.551,
-    gemm_fp4=0.373,
-    attention=0.314,
-    attention_blackwell=0.405,
+    gemm=0.714,
+    gemm_blackwell=0.565,
+    gemm_fp4=0.383,
+    attention=0.322,
+    attention_blackwell=0.412,
     attention_ultra=ATTENTION_EFFICIENCY,
-    tp_overlap=0.275,
-    grouped=0.497,
-    expert_overhead_ms=0.313,
+    tp_overlap=0.364,
+    grouped=0.499,
+    expert_overhead_ms=0.307,
 )
 # LoRA as the performance runs set it: the recipes' dim, 16 for Llama 3 70B and 8 for 8B (Megatron-Bridge
 # recipes/llama/llama3.py llama3_70b_peft_config / llama3_8b_peft_config, as NeMo's Llama 3 recipes), else Bridge's
@@ -175,6 +176,7 @@ class Measurement:
     source: str
     system: str = "H100-80GB"
     precision: str = "bf16"
+    release: str = ""  # the NeMo container it ran in (the table's release column, else the one its source names)
 
 
 def _parallel(row: dict, model: str, moe: bool, system: str = "H100-80GB") -> dict:
@@ -340,6 +342,7 @@ def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS, refused: list | 
                 t = plan.training
                 work = work_of(plan)
                 release = f"{row['release']} " if row.get("release") else ""
+                container = row.get("release") or _container(row["source"])
                 task = "" if t.task == "pretrain" else f" {_task_of(row)}"
                 out.append(
                     Measurement(
@@ -350,9 +353,16 @@ def load_measurements(paths: Sequence[Path] = CALIBRATION_CSVS, refused: list | 
                         source=row["source"],
                         system=plan.hardware.gpu,
                         precision=t.precision,
+                        release=container,
                     )
                 )
     return out
+
+
+def _container(source: str) -> str:
+    """The NeMo container a source names: "… llama3.1/README.md (NeMo 25.02.01)" -> "25.02.01" ("" if none)."""
+    found = re.search(r"NeMo (\d+\.\d+[\w.]*)", source)
+    return found.group(1) if found else ""
 
 
 def residuals(rows: Sequence[Measurement], eff: Efficiency) -> np.ndarray:

@@ -6,7 +6,16 @@ Here: per-layer forward and backward phases (``kernels``, ``collectives``), expo
 does not hide it, the pipeline's fill and drain, the gradient sync beyond the backward it overlaps, the optimizer.
 
 Step = m x (slowest stage per micro batch) x straggler + (pp - 1)/vpp x (mean stage) + exposed pipeline sends
-     + exposed data-parallel sync + optimizer, where m is the micro batches per data-parallel rank.
+     + exposed data-parallel sync + optimizer + the slowest GPU's lag, where m is the micro batches per
+     data-parallel rank.
+
+The slowest GPU's lag (``slowest_gpu``): GPUs of one model and SKU do not run at one speed (power management and
+manufacturing: Sinha et al., "Not All GPUs Are Created Equal", SC22, arXiv 2208.11035, measured an 8 % average
+spread between the GPUs of each of five clusters of thousands). The pipeline and the gradient sync couple every
+GPU of a job to every other each step, so the step's computation runs at its slowest GPU's pace: the expected
+maximum of N draws, ``GPU_SPEED_SPREAD`` x E[max of N standard normals] of the compute (1.4 % at 8 GPUs, 2.6 % at
+128, 3.4 % at 2,048). This is what makes the published runs with the same work per GPU a little slower on more
+GPUs (bench/calibrate.py --scaling).
 
 Precision (``advisor.model.numerics``): the linear layers' GEMMs run at the format's peak and fitted efficiency, their
 inputs and output gradients are cast first (``quantize``: bytes over HBM, plus the recipe's amax reductions), and the
@@ -18,8 +27,13 @@ its gradients reduce-scattered after it, every micro batch, prefetched behind th
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
+
+from advisor import caches
 from advisor.model.memory import activation_bytes_per_token_per_layer, lora_parameters, recomputed_share
 from advisor.model.numerics import Numerics, numerics_of
 from advisor.model.parameters import count_parameters, moe_layer_pattern, padded_vocab_size
@@ -42,6 +56,29 @@ BUCKET_PARAMETERS = 40e6
 # the gradient written, bytes per logit over forward and backward
 LOSS_BYTES_PER_LOGIT = 16
 BLACKWELL_ULTRA = 10.3  # compute capability of B300 and GB300 (SM103)
+# the GPU-to-GPU standard deviation of speed: an 8 % spread (Sinha et al. SC22) between the fastest and slowest of
+# clusters of 4,000-27,000 GPUs is ~2 x 3.9 standard deviations of a normal sample that size
+GPU_SPEED_SPREAD = 0.01
+# the compute a slower GPU stretches (communication runs at the links' pace)
+COMPUTE_TERMS = ("gemm", "attention", "memory_bound", "recompute", "quantize", "moe_dispatch")
+
+
+@functools.lru_cache(maxsize=64)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normal draws], by quadrature of n x phi(x) x Phi(x)^(n-1).
+
+    >>> [round(expected_max_normal(n), 3) for n in (1, 2, 8, 128, 2048)]
+    [0.0, 0.564, 1.424, 2.595, 3.442]
+    """
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-8.0, 8.0, 16001)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+
+
+caches.listed("the expected maximum of n normal draws (the slowest of n GPUs)", expected_max_normal)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,8 +278,8 @@ def layer_phases(plan: Plan, gpu: Gpu, eff: Efficiency, work: StepWork, moe: boo
     q_bwd = stream_seconds(num.quantize_bytes * sum(g.count * g.m * g.n for g in cast), gpu)
     if num.amax_reduction == "tp" and p.tp > 1 and p.sp:  # the amax of a sequence-parallel input, over TP
         regions = 1 if moe else 2
-        q_fwd += regions * gpu.ring(p.tp).latency
-        q_bwd += regions * gpu.ring(p.tp).latency
+        q_fwd += regions * gpu.small_all_reduce(p.tp)
+        q_bwd += regions * gpu.small_all_reduce(p.tp)
     q_width = m.head_dim * m.num_attention_heads / p.tp
     attn_f, attn_b = _attention(plan, gpu, eff, work, q_width, tokens)
     mem = stream_seconds(_elementwise_bytes(plan, moe) * tokens, gpu)
@@ -574,7 +611,10 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     p2p = 0.0
     if p.pp > 1:
         act = work.tokens / p.cp / (p.tp if p.sp else 1) * m.hidden_size * BF16
-        link = gpu.link(2 * p.tp * p.cp * p.dp)  # neighbouring stages are TP x CP x DP ranks apart
+        # neighbouring stages are TP x CP x DP ranks apart (a stage is a block of that many GPUs): a pipeline wider
+        # than one NVLink domain has a boundary on the network (every one once a stage fills a domain), and the
+        # stages keep the pace of the slowest boundary
+        link = gpu.link(p.tp * p.cp * p.dp * p.pp)
         # fill and drain cross every stage boundary once each way. In steady state each micro batch waits for a
         # send and a receive per virtual stage, unless overlapped: Megatron-Core's overlap_p2p_comm is off by
         # default; Megatron-Bridge's comm-overlap config (here: tp_comm_overlap) turns it on with VPP
@@ -586,11 +626,13 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     num = numerics_of(plan)
     dp, optimizer, cast = _dp_sync(plan, gpu, num, fwd_window=windows[0], bwd_window=windows[1])
     if num.amax_reduction == "step":  # delayed scaling: the amaxes reduced once a micro batch over DP x TP x CP
-        cast += mb * gpu.ring(p.dp * p.cp * p.tp).latency
+        cast += mb * gpu.small_all_reduce(p.dp * p.cp * p.tp)
     steady = slowest * mb
     breakdown = {f.name: getattr(steady, f.name) for f in fields(Phase)}
     breakdown["quantize"] += cast
     breakdown.update(
         pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer, straggler=steady.total * (work.straggler - 1)
     )
+    compute = sum(breakdown[k] for k in COMPUTE_TERMS) * work.straggler
+    breakdown["slowest_gpu"] = GPU_SPEED_SPREAD * expected_max_normal(p.gpus) * compute
     return StepTime(step_seconds=sum(breakdown.values()), breakdown=breakdown, stage_seconds=slowest.total)
