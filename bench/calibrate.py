@@ -20,7 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.model.perf.calibration import CALIBRATION_CSVS, EFFICIENCY, fit, load_measurements, residuals
+from advisor.model.perf.calibration import (
+    CALIBRATION_CSVS,
+    EFFICIENCY,
+    fit,
+    load_measurements,
+    residuals,
+    weak_scaling_series,
+)
 from advisor.model.perf.step import step_time
 
 
@@ -90,40 +97,13 @@ def leave_one_out(rows, key, label) -> None:
         print(f"| {value} | {len(held)} | {np.median(errs):.1%} | {errs.max():.1%} | {constants} |")
 
 
-def _layout_key(r):
-    """Runs that differ only in their GPU count and, with it, their global batch: the same work per GPU."""
-    p, t = r.plan.parallel, r.plan.training
-    return (
-        r.release,
-        r.plan.model.preset,
-        t.task,
-        r.system,
-        r.precision,
-        p.tp,
-        p.pp,
-        p.cp,
-        p.vpp,
-        p.ep,
-        p.fsdp,
-        t.micro_batch_size,
-        t.seq_length,
-        (t.global_batch_size or 0) / p.gpus,
-    )
-
-
 def scaling(rows, eff) -> None:
     """Every weak-scaling series in the tables (the same layout and work per GPU on more GPUs, so more DP ranks and
     nodes): the step at each GPU count, measured and predicted, and each one's growth over the smallest run."""
-    series = defaultdict(list)
-    for r in rows:
-        series[_layout_key(r)].append(r)
     print("\nweak scaling: the same work per GPU on more GPUs (growth over the series' smallest run)")
     print("| run | layout | GPUs | nodes | measured s | growth | predicted s | growth | DP sync s | slowest GPU s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for _key, runs in sorted(series.items(), key=lambda kv: str(kv[0])):
-        if len({r.plan.parallel.gpus for r in runs}) < 2:
-            continue
-        runs.sort(key=lambda r: r.plan.parallel.gpus)
+    for runs in weak_scaling_series(rows):
         first = step_time(runs[0].plan, runs[0].work, eff)
         for r in runs:
             t = step_time(r.plan, r.work, eff)

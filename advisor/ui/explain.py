@@ -312,8 +312,8 @@ HELP: dict[str, Explanation] = {
         "by kernel, the communication Megatron does not hide (TP, CP, pipeline, data parallel, MoE), the "
         "pipeline bubble and the optimizer, times the straggler factor simulated from the real packs. "
         "Eight constants are fitted on 118 published pre-training runs (H100, B200, B300, GB200, GB300; "
-        "BF16, FP8, MXFP8, NVFP4; 4K to 1M tokens, CP up to 32): median error 6.3 %, 90th percentile "
-        "19.6 %, MoE models the weak part (the calibration table in docs/step-time.md).",
+        "BF16, FP8, MXFP8, NVFP4; 4K to 1M tokens, CP up to 32): median error 6.1 %, 90th percentile "
+        "19.5 %, MoE models the weak part (the calibration table in docs/step-time.md).",
         "advisor/model/perf/calibration.py; sample_data/mb_performance_pretrain.csv, long_sequence_tflops.csv",
     ),
     "step_breakdown": _e(
@@ -321,7 +321,9 @@ HELP: dict[str, Explanation] = {
         "what the GPU must do; the communication terms are only the part left exposed (TP overlap, "
         "the CP ring behind attention, gradient sync behind the last backward); the bubble is "
         "(PP - 1) / VPP micro batches of fill and drain; the straggler wait is the time "
-        "data-parallel ranks wait for the one with the heaviest packs; offload is the wait for CPU "
+        "data-parallel ranks wait for the one with the heaviest packs; the slowest GPU's pace is what the "
+        "compute stretches because the job runs at its slowest GPU's speed (1 % spread between GPUs, 1.4 % "
+        "of the compute at 8 GPUs, 3.4 % at 2,048); offload is the wait for CPU "
         "offloading's copies. MFU = Megatron's model FLOPs / (step x GPUs x the dense peak of the "
         "precision the linear layers run in). LoRA skips the frozen weights' weight-gradient GEMMs: a "
         "third of the GEMM time.",

@@ -64,9 +64,9 @@ EFFICIENCY = Efficiency(
     attention=0.322,
     attention_blackwell=0.412,
     attention_ultra=ATTENTION_EFFICIENCY,
-    tp_overlap=0.364,
+    tp_overlap=0.366,
     grouped=0.499,
-    expert_overhead_ms=0.307,
+    expert_overhead_ms=0.312,
 )
 # LoRA as the performance runs set it: the recipes' dim, 16 for Llama 3 70B and 8 for 8B (Megatron-Bridge
 # recipes/llama/llama3.py llama3_70b_peft_config / llama3_8b_peft_config, as NeMo's Llama 3 recipes), else Bridge's
@@ -464,3 +464,19 @@ def fit(rows: Sequence[Measurement], start: Efficiency = EFFICIENCY) -> Efficien
 
     best = _nelder_mead(loss, np.array([getattr(start, n) for n in names]))
     return make(np.round(best, 3))
+
+
+def weak_scaling_series(rows: Sequence[Measurement]) -> list[list[Measurement]]:
+    """The published runs that differ only in their GPU count (and with it their global batch): the same layout and
+    work per GPU on more GPUs, so more DP ranks and nodes. Each series in order of GPUs; runs of one count only are
+    no series."""
+    series: dict[tuple, list[Measurement]] = {}
+    for r in rows:
+        p, t = r.plan.parallel, r.plan.training
+        key = (
+            r.release, r.plan.model.preset, t.task, r.system, r.precision, p.tp, p.pp, p.cp, p.vpp, p.ep, p.fsdp,
+            t.micro_batch_size, t.seq_length, (t.global_batch_size or 0) / p.gpus,
+        )  # fmt: skip
+        series.setdefault(key, []).append(r)
+    out = [sorted(runs, key=lambda r: r.plan.parallel.gpus) for runs in series.values()]
+    return sorted((s for s in out if len({r.plan.parallel.gpus for r in s}) > 1), key=lambda s: s[0].name)

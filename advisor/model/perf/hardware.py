@@ -30,15 +30,17 @@ NETWORK_EFFICIENCY = 0.96
 HBM_EFFICIENCY = 0.8
 NVLINK_LATENCY = 10e-6  # seconds per point-to-point transfer inside an NVLink domain
 NETWORK_LATENCY = 25e-6  # across domains
-# NCCL's own latency model (NVIDIA/nccl src/graph/tuning.cc at 01afd20a, ncclTopoTuneModel's baseLat and hwLat, in
+# NCCL's own latency model (NVIDIA/nccl src/graph/tuning.cc at b6475625, ncclTopoTuneModel's baseLat and hwLat, in
 # microseconds there): a ring all-gather or reduce-scatter over n ranks on N nodes pays its base latency and one
 # hop per step, n - N steps over NVLink and N - 1 over the network (Simple protocol: the large transfers of DP and
-# TP); a small all-reduce (an amax) runs as a tree in the LL protocol, 2 x (n/N - 1) NVLink hops (x1.8 once the
-# group leaves the node) and 2 x log2(N) network hops. Why it matters: a DP group of 1,024 ranks on 256 nodes
-# pays ~5 ms a collective where 8 ranks in one node pay 32 us, which is what makes the same per-GPU work a little
-# slower at 2,048 GPUs than at 16 (the published weak-scaling pairs, bench/calibrate.py --scaling).
-RING_BASE, RING_HOP_NVLINK, RING_HOP_NET = 8.4e-6, 3.4e-6, 9.6e-6
-TREE_BASE, TREE_HOP_NVLINK, TREE_HOP_NET, TREE_LL_OFF_NODE = 4.4e-6, 0.52e-6, 5.0e-6, 1.8
+# TP); a small all-reduce (an amax) takes the faster of the LL tree, 2 x (n/N - 1) NVLink hops and 2 x log2(N)
+# network hops, and the LL ring, 2 (n - 1) - 2 N hops on NVLink and 2 N on the network. Why it matters: a DP
+# group of 1,024 ranks on 256 nodes pays ~6 ms a collective where 8 ranks in one node pay 32 us, which is part of
+# what makes the same per-GPU work slower at 2,048 GPUs than at 16 (bench/calibrate.py --scaling). (Transformer
+# Engine's TP overlap runs on its own userbuffers, not NCCL: only the exposed share of TP traffic pays these.)
+RING_BASE, RING_HOP_NVLINK, RING_HOP_NET = 8.4e-6, 3.4e-6, 14.0e-6
+TREE_LL_BASE, TREE_LL_HOP_NVLINK, TREE_LL_HOP_NET = 6.8e-6, 0.6e-6, 5.0e-6
+RING_LL_BASE, RING_LL_HOP_NVLINK, RING_LL_HOP_NET = 6.6e-6, 0.6e-6, 2.7e-6
 # bytes per element of a GEMM operand by the precision its tensor cores run (fp8/mxfp8: one byte; nvfp4: half)
 OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
@@ -74,9 +76,9 @@ class Gpu:
     >>> round(g.ring(16, 1).bandwidth / 1e9), round(g.ring(16, 8).bandwidth / 1e9)   # 8 rails, then one
     (369, 48)
     >>> round(g.ring(8).latency * 1e6, 1), round(g.ring(16).latency * 1e6, 1), round(g.ring(1024, 2).latency * 1e3, 2)
-    (32.2, 65.6, 5.07)
+    (32.2, 70.0, 6.19)
     >>> round(g.small_all_reduce(8) * 1e6, 1), round(g.small_all_reduce(1024, 2) * 1e6, 1)
-    (11.7, 90.0)
+    (15.0, 90.4)
     """
 
     name: str
@@ -100,22 +102,36 @@ class Gpu:
         ``stride`` GPUs apart: NVLink inside one domain; across domains min(NVLink, NIC x ranks each domain holds),
         the node's rails working in parallel (NCCL builds one ring per rail)."""
         local = ranks_per_domain(ranks, stride, self.domain)
-        nodes = ranks // local
+        nodes = self.nodes(ranks, stride)
         latency = RING_BASE + (ranks - nodes) * RING_HOP_NVLINK + (nodes - 1) * RING_HOP_NET
         if local >= ranks:
             return Link(bandwidth=self.nvlink.bandwidth, latency=latency, name=self.nvlink.name)
         bandwidth = min(self.nvlink.bandwidth, local * self.network.bandwidth)
         return Link(bandwidth=bandwidth, latency=latency, name=f"network x{local}")
 
+    def nodes(self, ranks: int, stride: int = 1) -> int:
+        """NVLink domains a group of ``ranks`` ranks ``stride`` GPUs apart spans (from a domain's first GPU).
+
+        >>> from advisor.plan import plan_from_dict
+        >>> g = gpu_of(plan_from_dict({"model": "llama3.1-8b"}))
+        >>> g.nodes(8), g.nodes(16), g.nodes(20), g.nodes(16, 2), g.nodes(4, 8)
+        (1, 2, 3, 4, 4)
+        """
+        if stride >= self.domain:
+            return ranks
+        return max(1, -(-ranks * stride // self.domain))
+
     def small_all_reduce(self, ranks: int, stride: int = 1) -> float:
         """Seconds of an all-reduce of a few bytes (the amaxes of FP8 scaling) over ``ranks`` ranks ``stride``
-        GPUs apart: NCCL's tree in the LL protocol (``TREE_BASE``)."""
+        GPUs apart: the faster of NCCL's LL tree and LL ring (``TREE_LL_BASE``)."""
         if ranks <= 1:
             return 0.0
-        local = ranks_per_domain(ranks, stride, self.domain)
-        nodes = ranks // local
-        hop = TREE_HOP_NVLINK * (TREE_LL_OFF_NODE if nodes > 1 else 1.0)
-        return TREE_BASE + 2 * ((local - 1) * hop + math.log2(nodes) * TREE_HOP_NET)
+        nodes = self.nodes(ranks, stride)
+        per_node = max(1, ranks // nodes)
+        tree = TREE_LL_BASE + 2 * ((per_node - 1) * TREE_LL_HOP_NVLINK + int(math.log2(nodes)) * TREE_LL_HOP_NET)
+        inter = 2 * nodes if nodes > 1 else 0
+        ring = RING_LL_BASE + (2 * (ranks - 1) - inter) * RING_LL_HOP_NVLINK + inter * RING_LL_HOP_NET
+        return min(tree, ring)
 
     def flops(self, precision: str) -> float:
         """Dense tensor-core FLOP/s at ``precision`` (bf16, fp8, fp4)."""

@@ -60,7 +60,7 @@ BLACKWELL_ULTRA = 10.3  # compute capability of B300 and GB300 (SM103)
 # clusters of 4,000-27,000 GPUs is ~2 x 3.9 standard deviations of a normal sample that size
 GPU_SPEED_SPREAD = 0.01
 # the compute a slower GPU stretches (communication runs at the links' pace)
-COMPUTE_TERMS = ("gemm", "attention", "memory_bound", "recompute", "quantize", "moe_dispatch")
+COMPUTE_TERMS = ("gemm", "attention", "memory_bound", "recompute", "quantize")
 
 
 @functools.lru_cache(maxsize=64)
@@ -559,6 +559,24 @@ def _mtp_layer(pattern: tuple[bool, ...], dense: tuple[Phase, Phase], moe: tuple
     return moe if pattern[-1] else dense
 
 
+def _boundary_spans(stride: int, pp: int, domain: int) -> list[int]:
+    """Per pipeline boundary, a span ``Gpu.link`` reads: ``stride`` (the pair stays on NVLink) where no pair of the
+    two neighbouring stages (blocks of ``stride`` GPUs, one stride apart) crosses an NVLink domain, else one wider
+    than the domain. A pair (g, g + stride) crosses iff a multiple of the domain lies in (g, g + stride].
+
+    >>> [s > 8 for s in _boundary_spans(4, 4, 8)]   # TP x CP x DP = 4: stages 0-1 on one node, 2-3 on the next
+    [False, True, False]
+    >>> [s > 8 for s in _boundary_spans(8, 3, 8)]   # a stage fills a node: every boundary on the network
+    [True, True]
+    """
+    out = []
+    for b in range(1, pp):
+        lo, hi = (b - 1) * stride, (b + 1) * stride - 1  # pairs (g, g + stride) for g in stage b - 1
+        crosses = stride >= domain or hi // domain > lo // domain
+        out.append(domain + 1 if crosses else stride)
+    return out
+
+
 def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     """Seconds per optimizer step and where they go.
 
@@ -612,14 +630,16 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     if p.pp > 1:
         act = work.tokens / p.cp / (p.tp if p.sp else 1) * m.hidden_size * BF16
         # neighbouring stages are TP x CP x DP ranks apart (a stage is a block of that many GPUs): a pipeline wider
-        # than one NVLink domain has a boundary on the network (every one once a stage fills a domain), and the
-        # stages keep the pace of the slowest boundary
+        # than one NVLink domain has a boundary on the network (every one once a stage fills a domain), and in
+        # steady state the stages keep the pace of the slowest boundary
         link = gpu.link(p.tp * p.cp * p.dp * p.pp)
-        # fill and drain cross every stage boundary once each way. In steady state each micro batch waits for a
-        # send and a receive per virtual stage, unless overlapped: Megatron-Core's overlap_p2p_comm is off by
-        # default; Megatron-Bridge's comm-overlap config (here: tp_comm_overlap) turns it on with VPP
+        # fill and drain cross every stage boundary once each way, each on its own link. In steady state each micro
+        # batch waits for a send and a receive per virtual stage, unless overlapped: Megatron-Core's
+        # overlap_p2p_comm is off by default; Megatron-Bridge's comm-overlap config (here: tp_comm_overlap) turns
+        # it on with VPP
         overlapped = bool(p.vpp) and p.tp_comm_overlap
-        p2p = 2 * (p.pp - 1) * cc.send(act, link) + (0.0 if overlapped else 2 * mb * (p.vpp or 1) * cc.send(act, link))
+        fill = sum(cc.send(act, gpu.link(span)) for span in _boundary_spans(p.tp * p.cp * p.dp, p.pp, gpu.domain))
+        p2p = 2 * fill + (0.0 if overlapped else 2 * mb * (p.vpp or 1) * cc.send(act, link))
     # Megatron-Core reduces gradients in buckets only where it is on the critical path: the first stage, after its
     # last backward (distributed_data_parallel.py turns bucketing off on later stages)
     windows = (first_f.total, first_b.total) if p.pp > 1 else (last_f.total, last_b.total)
@@ -633,6 +653,10 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     breakdown.update(
         pp_bubble=bubble, pp_p2p=p2p, dp_comm=dp, optimizer=optimizer, straggler=steady.total * (work.straggler - 1)
     )
-    compute = sum(breakdown[k] for k in COMPUTE_TERMS) * work.straggler
+    # the GPU's own work, in the steady state and in the bubble's share of it (not the step's casts and amax
+    # reductions added above, nor the MoE dispatch's host-side overhead)
+    compute = sum(getattr(steady, k) for k in COMPUTE_TERMS) * work.straggler
+    if steady.total > 0:
+        compute += bubble * sum(getattr(steady, k) for k in COMPUTE_TERMS) / steady.total
     breakdown["slowest_gpu"] = GPU_SPEED_SPREAD * expected_max_normal(p.gpus) * compute
     return StepTime(step_seconds=sum(breakdown.values()), breakdown=breakdown, stage_seconds=slowest.total)
