@@ -80,16 +80,23 @@ def by_group(rows, errors) -> None:
     print("; ".join(parts))
 
 
-def leave_one_out(rows, key, label) -> None:
+def left_out(rows, key) -> list:
+    """Per value of ``key`` (a system, a model, a release): (value, its rows, the constants fitted without them, the
+    |error| on them)."""
+    folds = []
+    for value in sorted({key(r) for r in rows}):
+        held = [r for r in rows if key(r) == value]
+        eff = fit([r for r in rows if key(r) != value])
+        folds.append((value, held, eff, np.abs(np.expm1(residuals(held, eff)))))
+    return folds
+
+
+def leave_one_out(folds, label) -> None:
     """Fitted without a group's rows, judged on them: how the model does on a system (or model) it has not seen."""
     print(f"\nleave one {label} out (fit without its rows, error on them):")
     print(f"| {label} | rows | median abs error | max abs error | constants fitted without it |")
     print("| --- | ---: | ---: | ---: | --- |")
-    for value in sorted({key(r) for r in rows}):
-        train = [r for r in rows if key(r) != value]
-        held = [r for r in rows if key(r) == value]
-        eff = fit(train)
-        errs = np.abs(np.expm1(residuals(held, eff)))
+    for value, held, eff, errs in folds:
         constants = ", ".join(
             f"{k} {getattr(eff, k):.3f}"
             for k in ("gemm", "gemm_blackwell", "gemm_fp4", "tp_overlap", "grouped", "expert_overhead_ms")
@@ -119,15 +126,12 @@ def scaling(rows, eff) -> None:
             )
 
 
-def leave_one_out_by_precision(rows, key, label) -> None:
-    """Fitted without a group's rows (a system, a release), judged on them, per system and precision."""
+def leave_one_out_by_precision(folds, label) -> None:
+    """The same folds (a system, a release left out), their errors per system and precision."""
     print(f"\nleave one {label} out, per system and precision (fit without its rows, error on them):")
     print(f"| {label} left out | system | precision | rows | median abs error | max abs error |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
-    for value in sorted({key(r) for r in rows}):
-        train = [r for r in rows if key(r) != value]
-        held = [r for r in rows if key(r) == value]
-        errs = np.abs(np.expm1(residuals(held, fit(train))))
+    for value, held, _eff, errs in folds:
         groups = defaultdict(list)
         for r, e in zip(held, errs, strict=True):
             groups[(r.system, r.precision)].append(e)
@@ -159,10 +163,11 @@ def main() -> None:
     refit = fit(rows)
     print(f"\nrefit in {time.perf_counter() - start:.1f} s: {refit}")
     by_group(rows, np.expm1(residuals(rows, refit)))
-    leave_one_out(rows, lambda r: r.system, "system")
-    leave_one_out(rows, lambda r: r.plan.model.preset, "model")
-    leave_one_out_by_precision(rows, lambda r: r.system, "system")
-    leave_one_out_by_precision(rows, lambda r: r.release, "release")
+    systems = left_out(rows, lambda r: r.system)
+    leave_one_out(systems, "system")
+    leave_one_out(left_out(rows, lambda r: r.plan.model.preset), "model")
+    leave_one_out_by_precision(systems, "system")
+    leave_one_out_by_precision(left_out(rows, lambda r: r.release), "release")
     scaling(rows, EFFICIENCY)
 
 
