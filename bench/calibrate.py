@@ -28,7 +28,20 @@ from advisor.model.perf.calibration import (
     residuals,
     weak_scaling_series,
 )
+from advisor.model.perf.hardware import gpu_of
 from advisor.model.perf.step import step_time
+
+
+def _layout(p, dp: bool = False) -> str:
+    """A run's layout as the tables print it: "TP4 PP8 VP5 CP1 EP8 FSDP" (and its DP when asked)."""
+    return (
+        f"TP{p.tp} PP{p.pp}"
+        + (f" VP{p.vpp}" if p.vpp else "")
+        + f" CP{p.cp}"
+        + (f" EP{p.ep}" if p.ep > 1 else "")
+        + (" FSDP" if p.fsdp else "")
+        + (f" DP{p.dp}" if dp else "")
+    )
 
 
 def table(rows, eff) -> np.ndarray:
@@ -36,14 +49,7 @@ def table(rows, eff) -> np.ndarray:
     errors = []
     for r in rows:
         t = step_time(r.plan, r.work, eff)
-        p = r.plan.parallel
-        layout = (
-            f"TP{p.tp} PP{p.pp}"
-            + (f" VP{p.vpp}" if p.vpp else "")
-            + f" CP{p.cp}"
-            + (f" EP{p.ep}" if p.ep > 1 else "")
-            + (" FSDP" if p.fsdp else "")
-        )
+        layout = _layout(r.plan.parallel)
         err = t.step_seconds / r.step_seconds - 1
         errors.append(err)
         top = sorted(t.breakdown.items(), key=lambda kv: -kv[1])[:4]
@@ -116,10 +122,9 @@ def scaling(rows, eff) -> None:
             t = step_time(r.plan, r.work, eff)
             p = r.plan.parallel
             name = " ".join(r.name.split()[:-1])
-            layout = f"TP{p.tp} PP{p.pp}" + (f" VP{p.vpp}" if p.vpp else "") + f" CP{p.cp}" + f" DP{p.dp}"
-            nodes = -(-p.gpus // r.plan.hardware.table["gpus_per_node"])
+            nodes = gpu_of(r.plan).nodes(p.gpus)
             print(
-                f"| {name} | {layout} | {p.gpus} | {nodes} | {r.step_seconds:.2f} | "
+                f"| {name} | {_layout(p, dp=True)} | {p.gpus} | {nodes} | {r.step_seconds:.2f} | "
                 f"{r.step_seconds / runs[0].step_seconds - 1:+.1%} | {t.step_seconds:.2f} | "
                 f"{t.step_seconds / first.step_seconds - 1:+.1%} | {t.breakdown['dp_comm']:.3f} | "
                 f"{t.breakdown['slowest_gpu']:.3f} |"

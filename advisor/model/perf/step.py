@@ -72,13 +72,23 @@ def expected_max_normal(n: int) -> float:
     """
     if n <= 1:
         return 0.0
-    x = np.linspace(-8.0, 8.0, 16001)
-    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
-    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    x, pdf, cdf = _normal_grid()
     return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
 
 
+@functools.lru_cache(maxsize=1)
+def _normal_grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The standard normal's density and distribution on [-8, 8], once: every n integrates over the same grid."""
+    x = np.linspace(-8.0, 8.0, 16001)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    grid = (x, np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi), cdf)
+    for a in grid:  # shared by every caller: read-only
+        a.flags.writeable = False
+    return grid
+
+
 caches.listed("the expected maximum of n normal draws (the slowest of n GPUs)", expected_max_normal)
+caches.listed("the standard normal on the grid the expected maximum integrates over", _normal_grid)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -632,13 +642,14 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
         # neighbouring stages are TP x CP x DP ranks apart (a stage is a block of that many GPUs): a pipeline wider
         # than one NVLink domain has a boundary on the network (every one once a stage fills a domain), and in
         # steady state the stages keep the pace of the slowest boundary
-        link = gpu.link(p.tp * p.cp * p.dp * p.pp)
+        spans = _boundary_spans(p.tp * p.cp * p.dp, p.pp, gpu.domain)
+        link = gpu.link(max(spans))
         # fill and drain cross every stage boundary once each way, each on its own link. In steady state each micro
         # batch waits for a send and a receive per virtual stage, unless overlapped: Megatron-Core's
         # overlap_p2p_comm is off by default; Megatron-Bridge's comm-overlap config (here: tp_comm_overlap) turns
         # it on with VPP
         overlapped = bool(p.vpp) and p.tp_comm_overlap
-        fill = sum(cc.send(act, gpu.link(span)) for span in _boundary_spans(p.tp * p.cp * p.dp, p.pp, gpu.domain))
+        fill = sum(cc.send(act, gpu.link(span)) for span in spans)
         p2p = 2 * fill + (0.0 if overlapped else 2 * mb * (p.vpp or 1) * cc.send(act, link))
     # Megatron-Core reduces gradients in buckets only where it is on the critical path: the first stage, after its
     # last backward (distributed_data_parallel.py turns bucketing off on later stages)
@@ -655,8 +666,7 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     )
     # the GPU's own work, in the steady state and in the bubble's share of it (not the step's casts and amax
     # reductions added above, nor the MoE dispatch's host-side overhead)
-    compute = sum(getattr(steady, k) for k in COMPUTE_TERMS) * work.straggler
-    if steady.total > 0:
-        compute += bubble * sum(getattr(steady, k) for k in COMPUTE_TERMS) / steady.total
+    own = sum(getattr(steady, k) for k in COMPUTE_TERMS)
+    compute = own * work.straggler + (bubble * own / steady.total if steady.total > 0 else 0.0)
     breakdown["slowest_gpu"] = GPU_SPEED_SPREAD * expected_max_normal(p.gpus) * compute
     return StepTime(step_seconds=sum(breakdown.values()), breakdown=breakdown, stage_seconds=slowest.total)
