@@ -750,8 +750,22 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
     print("\n".join(log))
 
 
-def _radio(page, label: str, option: str) -> None:
-    page.locator("[data-testid='stRadio']").filter(has_text=label).get_by_text(option, exact=True).click()
+def _radio(page, label: str, option: str, shows: str | None = None) -> None:
+    """Choose ``option`` and wait for what a person would see: the option checked, and (``shows``) the text the
+    page shows once the rerun it started is done. The run state alone can read "not running" before that rerun
+    begins, and an edit made then lands in the page as it was (the global batch typed into packs mode)."""
+    radio = page.locator("[data-testid='stRadio']").filter(has_text=label)
+    radio.get_by_text(option, exact=True).click()
+    page.wait_for_function(
+        "([label, option]) => [...document.querySelectorAll(\"[data-testid='stRadio']\")]"
+        ".filter(r => r.innerText.includes(label))"
+        ".some(r => [...r.querySelectorAll('input[type=radio]:checked')]"
+        ".some(i => i.closest('label').innerText.trim() === option))",
+        arg=[label, option],
+        timeout=120_000,
+    )
+    if shows is not None:
+        page.get_by_text(shows).first.wait_for(timeout=120_000)
     page.wait_for_selector(READY, timeout=120_000)
 
 
@@ -799,7 +813,7 @@ def test_one_plan_one_meaning_through_a_link_in_chromium(app_url, tmp_path):
         _edit(page, "global batch", 64)
         _settle(page, "Batch: 64 packs ≈")
         log.append("global batch (packs) -> 64: 'Batch: 64 packs ≈ ...'")
-        _radio(page, "global batch counts", "samples")
+        _radio(page, "global batch counts", "samples", shows="samples requested)")
         _edit(page, "global batch", 300)
         _settle(page, "(300 samples requested)")
         log.append("global batch counts samples -> 300: '(300 samples requested)'")
