@@ -14,6 +14,13 @@ here answers the same question with the same kind of tree, made wide:
   unchanged, both measured 5-12 % slower on 16M Wikipedia samples at pack sizes 384-2048: the first mispredicts
   where the bin is the largest of its block (large packs: the last bins take most items), the second does work
   above where nothing changes.
+- The newest ``FRONT`` = 64 bins stay out of the tree: an item that no older bin takes (the top node says so)
+  is matched against their rooms in one scan of two vectors, and a bin among them takes an item with one store,
+  nothing carried up. Most items open a bin or land there (on 16M Wikipedia samples at pack size 384: 58 % open
+  one, 32 % land among the newest 64, 10 % further back), and carrying a block's largest room up the tree was
+  half of each placement's time. When a bin opens past the window, its older 32 bins join the tree (one
+  reduction, their nodes raised). 384: 0.72 s -> 0.55 s, 2048: 1.05 s -> 0.38 s; four vectors (128 bins) were no
+  faster.
 - The next item's bin is looked for before the current item is placed, and checked after (placing an item only
   lowers its own bin's room or opens a bin after all others): the search's reads then wait for none of the
   placement's writes, and the two overlap.
@@ -25,8 +32,14 @@ here answers the same question with the same kind of tree, made wide:
 Before it, the advisor used a kernel of left-to-right maxima of the rooms indexed in a bitset ("records", 1.5-2.2 s
 at 16M Wikipedia samples; revealing new records among frozen bins cost more than the search it saved, 15M searches
 at pack size 640) and a binary max tree like Megatron-Bridge's (``first_fit_tree``, kept as the benchmark's "before"
-and a second opinion in tests). This one takes ~0.7 s at pack sizes 384-2048. Measured in bench/bench_packing.py
+and a second opinion in tests). This one takes ~0.4-0.6 s at pack sizes 384-2048. Measured in bench/bench_packing.py
 against both and against Megatron-Bridge's own packer.
+
+Tried and not kept (16M Wikipedia samples, each against this kernel in the same run): writing a block back as one
+vector so the next search's vector load forwards from the store (no faster); prefetching the found bin's counts
+(no faster); skipping the carry when the bin was not its block's largest (slower: the branch mispredicts);
+upper bounds tightened only when a search finds them stale (3M repairs, 3x slower); one branchless path for
+opening and placing (no faster).
 
 Two threads do not help: first fit is a chain of filters (bin 0 takes, in order, every item that fits what it has
 left; bin 1 the same of the items bin 0 passed on; ...), so the first bins can be packed in one thread and the rest
@@ -65,6 +78,7 @@ INT16_PACK = (1 << 15) - 16
 WIDTH = 32  # children a node: 32 int16 rooms are one cache line, compared in one AVX-512 instruction
 SHIFT = 5  # log2(WIDTH)
 ALIGN = 64  # bytes: a node's children start a cache line (a node split over two lines costs two loads)
+FRONT = 2 * WIDTH  # the newest bins, kept out of the tree and found by one scan of their rooms
 
 
 # ---------------------------------------------------------------------------------------------- vector steps
@@ -103,7 +117,8 @@ def _at_least(typingctx, arr, base, s):
 
 @intrinsic
 def _max_but(typingctx, arr, base, lane):
-    """The largest of the WIDTH elements from ``base`` but ``base + lane`` (the type's minimum when alone)."""
+    """The largest of the WIDTH elements from ``base`` but ``base + lane`` (the type's minimum when alone; lane
+    WIDTH: the largest of all)."""
 
     def codegen(context, builder, sig, args):
         v, elt, vty = _block(context, builder, sig.args[0], args[0], args[1])
@@ -174,6 +189,36 @@ def _opened(room, up, off, depth, b, r):
         i >>= SHIFT
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _joined(up, off, depth, i, v):
+    """Block i of bins joins the tree with largest room v: its node and the ones above rise to v where below it."""
+    for lvl in range(depth):
+        node = off[lvl] + i
+        if up[node] >= v:
+            return
+        up[node] = v
+        i >>= SHIFT
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _find(room, up, off, top, s, none, front):
+    """The lowest-index bin whose room is >= s, or ``none``: among the tree's bins (those before ``front``) if the
+    top node says one fits, else among the newest bins (``front`` on, at most ``FRONT``) by one scan of their
+    rooms. Bins not yet opened have room 0, which only a length-0 item would take, and the tree always answers
+    those (every node is >= 0)."""
+    if _at_least(up, top, s):
+        return _leftmost(room, up, off, top, s, none)
+    m = _at_least(room, front, s) | (_at_least(room, front + WIDTH, s) << np.uint64(WIDTH))
+    return front + _tz(m) if m else none
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _front(nbins):
+    """The first of the newest bins kept out of the tree, when ``nbins`` are open: a multiple of WIDTH, at most
+    FRONT bins before nbins (the window's older half joins the tree when a bin would open past it)."""
+    return 0 if nbins <= FRONT else ((nbins - FRONT + WIDTH - 1) >> SHIFT) << SHIFT
+
+
 @njit(cache=True, nogil=True)
 def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, nseq, work, strip, state):
     """First fit of ``items[k0:k1]`` (lengths, or indices into ``table`` when it is not empty), continuing from
@@ -181,16 +226,27 @@ def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, nse
 
     ``room`` holds every bin's room (unopened bins 0, as in Megatron-Bridge's tree), ``up`` the levels of the max
     tree above it (level ``lvl`` from ``off[lvl]``: node i is the largest room of its 32 children; the last level is
-    one node), ``nseq`` and ``work`` each bin's items and sum of squares, ``strip`` the (bin, length) of every item
-    placed in the first ``STRIP`` bins, in order. Returns the strip, reallocated when it filled.
+    one node) for the bins before ``_front(nbins)`` (the newest are scanned, ``_find``), ``nseq`` and ``work``
+    each bin's items and sum of squares, ``strip`` the (bin, length) of every item placed in the first ``STRIP``
+    bins, in order. Returns the index of the first item not placed: ``k1``, or an
+    earlier one when the strip is full (the caller grows it and calls again from there).
+
+    Why the strip is never grown in here: rebinding an array inside the loop made numba keep it as a reference
+    counted in every iteration, ~20 ns an item (a third of the kernel's time at 16M Wikipedia samples).
     """
     nbins, nstrip = state[0], state[1]
+    front = _front(nbins)
+    cap = strip.shape[0]
     depth, top = off.size, off[-1]  # held in registers: the arrays' stores could alias them for all numba knows
     look = table.size > 0
     keep = bin_of.size > 0
     s = np.int64(table[items[k0]]) if look else np.int64(items[k0])
-    b = _leftmost(room, up, off, top, s, nbins)
+    b = _find(room, up, off, top, s, nbins, front)
+    stop = k1
     for k in range(k0, k1):
+        if (b if b < nbins else nbins) < STRIP and nstrip == cap:  # the strip is full: stop before this item
+            stop = k
+            break
         # the next item's bin is looked for before this one is placed (its reads then wait for no write of this
         # placement, so the two overlap) and checked after: placing an item lowers only its own bin's room and
         # opens bins after all others, so the bin found stays the first fit unless it is this one and lost the
@@ -199,31 +255,35 @@ def _first_fit_chunk(items, table, k0, k1, pack_size, bin_of, room, up, off, nse
         s2 = q = 0
         if k + 1 < k1:
             s2 = np.int64(table[items[k + 1]]) if look else np.int64(items[k + 1])
-            q = _leftmost(room, up, off, top, s2, nbins)
+            q = _find(room, up, off, top, s2, nbins, front)
         if b >= nbins:  # nothing open fits (an unopened bin answers only a length-0 item): a new bin
+            if nbins == front + FRONT:  # the newest bins' older half joins the tree (the bin found stays first)
+                _joined(up, off, depth, front >> SHIFT, _max_but(room, front, WIDTH))
+                front += WIDTH
             b = nbins
             nbins += 1
             nseq[b] = 1
             work[b] = s * s
-            _opened(room, up, off, depth, b, pack_size - s)
+            room[b] = pack_size - s
             if q >= b:  # no bin before it fits the next item: the new one may
                 q = b if pack_size - s >= s2 else nbins
         else:
             nseq[b] += 1
             work[b] += s * s
-            _lowered(room, up, off, depth, b, room[b] - s)
+            if b < front:
+                _lowered(room, up, off, depth, b, room[b] - s)
+            else:  # one of the newest: nothing above it to carry
+                room[b] -= s
             if q == b and room[b] < s2:  # the next item wanted this bin and no longer fits: look again
-                q = _leftmost(room, up, off, top, s2, nbins)
+                q = _find(room, up, off, top, s2, nbins, front)
         if b < STRIP:
-            if nstrip == strip.shape[0]:
-                strip = np.concatenate((strip, np.zeros_like(strip)))
             strip[nstrip, 0], strip[nstrip, 1] = b, s
             nstrip += 1
         if keep:
             bin_of[k] = b
         b, s = q, s2
     state[0], state[1] = nbins, nstrip
-    return strip
+    return stop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,7 +349,7 @@ def first_fit(
             else items.sum(dtype=np.int64)
         )
     dtype = np.int16 if pack_size <= INT16_PACK else np.int32
-    room, up, off = _tree(n, dtype)
+    room, up, off = _tree(max(n, FRONT), dtype)  # the newest bins' scan reads FRONT rooms from a block start
     # room for the bins a good packing opens and a chunk more, grown in place (realloc) when first fit needs more
     cap = min(n, tokens * 21 // 20 // max(1, pack_size) + CHUNK)
     nseq = np.zeros(cap, np.int32)  # each bin's items and sum of squares
@@ -303,7 +363,11 @@ def first_fit(
             cap = min(n, max(int(state[0]) + (k1 - k0), nseq.size * 3 // 2))
             for column in (nseq, work):
                 column.resize(cap, refcheck=False)  # in place: the new entries are zeros, nothing copied
-        strip = _first_fit_chunk(items, table, k0, k1, pack_size, kept, room, up, off, nseq, work, strip, state)
+        k = k0
+        while k < k1:
+            k = _first_fit_chunk(items, table, k, k1, pack_size, kept, room, up, off, nseq, work, strip, state)
+            if k < k1:  # the strip filled (many short items in the first bins): twice the room, and on
+                strip = np.concatenate((strip, np.zeros_like(strip)))
         if progress is not None:
             progress(k1 / n)
         if pause is not None and k1 < n:

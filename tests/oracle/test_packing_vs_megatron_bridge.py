@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor.data.ingest import load_lengths
 from advisor.data.lengths import LengthHistogram
@@ -145,7 +147,8 @@ def test_packed_parquet_written_by_megatron_bridge_is_audited(mb_parquet, tmp_pa
 # ---------------------------------------------------------------------------------------------- the first-fit kernel
 def _cases():
     """Item sequences that take each path of the wide-tree kernel (advisor/packing/first_fit.py): a bin's lowered
-    room carried up a level or two and to the top, new bins raising their ancestors or not, the next item's bin
+    room carried up a level or two and to the top, the newest bins' older half joining the tree (raising its
+    ancestors or not), items landing among the newest bins and behind them, the next item's bin
     found before the current one is placed and looked for again, length-0 items (bin 0 answers them, or an
     unopened bin when none is open), items of the whole pack, int16 rooms and int32 ones, int32 and int64 sums
     of squares."""
@@ -191,6 +194,44 @@ def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(
         bins=False,
     )  # the same items through a table
     assert fit_codes.count == fit.count and fit_codes.fill.tolist() == fit.fill.tolist()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pack_size=st.integers(1, 2048),
+    shape=st.sampled_from(["uniform", "small", "capped", "bimodal"]),
+    n=st.integers(1, 4000),
+    chunk=st.integers(1, 700),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_first_fit_kernel_is_megatron_bridges_first_fit_for_any_items(
+    mb_algorithms, monkeypatch, pack_size, shape, n, chunk, seed
+):
+    """Any lengths in [0, pack size], any pack size, the kernel cut into chunks anywhere: the same bins as
+    Megatron-Bridge's own first_fit. The shapes put the work where the kernel has its paths: "small" items land
+    behind the newest 64 bins (in the tree), "capped" ones open bins that nothing else fits, "bimodal" ones
+    alternate between opening a bin and filling one among the newest."""
+    from advisor.packing import first_fit as ff
+
+    rng = np.random.default_rng(seed)
+    if shape == "uniform":
+        items = rng.integers(0, pack_size + 1, n)
+    elif shape == "small":
+        items = rng.integers(0, max(1, pack_size // 8) + 1, n)
+    elif shape == "capped":
+        items = np.where(rng.random(n) < 0.3, pack_size, rng.integers(0, pack_size + 1, n))
+    else:
+        items = np.where(rng.random(n) < 0.5, pack_size - pack_size // 4, rng.integers(0, pack_size // 4 + 1, n))
+    items = items.astype(np.int32)
+    theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
+    monkeypatch.setattr(ff, "CHUNK", chunk)
+    fit = ff.first_fit(items, pack_size)
+    ours: list[list[int]] = [[] for _ in range(fit.count)]
+    for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
+        ours[b].append(s)
+    assert ours == theirs
+    assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
+    assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
 
 
 @pytest.mark.slow  # 1M items: the tree kernel (itself checked against Megatron-Bridge above) is the oracle
