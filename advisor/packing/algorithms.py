@@ -16,14 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from advisor.packing.first_fit import (  # the wide tree's steps, inlined in kernels
-    FirstFit,
-    _leftmost,
-    _lowered,
-    _opened,
-    first_fit,
-    wide_tree,
-)
+from advisor.packing.decreasing import first_fit_decreasing_runs
+from advisor.packing.first_fit import FirstFit, first_fit
 from advisor.packing.permutation import shuffled_lengths
 
 # ---------------------------------------------------------------------------------------------- first fit
@@ -51,81 +45,6 @@ def _packed_items(n: int, longest: int) -> np.ndarray:
     return np.empty(n, np.uint16 if longest < 1 << 16 else np.int32)
 
 
-@njit(cache=True, nogil=True)
-def _first_fit_decreasing_hist(counts, pack_size, out, room, up, off):
-    """First fit decreasing, a length group at a time: c identical items fill the first bin with room until it
-    has less than v left, then the next; those that fit nowhere open bins of ``pack_size // v`` items each.
-    Each placement is an event (bin, length, how many), replayed into CSR at the end. The first bin with room is
-    found in first_fit.py's 32-wide max tree (``room``, ``up``, ``off``): 16M Wikipedia samples at pack size 512
-    (12M events, 8.1M bins) in ~0.65 s with the CSR, where a binary tree's 23 levels down and up took ~0.9."""
-    depth, top = off.size, off[-1]
-    cap = 4096
-    ev_bin = np.empty(cap, np.int32)
-    ev_len = np.empty(cap, np.int32)
-    ev_n = np.empty(cap, np.int32)
-    nev = 0
-    nbins = 0
-    for v in range(counts.size - 1, -1, -1):
-        c = counts[v]
-        while c > 0:
-            b = _leftmost(room, up, off, top, v, nbins)
-            if b >= nbins and v > 0:
-                # nothing open fits v: the rest of the group opens new bins of pack_size // v items each
-                per_bin = pack_size // v
-                if per_bin == 0:
-                    raise ValueError("a length above the pack size")
-                new = (c + per_bin - 1) // per_bin
-                last = c - (new - 1) * per_bin
-                if nev + new > cap:
-                    cap = max(2 * cap, nev + new)
-                    ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)
-                for j in range(new):
-                    k = per_bin if j < new - 1 else last
-                    _opened(room, up, off, depth, nbins + j, pack_size - k * v)
-                    ev_bin[nev], ev_len[nev], ev_n[nev] = nbins + j, v, k
-                    nev += 1
-                nbins += new
-                c = 0
-                continue
-            if b >= nbins:  # v == 0 and no bin yet (an unopened bin's room 0 answers a length-0 item)
-                b = nbins
-                nbins += 1
-                _opened(room, up, off, depth, b, pack_size)
-            r = room[b]
-            k = c if v == 0 else min(c, r // v)
-            _lowered(room, up, off, depth, b, r - k * v)
-            if nev == cap:
-                cap *= 2
-                ev_bin, ev_len, ev_n = _resized(ev_bin, cap), _resized(ev_len, cap), _resized(ev_n, cap)
-            ev_bin[nev], ev_len[nev], ev_n[nev] = b, v, k
-            nev += 1
-            c -= k
-    return _csr_from_events(ev_bin[:nev], ev_len[:nev], ev_n[:nev], nbins, out)
-
-
-@njit(cache=True, nogil=True)
-def _resized(a, n):
-    out = np.empty(n, a.dtype)
-    out[: a.size] = a
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _csr_from_events(ev_bin, ev_len, ev_n, nbins, out):
-    offsets = np.zeros(nbins + 1, np.int64)
-    for e in range(ev_bin.size):
-        offsets[ev_bin[e] + 1] += ev_n[e]
-    for b in range(nbins):
-        offsets[b + 1] += offsets[b]
-    pos = offsets[:-1].copy()
-    for e in range(ev_bin.size):
-        b = ev_bin[e]
-        for _ in range(ev_n[e]):
-            out[pos[b]] = ev_len[e]
-            pos[b] += 1
-    return offsets, out
-
-
 def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = None):
     """Megatron-Bridge's ``first_fit_decreasing``: longest first, each to the first pack with room.
 
@@ -133,10 +52,7 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     >>> [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
     [[3, 1], [2, 1]]
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    n = int(counts.sum())
-    room, up, off = wide_tree(n, pack_size)
-    return _first_fit_decreasing_hist(counts, pack_size, _packed_items(n, counts.size - 1), room, up, off)
+    return first_fit_decreasing_runs(counts, pack_size)  # on the counts, a run of identical bins at a time
 
 
 def first_fit_shuffle(

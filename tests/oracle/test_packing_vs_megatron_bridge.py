@@ -72,6 +72,26 @@ def test_generated_histograms_match_megatron_bridge(mb_algorithms, trial):
         assert _multisets(ours) == _multisets(assignments), (algorithm, pack_size, n, seed)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pack_size=st.integers(1, 1500),
+    groups=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 300)), min_size=1, max_size=40),
+    zeros=st.integers(0, 3),
+)
+def test_first_fit_decreasing_on_counts_is_megatron_bridges_pack_for_pack(mb_algorithms, pack_size, groups, zeros):
+    """Runs of identical bins placed at once (advisor/packing/decreasing.py) give Megatron-Bridge's own
+    first_fit_decreasing exactly: the same packs in the same order, each pack's lengths in the order placed, for
+    any histogram (lengths from 0 to the pack size; length-0 samples join the first pack)."""
+    counts = np.zeros(pack_size + 1, np.int64)
+    for where, how_many in groups:
+        counts[round(where * pack_size)] += how_many
+    counts[0] += zeros
+    offsets, items = first_fit_decreasing(counts, pack_size)
+    ours = [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    lengths = np.repeat(np.arange(pack_size + 1), counts).tolist()
+    assert ours == mb_algorithms.first_fit_decreasing(lengths, pack_size)
+
+
 def _run_mb_pipeline(mb_offline, tmp_path, lengths, pack_size, max_seq_length, mult, algorithm, seed):
     """Megatron-Bridge's own prepare_gpt_sft_packed_data, end to end, writing its .npy and metadata files."""
     out, meta = tmp_path / "training.npy", tmp_path / "metadata.jsonl"
