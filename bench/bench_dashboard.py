@@ -9,7 +9,8 @@ Per data set, in a fresh process (its peak resident memory is the session's): ea
 (app.py's frame first, so the server's settings apply; every cache emptied before the page, so the first load is
 cold), then each of the page's controls changed three times, each change timed, and the largest chart's JSON.
 On the Packing page the pack size is changed three ways: to sizes never packed, back to sizes seen, and to a
-neighbour of the current size after the page has been left idle (what the background worker computes ahead).
+neighbour of the current size after the page has been left idle (what the background worker computes ahead); last,
+to sizes never packed under first fit decreasing (the algorithm and the size set in one rerun).
 Then, in fresh processes with an empty numba cache: compiling every kernel (`advisor warmup`) and the first home
 page; last, `advisor pack` of a 10-sample file, warm, best of 5.
 """
@@ -85,6 +86,13 @@ def packing_controls(start: int):
     def neighbour(at):
         return _pack_size(at).increment()
 
+    def decreasing(size):  # first fit decreasing at a size never packed, in one rerun
+        def change(at):
+            at.selectbox(key="plan.packing.algorithm").set_value("first_fit_decreasing")
+            return _pack_size(at).set_value(size)
+
+        return change
+
     return [
         ("pack size, new", [to(s) for s in new]),
         ("pack size, seen before", [to(s) for s in seen]),
@@ -107,6 +115,7 @@ def packing_controls(start: int):
                 for c in ("padding_fraction", "packing_factor", "packing_efficiency")
             ],
         ),
+        ("pack size, new (decreasing)", [decreasing(start - k * start // 16) for k in (1, 3, 5)]),
     ]
 
 
