@@ -51,7 +51,7 @@ numba does not vectorize a search loop that stops early, so the vector steps are
 AVX2, SSE). Written as plain loops they ran scalar, at twice the time.
 
 The kernel runs in chunks of items with its state carried between them, so a long packing reports progress and a
-background packing can pause between chunks (``first_fit_bins``).
+background packing can pause between chunks (``first_fit``'s ``progress`` and ``pause``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from numba.extending import intrinsic
 
 from advisor.packing.max_tree import grown, leftmost_with_room, set_room
 
-__all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree", "wide_tree"]
+__all__ = ["CHUNK", "STRIP", "FirstFit", "first_fit", "first_fit_bins", "first_fit_tree"]
 
 CHUNK = 1 << 20  # items per kernel call: progress and pauses between calls, ~50 ms each
 STRIP = 64  # the first bins whose items are kept in order while placing (a chart shows the first 40 packs)
@@ -174,19 +174,6 @@ def _lowered(room, up, off, depth, b, r):
         v = v if v > sib else sib
         i >>= SHIFT
     up[off[depth - 1] + i] = v
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _opened(room, up, off, depth, b, r):
-    """A new bin b with room r: its ancestors' largest rooms rise to r where they are below it."""
-    room[b] = r
-    i = b >> SHIFT
-    for lvl in range(depth):
-        node = off[lvl] + i
-        if up[node] >= r:
-            return
-        up[node] = r
-        i >>= SHIFT
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -316,7 +303,7 @@ def first_fit(
     tokens: int | None = None,
 ) -> FirstFit:
     """First fit of the items in the given order: Megatron-Bridge's ``first_fit`` exactly
-    (``tests/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
+    (``tests/oracle/test_packing_vs_megatron_bridge.py``). ``progress(fraction)`` is called and ``pause()`` may block
     between chunks of items. ``bins=False``: the bin of each item is not kept (``FirstFit.bins`` empty; 4 bytes an
     item less), for a caller that needs only the bins' figures. ``table``: the items are indices into it (the
     lengths are ``table[items]``, never made: ``offline.pack`` passes its cached shuffled order so). ``tokens``:
@@ -381,12 +368,6 @@ def first_fit(
     for column in (nseq, work):  # shrunk in place to the bins opened: what a cache counts is what is held
         column.resize(count, refcheck=False)
     return FirstFit(bins=kept, count=count, fill=fill, nseq=nseq, work=work, strip=strip[: state[1]].copy())
-
-
-def wide_tree(bins: int, pack_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(room, up, off): the kernel's zeroed max tree for up to ``bins`` bins of ``pack_size`` (``_tree``), for
-    other first-fit kernels (algorithms.py's first fit decreasing)."""
-    return _tree(bins, np.int16 if pack_size <= INT16_PACK else np.int32)
 
 
 def _within(items: np.ndarray, table: np.ndarray, pack_size: int) -> bool:

@@ -1,8 +1,8 @@
 """The binary max segment tree over bins that Megatron-Bridge's ``first_fit`` searches (algorithms.py, 0.6.2):
 leaf b holds bin b's room (unopened bins 0), each node the larger of its children, so the leftmost bin with room
 for an item is one descent from the root. The max-tree first fit kept as the benchmark's "before"
-(``first_fit.first_fit_tree``) uses it; the fast kernels (first fit, and first fit decreasing in ``algorithms``)
-use first_fit.py's 32-wide tree.
+(``first_fit.first_fit_tree``) uses it; the fast first fit uses first_fit.py's 32-wide tree, and first fit
+decreasing runs on the counts (decreasing.py).
 
 The tree is ``tree[1:2 * size]`` with leaves at ``size + b``; it grows by doubling (``grown``).
 

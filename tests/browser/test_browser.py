@@ -650,6 +650,16 @@ def _packs_shown(page) -> str:
     )
 
 
+def _wait_packs_changed(page, before: str) -> None:
+    """Until the Packing page's "packs" figure no longer shows ``before`` (the new figures on screen)."""
+    page.wait_for_function(
+        "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
+        "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
+        arg=before,
+        timeout=180_000,
+    )
+
+
 THINK_SECONDS = 3.0  # a visitor reads the figures before the next click; the server packs ahead meanwhile
 
 
@@ -700,12 +710,7 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
                 time.sleep(THINK_SECONDS)
                 t0 = time.perf_counter()
                 minus.click()
-                page.wait_for_function(
-                    "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
-                    "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
-                    arg=before,
-                    timeout=180_000,
-                )
+                _wait_packs_changed(page, before)
                 shown = time.perf_counter() - t0
                 page.wait_for_selector(READY, timeout=180_000)
                 settled = time.perf_counter() - t0
@@ -733,12 +738,7 @@ def test_pack_size_changes_on_wikipedia_in_chromium():
                 polling="raf",
             )
             page.screenshot(path=str(SHOTS / "10b_previous_figures_while_packing.png"), full_page=True)
-            page.wait_for_function(
-                "(old) => { const m = [...document.querySelectorAll('[data-testid=\"stMetric\"]')].find("
-                "e => e.innerText.startsWith('packs')); return m && !m.innerText.includes(old); }",
-                arg=before,
-                timeout=180_000,
-            )
+            _wait_packs_changed(page, before)
             shown = time.perf_counter() - t0
             page.wait_for_function(
                 "() => [...document.querySelectorAll('code')].some(c => c.innerText.includes('\"pack_size\": 2048'))",

@@ -74,21 +74,29 @@ def test_generated_histograms_match_megatron_bridge(mb_algorithms, trial):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    pack_size=st.integers(1, 1500),
-    groups=st.lists(st.tuples(st.floats(0, 1), st.integers(1, 300)), min_size=1, max_size=40),
+    pack_size=st.one_of(st.integers(1, 1500), st.integers(32_000, 40_000)),  # int16 and int32 rooms
+    groups=st.lists(st.tuples(st.floats(0, 1.05), st.integers(1, 300)), max_size=40),  # past 1: above the pack
     zeros=st.integers(0, 3),
+    by_runs=st.booleans(),
 )
-def test_first_fit_decreasing_on_counts_is_megatron_bridges_pack_for_pack(mb_algorithms, pack_size, groups, zeros):
-    """Runs of identical bins placed at once (advisor/packing/decreasing.py) give Megatron-Bridge's own
+def test_first_fit_decreasing_on_counts_is_megatron_bridges_pack_for_pack(
+    mb_algorithms, monkeypatch, pack_size, groups, zeros, by_runs
+):
+    """Runs of identical bins placed at once (advisor/packing/decreasing.py), and the samples placed one by one
+    where runs would cost more (many lengths, or one above the pack size), give Megatron-Bridge's own
     first_fit_decreasing exactly: the same packs in the same order, each pack's lengths in the order placed, for
-    any histogram (lengths from 0 to the pack size; length-0 samples join the first pack)."""
-    counts = np.zeros(pack_size + 1, np.int64)
+    any histogram (length-0 samples join the first pack; a length above the pack size gets a pack of its own, as
+    Megatron-Bridge's negative room gives it)."""
+    from advisor.packing import decreasing
+
+    monkeypatch.setattr(decreasing, "RUNS_WORK", 10**9 if by_runs else 0)
+    counts = np.zeros(round(pack_size * 1.05) + 1, np.int64)
     for where, how_many in groups:
         counts[round(where * pack_size)] += how_many
     counts[0] += zeros
     offsets, items = first_fit_decreasing(counts, pack_size)
     ours = [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    lengths = np.repeat(np.arange(pack_size + 1), counts).tolist()
+    lengths = np.repeat(np.arange(counts.size), counts).tolist()
     assert ours == mb_algorithms.first_fit_decreasing(lengths, pack_size)
 
 
@@ -188,6 +196,24 @@ def _cases():
     yield "int64 squares", 200_000, rng.integers(1, 200_001, 1500)
 
 
+def _first_fit_as_megatron_bridges(mb_algorithms, monkeypatch, items: np.ndarray, pack_size: int, chunk: int):
+    """The kernel, cut into chunks of ``chunk`` items (its state carried across), against Megatron-Bridge's own
+    first_fit: each bin's items in order, each bin's sums as the packs give them, the first packs as kept."""
+    from advisor.packing import first_fit as ff
+
+    theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
+    monkeypatch.setattr(ff, "CHUNK", chunk)
+    fit = ff.first_fit(items, pack_size)
+    ours: list[list[int]] = [[] for _ in range(fit.count)]
+    for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
+        ours[b].append(s)
+    assert ours == theirs
+    assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
+    assert fit.work.tolist() == [sum(s * s for s in p) for p in theirs]
+    assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
+    return fit
+
+
 @pytest.mark.parametrize("name, pack_size, items", slow_after(list(_cases()), fast=3))
 def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(
     mb_algorithms, name, pack_size, items, monkeypatch
@@ -197,16 +223,7 @@ def test_first_fit_kernel_places_every_item_as_megatron_bridges_first_fit(
     from advisor.packing import first_fit as ff
 
     items = np.asarray(items, dtype=np.int32)
-    theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
-    monkeypatch.setattr(ff, "CHUNK", 97)
-    fit = ff.first_fit(items, pack_size)
-    ours: list[list[int]] = [[] for _ in range(fit.count)]
-    for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
-        ours[b].append(s)
-    assert ours == theirs
-    assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
-    assert fit.work.tolist() == [sum(s * s for s in p) for p in theirs]
-    assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
+    fit = _first_fit_as_megatron_bridges(mb_algorithms, monkeypatch, items, pack_size, chunk=97)
     fit_codes = ff.first_fit(
         np.argsort(np.argsort(items, kind="stable"), kind="stable").astype(np.int32),
         pack_size,
@@ -231,8 +248,6 @@ def test_first_fit_kernel_is_megatron_bridges_first_fit_for_any_items(
     Megatron-Bridge's own first_fit. The shapes put the work where the kernel has its paths: "small" items land
     behind the newest 64 bins (in the tree), "capped" ones open bins that nothing else fits, "bimodal" ones
     alternate between opening a bin and filling one among the newest."""
-    from advisor.packing import first_fit as ff
-
     rng = np.random.default_rng(seed)
     if shape == "uniform":
         items = rng.integers(0, pack_size + 1, n)
@@ -242,16 +257,7 @@ def test_first_fit_kernel_is_megatron_bridges_first_fit_for_any_items(
         items = np.where(rng.random(n) < 0.3, pack_size, rng.integers(0, pack_size + 1, n))
     else:
         items = np.where(rng.random(n) < 0.5, pack_size - pack_size // 4, rng.integers(0, pack_size // 4 + 1, n))
-    items = items.astype(np.int32)
-    theirs = mb_algorithms.first_fit(items.tolist(), pack_size)
-    monkeypatch.setattr(ff, "CHUNK", chunk)
-    fit = ff.first_fit(items, pack_size)
-    ours: list[list[int]] = [[] for _ in range(fit.count)]
-    for b, s in zip(fit.bins.tolist(), items.tolist(), strict=True):
-        ours[b].append(s)
-    assert ours == theirs
-    assert fit.fill.tolist() == [sum(p) for p in theirs] and fit.nseq.tolist() == [len(p) for p in theirs]
-    assert [list(p) for p in fit.first_packs()] == theirs[: ff.STRIP]
+    _first_fit_as_megatron_bridges(mb_algorithms, monkeypatch, items.astype(np.int32), pack_size, chunk)
 
 
 @pytest.mark.slow  # 1M items: the tree kernel (itself checked against Megatron-Bridge above) is the oracle
