@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from advisor.packing.decreasing import first_fit_decreasing_runs
+from advisor.packing.decreasing import by_runs, runs
 from advisor.packing.first_fit import FirstFit, first_fit
 from advisor.packing.permutation import shuffled_lengths
 
@@ -51,8 +51,18 @@ def first_fit_decreasing(counts: np.ndarray, pack_size: int, seed: int | None = 
     >>> offsets, items = first_fit_decreasing(np.array([0, 2, 1, 1]), 4)
     >>> [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
     [[3, 1], [2, 1]]
+    >>> first_fit_decreasing(np.array([0, 1, 0, 0, 0, 1]), 4)[0].tolist()  # a 5 at pack size 4: its own pack
+    [0, 1, 2]
     """
-    return first_fit_decreasing_runs(counts, pack_size)  # on the counts, a run of identical bins at a time
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    if counts.size and int(counts.min()) < 0:
+        raise ValueError(f"counts must be non-negative (length {int(np.argmin(counts))} has {int(counts.min())})")
+    if by_runs(counts, pack_size):  # on the counts, a run of identical bins at a time
+        out = _packed_items(int(counts.sum()), counts.size - 1)
+        return runs(counts, pack_size).written(out), out
+    # many distinct lengths, or one above the pack size: the samples one by one, longest first
+    items = np.repeat(np.arange(counts.size - 1, -1, -1, dtype=np.int32), counts[::-1])
+    return grouped(items, first_fit(items, pack_size))
 
 
 def first_fit_shuffle(

@@ -11,8 +11,10 @@ count runs out inside a run: that bin takes the rest and the run splits in at mo
 bins of ``pack_size // v`` each. The bins' order, and each bin's order of lengths, are Megatron-Bridge's
 (``first_fit_decreasing`` in data/packing/algorithms.py, 0.6.2; checked in tests/oracle).
 
->>> offsets, items = first_fit_decreasing_runs(np.array([0, 2, 1, 1]), 4)
->>> [items[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+>>> r = runs(np.array([0, 2, 1, 1]), 4)
+>>> out = np.empty(4, np.int32)
+>>> offsets = r.written(out)
+>>> [out[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
 [[3, 1], [2, 1]]
 """
 
@@ -23,9 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from advisor.packing.first_fit import first_fit
+__all__ = ["RUNS_WORK", "Runs", "by_runs", "runs"]
 
-__all__ = ["Runs", "first_fit_decreasing_runs", "runs"]
+# Each length present rewrites every run, and runs grow with the lengths present: work ~ 2 x lengths^2. Placing
+# the samples one by one costs ~n. Runs are taken while lengths^2 <= RUNS_WORK x n (Wikipedia: 508 lengths, 16.3M
+# samples); past it (e.g. 65,536 lengths at pack size 65,536 on 196k samples: 10.7 s by runs, 0.014 s by items)
+# the samples go through first_fit.py's kernel in decreasing order, which is Megatron-Bridge's definition itself.
+RUNS_WORK = 8
 
 
 @njit(cache=True, nogil=True)
@@ -169,35 +175,12 @@ def runs(counts: np.ndarray, pack_size: int) -> Runs:
     return Runs(bins=bins, room=room, node=node, length=length, count=count, parent=parent)
 
 
-# Each length present rewrites every run, and runs grow with the lengths present: work ~ 2 x lengths^2. Placing
-# the samples one by one costs ~n. Runs are taken while lengths^2 <= RUNS_WORK x n (Wikipedia: 508 lengths, 16.3M
-# samples); past it (e.g. 65,536 lengths at pack size 65,536 on 196k samples: 10.7 s by runs, 0.014 s by items)
-# the samples go through first_fit.py's kernel in decreasing order, which is Megatron-Bridge's definition itself.
-RUNS_WORK = 8
+def by_runs(counts: np.ndarray, pack_size: int) -> bool:
+    """Whether runs are the cheaper way (``RUNS_WORK``) and can pack these counts: no length above the pack size
+    (Megatron-Bridge packs one into a bin of negative room, which only placing the samples one by one reproduces).
 
-
-def first_fit_decreasing_runs(counts: np.ndarray, pack_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, items): Megatron-Bridge's first fit decreasing packs in CSR form, from the counts: by runs, or
-    (many distinct lengths, or a length above the pack size, which Megatron-Bridge packs into a bin of negative
-    room) by placing the sorted samples one at a time.
-
-    >>> first_fit_decreasing_runs(np.array([0, 1, 0, 0, 0, 1]), 4)[0].tolist()  # a 5 at pack size 4: its own pack
-    [0, 1, 2]
+    >>> by_runs(np.array([0, 5, 5]), 4), by_runs(np.array([0, 1, 0, 0, 0, 1]), 4)
+    (True, False)
     """
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    if counts.size and int(counts.min()) < 0:
-        raise ValueError(f"counts must be non-negative (length {int(np.argmin(counts))} has {int(counts.min())})")
-    n = int(counts.sum())
-    out = np.empty(n, np.uint16 if counts.size - 1 < 1 << 16 else np.int32)
     present = np.flatnonzero(counts)
-    if n == 0:
-        return np.zeros(1, np.int64), out
-    if present.size**2 <= RUNS_WORK * n and (present.size == 0 or int(present[-1]) <= pack_size):
-        return runs(counts, pack_size).written(out), out
-    items = np.repeat(np.arange(counts.size - 1, -1, -1, dtype=np.int32), counts[::-1])  # longest first
-    fit = first_fit(items, pack_size)
-    order = np.argsort(fit.bins, kind="stable")  # each pack's samples in the order they were placed
-    out[:] = items[order]
-    offsets = np.zeros(fit.count + 1, np.int64)
-    np.cumsum(np.bincount(fit.bins, minlength=fit.count), out=offsets[1:])
-    return offsets, out
+    return present.size**2 <= RUNS_WORK * int(counts.sum()) and (present.size == 0 or int(present[-1]) <= pack_size)
