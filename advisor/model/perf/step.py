@@ -587,6 +587,19 @@ def _boundary_spans(stride: int, pp: int, domain: int) -> list[int]:
     return out
 
 
+def pipeline_bubble(pp: int, vpp: int | None, stage_seconds: float) -> float:
+    """Seconds a 1F1B step spends filling and draining the pipeline beyond its micro batches' own work:
+    (pp - 1) / vpp of one micro batch's forward and backward through a stage (``stage_seconds``, all its model
+    chunks). Megatron-Core's order (the warm-up counts of ``get_pp_rank_microbatches`` and the interleaved
+    ``get_schedule_table``), event-simulated without send latency, takes exactly m x stage + this
+    (tests/oracle/test_pipeline_schedule.py; bench/bench_pipeline_latency.py adds the sends).
+
+    >>> pipeline_bubble(4, None, 1.0), pipeline_bubble(4, 5, 1.0), pipeline_bubble(1, None, 1.0)
+    (3.0, 0.6, 0.0)
+    """
+    return (pp - 1) / (vpp or 1) * stage_seconds if pp > 1 else 0.0
+
+
 def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     """Seconds per optimizer step and where they go.
 
@@ -635,7 +648,7 @@ def step_time(plan: Plan, work: StepWork, eff: Efficiency) -> StepTime:
     if plan.training.cpu_offloading_num_layers and p.pp == 1:
         slowest = slowest + _offload(plan, gpu, work, layer_f.total, layer_b.total)
     mb = work.micro_batches
-    bubble = (p.pp - 1) / (p.vpp or 1) * mean_stage if p.pp > 1 else 0.0
+    bubble = pipeline_bubble(p.pp, p.vpp, mean_stage)
     p2p = 0.0
     if p.pp > 1:
         act = work.tokens / p.cp / (p.tp if p.sp else 1) * m.hidden_size * BF16
