@@ -54,7 +54,8 @@ class ExportSpec:
     language: str  # the code block's highlighting on the page
     what: str  # one line for the command line's help and the page
     render: Callable[[ExportInputs], str]
-    uses_plan: bool = True  # False: the same text for every plan (a plan that does not fit may still export it)
+    # False: not the plan's training run (the trial runs a scaled model): a plan that does not fit may export it
+    uses_plan: bool = True
     mock_lengths: bool = False  # can train on mock data of the user's lengths, written beside it (--lengths-csv)
     report: bool = False  # reads the analysis's findings and estimate, not only the plan
 
@@ -116,16 +117,17 @@ EXPORTS: dict[ExportFormat, ExportSpec] = {
             name="torchrun",
             file_name="trial_torchrun.sh",
             language="bash",
-            what="the trial on one node's GPUs",
-            render=lambda i: trial_torchrun(),
+            what="the trial of the plan (written into the script) on one node's GPUs",
+            render=lambda i: trial_torchrun(i.plan),
             uses_plan=False,
         ),
         ExportSpec(
             name="slurm",
             file_name="trial.sbatch",
             language="bash",
-            what="the trial as a Slurm batch job over the plan's nodes",
+            what="the trial of the plan (written into the script) as a Slurm batch job over the plan's nodes",
             render=lambda i: trial_slurm(i.plan),
+            uses_plan=False,
         ),
     )
 }

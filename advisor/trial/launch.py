@@ -1,6 +1,13 @@
 """Launch scripts for the trial on GPU nodes: one node with torchrun, several with Slurm (data parallelism, NCCL).
 
->>> 'torchrun --nproc-per-node 8' in trial_torchrun()
+Each script carries the plan it was exported from: it writes the plan to a file beside the job (a quoted here
+document, so the shell expands nothing in it) and runs the trial on that file. The alternative, naming the plan file
+the user loaded, breaks for a recommended plan (in no file yet), a plan edited on the dashboard, or a job started in
+another folder.
+
+>>> from advisor.plan import plan_from_dict
+>>> script = trial_torchrun(plan_from_dict({"model": "llama3.1-8b", "parallel": {"gpus": 4}}))
+>>> 'torchrun --nproc-per-node 4 -m advisor trial trial_plan.yaml' in script
 True
 """
 
@@ -8,32 +15,58 @@ from __future__ import annotations
 
 import shlex
 
-from advisor.plan import Plan
+from advisor.plan import Plan, dump_plan
+
+PLAN_FILE = "trial_plan.yaml"
+END = "END_OF_ADVISOR_PLAN"  # the here document's end; a YAML dump has no line of this bare word
 
 
-def trial_torchrun(plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
-    """The trial on one node's GPUs as data parallelism (NCCL); the plan file name is shell-quoted."""
-    plan_file = shlex.quote(plan_file)
+def _gpus(plan: Plan) -> tuple[int, int]:
+    """(nodes, GPUs a node) for the plan's GPUs on its system (GB200: 4 a node)."""
+    per_node = int(plan.hardware.table["gpus_per_node"])
+    gpus = plan.parallel.gpus
+    return max(1, -(-gpus // per_node)), min(gpus, per_node)
+
+
+def _write_plan(plan: Plan, plan_file: str) -> str:
+    text = dump_plan(plan)
+    if any(line.strip() == END for line in text.splitlines()):
+        raise ValueError(f"the plan holds a line {END!r}, which would end the script's here document")
+    return f"cat > {shlex.quote(plan_file)} <<'{END}'\n{text.rstrip()}\n{END}\n"
+
+
+def trial_torchrun(plan: Plan, plan_file: str = PLAN_FILE, steps: int = 20) -> str:
+    """The trial as data parallelism over one node's GPUs (the plan's, at most a node's), on the plan written out."""
+    nodes, per_node = _gpus(plan)
+    note = (
+        f"# The plan asks for {plan.parallel.gpus} GPUs ({nodes} nodes): this runs one node's {per_node}; "
+        "the Slurm export runs them all.\n"
+        if nodes > 1
+        else ""
+    )
     return (
-        f"torchrun --nproc-per-node {gpus_per_node} -m advisor trial {plan_file} --device cuda "
+        "#!/bin/bash\n# The sequence packing advisor's trial of this plan on one node (NCCL).\nset -euo pipefail\n"
+        + note
+        + _write_plan(plan, plan_file)
+        + f"torchrun --nproc-per-node {per_node} -m advisor trial {shlex.quote(plan_file)} --device cuda "
         f"--model-scale medium --steps {steps} --out trial_out --json\n"
     )
 
 
-def trial_slurm(plan: Plan, plan_file: str = "plan.yaml", gpus_per_node: int = 8, steps: int = 20) -> str:
-    """A Slurm batch script for a multi-node trial: one torchrun per node, rendezvous on the first node."""
-    nodes = max(1, -(-plan.parallel.gpus // gpus_per_node))
-    plan_file = shlex.quote(plan_file)
+def trial_slurm(plan: Plan, plan_file: str = PLAN_FILE, steps: int = 20) -> str:
+    """A Slurm batch script for the plan's GPUs: one torchrun per node, rendezvous on the first node."""
+    nodes, per_node = _gpus(plan)
     return f"""#!/bin/bash
 #SBATCH --job-name=packing-trial
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --gpus-per-node={per_node}
 #SBATCH --time=00:30:00
 #SBATCH --output=trial_%j.log
-# The sequence packing advisor's trial as data parallelism over {nodes} node(s) x {gpus_per_node} GPUs (NCCL).
-head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun torchrun --nnodes {nodes} --nproc-per-node {gpus_per_node} --rdzv-backend c10d --rdzv-endpoint "$head:29500" \
-  --rdzv-id "$SLURM_JOB_ID" -m advisor trial {plan_file} --device cuda --model-scale medium --steps {steps} \
-  --out "trial_out_$SLURM_JOB_ID" --json
+# The sequence packing advisor's trial as data parallelism over {nodes} node(s) x {per_node} GPUs (NCCL).
+set -euo pipefail
+{_write_plan(plan, plan_file)}head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun torchrun --nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint "$head:29500" \\
+  --rdzv-id "$SLURM_JOB_ID" -m advisor trial {shlex.quote(plan_file)} --device cuda --model-scale medium \\
+  --steps {steps} --out "trial_out_$SLURM_JOB_ID" --json
 """

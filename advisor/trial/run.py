@@ -414,6 +414,12 @@ def setup(plan: Plan, hist: LengthHistogram, cfg: TrialConfig) -> TrialSetup:
     import torch.distributed as dist
 
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if cfg.device == "cuda" and not torch.cuda.is_available():  # else torch fails deep in set_device
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ValueError(
+            f"--device cuda: this machine's torch {torch.__version__} ({build}) sees no CUDA device; "
+            "run on a GPU node, or use --device cpu (or auto)"
+        )
     device = torch.device(
         "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
     )

@@ -445,3 +445,15 @@ def test_a_trial_over_its_memory_says_so_in_one_line():
         "--pack-size, --packs-per-step, --micro-batch-size or --model-scale "
         "fits"
     ]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: the trial would run")
+def test_a_cuda_trial_without_cuda_is_one_message(capsys):
+    """--device cuda where torch sees no CUDA: one message naming the option and the torch build, exit code 2 (was a
+    traceback from torch.cuda.set_device, exit code 1)."""
+    from tests.support.cli import in_process
+
+    run = in_process(capsys, "trial", SAMPLE / "plans" / "llama8b_squad.yaml", "--device", "cuda", "--quiet")
+    assert run.returncode == 2, run.stderr
+    assert "--device cuda" in run.stderr and "sees no CUDA device" in run.stderr
+    assert "Traceback" not in run.stderr
