@@ -40,6 +40,7 @@ from advisor.model.memory import DEFAULT_OVERHEAD_GIB
 from advisor.packing.cache import PACKING_CACHE_BYTES, packing_arrays
 from advisor.packing.offline import PackingResult
 from advisor.plan import Plan, PlanError
+from advisor.vocabulary import SCHEDULED_MODES
 
 ANALYSIS_CACHE_SIZE = 64  # the plan, the memory grid (<= 15 layouts) and the edits of a few sessions
 
@@ -107,6 +108,20 @@ class Analysis:
         return self._part(
             "estimate", lambda: estimate(self.plan, self.hist, mfu=self.mfu, overhead_gib=self.overhead_gib)
         )
+
+    @property
+    def micro_batches_per_rank(self) -> float:
+        """Micro batches each DP rank runs a step: the plan's fixed count, or under a scheduler (online and
+        global-batch packing: Megatron-LM's micro batches are the packs each rank gets) the schedule's mean, which
+        is also what the step time uses. samples / (micro_batch_size x DP) said 16 where the schedule ran 2."""
+        if self.plan.packing_mode in SCHEDULED_MODES:
+            try:
+                run = self.estimate.online
+            except ValueError:  # nothing left to schedule: the plan's count, as before
+                run = None
+            if run is not None:
+                return round(float(run.summary.micro_batches_mean), 2)
+        return self.plan.micro_batches_per_step(self.packing_factor)
 
     @property
     def loss(self) -> LossWeighting:
@@ -199,7 +214,7 @@ class Analysis:
             "effective_samples_per_step": p.effective_samples_per_step(self.packing_factor),
             "global_batch_unit": p.batch_unit,
             "megatron_bridge_global_batch_size": self.global_batch_packs or p.requested_samples,
-            "micro_batches_per_step": p.micro_batches_per_step(self.packing_factor),
+            "micro_batches_per_step": self.micro_batches_per_rank,
             "batch": p.batch_text(self.packing_factor),
             "pipeline_layout": p.pipeline_layout_summary(),
             "plan_notes": list(p.notes),

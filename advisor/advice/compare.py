@@ -119,6 +119,21 @@ class PackingComparison:
     def rows(self) -> list[dict]:
         return [r.row() for r in self.runs]
 
+    @property
+    def basis(self) -> str:
+        """What the rows share, in a few words: the same samples a step, or which ways differ and why (offline's
+        batch counts packs of n samples, so a plan that runs another way keeps its own batch and offline rounds it)."""
+        counts = {r.label: (r.kind, round(r.samples_per_step)) for r in self.runs if r.estimate is not None and r.plan}
+        values = [n for _, n in counts.values()]
+        if len(set(values)) <= 1:
+            return "the same samples per step each; compared per sample"
+        common = max(set(values), key=values.count)
+        why = {"offline": "whole packs of n samples", "in-batch": "a multiple of its micro batch x DP"}
+        odd = "; ".join(
+            f"{label} {n:,}: {why.get(kind, 'its own batch')}" for label, (kind, n) in counts.items() if n != common
+        )
+        return f"{common:,} samples per step, except {odd}; compared per sample"
+
     def run(self, label: str) -> PackingRun:
         return next(r for r in self.runs if r.label == label)
 
@@ -222,7 +237,10 @@ def compare_packing(
             lambda: _twin(plan, "offline", pack_size=k.pack_size, fold_alignment_padding=False),
         )
         runs.append(offline)
-        if offline.estimate is not None and offline.plan is not None:  # the same samples a step, every way
+        # the same samples a step, every way: offline's (its batch counts packs of n samples) unless the plan runs
+        # another way, whose own row must show the plan's own batch (its estimate), not one rounded to offline's packs
+        own = plan.packing_mode in ("in-batch", "global-batch", "online")
+        if offline.estimate is not None and offline.plan is not None and not own:
             packing = offline.estimate.packing
             n = packing.packing_factor if packing is not None else None
             samples = round(offline.plan.effective_samples_per_step(n) or 0) or samples
@@ -231,13 +249,17 @@ def compare_packing(
                 "in-batch (Megatron-Bridge 0.7)" if sft else "in-batch (Megatron-Bridge)",
                 "in-batch",
                 hist,
-                lambda: _twin(
-                    plan,
-                    "in-batch",
-                    samples,
-                    max(2, t.micro_batch_size),
-                    fold_alignment_padding=False,
-                    **({"versions": _newer(plan, {"megatron_bridge": "0.7.1"})} if sft else {}),
+                lambda: (
+                    plan  # the plan's own way: as the plan sets it (its estimate's figures)
+                    if plan.packing_mode == "in-batch"
+                    else _twin(
+                        plan,
+                        "in-batch",
+                        samples,
+                        max(2, t.micro_batch_size),
+                        fold_alignment_padding=False,
+                        **({"versions": _newer(plan, {"megatron_bridge": "0.7.1"})} if sft else {}),
+                    )
                 ),
             )
         )

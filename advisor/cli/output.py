@@ -162,6 +162,8 @@ def estimate_text(r: EstimateResult) -> None:
             f"  data.format {plan.data.format}: {rt.num_truncated:,} samples truncated, {rt.num_skipped:,} "
             f"skipped (longer than {packing.config.effective_max_seq_length:,} tokens)",
         ]
+    elif est.online is not None:  # the scheduler's count changes from step to step: its mean, as the step uses
+        lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']:.2f} micro batches per DP rank (mean)")
     else:
         lines.append(f"  batch: {s['batch']}, {s['micro_batches_per_step']} micro batches per DP rank")
     if est.online is not None:  # online or global-batch: the scheduler's micro batches change from step to step
@@ -222,7 +224,7 @@ def _comparison_lines(r: EstimateResult) -> list[str]:
     c = r.comparison
     if c is None:
         return []
-    lines = ["ways of packing (the same samples per step each; compared per sample):"]
+    lines = [f"ways of packing ({c.basis}):"]
     for row in c.rows():
         mark = "*" if row["way"] == c.recommended else " "
         if row["refusal"]:

@@ -263,6 +263,7 @@ def online(comparison) -> tuple[Block, ...]:
     """The Online packing page's comparison of the modes on this data, and the recommendation in one sentence."""
     return (
         Chart(figure=charts.packing_comparison(comparison), explain="packing_comparison"),
+        Text(kind="caption", text=f"The ways of packing: {comparison.basis}."),
         Table(frame=views.comparison_table(comparison)),
         Text(kind="info", text=f"Recommended: {comparison.recommended}. {comparison.why}"),
     )

@@ -269,3 +269,40 @@ def test_use_applies_exactly_the_run_the_comparison_recommends_with_the_same_sam
         plan.changed(comparison.use(comparison.recommended)).packing
         == comparison.run(comparison.recommended).plan.packing
     )
+
+
+@pytest.mark.parametrize("mode", ["online", "global-batch"])
+def test_the_plans_micro_batches_per_rank_are_the_schedules(tmp_path, capsys, mode):
+    """One figure: the summary's micro batches per DP rank are the scheduler's mean, the count the step time uses;
+    samples / (micro_batch_size x DP) said 16 a rank beside a schedule of 2."""
+    plan = _plan(parallel={"gpus": 32, "tp": 2, "pp": 2}, packing={"mode": mode})
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({**plan.to_dict(), "data": {"lengths": str(CHAT)}}))
+    proc = in_process(capsys, "estimate", path, "--json", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    mean = out["online"]["micro_batches_mean"]
+    assert out["plan"]["micro_batches_per_step"] == pytest.approx(mean, abs=0.005)
+    assert mean < plan.micro_batches_per_step()  # the samples' count is not the schedule's here
+    text = in_process(capsys, "estimate", path, "--quiet").stdout
+    assert f"{mean:.2f} micro batches per DP rank (mean)" in text
+
+
+@pytest.mark.parametrize("mode", ["global-batch", "online", "in-batch"])
+def test_the_plans_own_way_in_the_comparison_is_the_plans_estimate(chat, mode):
+    """The comparison keeps the plan's own batch for the plan's own way (it rounded every way to offline's whole
+    packs: 48 samples beside the plan's 64, its step 0.53 s beside the estimate's 0.735 s), and says which way
+    differs and why."""
+    micro = 2 if mode == "in-batch" else 1  # in-batch packs a micro batch's samples: Megatron-Bridge needs >= 2
+    plan = _plan(parallel={"gpus": 16, "tp": 2, "cp": 2}, packing={"mode": mode}, training={"micro_batch_size": micro})
+    if mode != "online":
+        plan = plan.changed({"versions": {"megatron_bridge": "0.7.1"}})
+    own = estimate(plan, chat)
+    c = compare_packing(plan, chat)
+    kind = {"global-batch": "global-batch", "online": "online", "in-batch": "in-batch"}[mode]
+    row = next(r for r in c.runs if r.kind == kind)
+    assert row.samples_per_step == pytest.approx(plan.requested_samples)
+    assert row.estimate.time.step_seconds == pytest.approx(own.time.step_seconds, rel=1e-9)
+    offline = next(r for r in c.runs if r.kind == "offline")
+    if round(offline.samples_per_step) != plan.requested_samples:
+        assert f"offline (Megatron-Bridge) {round(offline.samples_per_step):,}: whole packs" in c.basis
