@@ -910,6 +910,28 @@ def rule_dataloader(plan: Plan, time: TimeEstimate | None) -> list[Finding]:
     ]
 
 
+def rule_epoch(plan: Plan, packing: PackingResult | None, time: TimeEstimate | None) -> list[Finding]:
+    """Data that does not fill one step: the plan's global batch asks for more packs or samples than the data set
+    holds, so every step repeats samples (Megatron-Bridge's SFT data set wraps around to the samples train_iters
+    asks for) and the epoch's figures describe a fraction of a step."""
+    if time is None or not 0 < time.steps_per_epoch < 1:
+        return []
+    batch = plan.batch_text(packing.packing_factor if packing is not None else None)
+    return [
+        Finding(
+            id="data.under_one_batch",
+            severity="warning",
+            message=f"one epoch of the data fills {time.steps_per_epoch:.2g} of a step: the global batch "
+            f"({batch}) asks for more than the data set holds",
+            reason="Each step then trains on repeated samples: Megatron-Bridge's SFT data sets wrap around to the "
+            "samples train_iters x global_batch_size asks for, so an epoch is not one pass. A smaller global batch "
+            "(or more data) gives whole steps of distinct samples.",
+            source="Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py and data/packing/parquet.py "
+            "(_build_samples_mapping: the indices repeated over ceil(max_num_samples / len) epochs)",
+        )
+    ]
+
+
 RULES = (
     rule_traps,
     rule_packing_mode,
@@ -944,6 +966,7 @@ def check(
         + rule_loss(plan, packing, loss)
         + rule_stragglers(plan, packing, straggler)
         + rule_dataloader(plan, time)
+        + rule_epoch(plan, packing, time)
     )
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]

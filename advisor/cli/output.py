@@ -201,6 +201,7 @@ def estimate_text(r: EstimateResult) -> None:
     lines += [f"    why they differ: {d}" for d in m.differences]
     a = f.attention
     shown = [(k, v) for k, v in t.breakdown.items() if v > 0.0005 * t.step_seconds]
+    steps = f"{t.steps_per_epoch:,.0f}" if t.steps_per_epoch >= 100 else f"{t.steps_per_epoch:.3g}"  # never "0"
     lines += [
         f"  FLOPs per step: model {f.model_per_step:.3e} (real tokens), computed {f.computed_per_step:.3e} "
         f"({f.padding_waste:.1%} on padding)",
@@ -208,8 +209,7 @@ def estimate_text(r: EstimateResult) -> None:
         f"{a['block_mask']:.3e}; sum(s^2)/(sum s)^2 = {f.attention_ratio:.3f}",
         f"  step {t.step_seconds:.3f} s ({t.model}; MFU {t.mfu:.0%} of the {t.peak_format.upper()} peak, "
         f"straggler x{t.straggler_factor:.3f}), "
-        f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h "
-        f"({t.steps_per_epoch:,.0f} steps)",
+        f"{t.tokens_per_second_per_gpu:,.0f} tokens/s/GPU, epoch {t.epoch_seconds / 3600:,.2f} h ({steps} steps)",
         "    " + ", ".join(f"{k.replace('_', ' ')} {v:.3f} s" for k, v in shown),
     ]
     if est.logged is not None:
@@ -296,8 +296,9 @@ def recommend_text(r: RecommendResult) -> None:
         mem = f"{s['memory_gib']:.1f} GiB" if s["memory_gib"] is not None else "-"
         lines.append(
             f"  {label:>5}: {c.plan.hardware.gpu} {c.plan.training.precision}"
-            f"{' FSDP' if c.plan.parallel.fsdp else ''} TP {s['tp']} CP {s['cp']} DP {s['dp']} pack "
-            f"{s['pack_size']} seq "
+            f"{' FSDP' if c.plan.parallel.fsdp else ''} TP {s['tp']} CP {s['cp']} DP {s['dp']} "
+            + (f"pack {s['pack_size']}" if s["pack_size"] is not None else f"packing {c.plan.packing_mode}")
+            + " seq "
             f"{s['seq_length']}, {c.plan.batch_text(_packing_factor(c))}: {mem}, "
             f"{s['tokens_per_second_per_gpu']:,.0f} tokens/s/GPU ({s['why']})"
         )

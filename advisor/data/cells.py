@@ -155,7 +155,7 @@ def _bad_rows(values, allow_zero: bool, limit: int, tokens: bool) -> tuple[np.nd
     return nums, [
         (missing, "is empty"),
         (notnum, "is not a number"),
-        (fractional, "is not a whole number of tokens"),
+        (fractional, "is not a whole number of tokens" if tokens else "is not a whole number of samples"),
         (low & ~fractional, "is negative" if allow_zero else "is not a positive length"),
         (high & ~fractional, beyond),
     ]

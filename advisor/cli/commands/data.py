@@ -182,6 +182,11 @@ def schedule(args: Namespace) -> ScheduleResult:
         microbatch_group_size_per_vp_stage=args.vpp_group,
         max_seqlen_per_dp_cp_rank=args.max_seqlen_per_dp_cp_rank,
     )
+    from advisor.packing.online.validation import check as megatron_lm_checks
+
+    refused = [f"{f.message} ({f.source})" for f in megatron_lm_checks(cfg).findings if f.severity == "error"]
+    if refused:  # Megatron-LM stops in validate_args: nothing to simulate (every refusal said, not only the first)
+        raise ValueError(f"Megatron-LM {args.megatron_lm} refuses these settings: " + "; ".join(refused))
     progress(f"scheduling {lengths.size:,} samples ({how})")
     run = run_schedule(lengths, cfg, steps=args.steps, source=source)
     data = None

@@ -176,6 +176,8 @@ def export(args: Namespace) -> ExportResult:
             file=sys.stderr,
         )
         plan = plan.changed({"versions": {"megatron_bridge": wanted}})
+    if args.vary and not args.recommended:  # refused, not ignored: it sets the search --recommended runs
+        raise ValueError("--vary sets what the search may change: it goes with --recommended")
     if args.lengths_csv:  # refused before the search, not after it
         check_output_file("--lengths-csv", args.lengths_csv, args.force, inputs)
     analysis = analyze(plan, hist)

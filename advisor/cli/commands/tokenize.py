@@ -179,6 +179,9 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
     inputs = (args.data, args.tokenizer)
     if args.output:  # refused before the tokenizing, not after it
         check_output_file("-o", args.output, args.force, inputs)
+    for option, value in (("--pack-size", args.pack_size), ("--bootstraps", args.bootstraps)):
+        if value is not None and args.sample is None:  # refused, not ignored: the estimate it sets runs on a sample
+            raise InputError(option, None, "sets the sample's packing estimate: it goes with --sample N")
     if args.loss_tokens and args.histogram_output:
         raise InputError(
             "--loss-tokens", None, "loss tokens are written one row per sample: leave out --histogram-output"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -374,3 +377,22 @@ def test_every_memory_fix_fits_and_keeps_sequence_and_batch(long_context, model,
         assert after.estimate.memory.fits, f.fix
         assert fixed.training.seq_length == seq and fixed.training.global_batch_samples == 32
         assert fixed.changed(f.fix) == fixed and not ids(after.findings) & {"memory.exceeds", "memory.alternative"}
+
+
+def test_data_that_does_not_fill_a_step_is_said_and_the_epoch_never_shows_zero_steps(tmp_path, capsys):
+    """Three samples against 128 packs a step: a warning with the fraction, and the epoch's steps as a fraction
+    (the text rounded them to "0 steps" while the export's train_iters said 1); a full data set says nothing."""
+    from tests.support import SAMPLE
+    from tests.support.cli import in_process
+
+    small = tmp_path / "small.csv"
+    small.write_text("length,count\n1000,3\n")
+    plan = SAMPLE / "plans" / "llama8b_chat_8k.yaml"
+    run = in_process(capsys, "recommend", plan, "--lengths", small, "--json", "--quiet")
+    assert run.returncode == 0, run.stderr
+    found = {f["id"]: f for f in json.loads(run.stdout)["findings"]}
+    assert "data.under_one_batch" in found and "of a step" in found["data.under_one_batch"]["message"]
+    text = in_process(capsys, "estimate", plan, "--lengths", small, "--quiet").stdout
+    assert "(0 steps)" not in text and re.search(r"epoch [\d.]+ h \(0\.0\d+ steps\)", text), text
+    full = in_process(capsys, "recommend", plan, "--json", "--quiet")
+    assert "data.under_one_batch" not in {f["id"] for f in json.loads(full.stdout)["findings"]}

@@ -157,3 +157,60 @@ def test_workers_past_the_cores_run_as_many_as_the_cores_and_say_so():
         f"--workers 4096: this machine has {cores} cores; {cores} worker processes run",
     )
     assert local_workers(4096, "ray") == (4096, None)  # a cluster's workers are its own
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (
+            [
+                "tokenize",
+                SAMPLE / "raw" / "sft_sample.jsonl",
+                "--tokenizer",
+                SAMPLE / "tokenizers" / "tiny-bpe",
+                "--format",
+                "sft",
+                "--pack-size",
+                "512",
+            ],
+            "--pack-size",
+        ),
+        (
+            [
+                "tokenize",
+                SAMPLE / "raw" / "sft_sample.jsonl",
+                "--tokenizer",
+                SAMPLE / "tokenizers" / "tiny-bpe",
+                "--format",
+                "sft",
+                "--bootstraps",
+                "50",
+            ],
+            "--bootstraps",
+        ),
+        (["export", SAMPLE / "plans" / "llama8b_squad.yaml", "--vary", "gpu", "--format", "python"], "--vary"),
+    ],
+)
+def test_an_option_that_would_do_nothing_is_refused_not_ignored(capsys, args, option):
+    """docs/cli.md: no option is silently ignored. These were: --pack-size and --bootstraps without --sample,
+    --vary without --recommended."""
+    run = in_process(capsys, *args, "--quiet")
+    assert run.returncode == 2 and run.stderr.startswith(f"error: {option}"), run.stderr
+    assert run.stdout == ""
+
+
+def test_a_fractional_count_is_called_samples_and_a_scheduled_layout_names_its_packing(tmp_path, capsys):
+    hist = tmp_path / "hist.csv"
+    hist.write_text("length,count\n100,2\n200,1.5\n")
+    bad = in_process(capsys, "lengths", hist, "--quiet")
+    assert bad.returncode == 2 and "is not a whole number of samples" in bad.stderr, bad.stderr
+    plan = tmp_path / "online.yaml"
+    plan.write_text(
+        "version: 2\nmodel: llama3.1-8b\nparallel: {gpus: 8, cp: 2}\n"
+        "training: {task: llm-sft, seq_length: 16384, global_batch_size: 64}\n"
+        f"packing: {{mode: online}}\ndata: {{lengths: {SAMPLE / 'chat_like_hist.csv'}}}\n"
+    )
+    run = in_process(capsys, "recommend", plan, "--quiet")
+    assert run.returncode == 0, run.stderr
+    layouts = [line for line in run.stdout.splitlines() if " TP " in line and " DP " in line]
+    assert layouts and all("packing online seq 16384" in line and "None" not in line for line in layouts), layouts

@@ -99,6 +99,10 @@ def test_main_refuses_what_dev_accepts_and_the_json_says_why(tmp_path):
             (["--megatron-lm", "main", "--scheduler", "default_dynamic_cp"], "is not a scheduler of Megatron-LM main"),
             (["--global-batch-size", "30"], "is not a multiple of micro_batch_size x dp"),
             (["--dp", "0"], "must be from 1"),
+            (  # Megatron-LM's validate_args refuses it: exit 2 (printed as an "error:" line and exit 0 before)
+                ["--max-seqlen-per-dp-cp-rank", "3"],
+                "Megatron-LM dev refuses these settings: packing buffer 2 x 3 = 6 tokens is below seq_length 4,096",
+            ),
         ]
     ),
 )
