@@ -9,6 +9,7 @@ import os
 import sys
 from argparse import Namespace
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.cli.commands.files import check_output_file, named, write_text
@@ -76,8 +77,17 @@ def plan_and_lengths(args: Namespace, progress: Progress) -> tuple[Plan, LengthH
     if not source:
         raise ValueError(f"{args.plan}: no data.lengths in the plan; give --lengths FILE")
     progress(f"reading {source if len(source) < 200 else 'inline JSON'}")
-    column = plan.data.column if not getattr(args, "lengths", None) else None
-    return plan, load_lengths(source, column=column)
+    given = getattr(args, "lengths", None)
+    column = plan.data.column if not given else None
+    hist = load_lengths(source, column=column)
+    if given:  # the plan carries the data it was read with: an exported plan or trial script runs on the same data
+        try:
+            value: str | None = str(Path(given).resolve()) if Path(given).is_file() else given
+        except OSError:  # inline JSON past a file name's length
+            value = given
+        if value is not None and len(value) <= 4096:  # data.lengths' own limit; longer inline data stays out
+            plan = plan.model_copy(update={"data": plan.data.model_copy(update={"lengths": value, "column": None})})
+    return plan, hist
 
 
 def _cost_settings(args: Namespace) -> dict:

@@ -214,3 +214,16 @@ def test_a_fractional_count_is_called_samples_and_a_scheduled_layout_names_its_p
     assert run.returncode == 0, run.stderr
     layouts = [line for line in run.stdout.splitlines() if " TP " in line and " DP " in line]
     assert layouts and all("packing online seq 16384" in line and "None" not in line for line in layouts), layouts
+
+
+def test_an_exported_plan_carries_the_lengths_it_was_read_with(capsys):
+    """export --lengths X: the plan written out (and the plan a trial script embeds) points at X, whose figures
+    the export has, not at the plan file's own data."""
+    import yaml
+
+    chat = SAMPLE / "chat_like_hist.csv"
+    args = ("export", SAMPLE / "plans" / "llama8b_squad.yaml", "--lengths", chat, "--quiet")
+    plan = yaml.safe_load(in_process(capsys, *args, "--format", "plan").stdout)
+    assert plan["data"]["lengths"] == str(chat.resolve()) and plan["data"]["column"] is None
+    script = in_process(capsys, *args, "--format", "torchrun").stdout
+    assert f"lengths: {chat.resolve()}" in script
