@@ -134,15 +134,16 @@ class Analysis:
         return self._part("findings", self._findings)
 
     def _findings(self) -> tuple[Finding, ...]:
+        error = None
         try:
             memory, straggler, time = self.estimate.memory, self.estimate.time.straggler_factor, self.estimate.time
-        except ValueError:  # nothing left to estimate (every sample skipped): the other rules still speak
-            memory, straggler, time = None, None, None
+        except ValueError as e:  # nothing left to estimate (every sample skipped): said, and the other rules speak
+            memory, straggler, time, error = None, None, None, str(e)
         try:
             loss = self.loss
         except ValueError:
             loss = None
-        return tuple(check(self.plan, self.packing, memory, loss, straggler, time))
+        return tuple(check(self.plan, self.packing, memory, loss, straggler, time, estimate_error=error))
 
     @property
     def search(self) -> SearchResult:

@@ -7,7 +7,8 @@ interleaved order of (micro batch, model chunk) (``get_schedule_table``) are the
 loaded by tests/support/mb_reference.py; each rank runs its forward and backward chunks in that order, a chunk starts
 when its input has arrived (the neighbour's output plus one send over the link the step model picks for that
 boundary), and with overlap off the sender also waits out its send. Chunk times are the step model's own
-(``stage_seconds`` over the virtual stages, forward : backward as in its breakdown).
+(``stage_seconds`` over the virtual stages; forward : backward 1 : 1 for LoRA, which computes no weight
+gradients, else 1 : 2).
 
 It prints, for a weak-scaling series of one layout (the same micro batches per rank, DP growing), the simulated
 step (compute and sends only: no bubble model, no DP sync), its growth over the first GPU count, and the model's
@@ -57,8 +58,13 @@ class _Comm:
 
 def rank_orders(pp: int, vpp: int, micro_batches: int) -> list[list[tuple[str, int, int]]]:
     """Each pipeline rank's chunks in Megatron-Core's order: ("F" or "B", micro batch, model chunk)."""
-    warmups = load_function(SCHEDULES, "get_pp_rank_microbatches", {"Optional": object, "P2PCommunicator": object})
     chunks = max(vpp, 1)
+    if chunks > 1 and (micro_batches < pp or 0 < micro_batches % pp < pp):
+        # forward_backward_pipelining_with_interleaving refuses these (micro-batch groups of PP)
+        raise ValueError(
+            f"Megatron-Core interleaves {micro_batches} micro batches over PP {pp} only as whole groups of PP"
+        )
+    warmups = load_function(SCHEDULES, "get_pp_rank_microbatches", {"Optional": object, "P2PCommunicator": object})
     if chunks > 1:
         table = load_function(SCHEDULES, "get_schedule_table")(micro_batches, chunks, pp)
     else:

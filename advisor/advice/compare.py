@@ -263,6 +263,17 @@ def compare_packing(
                 ),
             )
         )
+
+    def is_own(mode: str, scheduler: str, branch: str | None = None) -> bool:
+        """The row is the plan's own way (the same mode, scheduler, branch and cap): the row is the plan as set, so
+        its figures are the plan's estimate's (its micro batch, its cap), not a twin's."""
+        return (
+            plan.packing_mode == mode
+            and k.scheduler == scheduler
+            and (branch is None or k.megatron_lm == branch)
+            and max_seqlen_per_dp_cp_rank in (None, k.max_seqlen_per_dp_cp_rank)
+        )
+
     cap = max_seqlen_per_dp_cp_rank or (k.max_seqlen_per_dp_cp_rank if plan.packing_mode == "global-batch" else None)
     cap = cap or -(-t.seq_length // p.cp)  # Megatron-Bridge's own suggestion: a full sequence on the CP group
     fold = k.fold_alignment_padding and plan.packing_mode == "global-batch"
@@ -275,15 +286,19 @@ def compare_packing(
                 f"global-batch {name} (Megatron-Bridge 0.7)",
                 kind,
                 hist,
-                lambda scheduler=scheduler: _twin(
-                    plan,
-                    "global-batch",
-                    samples,
-                    scheduler=scheduler,
-                    max_seqlen_per_dp_cp_rank=cap,
-                    megatron_lm="dev",
-                    fold_alignment_padding=fold,
-                    versions=_newer(plan, MB07),
+                lambda scheduler=scheduler: (
+                    plan
+                    if is_own("global-batch", scheduler)
+                    else _twin(
+                        plan,
+                        "global-batch",
+                        samples,
+                        scheduler=scheduler,
+                        max_seqlen_per_dp_cp_rank=cap,
+                        megatron_lm="dev",
+                        fold_alignment_padding=fold,
+                        versions=_newer(plan, MB07),
+                    )
                 ),
             )
         )
@@ -293,14 +308,18 @@ def compare_packing(
                 f"online dp_balanced (Megatron-LM {megatron_lm})",
                 "online",
                 hist,
-                lambda: _twin(
-                    plan,
-                    "online",
-                    samples,
-                    megatron_lm=megatron_lm,
-                    scheduler="dp_balanced",
-                    max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank,
-                    fold_alignment_padding=False,
+                lambda: (
+                    plan
+                    if is_own("online", "dp_balanced", megatron_lm)
+                    else _twin(
+                        plan,
+                        "online",
+                        samples,
+                        megatron_lm=megatron_lm,
+                        scheduler="dp_balanced",
+                        max_seqlen_per_dp_cp_rank=max_seqlen_per_dp_cp_rank,
+                        fold_alignment_padding=False,
+                    )
                 ),
             )
         )
@@ -310,14 +329,18 @@ def compare_packing(
                     "online dynamic CP (Megatron-LM dev)",
                     "online-dcp",
                     hist,
-                    lambda: _twin(
-                        plan,
-                        "online",
-                        samples,
-                        megatron_lm="dev",
-                        scheduler="default_dynamic_cp",
-                        max_seqlen_per_dp_cp_rank=None,
-                        fold_alignment_padding=False,
+                    lambda: (
+                        plan
+                        if is_own("online", "default_dynamic_cp", "dev")
+                        else _twin(
+                            plan,
+                            "online",
+                            samples,
+                            megatron_lm="dev",
+                            scheduler="default_dynamic_cp",
+                            max_seqlen_per_dp_cp_rank=None,
+                            fold_alignment_padding=False,
+                        )
                     ),
                 ),
             )

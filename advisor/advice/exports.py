@@ -919,7 +919,8 @@ def markdown_report(
             eff = s["effective_samples_per_step"]
             eff = f"{eff:,.0f}" if eff is not None else "-"
             lines.append(
-                f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size']} | {s['global_batch_packs'] or '-'} | "
+                f"| {label} | {s['tp']} | {s['cp']} | {s['pack_size'] or c.plan.packing_mode} | "
+                f"{s['global_batch_packs'] or '-'} | "
                 f"{eff} | {gib} | {s['tokens_per_second_per_gpu']:,.0f} | {s['why']} |"
             )
     return "\n".join(lines) + "\n"

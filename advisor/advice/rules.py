@@ -917,17 +917,36 @@ def rule_epoch(plan: Plan, packing: PackingResult | None, time: TimeEstimate | N
     if time is None or not 0 < time.steps_per_epoch < 1:
         return []
     batch = plan.batch_text(packing.packing_factor if packing is not None else None)
+    x = time.steps_per_epoch
+    share = f"{x:.2g}" if x < 0.9 else f"{math.floor(x * 1000) / 1000:.3f}"  # never rounded up to "1"
     return [
         Finding(
             id="data.under_one_batch",
             severity="warning",
-            message=f"one epoch of the data fills {time.steps_per_epoch:.2g} of a step: the global batch "
+            message=f"one epoch of the data fills {share} of a step: the global batch "
             f"({batch}) asks for more than the data set holds",
             reason="Each step then trains on repeated samples: Megatron-Bridge's SFT data sets wrap around to the "
             "samples train_iters x global_batch_size asks for, so an epoch is not one pass. A smaller global batch "
             "(or more data) gives whole steps of distinct samples.",
             source="Megatron-Bridge 0.6.2 data/datasets/gpt_sft.py and data/packing/parquet.py "
             "(_build_samples_mapping: the indices repeated over ceil(max_num_samples / len) epochs)",
+        )
+    ]
+
+
+def rule_no_estimate(error: str | None) -> list[Finding]:
+    """A plan the estimate cannot run (too little data for one step of a scheduler, every sample skipped): said as an
+    error with the estimate's own reason, not left as a missing row (a search read it as "does not fit")."""
+    if not error:
+        return []
+    return [
+        Finding(
+            id="estimate.none",
+            severity="error",
+            message=f"no estimate for this plan: {error}",
+            reason="The memory, FLOPs and step time are computed on the plan's packs or schedule of the data; with "
+            "none formed there is nothing to measure. More data, or a smaller global batch, gives one.",
+            source="advisor/model/estimate.py",
         )
     ]
 
@@ -956,6 +975,7 @@ def check(
     loss: LossWeighting | None = None,
     straggler: float | None = None,
     time: TimeEstimate | None = None,
+    estimate_error: str | None = None,
 ) -> list[Finding]:
     """Every finding for the plan, errors first (``memory``: the plan's memory estimate; ``loss``: its loss weighting;
     ``straggler``: its step's modelled straggler factor; without one, its rule is not checked; ``time``: its step
@@ -967,6 +987,7 @@ def check(
         + rule_stragglers(plan, packing, straggler)
         + rule_dataloader(plan, time)
         + rule_epoch(plan, packing, time)
+        + rule_no_estimate(estimate_error)
     )
     if memory is not None:
         found = [_unless_it_overflows(f, plan, memory) for f in found]

@@ -113,14 +113,15 @@ class SearchResult:
 
 def evaluate(plan: Plan, hist: LengthHistogram, mfu: float | None = None, estimator=None) -> Candidate:
     """A candidate: its findings and estimate (``estimator(plan)`` if given, so a caller can share a cache)."""
+    error: str | None = None
     try:
         if estimator is not None:
             est = estimator(plan)
         else:
             est = estimate(plan, hist) if mfu is None else estimate(plan, hist, mfu=mfu)
-    except ValueError:
-        est = None
-    findings = tuple(check(plan, packing_of(plan, hist), est.memory if est is not None else None))
+    except ValueError as e:
+        est, error = None, str(e)
+    findings = tuple(check(plan, packing_of(plan, hist), est.memory if est is not None else None, estimate_error=error))
     return Candidate(plan=plan, estimate=est, findings=findings)
 
 
@@ -298,6 +299,8 @@ def _layout(plan: Plan) -> tuple:
 
 
 def _why(c: Candidate, base: Candidate) -> str:
+    if c.estimate is None:  # no estimate at all: not a memory verdict
+        return "no estimate: see the finding estimate.none"
     if not c.fits:
         return "does not fit in memory"
     if c.errors:

@@ -409,7 +409,7 @@ def _tokenize(p: argparse.ArgumentParser) -> None:
         help="tokenize a uniform random sample of this many "
         "records and estimate the whole data set's packing with bootstrap intervals",
     )
-    p.add_argument("--seed", type=seed(), default=0, help="the sample's and the bootstrap's seed")
+    p.add_argument("--seed", type=seed(), help="--sample: the sample's and the bootstrap's seed (default 0)")
     p.add_argument(
         "--pack-size", type=whole(1, MAX_PACK), help="--sample: the pack size to estimate (default max_seq_length)"
     )

@@ -90,10 +90,9 @@ def test_versions_are_major_minor_patch_only(version):
 def test_a_trial_plan_file_name_is_shell_quoted(name):
     plan = plan_from_dict(BASE)
     for script in (trial_torchrun(plan, name), trial_slurm(plan, name)):
-        lines = [line for line in script.splitlines() if "advisor trial" in line]
-        joined = " ".join(line.rstrip("\\") for line in script.splitlines()[script.splitlines().index(lines[0]) :])
-        words = shlex.split(joined, comments=False)
-        assert name in words  # one word, whatever it holds
+        line = next(line for line in script.splitlines() if line.startswith("PLAN="))
+        assert shlex.split(line, comments=False) == [f"PLAN={name}"]  # one word, whatever it holds
+        assert 'advisor trial "$PLAN"' in script
 
 
 @pytest.mark.parametrize("fmt", ALL_FORMATS)

@@ -365,7 +365,7 @@ def test_markdown_and_plan_exports(squad):
     assert analysis.export("plan") == dump_plan(plan)
     slurm = analyze(plan_from_dict({**PLANS["offline-hierarchical"]}), squad).export("slurm")
     assert "#SBATCH --nodes=8" in slurm and "torchrun --nnodes 8 --nproc-per-node 8" in slurm
-    assert "-m advisor trial trial_plan.yaml --device cuda" in analysis.export("torchrun")
+    assert '-m advisor trial "$PLAN" --device cuda' in analysis.export("torchrun")
     with pytest.raises(ValueError, match="unknown export format"):
         analysis.export("docx")
 

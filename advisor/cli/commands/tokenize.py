@@ -179,7 +179,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
     inputs = (args.data, args.tokenizer)
     if args.output:  # refused before the tokenizing, not after it
         check_output_file("-o", args.output, args.force, inputs)
-    for option, value in (("--pack-size", args.pack_size), ("--bootstraps", args.bootstraps)):
+    for option, value in (("--pack-size", args.pack_size), ("--bootstraps", args.bootstraps), ("--seed", args.seed)):
         if value is not None and args.sample is None:  # refused, not ignored: the estimate it sets runs on a sample
             raise InputError(option, None, "sets the sample's packing estimate: it goes with --sample N")
     if args.loss_tokens and args.histogram_output:
@@ -198,7 +198,7 @@ def tokenize(args: Namespace) -> TokenizeOutcome:
             engine=args.engine,
             workers=workers,
             sample=args.sample,
-            seed=args.seed,
+            seed=args.seed or 0,
             address=args.ray_address,
             progress=lambda text, done: progress(text),
         )
@@ -269,7 +269,7 @@ def _sample_estimate(
     bootstraps = args.bootstraps if args.bootstraps is not None else min(BOOTSTRAPS, most)
     progress(f"bootstrapping the packing of {result.lengths.size:,} sampled lengths ({bootstraps} replicates)")
     cfg = PackingConfig(pack_size=pack_size, overlong=OVERLONG_OF_FORMAT[args.format])
-    estimate = sample_estimate(result.lengths, usable, cfg, bootstraps=bootstraps, seed=args.seed)
+    estimate = sample_estimate(result.lengths, usable, cfg, bootstraps=bootstraps, seed=args.seed or 0)
     note = None
     if bootstraps < BOOTSTRAPS and args.bootstraps is None and estimate.bootstraps:  # 0: the sample is everything
         note = (

@@ -189,6 +189,19 @@ def test_workers_past_the_cores_run_as_many_as_the_cores_and_say_so():
             "--bootstraps",
         ),
         (["export", SAMPLE / "plans" / "llama8b_squad.yaml", "--vary", "gpu", "--format", "python"], "--vary"),
+        (
+            [
+                "tokenize",
+                SAMPLE / "raw" / "sft_sample.jsonl",
+                "--tokenizer",
+                SAMPLE / "tokenizers" / "tiny-bpe",
+                "--format",
+                "sft",
+                "--seed",
+                "99",
+            ],
+            "--seed",
+        ),
     ],
 )
 def test_an_option_that_would_do_nothing_is_refused_not_ignored(capsys, args, option):
