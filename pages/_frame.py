@@ -91,13 +91,24 @@ def say(kind: str, text: str, where=st, **kw) -> None:
     getattr(where, kind)(ui.plain(text), **kw)
 
 
-def on_upload(upload, seen_key: str, use) -> bool:
-    """Hand a new upload to ``use`` once (Streamlit returns the same file on every rerun): what ``use`` returned, or
-    False when there was nothing new."""
-    if upload is None or st.session_state.get(seen_key) == (upload.name, upload.size):
-        return False
-    st.session_state[seen_key] = (upload.name, upload.size)
-    return bool(use(upload))
+def on_upload(upload, seen_key: str, use) -> None:
+    """Hand a new upload to ``use`` once (Streamlit returns the same file on every rerun); when ``use`` took it, run
+    again, so what was drawn before it (the link, the sample selector, the controls) shows the new data or plan."""
+    if upload is None:  # removed: the same file uploaded again is new (reloading a plan file undoes edits)
+        st.session_state.pop(seen_key, None)
+        return
+    # each upload has its own id, even of the same file; (name, size) for an uploader without one
+    seen = getattr(upload, "file_id", None) or (upload.name, upload.size)
+    if st.session_state.get(seen_key) == seen:
+        return
+    st.session_state[seen_key] = seen
+    rerun_if(use(upload))
+
+
+def rerun_if(took: bool) -> None:
+    """Run again when an action took, so what was drawn before it (the link, the sample selector) shows it."""
+    if took:
+        st.rerun()
 
 
 def errors(*keys: str) -> None:

@@ -8,11 +8,13 @@ plan refused: the frame says so on whichever page the link opened). Every change
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import replace
 
 from advisor.analysis import Analysis, analyze
+from advisor.data.ingest import load_lengths
 from advisor.data.lengths import LengthHistogram, check_expandable
-from advisor.data.megatron_mock import lognormal_lengths
 from advisor.errors import InputError
 from advisor.packing.cache import packing_for
 from advisor.packing.offline import PackingResult
@@ -40,7 +42,6 @@ UPLOAD_LIMIT_MB = 200  # .streamlit/config.toml server.maxUploadSize: binary upl
 # shared server refuses text over this before parsing it; a length,count histogram of the same data is a few kB.
 TEXT_UPLOAD_LIMIT_MB = 64
 BINARY_SUFFIXES = (".npy", ".parquet", ".pq")
-LOGNORMAL_SAMPLES = 200_000
 
 
 _WARMING = threading.Lock()
@@ -159,22 +160,34 @@ def _parse_upload(data: bytes, name: str) -> LengthHistogram:
     return parse_lengths(data, name, max_bytes=UPLOAD_LIMIT_MB * 2**20)
 
 
-def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int, samples: int = LOGNORMAL_SAMPLES) -> bool:
-    """Megatron-LM's mock lognormal (seed 0), as a data set."""
+def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int) -> bool:
+    """Megatron-LM's mock lognormal (seed 0, its 1M samples), as a data set and as the plan's data: the inline
+    config Megatron-LM's --sft-mock-dataset-config-json takes, which every command reads back as this draw."""
     values = (mean, sigma, lo, hi)
     bad = [
         f"{f.label} {v:g} is outside {f.lo:g}..{f.hi:g}"
         for f, v in zip(LOGNORMAL_INPUTS, values, strict=True)
         if not f.holds(v)
     ] + ([f"min_seq_len {lo} is over max_seq_len {hi}"] if lo > hi else [])
-    if bad or not 1 <= samples <= 10_000_000:
-        state["upload_error"] = "lognormal: " + "; ".join(bad or [f"{samples} samples is outside 1..10,000,000"])
+    if bad:
+        state["upload_error"] = "lognormal: " + "; ".join(bad)
         return False
-    hist = LengthHistogram.from_samples(
-        lognormal_lengths(samples, mean, sigma, lo, hi),
-        source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])",
-    )
+    config = {
+        "mode": "distribution",
+        "type": "lognormal",
+        "min_seq_len": lo,
+        "max_seq_len": hi,
+        "mean_seq_len": mean,
+        "lognormal_sigma": sigma,
+    }
+    inline = json.dumps(config)
+    # the plan's data is the config itself, as Megatron-LM's --sft-mock-dataset-config-json takes it: the saved plan,
+    # its exports and the CLI read the very draw shown here (it kept the previous data's path: a plan saved after a
+    # draw ran the CLI on SQuAD, an 11x different global batch)
+    hist = load_lengths(inline)
+    hist = replace(hist, source=f"lognormal(mean {mean:g}, sigma {sigma:g}, [{lo}, {hi}])")
     state["hist"], state["data_name"] = hist, hist.source
+    state["plan"] = state["plan"].changed({"data": {"lengths": inline, "column": None}})
     state.pop("upload_error", None)
     return True
 
@@ -212,7 +225,13 @@ def saved_plan(state) -> str:
     from advisor.plan import dump_plan
 
     name = str(state.get("data_name", ""))
-    if name in SAMPLES:
+    lengths = state["plan"].data.lengths or ""
+    if lengths.lstrip().startswith("{"):  # the lognormal draw: its config, which every command draws again
+        head = (
+            "# data.lengths is Megatron-LM's mock SFT config (--sft-mock-dataset-config-json): every command draws "
+            "the same lengths from it (seed 0, 1,000,000 samples)\n"
+        )
+    elif name in SAMPLES:
         head = (
             f"# data.lengths is the advisor's bundled sample {name!r}: sample_data/ is read from the advisor's own "
             "folder wherever this file is\n"

@@ -252,6 +252,9 @@ def undo_step(state) -> bool:
         return False
     for key, value in kept.items():
         state[key] = value
+    # the selector follows the data put back: Streamlit drops a widget's key while its page is not shown (the Tour
+    # page has no selector), so the kept copy may lack it and the selector went on showing the tour's sample
+    state["sample_choice"] = ui.sample_choice(state)
     state.pop("plan_error", None)
     return True
 

@@ -69,6 +69,28 @@ def test_upload_changes_the_summary_and_a_bad_file_keeps_the_data():
     assert value_of(at, "samples") == "3"  # the previous data stays
 
 
+def test_a_file_removed_and_uploaded_again_is_used_again():
+    """Reloading a file undoes what happened since: the same lengths file after a sample was chosen, the same plan
+    file after an edit (both were ignored: the page remembered the file by name and size after it was removed)."""
+    mine = ("mine.csv", b"length\n1000\n2000\n3000\n", "text/csv")
+    at = run("app.py")
+    at.file_uploader(key="upload").set_value(mine).run()
+    assert value_of(at, "samples") == "3"
+    assert dict(at.query_params).get("data") in ("upload", ["upload"])  # the link says so at once, not a run later
+    next(s for s in at.selectbox if s.label == "Bundled sample").set_value("chat-like (180k)").run()
+    assert value_of(at, "samples") == "180,000"
+    at.file_uploader(key="upload").set_value(None).run()
+    at.file_uploader(key="upload").set_value(mine).run()
+    assert not at.exception and value_of(at, "samples") == "3"
+    plan = (ROOT / "sample_data" / "plans" / "llama8b_chat_8k.yaml").read_bytes()
+    at.file_uploader(key="plan_upload").set_value(("plan.yaml", plan, "text/yaml")).run()
+    assert at.session_state["plan"].parallel.gpus == 16
+    at.session_state["plan"] = at.session_state["plan"].changed({"parallel": {"gpus": 32}})
+    at.file_uploader(key="plan_upload").set_value(None).run()
+    at.file_uploader(key="plan_upload").set_value(("plan.yaml", plan, "text/yaml")).run()
+    assert not at.exception and at.session_state["plan"].parallel.gpus == 16
+
+
 def test_packing_page_metadata_follows_pack_size():
     at = run("pages/1_Packing.py")
     assert '"pack_size": 384' in at.code[0].value
@@ -333,7 +355,9 @@ def test_every_plan_bound_control_applies_consecutive_edits_and_refusals_restore
 
 
 def test_the_lognormal_draw_takes_the_bounds_it_shows_and_keeps_the_data_on_a_refusal():
+    from advisor.data.ingest import load_lengths
     from advisor.data.megatron_mock import lognormal_lengths
+    from advisor.plan.io import plan_from_text
     from advisor.ui import state as ui
 
     at = run("app.py")
@@ -344,15 +368,19 @@ def test_the_lognormal_draw_takes_the_bounds_it_shows_and_keeps_the_data_on_a_re
             spec.hi,
             spec.default,
         )
-    state: dict = {}
-    assert ui.use_lognormal(state, 1000, 0.5, 100, 4000, samples=1000)
+    state: dict = {"plan": ui.default_plan()}
+    assert ui.use_lognormal(state, 1000, 0.5, 100, 4000)
     drawn = state["hist"]
-    assert drawn.num_samples == 1000 and drawn.lengths.min() >= 100 and drawn.lengths.max() <= 4000
-    assert drawn.total_tokens == int(lognormal_lengths(1000, 1000, 0.5, 100, 4000).sum())  # Megatron-LM's draw
+    assert drawn.num_samples == 1_000_000 and drawn.lengths.min() >= 100 and drawn.lengths.max() <= 4000
+    assert drawn.total_tokens == int(lognormal_lengths(1_000_000, 1000, 0.5, 100, 4000).sum())  # Megatron-LM's draw
+    # the plan carries the draw (it kept SQuAD's path): the saved plan's data reads back as the very histogram
+    saved = plan_from_text(ui.saved_plan(state), "saved.yaml")
+    again = load_lengths(saved.data.lengths)
+    assert again.lengths.tolist() == drawn.lengths.tolist() and again.counts.tolist() == drawn.counts.tolist()
     sigma = ui.LOGNORMAL_INPUTS[1]
-    assert not ui.use_lognormal(state, 1000, sigma.hi * 2, 100, 4000, samples=1000)
+    assert not ui.use_lognormal(state, 1000, sigma.hi * 2, 100, 4000)
     assert state["hist"] is drawn and f"lognormal_sigma {sigma.hi * 2:g} is outside" in state["upload_error"]
-    assert not ui.use_lognormal(state, 1000, 0.5, 5000, 4000, samples=1000)
+    assert not ui.use_lognormal(state, 1000, 0.5, 5000, 4000)
     assert state["hist"] is drawn and "min_seq_len 5000 is over max_seq_len 4000" in state["upload_error"]
 
 
@@ -479,6 +507,19 @@ def test_the_tours_examples_can_be_undone_back_to_the_visitors_own_work():
     undo.click().run()
     assert not at.exception and at.session_state["data_name"] == "mine.csv" and at.session_state["plan"] == mine
     assert not any(b.label.startswith("Back to your own data") for b in at.button)
+
+
+def test_after_the_tours_undo_the_sample_selector_shows_the_visitors_sample():
+    """The selector showed the tour's sample after the undo (Streamlit drops its key while the Tour page is shown),
+    so choosing that sample did nothing."""
+    at = run("app.py")
+    next(s for s in at.selectbox if s.label == "Bundled sample").set_value("chat-like (180k)").run()
+    at.switch_page("pages/5_Tour.py").run()
+    next(b for b in at.button if b.label.startswith("Open ")).click().run()
+    at.switch_page("pages/0_Data_and_plan.py").run()
+    next(b for b in at.button if b.key == "tour_undo_button").click().run()
+    assert not at.exception and at.session_state["data_name"] == "chat-like (180k)"
+    assert next(s for s in at.selectbox if s.label == "Bundled sample").value == "chat-like (180k)"
 
 
 @pytest.mark.parametrize("page", ["pages/1_Packing.py", "pages/2_Memory_and_FLOPs.py", "pages/5_Tour.py"])

@@ -112,6 +112,17 @@ class TokenizeResult:
         )
 
 
+def _place(where: str) -> tuple[str, int]:
+    """A record's place, ordered as the data is read: its file, then its line or row number.
+
+    >>> sorted(["a.jsonl, line 10", "a.jsonl, line 9"], key=_place)
+    ['a.jsonl, line 9', 'a.jsonl, line 10']
+    """
+    file, _, rest = where.rpartition(", ")
+    number = rest.split()[-1] if rest.split() else ""
+    return (file, int(number)) if number.isdigit() else (where, 0)
+
+
 def _within(name: str, where: str) -> str:
     """Where a record is, said once when the data is that one file (``where`` names its file).
 
@@ -521,12 +532,16 @@ def tokenize(
 
     def check(result: ShardResult) -> None:
         if job.on_bad == "error":
-            fatal = [p for p in result.problems if p.fatal]
-            if fatal:
+            bad = [p for p in result.problems if p.first]
+            if any(p.fatal for p in bad):  # an unreadable record stops the run at once, at the shard's first bad
+                # record of any kind (the kinds are found in separate passes: line 9's list was named before
+                # line 3's missing field)
+                first = min(bad, key=lambda p: _place(p.first[0]))
+                what = first.reason if first.fatal else f"cannot be tokenized: {first.reason}"
                 raise InputError(
                     name,
-                    _within(name, fatal[0].first[0]),
-                    fatal[0].reason + " (--on-bad skip leaves such records out and counts them)",
+                    _within(name, first.first[0]),
+                    what + " (--on-bad skip leaves such records out and counts them)",
                 )
 
     if engine == "ray":
@@ -567,7 +582,7 @@ def _assemble(job, name, shards, selects, results, ray_counts, total, sampled, e
         Exclusion(reason=f"records left out: {v[2]}", count=v[0], first_at=v[1][0]) for v in merged.values()
     )
     if job.on_bad == "error" and excluded:
-        e = excluded[0]
+        e = min(excluded, key=lambda x: _place(x.first_at))
         raise InputError(
             name,
             _within(name, e.first_at),

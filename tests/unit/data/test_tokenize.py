@@ -174,6 +174,19 @@ def test_bad_data_gets_one_message_with_its_place(tok, tmp_path, capsys, make, m
     assert "bad.jsonl" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["tokenize", "prepare"])
+def test_an_error_run_names_the_first_bad_record_whatever_its_kind(tok, tmp_path, capsys, command):
+    """A missing field on line 2 comes before an unreadable line 4: the message names line 2 (it named line 4:
+    unreadable records were checked first)."""
+    data = tmp_path / "odd.jsonl"
+    data.write_text(
+        '{"input": "a", "output": "b"}\n{"input": "x", "output": null}\n{"input": "c", "output": "d"}\n[1, 2]\n'
+    )
+    extra = ["--pack-size", "64", "-o", tmp_path / "out"] if command == "prepare" else []
+    proc = in_process(capsys, command, data, "--tokenizer", tok, *extra, "--quiet")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: odd.jsonl, line 2:"), proc.stderr
+
+
 def test_skip_counts_what_it_leaves_out_with_the_first_place(tok, tmp_path, capsys):
     data = tmp_path / "mixed.jsonl"
     data.write_text(
