@@ -159,49 +159,16 @@ def test_workers_past_the_cores_run_as_many_as_the_cores_and_say_so():
     assert local_workers(4096, "ray") == (4096, None)  # a cluster's workers are its own
 
 
+TOKENIZE_SFT = ["tokenize", SAMPLE / "raw" / "sft_sample.jsonl", "--tokenizer", SAMPLE / "tokenizers" / "tiny-bpe"]
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
-        (
-            [
-                "tokenize",
-                SAMPLE / "raw" / "sft_sample.jsonl",
-                "--tokenizer",
-                SAMPLE / "tokenizers" / "tiny-bpe",
-                "--format",
-                "sft",
-                "--pack-size",
-                "512",
-            ],
-            "--pack-size",
-        ),
-        (
-            [
-                "tokenize",
-                SAMPLE / "raw" / "sft_sample.jsonl",
-                "--tokenizer",
-                SAMPLE / "tokenizers" / "tiny-bpe",
-                "--format",
-                "sft",
-                "--bootstraps",
-                "50",
-            ],
-            "--bootstraps",
-        ),
+        ([*TOKENIZE_SFT, "--pack-size", "512"], "--pack-size"),
+        ([*TOKENIZE_SFT, "--bootstraps", "50"], "--bootstraps"),
+        ([*TOKENIZE_SFT, "--seed", "99"], "--seed"),
         (["export", SAMPLE / "plans" / "llama8b_squad.yaml", "--vary", "gpu", "--format", "python"], "--vary"),
-        (
-            [
-                "tokenize",
-                SAMPLE / "raw" / "sft_sample.jsonl",
-                "--tokenizer",
-                SAMPLE / "tokenizers" / "tiny-bpe",
-                "--format",
-                "sft",
-                "--seed",
-                "99",
-            ],
-            "--seed",
-        ),
     ],
 )
 def test_an_option_that_would_do_nothing_is_refused_not_ignored(capsys, args, option):
