@@ -53,6 +53,9 @@ def frame() -> None:
     if PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False
         setup()
+        # and run again at once, now through app.py: this run's sidebar lists the pages/ folder's files ("app",
+        # "frame") and its widgets have ids the next run (app.py's) does not know, so a first click was lost
+        st.rerun()
 
 
 def control(name: str, where=st):
