@@ -27,6 +27,7 @@ from advisor.model.estimate import Estimate, cp_groups_of, estimate
 from advisor.model.perf.hardware import gpu_of
 from advisor.plan import Plan
 from advisor.plan.versions import older
+from advisor.vocabulary import SCHEDULED_MODES
 
 TIE = 0.02  # step times per sample within 2 % of the fastest are as fast: the model is not finer than that
 # the kinds of run, fewest new requirements first (the last tie-break)
@@ -239,7 +240,7 @@ def compare_packing(
         runs.append(offline)
         # the same samples a step, every way: offline's (its batch counts packs of n samples) unless the plan runs
         # another way, whose own row must show the plan's own batch (its estimate), not one rounded to offline's packs
-        own = plan.packing_mode in ("in-batch", "global-batch", "online")
+        own = plan.packing_mode in ("in-batch", *SCHEDULED_MODES)
         if offline.estimate is not None and offline.plan is not None and not own:
             packing = offline.estimate.packing
             n = packing.packing_factor if packing is not None else None

@@ -63,6 +63,18 @@ def read_mock_config(text: str, max_bytes: int) -> MockConfig | None:
     return MockConfig(config=parsed, source=source, base_dir=base_dir) if is_mock_config(parsed) else None
 
 
+def lognormal_config(*, min_seq_len: int, max_seq_len: int, mean_seq_len: float, lognormal_sigma: float) -> dict:
+    """A Megatron-LM mock SFT config drawing lognormal lengths, as --sft-mock-dataset-config-json takes it."""
+    return {
+        "mode": "distribution",
+        "type": "lognormal",
+        "min_seq_len": min_seq_len,
+        "max_seq_len": max_seq_len,
+        "mean_seq_len": mean_seq_len,
+        "lognormal_sigma": lognormal_sigma,
+    }
+
+
 def default_mock_config(seq_length: int) -> dict:
     """What Megatron-LM uses when no config is given (``MockSFTDataset.build_low_level_dataset``).
 
@@ -70,14 +82,9 @@ def default_mock_config(seq_length: int) -> dict:
     >>> cfg["min_seq_len"], cfg["max_seq_len"], cfg["mean_seq_len"], cfg["lognormal_sigma"]
     (2048, 4096, 3072, 1.1)
     """
-    return {
-        "mode": "distribution",
-        "type": "lognormal",
-        "min_seq_len": seq_length // 2,
-        "max_seq_len": seq_length,
-        "mean_seq_len": seq_length // 4 * 3,
-        "lognormal_sigma": 1.1,
-    }
+    return lognormal_config(
+        min_seq_len=seq_length // 2, max_seq_len=seq_length, mean_seq_len=seq_length // 4 * 3, lognormal_sigma=1.1
+    )
 
 
 def lognormal_lengths(size: int, mean: float, sigma: float, min_seq_len: int, max_seq_len: int) -> np.ndarray:

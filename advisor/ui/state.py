@@ -15,6 +15,7 @@ from dataclasses import replace
 from advisor.analysis import Analysis, analyze
 from advisor.data.ingest import load_lengths
 from advisor.data.lengths import LengthHistogram, check_expandable
+from advisor.data.megatron_mock import lognormal_config
 from advisor.errors import InputError
 from advisor.packing.cache import packing_for
 from advisor.packing.offline import PackingResult
@@ -172,15 +173,7 @@ def use_lognormal(state, mean: float, sigma: float, lo: int, hi: int) -> bool:
     if bad:
         state["upload_error"] = "lognormal: " + "; ".join(bad)
         return False
-    config = {
-        "mode": "distribution",
-        "type": "lognormal",
-        "min_seq_len": lo,
-        "max_seq_len": hi,
-        "mean_seq_len": mean,
-        "lognormal_sigma": sigma,
-    }
-    inline = json.dumps(config)
+    inline = json.dumps(lognormal_config(min_seq_len=lo, max_seq_len=hi, mean_seq_len=mean, lognormal_sigma=sigma))
     # the plan's data is the config itself, as Megatron-LM's --sft-mock-dataset-config-json takes it: the saved plan,
     # its exports and the CLI read the very draw shown here (it kept the previous data's path: a plan saved after a
     # draw ran the CLI on SQuAD, an 11x different global batch)
