@@ -81,11 +81,11 @@ def plan_and_lengths(args: Namespace, progress: Progress) -> tuple[Plan, LengthH
     column = plan.data.column if not given else None
     hist = load_lengths(source, column=column)
     if given:  # the plan carries the data it was read with: an exported plan or trial script runs on the same data
-        try:
-            value: str | None = str(Path(given).resolve()) if Path(given).is_file() else given
-        except OSError:  # inline JSON past a file name's length
-            value = given
-        if value is not None and len(value) <= 4096:  # data.lengths' own limit; longer inline data stays out
+        # inline JSON as load_lengths tells it (starts with "{", no such path); a file or a folder of packed
+        # Parquet shards, absolute (a relative folder was written as given, and read from the plan's own folder)
+        inline = given.lstrip().startswith("{") and not os.path.lexists(given)
+        value = given if inline else str(Path(given).resolve())
+        if len(value) <= 4096:  # data.lengths' own limit; longer inline data stays out
             plan = plan.model_copy(update={"data": plan.data.model_copy(update={"lengths": value, "column": None})})
     return plan, hist
 

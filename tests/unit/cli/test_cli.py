@@ -207,3 +207,33 @@ def test_an_exported_plan_carries_the_lengths_it_was_read_with(capsys):
     assert plan["data"]["lengths"] == str(chat.resolve()) and plan["data"]["column"] is None
     script = in_process(capsys, *args, "--format", "torchrun").stdout
     assert f"lengths: {chat.resolve()}" in script
+
+
+def test_a_lengths_folder_given_relative_is_carried_absolute(tmp_path, capsys, monkeypatch):
+    """A folder of packed Parquet shards given as a relative --lengths (review: it was written as given, so the
+    exported plan read it from the plan's own folder and failed)."""
+    import yaml
+
+    packed = tmp_path / "packed"
+    made = in_process(
+        capsys,
+        "prepare",
+        SAMPLE / "raw" / "chat_sample.jsonl",
+        "--tokenizer",
+        SAMPLE / "tokenizers" / "tiny-bpe",
+        "--format",
+        "chat",
+        "--pack-size",
+        "1024",
+        "-o",
+        packed,
+        "--quiet",
+    )
+    assert made.returncode == 0, made.stderr
+    plan_file = SAMPLE / "plans" / "llama8b_squad.yaml"
+    monkeypatch.chdir(tmp_path)
+    from advisor.cli import main
+
+    assert main(["export", str(plan_file), "--lengths", "packed", "--format", "plan", "--quiet"]) == 0
+    plan = yaml.safe_load(capsys.readouterr().out)
+    assert plan["data"]["lengths"] == str(packed.resolve())
